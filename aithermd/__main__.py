@@ -1,0 +1,3 @@
+from aithermd.cli import main
+
+raise SystemExit(main())

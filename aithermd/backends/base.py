@@ -1,0 +1,43 @@
+"""The contract every hardware backend keeps. Nothing outside ``aithermd/backends`` touches hardware."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from aithermd.model import Device, KnobValue, Sample
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One hardware family (hwmon, powercap, cpu, nvml) under one root.
+
+    - ``discover()`` finds devices once (and again on hotplug); ids are stable across boots.
+    - ``sample()`` reads every discovered channel and knob once, through kept-open descriptors where it can;
+      a failing file gives its reading a status, never an exception.
+    - ``write_knob(knob_id, value)`` sets a knob in daemon units (duty %, W), switching the knob to manual
+      mode first where it has modes; raises :class:`~aithermd.errors.BackendError` subclasses.
+    - ``read_knob(knob_id)`` reads one knob back.
+    - ``save_knob(knob_id)`` returns the knob's original raw state as a JSON-able dict (value and mode, in
+      the hardware's units); ``restore_knob(knob_id, saved)`` puts exactly that back.
+    - ``locator()`` is a JSON-able dict naming the backend and its root (``{"backend": "hwmon",
+      "sysfs_root": "/sys"}``), enough for :func:`aithermd.backends.open_backend` to rebuild it in another
+      process (``aithermd restore``).
+    """
+
+    kind: str
+
+    def discover(self) -> list[Device]: ...
+
+    def sample(self) -> Sample: ...
+
+    def write_knob(self, knob_id: str, value: float) -> None: ...
+
+    def read_knob(self, knob_id: str) -> KnobValue: ...
+
+    def save_knob(self, knob_id: str) -> dict[str, Any]: ...
+
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None: ...
+
+    def locator(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,266 @@
+"""Frozen data types shared by every layer: the project's vocabulary.
+
+Ids are stable text, never the boot-dependent ``hwmonN`` number:
+
+- devices: ``hwmon:<lm-sensors chip name>`` (``hwmon:k10temp-pci-00c3``), ``powercap:<zone name>``
+  (``powercap:package-0``), ``cpu``, ``gpu<N>`` (NVML index; the UUID travels as ``Device.info["uuid"]``).
+  A second device with the same id gets ``#2`` appended (``powercap:core#2``).
+- channels and knobs: ``<device id>/<name>``: ``hwmon:k10temp-pci-00c3/temp1``,
+  ``hwmon:nct6798-isa-0290/pwm2``, ``powercap:package-0/pl1``, ``gpu0/power_limit``, ``gpu0/fan0``.
+
+Units inside the daemon are °C, W, J, V, A, RPM, %, MHz and seconds; backends convert at their edge
+(see :mod:`aithermd.units`). Data flows one way: sample → evaluate → actuate → publish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Status(StrEnum):
+    """Health of one reading. ``not_supported`` is a capability, the others are health problems."""
+
+    OK = "ok"
+    FAILED = "failed"  # the read raised (EIO, ENODATA, ENXIO, EAGAIN, ENODEV, EACCES, NVML error, ...)
+    IMPLAUSIBLE = "implausible"  # it read, but the value is nonsense (−128 °C, 65535 RPM, torn read)
+    NOT_SUPPORTED = "not_supported"  # the device has no such capability
+    STALE = "stale"  # no fresh value in time; the last one is carried
+
+
+class DeviceKind(StrEnum):
+    HWMON = "hwmon"
+    POWERCAP = "powercap"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class KnobKind(StrEnum):
+    PWM = "pwm"  # hwmon pwmN, duty in %
+    PL1 = "pl1"  # RAPL constraint_0 (long_term) power limit, W
+    PL2 = "pl2"  # RAPL constraint_1 (short_term) power limit, W
+    POWER_LIMIT = "power_limit"  # NVML power management limit, W
+    FAN = "fan"  # NVML fan speed, duty in %
+
+
+class Quantity(StrEnum):
+    """What a channel measures; each has one unit (see :data:`UNITS`)."""
+
+    TEMPERATURE = "temperature"
+    FAN = "fan"
+    VOLTAGE = "voltage"
+    CURRENT = "current"
+    POWER = "power"
+    ENERGY = "energy"
+    UTILIZATION = "utilization"
+    CLOCK = "clock"
+    LOAD = "load"
+    DUTY = "duty"
+
+
+UNITS: Mapping[Quantity, str] = MappingProxyType({
+    Quantity.TEMPERATURE: "°C",
+    Quantity.FAN: "RPM",
+    Quantity.VOLTAGE: "V",
+    Quantity.CURRENT: "A",
+    Quantity.POWER: "W",
+    Quantity.ENERGY: "J",
+    Quantity.UTILIZATION: "%",
+    Quantity.CLOCK: "MHz",
+    Quantity.LOAD: "",
+    Quantity.DUTY: "%",
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """One readable input, described once at discovery.
+
+    ``attribute`` is the source's own name (hwmon ``temp1``/``fan2``/``in0``/``power1``; GPU ``temperature``,
+    ``memory_temperature``, ``power``, ``energy``, ``utilization``, ``memory_utilization``, ``sm_clock``,
+    ``memory_clock``, ``fan0``; powercap ``power``/``energy``; cpu ``utilization``, ``cpu<N>``, ``load1``,
+    ``frequency``). ``thresholds`` are in the channel's unit, keyed ``min``, ``max``, ``crit``, ``lcrit``,
+    ``emergency``, ``cap`` (hwmon) or ``slowdown``, ``shutdown``, ``max_operating`` (NVML).
+    """
+
+    id: str
+    device_id: str
+    attribute: str
+    quantity: Quantity
+    unit: str
+    label: str | None = None
+    thresholds: Mapping[str, float] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One actuator, with its constraints decided at discovery (never re-probed per tick).
+
+    ``value`` units: pwm and fan duty in %, limits in W. ``writable`` False carries ``why_not``
+    (e.g. "NVML_ERROR_NO_PERMISSION: needs root", "no pwm1_enable and pwm1 not writable").
+    ``fan_channel`` is the channel id that measures this fan's speed, when known.
+    """
+
+    id: str
+    device_id: str
+    kind: KnobKind
+    unit: str
+    min: float | None = None
+    max: float | None = None
+    default: float | None = None
+    writable: bool = False
+    why_not: str | None = None
+    fan_channel: str | None = None
+
+    def clamp(self, value: float) -> float:
+        """``value`` clamped to [min, max] (each bound only when known)."""
+        if self.min is not None and value < self.min:
+            value = self.min
+        if self.max is not None and value > self.max:
+            value = self.max
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device owned by exactly one backend. ``info`` holds text fields (uuid, pci_bus_id, adapter, ...)."""
+
+    id: str
+    kind: DeviceKind
+    name: str
+    channels: tuple[Channel, ...] = ()
+    knobs: tuple[Knob, ...] = ()
+    chip: str | None = None  # hwmon only: the bare lm-sensors chip name
+    info: Mapping[str, Any] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One channel's value this tick, in the channel's unit, or None with a non-ok status."""
+
+    channel_id: str
+    value: float | None
+    status: Status = Status.OK
+    detail: str | None = None  # why it failed ("EIO", "NVML_ERROR_GPU_IS_LOST", "−128 °C out of range")
+
+
+@dataclass(frozen=True, slots=True)
+class KnobValue:
+    """A knob's present setting as read back: ``value`` in daemon units, ``mode`` where the knob has one
+    (pwm: ``"full"``, ``"manual"``, ``"auto"`` from ``pwmN_enable`` 0/1/≥2, None if the driver has no
+    ``pwmN_enable``; GPU fan: ``"manual"``/``"auto"``), ``extra`` for related values (GPU
+    ``enforced_w``)."""
+
+    knob_id: str
+    value: float | None
+    mode: str | None = None
+    status: Status = Status.OK
+    extra: Mapping[str, float] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What one backend read in one pass: every channel and knob of its devices, each file once.
+
+    ``t`` is the monotonic time of the read; ``attrs`` holds non-numeric per-tick facts per device
+    (GPU ``clock_event_reasons``: tuple of names, ``persistence_mode``: bool, ``pstate``); ``lost`` the ids
+    of devices that vanished (GPU_IS_LOST, ENODEV on every file).
+    """
+
+    t: float
+    readings: Mapping[str, Reading] = EMPTY
+    knobs: Mapping[str, KnobValue] = EMPTY
+    attrs: Mapping[str, Mapping[str, Any]] = EMPTY
+    lost: frozenset[str] = frozenset()
+
+
+class Layer(StrEnum):
+    """Arbitration layers, strongest first: safety > override > hold > policy > default."""
+
+    SAFETY = "safety"
+    OVERRIDE = "override"
+    HOLD = "hold"
+    POLICY = "policy"
+    DEFAULT = "default"  # hand the knob back: restore what was found
+
+
+LAYER_RANK: Mapping[Layer, int] = MappingProxyType({
+    Layer.SAFETY: 0, Layer.OVERRIDE: 1, Layer.HOLD: 2, Layer.POLICY: 3, Layer.DEFAULT: 4,
+})
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one knob should be, and why.
+
+    ``value`` is in daemon units after clamping to the knob's constraints (None with layer DEFAULT means
+    "give the knob back": restore the journaled original). ``requested`` is the value before clamping.
+    ``rule`` is ``"<policy>/<rule>"``, ``"safety/<reason>"`` or ``"override"``; ``reason`` a readable
+    sentence; ``inputs`` the inputs and window statistics that decided it.
+    """
+
+    knob_id: str
+    value: float | None
+    layer: Layer
+    rule: str
+    reason: str = ""
+    requested: float | None = None
+    inputs: Mapping[str, Any] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A policy held on top of the active one (D-Bus HoldPolicy); times are wall-clock seconds."""
+
+    cookie: int
+    policy: str
+    reason: str
+    owner: str  # D-Bus unique name or "detached"
+    uid: int | None = None
+    created: float = 0.0
+    expires: float | None = None
+    detached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyStatus:
+    """``active`` policy name, the ``holds`` on top (last wins), and per policy the state of each state
+    machine (``{"ai-training": {"gpu0": "training"}}``)."""
+
+    active: str = ""
+    holds: tuple[Hold, ...] = ()
+    states: Mapping[str, Mapping[str, str]] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A decision, drift, fault or hotplug, for logs, D-Bus ``Event`` and the TUI."""
+
+    kind: str  # "actuation" | "drift" | "conflict" | "fault" | "hotplug" | "policy" | "restore"
+    t_wall: float
+    subject: str  # knob, channel or device id
+    message: str
+    data: Mapping[str, Any] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The frozen result of one tick: the only input of D-Bus, Prometheus and the TUI."""
+
+    seq: int
+    t_mono: float
+    t_wall: float
+    devices: tuple[Device, ...] = ()
+    readings: Mapping[str, Reading] = EMPTY
+    knobs: Mapping[str, KnobValue] = EMPTY
+    attrs: Mapping[str, Mapping[str, Any]] = EMPTY
+    decisions: Mapping[str, Decision] = EMPTY  # the winning decision per knob this tick
+    policy: PolicyStatus = field(default_factory=PolicyStatus)
+    degraded: tuple[str, ...] = ()  # device, channel or knob ids in trouble
+    dry_run: bool = False
+    tick_s: float = 1.0
