@@ -1,0 +1,69 @@
+"""D-Bus names, signatures and error names of ``io.github.aithermd.Daemon1``.
+
+Dependency-free on purpose: ``aithermctl`` imports this module (and only this one) from the daemon's
+package. Documents travel as JSON strings (signature ``s``); their shapes are described here.
+"""
+
+from __future__ import annotations
+
+BUS_NAME = "io.github.aithermd.Daemon1"
+OBJECT_PATH = "/io/github/aithermd/Daemon1"
+INTERFACE = "io.github.aithermd.Daemon1"
+
+# polkit actions, one per privileged method family
+ACTION_SET_POLICY = "io.github.aithermd.set-policy"
+ACTION_HOLD_POLICY = "io.github.aithermd.hold-policy"
+ACTION_OVERRIDE = "io.github.aithermd.override"
+ACTION_RELOAD = "io.github.aithermd.reload"
+
+# D-Bus error names
+ERROR_PREFIX = "io.github.aithermd.Error"
+ERROR_NOT_AUTHORIZED = f"{ERROR_PREFIX}.NotAuthorized"
+ERROR_UNKNOWN_KNOB = f"{ERROR_PREFIX}.UnknownKnob"
+ERROR_UNKNOWN_POLICY = f"{ERROR_PREFIX}.UnknownPolicy"
+ERROR_OUT_OF_RANGE = f"{ERROR_PREFIX}.OutOfRange"
+ERROR_INVALID_ARGUMENT = f"{ERROR_PREFIX}.InvalidArgument"
+ERROR_UNKNOWN_COOKIE = f"{ERROR_PREFIX}.UnknownCookie"
+ERROR_UNKNOWN_WINDOW = f"{ERROR_PREFIX}.UnknownWindow"
+ERROR_LIMIT_EXCEEDED = f"{ERROR_PREFIX}.LimitExceeded"
+ERROR_POLICY_INVALID = f"{ERROR_PREFIX}.PolicyInvalid"
+ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
+
+# Methods: name → (in signature, out signature). JSON documents are strings.
+METHODS: dict[str, tuple[str, str]] = {
+    "GetSnapshot": ("", "s"),  # JSON: sensors document + per knob "requested", "reason"; "policy": {...}
+    "GetHistory": ("d", "s"),  # seconds → JSON {"t": [wall s...], "series": {channel_or_knob_id: [v|null...]}}
+    "Explain": ("s", "s"),  # knob id ("" = all) → JSON {knob_id: {"value","requested","rule","reason","inputs"}}
+    "ListPolicies": ("", "s"),  # JSON [{"name","path","description","active"}]
+    "GetPolicy": ("s", "s"),  # name → JSON {"name","path","source" (YAML text),"description"}
+    "StartEnergyWindow": ("sd", "t"),  # name, timeout_s → window id
+    "StopEnergyWindow": ("t", "s"),  # id → JSON {"name","duration_s","joules": {device_id: J}}
+    "SetActivePolicy": ("s", ""),
+    "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
+    "ReleasePolicy": ("u", ""),
+    "SetOverride": ("sdd", ""),  # knob id, value (daemon units), seconds (0 = until cleared)
+    "ClearOverride": ("s", ""),
+    "Reload": ("", ""),
+}
+
+# Properties (read-only): name → signature
+PROPERTIES: dict[str, str] = {
+    "Version": "s",
+    "ActivePolicy": "s",
+    "Holds": "s",  # JSON [{"cookie","policy","reason","owner","detached","expires"}]
+    "PolicyStates": "s",  # JSON {policy: {scope: state}}
+    "DegradedDevices": "as",
+    "DryRun": "b",
+}
+
+# Signals: name → signature
+SIGNALS: dict[str, str] = {
+    "SnapshotUpdated": "t",  # seq; rate-limited
+    "Event": "ss",  # kind ("decision"|"drift"|"fault"|"hotplug"|...), JSON of the event
+}
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_NOT_RUNNING = 3
+EXIT_NOT_AUTHORIZED = 4
