@@ -69,3 +69,19 @@ class PolicyErrors(AithermError):
     def __init__(self, errors: list[PolicyError]) -> None:
         self.errors = errors
         super().__init__("\n".join(e.format() for e in errors))
+
+
+class UnknownKnob(AithermError):
+    """No knob with that id (D-Bus ``io.github.aithermd.Error.UnknownKnob``)."""
+
+
+class UnknownPolicy(AithermError):
+    """No policy with that name (D-Bus ``io.github.aithermd.Error.UnknownPolicy``)."""
+
+
+class UnknownCookie(AithermError):
+    """No hold with that cookie (D-Bus ``io.github.aithermd.Error.UnknownCookie``)."""
+
+
+class InvalidArgument(AithermError):
+    """An argument out of range or malformed (D-Bus ``OutOfRange`` / ``InvalidArgument``)."""

@@ -23,6 +23,10 @@ from typing import Any
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+def _empty() -> Mapping[str, Any]:
+    return EMPTY
+
+
 class Status(StrEnum):
     """Health of one reading. ``not_supported`` is a capability, the others are health problems."""
 
@@ -94,7 +98,7 @@ class Channel:
     quantity: Quantity
     unit: str
     label: str | None = None
-    thresholds: Mapping[str, float] = EMPTY
+    thresholds: Mapping[str, float] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +140,7 @@ class Device:
     channels: tuple[Channel, ...] = ()
     knobs: tuple[Knob, ...] = ()
     chip: str | None = None  # hwmon only: the bare lm-sensors chip name
-    info: Mapping[str, Any] = EMPTY
+    info: Mapping[str, Any] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +164,7 @@ class KnobValue:
     value: float | None
     mode: str | None = None
     status: Status = Status.OK
-    extra: Mapping[str, float] = EMPTY
+    extra: Mapping[str, float] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +177,9 @@ class Sample:
     """
 
     t: float
-    readings: Mapping[str, Reading] = EMPTY
-    knobs: Mapping[str, KnobValue] = EMPTY
-    attrs: Mapping[str, Mapping[str, Any]] = EMPTY
+    readings: Mapping[str, Reading] = field(default_factory=_empty)
+    knobs: Mapping[str, KnobValue] = field(default_factory=_empty)
+    attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
     lost: frozenset[str] = frozenset()
 
 
@@ -210,7 +214,7 @@ class Decision:
     rule: str
     reason: str = ""
     requested: float | None = None
-    inputs: Mapping[str, Any] = EMPTY
+    inputs: Mapping[str, Any] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +238,7 @@ class PolicyStatus:
 
     active: str = ""
     holds: tuple[Hold, ...] = ()
-    states: Mapping[str, Mapping[str, str]] = EMPTY
+    states: Mapping[str, Mapping[str, str]] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +249,7 @@ class Event:
     t_wall: float
     subject: str  # knob, channel or device id
     message: str
-    data: Mapping[str, Any] = EMPTY
+    data: Mapping[str, Any] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,10 +260,10 @@ class Snapshot:
     t_mono: float
     t_wall: float
     devices: tuple[Device, ...] = ()
-    readings: Mapping[str, Reading] = EMPTY
-    knobs: Mapping[str, KnobValue] = EMPTY
-    attrs: Mapping[str, Mapping[str, Any]] = EMPTY
-    decisions: Mapping[str, Decision] = EMPTY  # the winning decision per knob this tick
+    readings: Mapping[str, Reading] = field(default_factory=_empty)
+    knobs: Mapping[str, KnobValue] = field(default_factory=_empty)
+    attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
+    decisions: Mapping[str, Decision] = field(default_factory=_empty)  # the winning decision per knob this tick
     policy: PolicyStatus = field(default_factory=PolicyStatus)
     degraded: tuple[str, ...] = ()  # device, channel or knob ids in trouble
     dry_run: bool = False

@@ -1,0 +1,47 @@
+"""What the D-Bus service may ask of the daemon: the operator's side of the control loop.
+
+The daemon implements :class:`DaemonControl`; the D-Bus layer checks authorization *before* calling a
+mutating method, and maps the exceptions below to D-Bus errors (``aithermd.publish.wire``). Mutations take
+effect between ticks; every method is called on the event loop thread and returns quickly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class DaemonControl(Protocol):
+    def list_policies(self) -> list[dict[str, Any]]:
+        """[{"name", "path", "description", "active": bool}], sorted by name."""
+
+    def get_policy(self, name: str) -> dict[str, Any]:
+        """{"name", "path", "description", "source": YAML text}. Raises UnknownPolicy."""
+
+    def set_active_policy(self, name: str) -> None:
+        """Make ``name`` the active policy (kept across restarts). Raises UnknownPolicy."""
+
+    def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
+                    detached: bool) -> int:
+        """Put ``policy`` on top until released, timed out (``timeout_s`` > 0) or, unless ``detached``,
+        until ``owner`` (a D-Bus unique name) leaves the bus. Returns the cookie (uint32, never 0).
+        Raises UnknownPolicy, InvalidArgument."""
+
+    def release_policy(self, cookie: int) -> None:
+        """End a hold. Raises UnknownCookie."""
+
+    def release_owner(self, owner: str) -> None:
+        """``owner`` left the bus: end its non-detached holds."""
+
+    def set_override(self, knob_id: str, value: float, seconds: float) -> None:
+        """Operator override of one knob (daemon units), for ``seconds`` (0 = until cleared); persists across
+        restarts. Raises UnknownKnob, InvalidArgument (out of the knob's constraints)."""
+
+    def clear_override(self, knob_id: str) -> None:
+        """Raises UnknownKnob when no such knob exists."""
+
+    def reload(self) -> None:
+        """Reload policies all-or-nothing. Raises PolicyErrors (nothing changed)."""
+
+    def explain(self, knob_id: str) -> dict[str, Any]:
+        """{knob_id: {"value", "requested", "layer", "rule", "reason", "inputs"}} for one knob or, with "",
+        all knobs. Raises UnknownKnob."""

@@ -1,0 +1,66 @@
+"""StateHub: the one place a tick's frozen :class:`~aithermd.model.Snapshot` is published.
+
+The control loop calls :meth:`StateHub.publish` once per tick; D-Bus, Prometheus, energy windows and the
+history read from here and never touch hardware. Listeners run synchronously on the event loop thread
+right after publish, so they must be cheap (store, schedule, rate-limit); an exception in one listener is
+logged and never reaches the loop.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from aithermd.model import Event, Snapshot
+
+Listener = Callable[[Snapshot, Sequence[Event]], None]
+
+
+class StateHub:
+    """Holds the latest snapshot, a bounded history of snapshots and recent events.
+
+    ``history_s``: how many seconds of snapshots :meth:`history` can return (ring buffer sized from it and
+    the tick); ``events_max``: how many recent events :meth:`recent_events` keeps.
+    """
+
+    def __init__(self, history_s: float = 900.0, max_snapshots: int = 3600, events_max: int = 1000) -> None:
+        self.history_s = history_s
+        self._latest: Snapshot | None = None
+        self._ring: deque[Snapshot] = deque(maxlen=max_snapshots)
+        self._events: deque[Event] = deque(maxlen=events_max)
+        self._listeners: list[Listener] = []
+        self._log = structlog.get_logger("aithermd.hub")
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    def publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
+        self._latest = snapshot
+        self._ring.append(snapshot)
+        horizon = snapshot.t_mono - self.history_s
+        while self._ring and self._ring[0].t_mono < horizon:
+            self._ring.popleft()
+        self._events.extend(events)
+        for listener in tuple(self._listeners):
+            try:
+                listener(snapshot, events)
+            except Exception:  # a consumer's bug never stops the control loop
+                self._log.exception("listener_failed", listener=repr(listener))
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(snapshot, events)`` after each publish; returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def snapshots(self, seconds: float) -> list[Snapshot]:
+        """Snapshots of the last ``seconds`` (oldest first)."""
+        if not self._ring:
+            return []
+        horizon = self._ring[-1].t_mono - seconds
+        return [s for s in self._ring if s.t_mono >= horizon]
+
+    def recent_events(self, limit: int = 100) -> list[Event]:
+        return list(self._events)[-limit:]
