@@ -8,6 +8,24 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
+class GpuSnapshot:
+    """The dynamic values of one ``-q`` capture of a GPU (dumps may hold several: idle, then load).
+    ``label`` is the capture's comment label ("idle", "load") or "" when the dump has none."""
+
+    label: str = ""
+    temp_c: float | None = None
+    memory_temp_c: float | None = None
+    power_draw_w: float | None = None
+    gpu_util_pct: float | None = None
+    memory_util_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    fan_speed_pct: float | None = None
+    pstate: str | None = None
+    clock_event_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GpuProfile:
     name: str  # "NVIDIA GeForce RTX 4090"; "" when the dump has no product name (-d POWER,CLOCK)
     pci_bus_id: str  # "00000000:01:00.0"
@@ -45,3 +63,10 @@ class GpuProfile:
     pstate: str | None = None
     source: str = ""  # the dump's file name, for messages
     extra: dict[str, str] = field(default_factory=dict)
+    # absolute T.Limit (°C) where the dump gives thresholds relative to it (Ada/Hopper, driver ≥ 535);
+    # slowdown/shutdown/max_operating above are then already converted to absolute °C
+    tlimit_temp_c: float | None = None
+    # active clock-event (throttle) reasons of the first capture: "gpu_idle", "sw_power_cap", ...
+    clock_event_reasons: tuple[str, ...] = ()
+    # every capture of this GPU in the dump, in file order (the first one is what the fields above hold)
+    snapshots: tuple[GpuSnapshot, ...] = ()
