@@ -1,0 +1,239 @@
+"""Safe actuation: journal first, write, read back, detect drift, step back from a fight.
+
+- **Journal first**: before the first write to a knob its original state goes to the journal (on disk);
+  if that fails nothing is written.
+- **Read back** after each write. A value that does not stick (the read-back differs from the request
+  beyond the knob's resolution, or the mode is not manual) or a power limit whose enforced value is below
+  the requested one (a BMC or driver cap) is *drift*, reported once per distinct case with the knob named.
+- **Behind our back**: :meth:`Applier.observe` compares each tick's sampled value of an owned knob with the
+  value read back after our last write; a change is drift (another fan controller such as fancontrol or
+  CoolerControl, a BMC, the driver on resume). :data:`CONFLICT_COUNT` such changes within
+  :data:`CONFLICT_WINDOW_S` mean another program keeps rewriting the knob: the applier *steps back* (stops
+  writing it, reports a conflict) instead of fighting. Its journal entry stays, so the original is put back
+  when the daemon stops.
+- **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
+- **Dry-run** logs each actuation it would make and writes nothing, not even the journal.
+
+Every method is synchronous (NVML knobs are driven from the loop's worker thread) and never raises for a
+device fault: faults come back as :class:`~aithermd.model.Event` and in :attr:`Applier.faults`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from aithermd.actuate.journal import Journal
+from aithermd.actuate.restore import restore_one
+from aithermd.backends.base import Backend
+from aithermd.model import Decision, Event, Knob, KnobValue, Status
+
+CONFLICT_COUNT = 3
+CONFLICT_WINDOW_S = 60.0
+MANUAL_MODES = (None, "manual")
+
+
+def tolerance(knob: Knob, value: float) -> float:
+    """How far a read-back may differ from the request and still count as the same setting: 1 % duty
+    (pwmN holds 0–255, steps of 0.39 %), else 0.5 W or 1 % of the value, whichever is larger."""
+    if knob.unit == "%":
+        return 1.0
+    return max(0.5, abs(value) * 0.01)
+
+
+def same_setting(knob: Knob, kv: KnobValue | None, value: float) -> bool:
+    """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob)."""
+    return (kv is not None and kv.status == Status.OK and kv.value is not None
+            and kv.mode in MANUAL_MODES and abs(kv.value - value) <= tolerance(knob, value))
+
+
+@dataclass
+class _Owned:
+    device_id: str
+    requested: float
+    after: KnobValue | None = None
+    behind: deque[float] = field(default_factory=deque)
+    stuck: tuple[float, float | None, str | None] | None = None
+    capped: bool = False
+
+
+class Applier:
+    """Writes knobs for one daemon run. ``owned`` holds the knobs written (or, in dry-run, that would have
+    been) and not handed back; ``stepped_back`` those left to another program; ``faults`` knob id → the
+    last write or read error, cleared by the next success."""
+
+    def __init__(self, journal: Journal, *, dry_run: bool = False, conflict_count: int = CONFLICT_COUNT,
+                 conflict_window_s: float = CONFLICT_WINDOW_S) -> None:
+        self.journal = journal
+        self.dry_run = dry_run
+        self.conflict_count = conflict_count
+        self.conflict_window_s = conflict_window_s
+        self._owned: dict[str, _Owned] = {}
+        self.stepped_back: set[str] = set()
+        self.faults: dict[str, str] = {}
+        self._log = structlog.get_logger("aithermd.actuate")
+
+    @property
+    def owned(self) -> frozenset[str]:
+        return frozenset(self._owned)
+
+    # -- between ticks -------------------------------------------------------------------------------
+    def observe(self, knob: Knob, kv: KnobValue | None, t_mono: float, t_wall: float) -> list[Event]:
+        """Compare an owned knob's sampled state with what we left there; report drift, step back after
+        repeated changes. Returns the events (none when nothing changed)."""
+        own = self._owned.get(knob.id)
+        if own is None or own.after is None or knob.id in self.stepped_back:
+            return []
+        if kv is None or kv.status != Status.OK or kv.value is None or own.after.value is None:
+            return []
+        moved = abs(kv.value - own.after.value) > tolerance(knob, own.after.value)
+        mode_changed = kv.mode != own.after.mode
+        if not (moved or mode_changed):
+            return []
+        own.behind.append(t_mono)
+        while own.behind and own.behind[0] < t_mono - self.conflict_window_s:
+            own.behind.popleft()
+        what = (f"mode {own.after.mode} → {kv.mode}" if mode_changed and not moved
+                else f"{own.after.value:g} → {kv.value:g} {knob.unit}")
+        events = [self._event("drift", t_wall, knob, own.device_id,
+                              f"{knob.id} changed behind our back: {what}",
+                              expected=own.after.value, got=kv.value, mode=kv.mode, why="changed")]
+        own.after = None  # the next write (or a no-op that finds the value in place) sets it again
+        if len(own.behind) >= self.conflict_count:
+            self.stepped_back.add(knob.id)
+            events.append(self._event(
+                "conflict", t_wall, knob, own.device_id,
+                f"another program keeps rewriting {knob.id} ({len(own.behind)} changes in "
+                f"{self.conflict_window_s:g} s): stepping back, no longer writing it",
+                changes=len(own.behind), window_s=self.conflict_window_s))
+        return events
+
+    # -- one write -----------------------------------------------------------------------------------
+    def apply(self, backend: Backend, knob: Knob, device_id: str, decision: Decision, value: float,
+              current: KnobValue | None, t_wall: float) -> tuple[KnobValue | None, list[Event]]:
+        """Bring ``knob`` to ``value`` (daemon units, already clamped) for ``decision``; ``current`` is this
+        tick's read-back. Returns the knob's state afterwards and the events."""
+        if knob.id in self.stepped_back or not knob.writable:
+            return current, []
+        own = self._owned.get(knob.id)
+        if same_setting(knob, current, value):
+            if own is not None:
+                own.requested, own.after = value, current
+            return current, []
+        if (own is not None and own.after is not None and current == own.after
+                and abs(own.requested - value) <= tolerance(knob, value)):
+            return current, []  # asked already; it did not stick and was reported
+        old = current.value if current is not None else None
+        if self.dry_run:
+            self._owned.setdefault(knob.id, _Owned(device_id, value)).requested = value
+            self._log_actuation(knob, device_id, decision, old, value, dry_run=True)
+            return current, [self._actuation_event(t_wall, knob, device_id, decision, old, value)]
+        events: list[Event] = []
+        try:
+            if knob.id not in self.journal:
+                saved = backend.save_knob(knob.id)
+                self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
+            backend.write_knob(knob.id, value)
+        except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
+            return current, self._fault(t_wall, knob, device_id, "write", exc)
+        own = self._owned.setdefault(knob.id, _Owned(device_id, value))
+        own.requested = value
+        self._log_actuation(knob, device_id, decision, old, value)
+        events.append(self._actuation_event(t_wall, knob, device_id, decision, old, value))
+        try:
+            after = backend.read_knob(knob.id)
+        except Exception as exc:  # noqa: BLE001
+            events.extend(self._fault(t_wall, knob, device_id, "read back", exc))
+            own.after = None
+            return current, events
+        self.faults.pop(knob.id, None)
+        own.after = after
+        events.extend(self._check_stuck(knob, own, after, value, t_wall))
+        return after, events
+
+    def _check_stuck(self, knob: Knob, own: _Owned, after: KnobValue, value: float,
+                     t_wall: float) -> list[Event]:
+        events: list[Event] = []
+        if same_setting(knob, after, value):
+            own.stuck = None
+        else:
+            case = (value, after.value, after.mode)
+            if own.stuck != case:
+                own.stuck = case
+                got = "unreadable" if after.value is None else f"{after.value:g} {knob.unit}"
+                events.append(self._event(
+                    "drift", t_wall, knob, own.device_id,
+                    f"{knob.id} did not stick: asked {value:g} {knob.unit}, read back {got}"
+                    + (f" in mode {after.mode}" if after.mode not in MANUAL_MODES else ""),
+                    expected=value, got=after.value, mode=after.mode, why="did_not_stick"))
+        enforced = after.extra.get("enforced_w") if after.extra else None
+        if enforced is not None and enforced < value - tolerance(knob, value):
+            if not own.capped:
+                own.capped = True
+                events.append(self._event(
+                    "drift", t_wall, knob, own.device_id,
+                    f"{knob.id}: enforced limit {enforced:g} W is below the requested {value:g} W "
+                    "(a BMC or driver cap)", expected=value, got=enforced, why="enforced_below_requested"))
+        else:
+            own.capped = False
+        return events
+
+    # -- hand back -----------------------------------------------------------------------------------
+    def give_back(self, backend: Backend, knob: Knob, t_wall: float) -> list[Event]:
+        """No decision owns ``knob`` any more: put its journaled original back and forget it."""
+        own = self._owned.pop(knob.id, None)
+        self.stepped_back.discard(knob.id)
+        if own is None:
+            return []
+        if self.dry_run or knob.id not in self.journal:
+            self._log.info("give_back", knob=knob.id, device=own.device_id, dry_run=self.dry_run)
+            return []
+        try:
+            restore_one(self.journal, backend, knob.id)
+        except Exception as exc:  # noqa: BLE001 - stays journaled; restored at exit
+            return self._fault(t_wall, knob, own.device_id, "give back", exc)
+        self._log.info("give_back", knob=knob.id, device=own.device_id)
+        return [self._event("restore", t_wall, knob, own.device_id,
+                            f"{knob.id} handed back: original restored")]
+
+    def forget(self, knob_id: str) -> None:
+        """Drop all memory of a knob (after the journal was restored as a whole)."""
+        self._owned.pop(knob_id, None)
+        self.stepped_back.discard(knob_id)
+        self.faults.pop(knob_id, None)
+
+    # -- reporting -----------------------------------------------------------------------------------
+    def _log_actuation(self, knob: Knob, device_id: str, decision: Decision, old: float | None, new: float,
+                       **extra: Any) -> None:
+        self._log.info("actuation", device=device_id, knob=knob.id, old=old, new=new, unit=knob.unit,
+                       rule=decision.rule, layer=str(decision.layer), **extra)
+
+    def _actuation_event(self, t_wall: float, knob: Knob, device_id: str, decision: Decision,
+                         old: float | None, new: float) -> Event:
+        was = "?" if old is None else f"{old:g}"
+        message = f"{knob.id}: {was} → {new:g} {knob.unit} ({decision.rule})"
+        return Event("actuation", t_wall, knob.id, message,
+                     {"device": device_id, "old": old, "new": new, "unit": knob.unit, "rule": decision.rule,
+                      "layer": str(decision.layer), "dry_run": self.dry_run})
+
+    def _event(self, kind: str, t_wall: float, knob: Knob, device_id: str, message: str,
+               **data: Any) -> Event:
+        level = self._log.error if kind in ("conflict", "fault") else self._log.warning
+        if kind == "restore":
+            level = self._log.info
+        level(kind, device=device_id, knob=knob.id, unit=knob.unit, message=message, **data)
+        return Event(kind, t_wall, knob.id, message, {"device": device_id, "unit": knob.unit, **data})
+
+    def _fault(self, t_wall: float, knob: Knob, device_id: str, action: str,
+               exc: BaseException) -> list[Event]:
+        """Record a fault; report it when it is new (the same error every tick is reported once)."""
+        why = f"{type(exc).__name__}: {exc}"
+        if self.faults.get(knob.id) == why:
+            return []
+        self.faults[knob.id] = why
+        return [self._event("fault", t_wall, knob, device_id, f"{knob.id}: {action} failed: {why}",
+                            action=action, error=why)]
+

@@ -1,0 +1,172 @@
+"""The crash-safe journal of every knob's original state, kept in the state directory.
+
+Before the first write to a knob, its original raw state (``Backend.save_knob``: value and mode in the
+hardware's units) and the locator of the backend that owns it (``Backend.locator()``: backend kind and
+root, e.g. ``{"backend": "hwmon", "sysfs_root": "/sys"}``, or the fake NVML's state file) are written to
+``<state_dir>/journal.json`` atomically: a temporary file in the same directory, fsync, rename over the
+old file, fsync of the directory. A crash at any instant leaves either the old or the new journal, never a
+torn one, and a knob is never written before its original is on disk.
+
+An entry already present is never overwritten: after a crash whose restore failed, the entry still holds
+the state found before the first daemon touched the knob. The file exists only while it holds entries
+("dirty"); :meth:`Journal.clear` removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from aithermd.errors import AithermError
+
+JOURNAL_FILE = "journal.json"
+FORMAT_VERSION = 1
+
+
+class JournalError(AithermError):
+    """The journal cannot be read (not JSON, wrong shape) or written (disk full, read-only state dir)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One knob's original state: ``saved`` as ``Backend.save_knob`` returned it, ``locator`` as
+    ``Backend.locator()`` returned it, ``device_id`` for reports, ``recorded_wall`` in Unix seconds."""
+
+    knob_id: str
+    device_id: str
+    locator: Mapping[str, Any]
+    saved: Mapping[str, Any]
+    recorded_wall: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knob_id": self.knob_id, "device_id": self.device_id, "locator": dict(self.locator),
+                "saved": dict(self.saved), "recorded_wall": self.recorded_wall}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JournalEntry:
+        return cls(knob_id=str(data["knob_id"]), device_id=str(data.get("device_id", "")),
+                   locator=dict(data["locator"]), saved=dict(data["saved"]),
+                   recorded_wall=float(data.get("recorded_wall", 0.0)))
+
+
+def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content: temp file in the
+    same directory, fsync, rename, fsync of the directory (POSIX rename(2) is atomic within a filesystem).
+    Creates the directory (0700) when missing. Raises OSError."""
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(directory)
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory so a rename or unlink in it is durable."""
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class Journal:
+    """The journal of one state directory. Not thread-safe: one writer at a time (the control loop, or
+    ``aithermd restore`` while no daemon runs)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / JOURNAL_FILE
+        self._entries: dict[str, JournalEntry] = self._load()
+
+    def _load(self) -> dict[str, JournalEntry]:
+        self._remove_leftovers()
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise JournalError(f"{self.path}: cannot read the journal: {exc.strerror or exc}") from exc
+        try:
+            doc = json.loads(raw)
+            return {e["knob_id"]: JournalEntry.from_json(e) for e in doc["entries"]}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise JournalError(f"{self.path}: not a journal ({exc}); move it aside and restore the "
+                               "knobs by hand") from exc
+
+    def _remove_leftovers(self) -> None:
+        if not self.state_dir.is_dir():
+            return
+        for tmp in self.state_dir.glob(f".{JOURNAL_FILE}.*.tmp"):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+
+    @property
+    def dirty(self) -> bool:
+        """True when knobs are journaled (their originals must be restored)."""
+        return bool(self._entries)
+
+    def entries(self) -> Mapping[str, JournalEntry]:
+        """knob id → entry, in the order they were recorded."""
+        return MappingProxyType(self._entries)
+
+    def __contains__(self, knob_id: object) -> bool:
+        return knob_id in self._entries
+
+    def record(self, knob_id: str, device_id: str, locator: Mapping[str, Any], saved: Mapping[str, Any],
+               wall: float) -> bool:
+        """Journal ``knob_id``'s original state unless it is journaled already; returns True when written.
+        The entry is on disk when this returns. Raises JournalError (nothing may then be written)."""
+        if knob_id in self._entries:
+            return False
+        entry = JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall)
+        entries = {**self._entries, knob_id: entry}
+        self._save(entries)
+        self._entries = entries
+        return True
+
+    def forget(self, knob_id: str) -> None:
+        """Drop one entry (its knob was restored or handed to another program)."""
+        if knob_id not in self._entries:
+            return
+        entries = {k: v for k, v in self._entries.items() if k != knob_id}
+        self._save(entries)
+        self._entries = entries
+
+    def clear(self) -> None:
+        """Remove every entry (the journal file goes away)."""
+        self._save({})
+        self._entries = {}
+
+    def _save(self, entries: Mapping[str, JournalEntry]) -> None:
+        try:
+            if not entries:
+                try:
+                    self.path.unlink()
+                except FileNotFoundError:
+                    return
+                fsync_dir(self.state_dir)
+                return
+            doc = {"version": FORMAT_VERSION, "entries": [e.to_json() for e in entries.values()]}
+            write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        except OSError as exc:
+            raise JournalError(f"{self.path}: cannot write the journal: {exc.strerror or exc}") from exc

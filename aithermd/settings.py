@@ -1,0 +1,205 @@
+"""Daemon settings: defaults < config file < ``AITHERMD_*`` environment < command-line flags.
+
+The config file is YAML (``/etc/aithermd/aithermd.yaml`` unless ``--config FILE``), a mapping of the keys
+of :class:`DaemonSettings`; unknown keys are refused. An invalid file raises
+:class:`~aithermd.errors.PolicyErrors` whose entries read ``FILE:LINE:COL: error: KEY: message``.
+
+Metrics port: the Prometheus default-port allocations
+(github.com/prometheus/prometheus/wiki/Default-port-allocations) filled 9100–9999 by 2023 and continue
+upward from 10000, so the default ``127.0.0.1:19839`` lies well outside them; loopback only unless the
+admin says otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from aithermd.errors import PolicyError, PolicyErrors
+
+DEFAULT_CONFIG = Path("/etc/aithermd/aithermd.yaml")
+DEFAULT_METRICS_LISTEN = "127.0.0.1:19839"
+
+
+class DaemonSettings(BaseSettings):
+    """Everything ``aithermd run`` is told. Units in the names; paths absolute or relative to the cwd.
+
+    - ``tick_s``: control-loop period, s (0.05–60).
+    - ``policy``: the active policy's name; ``policy_pinned`` (set by ``--policy``) makes it win over the
+      choice kept in the state directory (otherwise the kept choice wins over this one).
+    - ``policy_dirs``: directories loaded in order, a later file of the same name replacing an earlier one;
+      None = the shipped policies then ``/etc/aithermd/policies.d``.
+    - ``state_dir``: journal of original knob values, kept policy choice and overrides.
+    - ``sysfs_root``: root of the sysfs tree the hwmon/powercap backends read (a fixture copy in tests).
+    - ``nvml``: open GPUs through NVML (no driver = zero GPUs, not an error).
+    - ``dry_run``: decide and log, write nothing (not even the journal).
+    - ``bus``: ``system`` | ``session`` | ``none`` | a D-Bus address.
+    - ``metrics_listen``: ``HOST:PORT`` of the Prometheus endpoint, or ``none``.
+    - ``log_format``: ``auto`` (JSON when stderr is not a terminal) | ``json`` | ``console``; ``log_level``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AITHERMD_", extra="forbid", validate_default=True)
+
+    config_file: Path | None = None
+    tick_s: float = Field(1.0, ge=0.05, le=60.0)
+    policy: str = Field("balanced", min_length=1)
+    policy_pinned: bool = False
+    policy_dirs: list[Path] | None = None
+    state_dir: Path = Path("/var/lib/aithermd")
+    sysfs_root: Path = Path("/sys")
+    nvml: bool = True
+    dry_run: bool = False
+    bus: str = "system"
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        if value == "none":
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{value!r} is not HOST:PORT or 'none'")
+        return value
+
+    @field_validator("bus")
+    @classmethod
+    def _check_bus(cls, value: str) -> str:
+        if value in ("system", "session", "none") or "=" in value:
+            return value
+        raise ValueError(f"{value!r} is not system, session, none or a D-Bus address (unix:path=...)")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _YamlFileSource(settings_cls)
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the file named by ``config_file`` (given by the flags or the environment, sources before
+    this one)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole mapping
+
+    def __call__(self) -> dict[str, Any]:
+        path = self.current_state.get("config_file")
+        if not path:
+            return {}
+        data, _ = read_config(Path(path))
+        return data
+
+
+def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
+    """The config file as a dict, and each top-level key's (line, col), 1-based.
+
+    Raises :class:`PolicyErrors` when the file cannot be read or is not a YAML mapping."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from exc
+    try:
+        doc = YAML(typ="rt").load(text)
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise PolicyErrors([PolicyError(
+            str(path), f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
+            line=mark.line + 1 if mark else None, col=mark.column + 1 if mark else None)]) from exc
+    if doc is None:
+        return {}, {}
+    if not isinstance(doc, Mapping):
+        raise PolicyErrors([PolicyError(str(path), "the config must be a mapping of settings",
+                                        line=1, col=1, hint="e.g. 'tick_s: 1.0'")])
+    marks: dict[str, tuple[int, int]] = {}
+    lc = getattr(doc, "lc", None)
+    for key in doc:
+        if lc is not None:
+            try:
+                line, col = lc.key(key)
+                marks[str(key)] = (line + 1, col + 1)
+            except (KeyError, TypeError):
+                pass
+    return {str(k): _plain(v) for k, v in doc.items()}, marks
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_settings(config: Path | None = None, flags: Mapping[str, Any] | None = None) -> DaemonSettings:
+    """Settings from ``config`` (or :data:`DEFAULT_CONFIG` when it exists) overridden by ``flags``.
+
+    ``flags`` holds only what the command line gave (None values are ignored); ``policy`` there pins the
+    policy; ``policy_dirs`` there are appended to the file's (or the default) directories.
+    Raises :class:`PolicyErrors` (exit 2 for an unreadable file, 1 for invalid content).
+    """
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    if config is None and DEFAULT_CONFIG.is_file():
+        config = DEFAULT_CONFIG
+    file_data: dict[str, Any] = {}
+    marks: dict[str, tuple[int, int]] = {}
+    if config is not None:
+        file_data, marks = read_config(config)
+        given["config_file"] = config
+    if "policy" in given:
+        given["policy_pinned"] = True
+    extra_dirs = given.pop("policy_dirs", None)
+    try:
+        settings = DaemonSettings(**given)
+    except ValidationError as exc:
+        raise _errors(exc, config, marks, file_data, given) from exc
+    if extra_dirs:
+        base = settings.policy_dirs if settings.policy_dirs is not None else default_policy_dirs()
+        settings = settings.model_copy(update={"policy_dirs": [*base, *map(Path, extra_dirs)]})
+    return settings
+
+
+def default_policy_dirs() -> list[Path]:
+    """The shipped policies, then the admin's directory (``/etc/aithermd/policies.d``)."""
+    from aithermd.policy.loader import ADMIN_POLICY_DIR, shipped_policy_dir
+    return [Path(shipped_policy_dir()), Path(ADMIN_POLICY_DIR)]
+
+
+def _errors(exc: ValidationError, config: Path | None, marks: Mapping[str, tuple[int, int]],
+            file_data: Mapping[str, Any], given: Mapping[str, Any]) -> PolicyErrors:
+    errors: list[PolicyError] = []
+    for err in exc.errors():
+        loc = err.get("loc") or ()
+        key = ".".join(str(p) for p in loc) or None
+        top = str(loc[0]) if loc else ""
+        message = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            message = "unknown setting"
+        hint = None
+        if err.get("type") == "extra_forbidden":
+            close = _closest(top, DaemonSettings.model_fields)
+            hint = f"did you mean {close!r}?" if close else None
+        if config is not None and top in file_data and top not in given:
+            line, col = marks.get(top, (None, None))
+            errors.append(PolicyError(str(config), message, line=line, col=col, key=key, hint=hint))
+        else:
+            source = "--" + top.replace("_", "-") if top in given else f"AITHERMD_{top.upper()}"
+            errors.append(PolicyError(source, message, key=key, hint=hint))
+    return PolicyErrors(errors)
+
+
+def _closest(word: str, choices: Mapping[str, Any]) -> str | None:
+    import difflib
+    found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None

@@ -1,0 +1,159 @@
+"""Safe actuation: journal before write, read-back, drift, step-back, no-ops, dry-run, faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.journal import Journal
+from aithermd.errors import NoPermission
+from aithermd.model import Decision, Knob, KnobKind, Layer
+
+from .fakes import FakeBackend
+
+DEC = Decision("x", 60.0, Layer.POLICY, "balanced/cpu-fans")
+
+
+@pytest.fixture
+def setup(tmp_path):
+    b = FakeBackend(start_pwm=100, start_enable=2)
+    j = Journal(tmp_path)
+    knob = b.discover()[0].knobs[0]
+    return b, j, Applier(j), knob
+
+
+def current(b, knob):
+    return b.read_knob(knob.id)
+
+
+def test_the_original_is_on_disk_before_the_first_write(setup, tmp_path):
+    b, j, applier, knob = setup
+    seen = []
+    b.on_write = lambda kid, v: seen.append(kid in Journal(tmp_path))
+    after, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    assert seen == [True]
+    assert j.entries()[knob.id].saved == {"pwm": 100, "enable": 2}
+    assert after.mode == "manual" and after.value == pytest.approx(60.0, abs=0.3)
+    assert [e.kind for e in events] == ["actuation"]
+    assert events[0].data["old"] == pytest.approx(39.2, abs=0.1) and events[0].data["new"] == 60.0
+    assert events[0].data["rule"] == "balanced/cpu-fans"
+
+
+def test_a_second_write_keeps_the_first_original(setup):
+    b, j, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    applier.apply(b, knob, b.device_id, DEC, 80.0, current(b, knob), 2.0)
+    assert j.entries()[knob.id].saved == {"pwm": 100, "enable": 2}
+    assert b.writes == [(knob.id, 60.0), (knob.id, 80.0)]
+
+
+def test_no_op_is_dropped(setup):
+    b, _, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.2, current(b, knob), 2.0)
+    assert events == [] and len(b.writes) == 1
+
+
+def test_same_value_in_auto_mode_is_still_written(setup):
+    b, _, applier, knob = setup
+    b.pwm["pwm1"] = 153  # 60 % but automatic
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    assert b.writes == [(knob.id, 60.0)] and b.enable["pwm1"] == 1
+
+
+def test_a_value_that_does_not_stick_is_drift_reported_once(setup):
+    b, _, applier, knob = setup
+    b.stuck["pwm1"] = 255  # a BMC holds the fan at full
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    drift = [e for e in events if e.kind == "drift"]
+    assert len(drift) == 1 and drift[0].subject == knob.id
+    assert "did not stick" in drift[0].message and drift[0].data["got"] == 100.0
+    _, again = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 2.0)
+    assert again == [] and len(b.writes) == 1  # asked already, reported already: no fight
+
+
+def test_enforced_limit_below_requested_is_drift(tmp_path):
+    b = FakeBackend()
+    b.enforced_w = 50.0
+    j = Journal(tmp_path)
+    knob = Knob(b.kid("pwm1"), b.device_id, KnobKind.POWER_LIMIT, "W", 0.0, 100.0, None, True)
+    # the fake stores duty, but the applier only sees daemon units and extra["enforced_w"]
+    _, events = Applier(j).apply(b, knob, b.device_id, DEC, 90.0, current(b, knob), 1.0)
+    caps = [e for e in events if e.data.get("why") == "enforced_below_requested"]
+    assert len(caps) == 1 and "enforced limit 50 W" in caps[0].message
+
+
+def test_changes_behind_our_back_are_drift_then_step_back(setup):
+    b, j, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    b.rewriter["pwm1"] = 200  # fancontrol rewrites it every cycle
+    kinds = []
+    for tick in range(5):
+        sample = b.sample()
+        events = applier.observe(knob, sample.knobs[knob.id], 10.0 + tick, 100.0 + tick)
+        kinds.append([e.kind for e in events])
+        applier.apply(b, knob, b.device_id, DEC, 60.0, sample.knobs[knob.id], 100.0 + tick)
+    assert kinds[0] == ["drift"] and kinds[1] == ["drift"]
+    assert kinds[2] == ["drift", "conflict"]
+    assert kinds[3] == [] and kinds[4] == []
+    assert knob.id in applier.stepped_back
+    assert len(b.writes) == 3  # the first write and two attempts; none after stepping back
+    assert knob.id in j  # the original is still put back at exit
+
+
+def test_a_single_change_long_ago_does_not_add_up_to_a_conflict(setup):
+    b, _, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    for tick in range(4):
+        b.pwm["pwm1"] = 10 + tick
+        assert [e.kind for e in applier.observe(knob, current(b, knob), 100.0 * tick, 0.0)] == ["drift"]
+        applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 0.0)
+    assert not applier.stepped_back
+
+
+def test_mode_changed_behind_our_back(setup):
+    b, _, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    b.enable["pwm1"] = 2  # a resume put the chip back in automatic
+    events = applier.observe(knob, current(b, knob), 2.0, 2.0)
+    assert [e.kind for e in events] == ["drift"] and "mode manual → auto" in events[0].message
+
+
+def test_dry_run_writes_nothing_not_even_the_journal(tmp_path):
+    b = FakeBackend(start_pwm=100)
+    j = Journal(tmp_path)
+    applier = Applier(j, dry_run=True)
+    knob = b.discover()[0].knobs[0]
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    assert [e.kind for e in events] == ["actuation"] and events[0].data["dry_run"] is True
+    assert b.writes == [] and b.pwm["pwm1"] == 100 and not j.dirty
+    assert not list(tmp_path.iterdir())
+
+
+def test_write_fault_is_reported_once_and_never_raises(setup):
+    b, _, applier, knob = setup
+    b.fail_write["pwm1"] = NoPermission("EACCES")
+    _, e1 = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    _, e2 = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 2.0)
+    assert [e.kind for e in e1] == ["fault"] and "EACCES" in e1[0].message and e2 == []
+    assert knob.id in applier.faults
+    del b.fail_write["pwm1"]
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 3.0)
+    assert knob.id not in applier.faults
+
+
+def test_read_only_knob_is_never_written(setup):
+    b, _, applier, knob = setup
+    ro = Knob(knob.id, knob.device_id, knob.kind, knob.unit, 0, 100, None, False, "no pwm1_enable")
+    assert applier.apply(b, ro, b.device_id, DEC, 60.0, current(b, knob), 1.0)[1] == []
+    assert b.writes == []
+
+
+def test_give_back_restores_the_original_and_forgets_it(setup):
+    b, j, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    events = applier.give_back(b, knob, 2.0)
+    assert [e.kind for e in events] == ["restore"]
+    assert b.pwm["pwm1"] == 100 and b.enable["pwm1"] == 2
+    assert knob.id not in j and knob.id not in applier.owned
+    assert applier.give_back(b, knob, 3.0) == []  # nothing owned: nothing to do

@@ -1,0 +1,71 @@
+"""Settings: file < environment < flags; errors name FILE:LINE and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aithermd.errors import PolicyErrors
+from aithermd.settings import DEFAULT_METRICS_LISTEN, DaemonSettings, load_settings
+
+
+def test_defaults():
+    s = DaemonSettings()
+    assert s.tick_s == 1.0 and s.policy == "balanced" and not s.policy_pinned
+    assert s.state_dir == Path("/var/lib/aithermd") and s.bus == "system"
+    assert s.metrics_listen == DEFAULT_METRICS_LISTEN
+    port = int(DEFAULT_METRICS_LISTEN.rpartition(":")[2])
+    assert DEFAULT_METRICS_LISTEN.startswith("127.0.0.1:") and not 9090 <= port <= 10100
+
+
+def test_flags_override_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("AITHERMD_TICK_S", raising=False)
+    cfg = tmp_path / "aithermd.yaml"
+    cfg.write_text("tick_s: 2.5\npolicy: quiet\nstate_dir: /tmp/x\nmetrics_listen: none\n")
+    s = load_settings(cfg, {"tick_s": 0.5, "policy": None, "dry_run": True})
+    assert s.tick_s == 0.5 and s.policy == "quiet" and not s.policy_pinned
+    assert s.state_dir == Path("/tmp/x") and s.metrics_listen == "none" and s.dry_run
+    pinned = load_settings(cfg, {"policy": "ai-training"})
+    assert pinned.policy == "ai-training" and pinned.policy_pinned
+
+
+def test_environment_between_file_and_flags(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick_s: 2.5\n")
+    monkeypatch.setenv("AITHERMD_TICK_S", "3")
+    assert load_settings(cfg).tick_s == 3.0
+    assert load_settings(cfg, {"tick_s": 4.0}).tick_s == 4.0
+
+
+def test_policy_dir_flags_are_appended(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"policy_dirs: [{tmp_path / 'a'}]\n")
+    s = load_settings(cfg, {"policy_dirs": [str(tmp_path / "b")]})
+    assert s.policy_dirs == [tmp_path / "a", tmp_path / "b"]
+
+
+def test_invalid_file_names_file_line_and_key(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("tick_s: 1\nsate_dir: /x\nbus: nowhere\ntick_s_: 3\n")
+    with pytest.raises(PolicyErrors) as info:
+        load_settings(cfg)
+    text = str(info.value)
+    assert f"{cfg}:2:1: error: sate_dir: unknown setting (hint: did you mean 'state_dir'?)" in text
+    assert f"{cfg}:3:1: error: bus:" in text
+
+
+def test_bad_flag_is_named_as_the_flag(tmp_path):
+    with pytest.raises(PolicyErrors, match="--metrics-listen: error: metrics_listen: .*HOST:PORT"):
+        load_settings(None, {"metrics_listen": "nocolon"})
+
+
+def test_unreadable_and_non_mapping_files(tmp_path):
+    with pytest.raises(PolicyErrors, match="cannot read"):
+        load_settings(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(PolicyErrors, match="must be a mapping"):
+        load_settings(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("a: [1\n")
+    with pytest.raises(PolicyErrors, match="broken.yaml:2:1: error: not valid YAML"):
+        load_settings(tmp_path / "broken.yaml")
