@@ -1,0 +1,166 @@
+"""The privileged side of ``io.github.aithermd.Daemon1``: authorize the caller, validate, then act.
+
+Every method takes the caller's unique name (from :meth:`aithermd.publish.dbus_bus.CallTracker.sender`),
+asks :class:`~aithermd.publish.polkit.Authorizer` for the method's polkit action (root always passes), then
+validates the arguments and calls :class:`~aithermd.publish.control.DaemonControl`. A refused caller gets
+``io.github.aithermd.Error.NotAuthorized``; a bad argument a named error (:func:`dbus_error`); in both cases
+nothing changes. Holds of non-detached callers end when the caller leaves the bus (``NameOwnerChanged``),
+as power-profiles-daemon does with its profile holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import structlog
+from dbus_fast import MessageType
+from dbus_fast.errors import DBusError
+
+from aithermd import errors
+from aithermd.publish import energy, wire
+from aithermd.publish.control import DaemonControl
+from aithermd.publish.dbus_bus import CallTracker, DaemonBus, bus_daemon_message
+from aithermd.publish.hub import StateHub
+from aithermd.publish.polkit import Authorizer
+
+_FAILED = "org.freedesktop.DBus.Error.Failed"
+_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (errors.UnknownPolicy, wire.ERROR_UNKNOWN_POLICY),
+    (errors.UnknownKnob, wire.ERROR_UNKNOWN_KNOB),
+    (errors.UnknownCookie, wire.ERROR_UNKNOWN_COOKIE),
+    (errors.OutOfRange, wire.ERROR_OUT_OF_RANGE),
+    (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
+    (errors.PolicyErrors, wire.ERROR_POLICY_INVALID),
+    (errors.PolicyError, wire.ERROR_POLICY_INVALID),
+    (energy.UnknownWindow, wire.ERROR_UNKNOWN_WINDOW),
+    (energy.WindowLimit, wire.ERROR_LIMIT_EXCEEDED),
+    (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
+)
+MAX_TEXT = 1024
+
+
+def dbus_error(exc: Exception) -> DBusError:
+    """The D-Bus error for one of the daemon's exceptions (``io.github.aithermd.Error.*`` names in
+    :mod:`~aithermd.publish.wire`; anything else ``org.freedesktop.DBus.Error.Failed``)."""
+    for cls, name in _ERRORS:
+        if isinstance(exc, cls):
+            return DBusError(name, str(exc) or cls.__name__)
+    return DBusError(_FAILED, f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def mapped_errors() -> Iterator[None]:
+    """Re-raise the daemon's own errors as D-Bus errors (DBusError passes through)."""
+    try:
+        yield
+    except DBusError:
+        raise
+    except errors.AithermError as exc:
+        raise dbus_error(exc) from exc
+
+
+def _finite(name: str, value: float, *, minimum: float | None = None) -> None:
+    if not math.isfinite(value) or (minimum is not None and value < minimum):
+        bound = f" ≥ {minimum:g}" if minimum is not None else ""
+        raise errors.InvalidArgument(f"{name} must be a finite number{bound}, got {value!r}")
+
+
+def _text(name: str, value: str, *, empty_ok: bool = True) -> None:
+    if len(value) > MAX_TEXT:
+        raise errors.InvalidArgument(f"{name} longer than {MAX_TEXT} characters")
+    if not empty_ok and not value.strip():
+        raise errors.InvalidArgument(f"{name} must not be empty")
+
+
+class PrivilegedCalls:
+    """The authorized methods; each takes the caller's unique name first (see the module docstring)."""
+
+    def __init__(self, bus: DaemonBus, control: DaemonControl, hub: StateHub, authorizer: Authorizer,
+                 tracker: CallTracker) -> None:
+        self._bus = bus
+        self._control = control
+        self._hub = hub
+        self._auth = authorizer
+        self._holders: set[str] = set()  # unique names with non-detached holds
+        self._log = structlog.get_logger("aithermd.dbus")
+        tracker.on_vanished(self._vanished)
+
+    async def set_active_policy(self, sender: str, name: str) -> None:
+        uid = await self._auth.authorize(sender, wire.ACTION_SET_POLICY)
+        with mapped_errors():
+            _text("policy", name, empty_ok=False)
+            self._control.set_active_policy(name)
+        self._log.info("set_active_policy", policy=name, sender=sender, uid=uid)
+
+    async def hold_policy(self, sender: str, policy: str, reason: str, timeout_s: float,
+                          detached: bool) -> int:
+        uid = await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        with mapped_errors():
+            _text("policy", policy, empty_ok=False)
+            _text("reason", reason)
+            _finite("timeout_s", timeout_s, minimum=0.0)
+            cookie = self._control.hold_policy(policy, reason, timeout_s, sender, uid, bool(detached))
+        self._log.info("hold_policy", policy=policy, cookie=cookie, sender=sender, uid=uid, detached=detached)
+        if not detached:
+            self._holders.add(sender)
+            if not await self._still_connected(sender):  # it left before we started watching
+                self._vanished(sender)
+        return cookie
+
+    async def release_policy(self, sender: str, cookie: int) -> None:
+        await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        with mapped_errors():
+            self._control.release_policy(cookie)
+
+    async def set_override(self, sender: str, knob_id: str, value: float, seconds: float) -> None:
+        uid = await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
+        with mapped_errors():
+            _finite("value", value)
+            _finite("seconds", seconds, minimum=0.0)
+            self._check_knob(knob_id, value)
+            self._control.set_override(knob_id, value, seconds)
+        self._log.info("set_override", knob=knob_id, value=value, seconds=seconds, sender=sender, uid=uid)
+
+    async def clear_override(self, sender: str, knob_id: str) -> None:
+        await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
+        with mapped_errors():
+            self._check_knob(knob_id, None)
+            self._control.clear_override(knob_id)
+
+    async def reload(self, sender: str) -> None:
+        uid = await self._auth.authorize(sender, wire.ACTION_RELOAD)
+        with mapped_errors():
+            self._control.reload()
+        self._log.info("reload", sender=sender, uid=uid)
+
+    def _check_knob(self, knob_id: str, value: float | None) -> None:
+        """UnknownKnob / OutOfRange against the latest snapshot's knob constraints (the control re-checks)."""
+        snapshot = self._hub.latest
+        if snapshot is None:
+            return
+        knob = next((k for d in snapshot.devices for k in d.knobs if k.id == knob_id), None)
+        if knob is None:
+            raise errors.UnknownKnob(f"no knob {knob_id!r}")
+        if value is None:
+            return
+        if not knob.writable:
+            raise errors.InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
+        if (knob.min is not None and value < knob.min) or (knob.max is not None and value > knob.max):
+            raise errors.OutOfRange(f"{knob_id}: {value:g} {knob.unit} outside [{knob.min}, {knob.max}] "
+                                    f"{knob.unit}")
+
+    async def _still_connected(self, name: str) -> bool:
+        reply = await self._bus.call(bus_daemon_message("NameHasOwner", "s", [name]))
+        return reply.message_type is not MessageType.ERROR and bool(reply.body[0])
+
+    def _vanished(self, name: str) -> None:
+        self._auth.forget(name)
+        if name in self._holders:
+            self._holders.discard(name)
+            self._log.info("holder_left", owner=name)
+            try:
+                self._control.release_owner(name)
+            except Exception:  # never let a control bug break the bus's message handling
+                self._log.exception("release_owner_failed", owner=name)

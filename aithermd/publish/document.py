@@ -1,0 +1,140 @@
+"""The ``GetSnapshot`` JSON document: ``aithermd sensors --json`` plus decisions and policy state.
+
+Shape (the sensors document of the foundation issue, extended)::
+
+    {"seq": int, "t_wall": s, "tick_s": s, "dry_run": bool, "degraded": [id...],
+     "devices": [{"id", "kind", "name", "chip" (hwmon only),
+                  "channels": [{"id", "attribute", "label", "value", "unit", "status"}],
+                  "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not",
+                             "mode", "requested", "reason", "rule", "layer"}],
+                  "attrs": {...}}],
+     "policy": {"active": str, "holds": [{"cookie", "policy", "reason", "owner", "detached", "expires"}],
+                "states": {policy: {scope: state}}}}
+
+``label`` falls back to the attribute name, as lm-sensors prints it. Values are in daemon units (°C, W, J,
+RPM, %); knob ``requested``/``reason`` come from this tick's winning decision (null when no decision
+touched the knob).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from aithermd.model import (
+    Decision,
+    Device,
+    DeviceKind,
+    Hold,
+    KnobValue,
+    PolicyStatus,
+    Reading,
+    Snapshot,
+    Status,
+)
+
+
+def _num(value: float | None) -> float | None:
+    """JSON has no NaN/inf: they become null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Mappings, tuples, sets and enums made JSON-ready."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return _num(value)
+    return value
+
+
+def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading],
+                    knobs: Mapping[str, KnobValue],
+                    attrs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``devices`` list of the ``aithermd sensors --json`` document (foundation issue shape)."""
+    out: list[dict[str, Any]] = []
+    for dev in devices:
+        channels = []
+        for ch in dev.channels:
+            r = readings.get(ch.id)
+            channels.append({"id": ch.id, "attribute": ch.attribute,
+                             "label": ch.label if ch.label is not None else ch.attribute,
+                             "value": _num(r.value) if r else None, "unit": ch.unit,
+                             "status": str(r.status) if r else str(Status.STALE)})
+        knob_docs = []
+        for k in dev.knobs:
+            kv = knobs.get(k.id)
+            knob_docs.append({"id": k.id, "kind": str(k.kind), "value": _num(kv.value) if kv else None,
+                              "unit": k.unit, "min": k.min, "max": k.max, "default": k.default,
+                              "writable": k.writable, "why_not": k.why_not,
+                              "mode": kv.mode if kv else None})
+        doc: dict[str, Any] = {"id": dev.id, "kind": str(dev.kind), "name": dev.name}
+        if dev.kind is DeviceKind.HWMON:
+            doc["chip"] = dev.chip
+        doc["channels"], doc["knobs"] = channels, knob_docs
+        if attrs.get(dev.id):
+            doc["attrs"] = _plain(attrs[dev.id])
+        out.append(doc)
+    return out
+
+
+def hold_document(hold: Hold) -> dict[str, Any]:
+    """One hold as in the ``Holds`` property: ``expires`` is wall-clock seconds or null."""
+    return {"cookie": hold.cookie, "policy": hold.policy, "reason": hold.reason, "owner": hold.owner,
+            "detached": hold.detached, "expires": hold.expires, "uid": hold.uid, "created": hold.created}
+
+
+def policy_document(status: PolicyStatus) -> dict[str, Any]:
+    return {"active": status.active, "holds": [hold_document(h) for h in status.holds],
+            "states": _plain(status.states)}
+
+
+def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+    """The full ``GetSnapshot`` document of one published snapshot (see the module docstring)."""
+    devices = sensors_devices(snapshot.devices, snapshot.readings, snapshot.knobs, snapshot.attrs)
+    for dev in devices:
+        for knob in dev["knobs"]:
+            d = snapshot.decisions.get(knob["id"])
+            knob["requested"] = _num(d.requested if d.requested is not None else d.value) if d else None
+            knob["reason"] = d.reason if d else None
+            knob["rule"] = d.rule if d else None
+            knob["layer"] = str(d.layer) if d else None
+    return {"seq": snapshot.seq, "t_wall": snapshot.t_wall, "tick_s": snapshot.tick_s,
+            "dry_run": snapshot.dry_run, "degraded": list(snapshot.degraded), "devices": devices,
+            "policy": policy_document(snapshot.policy)}
+
+
+def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decision]:
+    """This tick's winning decisions whose rule, layer or value differ from the previous snapshot's (all of
+    them on the first snapshot): the "decisions" of D-Bus ``Event`` and ``aithermd_decisions_total``."""
+    before = previous.decisions if previous is not None else {}
+    changed = []
+    for knob_id, d in current.decisions.items():
+        p = before.get(knob_id)
+        if p is None or p.rule != d.rule or p.layer != d.layer or p.value != d.value:
+            changed.append(d)
+    return changed
+
+
+class DocumentCache:
+    """The JSON text of the latest snapshot's document, built once per snapshot (``GetSnapshot`` is called
+    by many clients per tick; serialising once keeps the event loop free)."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, float] | None = None
+        self._text = ""
+
+    def text(self, snapshot: Snapshot | None) -> str:
+        if snapshot is None:
+            return json.dumps({"seq": 0, "devices": [], "policy": policy_document(PolicyStatus())})
+        key = (snapshot.seq, snapshot.t_mono)
+        if key != self._key:
+            self._text = json.dumps(snapshot_document(snapshot), separators=(",", ":"))
+            self._key = key
+        return self._text

@@ -1,0 +1,319 @@
+"""Prometheus exporter: a custom collector that renders the LAST published snapshot.
+
+No hardware is read at scrape time: :class:`SnapshotCollector` turns ``StateHub.latest`` into metric families
+(base units, ``aithermd_`` prefix), so a device that vanished from the snapshot vanishes from the scrape.
+Counters that need history (decisions, drift, faults) are kept by a hub listener on the event-loop thread
+and published to the scrape thread copy-on-write (a dict is never mutated after it is shared).
+
+Entry point: :func:`start` (``listen`` is ``"HOST:PORT"`` or ``"none"``) → :class:`MetricsHandle`; the
+daemon calls ``handle.observe_tick(seconds)`` after each tick for ``aithermd_tick_duration_seconds``.
+Metric names and labels follow the Prometheus naming guide (base units: seconds, watts, joules, celsius,
+ratio); labels ``gpu_index``/``gpu_uuid``/``gpu_name``, ``chip``/``sensor``/``label``, ``zone``, ``knob``,
+``policy``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from types import MappingProxyType
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import start_http_server
+from prometheus_client.registry import Collector
+
+from aithermd import __version__
+from aithermd.model import DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
+from aithermd.publish.document import decision_changes
+from aithermd.publish.hub import StateHub
+
+# Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
+DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
+TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
+CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+                       "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                       "display_clock_setting")
+
+_GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name"]
+_HWMON_LABELS = ["chip", "sensor", "label"]
+_GPU_GAUGES = {  # channel attribute → (metric, help, scale)
+    "temperature": ("aithermd_gpu_temperature_celsius", "GPU core temperature (NVML).", 1.0),
+    "memory_temperature": ("aithermd_gpu_memory_temperature_celsius", "GPU memory temperature (NVML).", 1.0),
+    "power": ("aithermd_gpu_power_watts", "GPU power draw (NVML).", 1.0),
+    "utilization": ("aithermd_gpu_utilization_ratio", "GPU utilisation, 0–1 (NVML).", 0.01),
+}
+
+
+def _ok(snapshot: Snapshot, channel_id: str) -> float | None:
+    r = snapshot.readings.get(channel_id)
+    return r.value if r is not None and r.status is Status.OK else None
+
+
+class EventCounters:
+    """Decision, drift and fault counters, fed by a hub listener (event-loop thread).
+
+    ``decisions``: {(knob, rule): n} counts changes of a knob's winning decision (rule or value);
+    ``drift``: {knob: n} counts ``drift``/``conflict`` events; ``faults``: {device: n} counts ``fault``
+    events.
+    Entries of knobs and devices no longer in the snapshot are dropped. Each dict is replaced, never mutated,
+    once published, so the scrape thread reads a consistent copy without a lock.
+    """
+
+    def __init__(self) -> None:
+        self.decisions: dict[tuple[str, str], int] = {}
+        self.drift: dict[str, int] = {}
+        self.faults: dict[str, int] = {}
+        self._previous: Snapshot | None = None
+
+    def on_publish(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
+        changed = decision_changes(self._previous, snapshot)
+        if changed:
+            decisions = dict(self.decisions)
+            for d in changed:
+                decisions[(d.knob_id, d.rule)] = decisions.get((d.knob_id, d.rule), 0) + 1
+            self.decisions = decisions
+        drift, faults = None, None
+        for e in events:
+            if e.kind in ("drift", "conflict"):
+                drift = dict(self.drift) if drift is None else drift
+                drift[e.subject] = drift.get(e.subject, 0) + 1
+            elif e.kind == "fault":
+                device = str(e.data.get("device") or e.subject.split("/", 1)[0])
+                faults = dict(self.faults) if faults is None else faults
+                faults[device] = faults.get(device, 0) + 1
+        if drift is not None:
+            self.drift = drift
+        if faults is not None:
+            self.faults = faults
+        if self._previous is None or self._previous.devices is not snapshot.devices:
+            self._prune(snapshot)
+        self._previous = snapshot
+
+    def _prune(self, snapshot: Snapshot) -> None:
+        devices = {d.id for d in snapshot.devices}
+        knobs = {k.id for d in snapshot.devices for k in d.knobs}
+        self.decisions = {k: v for k, v in self.decisions.items() if k[0] in knobs}
+        self.drift = {k: v for k, v in self.drift.items() if k in knobs}
+        self.faults = {k: v for k, v in self.faults.items() if k in devices}
+
+
+class SnapshotCollector(Collector):
+    """Renders ``hub.latest`` and the :class:`EventCounters` as metric families (see the module doc)."""
+
+    def __init__(self, hub: StateHub, counters: EventCounters) -> None:
+        self._hub = hub
+        self._counters = counters
+
+    def describe(self) -> list[Metric]:
+        return []  # families depend on the snapshot: never collect at registration time
+
+    def collect(self) -> Iterator[Metric]:
+        build = GaugeMetricFamily("aithermd_build_info", "aithermd build information.", labels=["version"])
+        build.add_metric([__version__], 1.0)
+        yield build
+        snapshot = self._hub.latest
+        if snapshot is None:
+            return
+        yield from self._gpu(snapshot)
+        yield from self._hwmon(snapshot)
+        yield from self._powercap(snapshot)
+        yield from self._policy(snapshot)
+        yield from self._events(snapshot)
+
+    def _gpu(self, s: Snapshot) -> Iterator[Metric]:
+        gauges = {attr: GaugeMetricFamily(name, help_, labels=_GPU_LABELS)
+                  for attr, (name, help_, _) in _GPU_GAUGES.items()}
+        limit = GaugeMetricFamily("aithermd_gpu_power_limit_watts", "GPU power management limit (NVML).",
+                                  labels=_GPU_LABELS)
+        enforced = GaugeMetricFamily("aithermd_gpu_enforced_power_limit_watts",
+                                     "GPU enforced power limit (NVML).", labels=_GPU_LABELS)
+        energy = CounterMetricFamily("aithermd_gpu_energy_joules", "GPU energy since driver load (NVML).",
+                                     labels=_GPU_LABELS)
+        reasons = GaugeMetricFamily("aithermd_gpu_clock_event_reason",
+                                    "1 while NVML reports this clocks-event (throttle) reason.",
+                                    labels=[*_GPU_LABELS, "reason"])
+        for dev in s.devices:
+            if dev.kind is not DeviceKind.GPU:
+                continue
+            labels = [dev.id.removeprefix("gpu"), str(dev.info.get("uuid", "")), dev.name]
+            for ch in dev.channels:
+                value = _ok(s, ch.id)
+                if value is None:
+                    continue
+                if ch.attribute in gauges:
+                    gauges[ch.attribute].add_metric(labels, value * _GPU_GAUGES[ch.attribute][2])
+                elif ch.quantity is Quantity.ENERGY:
+                    energy.add_metric(labels, value)
+            for knob in dev.knobs:
+                kv = s.knobs.get(knob.id)
+                if knob.kind is KnobKind.POWER_LIMIT and kv is not None and kv.value is not None:
+                    limit.add_metric(labels, kv.value)
+                    if "enforced_w" in kv.extra:
+                        enforced.add_metric(labels, kv.extra["enforced_w"])
+            attrs = s.attrs.get(dev.id, MappingProxyType({}))
+            if "clock_event_reasons" in attrs:
+                active = set(attrs["clock_event_reasons"])
+                for reason in sorted(active.union(CLOCK_EVENT_REASONS)):
+                    reasons.add_metric([*labels, reason], 1.0 if reason in active else 0.0)
+        yield from gauges.values()
+        yield from (limit, enforced, energy, reasons)
+
+    def _hwmon(self, s: Snapshot) -> Iterator[Metric]:
+        temps = GaugeMetricFamily("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",
+                                  labels=_HWMON_LABELS)
+        fans = GaugeMetricFamily("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
+                                 labels=_HWMON_LABELS)
+        duty = GaugeMetricFamily("aithermd_fan_duty_ratio", "Fan duty, 0–1 (hwmon pwmN/255, NVML fan "
+                                 "speed).", labels=["knob"])
+        for dev in s.devices:
+            if dev.kind is DeviceKind.HWMON:
+                chip = dev.chip or dev.id.removeprefix("hwmon:")
+                for ch in dev.channels:
+                    family = (temps if ch.quantity is Quantity.TEMPERATURE
+                              else fans if ch.quantity is Quantity.FAN else None)
+                    value = _ok(s, ch.id) if family is not None else None
+                    if value is not None:
+                        family.add_metric([chip, ch.attribute, ch.label or ""], value)
+            for knob in dev.knobs:
+                if knob.kind in (KnobKind.PWM, KnobKind.FAN):
+                    kv = s.knobs.get(knob.id)
+                    if kv is not None and kv.value is not None:
+                        duty.add_metric([knob.id], kv.value / 100.0)
+        yield from (temps, fans, duty)
+
+    def _powercap(self, s: Snapshot) -> Iterator[Metric]:
+        power = GaugeMetricFamily("aithermd_cpu_package_power_watts",
+                                  "RAPL zone power over the last tick (powercap energy_uj).", labels=["zone"])
+        energy = CounterMetricFamily("aithermd_rapl_energy_joules", "RAPL zone energy counter (powercap).",
+                                     labels=["zone"])
+        limits = GaugeMetricFamily("aithermd_rapl_power_limit_watts", "RAPL power cap (PL1 long_term, PL2 "
+                                   "short_term).", labels=["zone", "constraint"])
+        for dev in s.devices:
+            if dev.kind is not DeviceKind.POWERCAP:
+                continue
+            zone = dev.id.removeprefix("powercap:")
+            for ch in dev.channels:
+                value = _ok(s, ch.id)
+                if value is not None and ch.quantity is Quantity.POWER:
+                    power.add_metric([zone], value)
+                elif value is not None and ch.quantity is Quantity.ENERGY:
+                    energy.add_metric([zone], value)
+            for knob in dev.knobs:
+                kv = s.knobs.get(knob.id)
+                if knob.kind in (KnobKind.PL1, KnobKind.PL2) and kv is not None and kv.value is not None:
+                    limits.add_metric([zone, str(knob.kind)], kv.value)
+        yield from (power, energy, limits)
+
+    def _policy(self, s: Snapshot) -> Iterator[Metric]:
+        active = GaugeMetricFamily("aithermd_policy_active", "1 for the active policy.", labels=["policy"])
+        if s.policy.active:
+            active.add_metric([s.policy.active], 1.0)
+        holds = GaugeMetricFamily("aithermd_policy_holds", "Holds on top of the active policy.",
+                                  labels=["policy"])
+        per_policy: dict[str, int] = {}
+        for h in s.policy.holds:
+            per_policy[h.policy] = per_policy.get(h.policy, 0) + 1
+        for policy, n in sorted(per_policy.items()):
+            holds.add_metric([policy], float(n))
+        failsafe = GaugeMetricFamily("aithermd_failsafe_active", "1 while the safety layer drives this knob.",
+                                     labels=["knob"])
+        for knob_id, d in s.decisions.items():
+            failsafe.add_metric([knob_id], 1.0 if d.layer is Layer.SAFETY else 0.0)
+        degraded = GaugeMetricFamily("aithermd_degraded", "1 for each device, channel or knob in trouble.",
+                                     labels=["id"])
+        for item in s.degraded:
+            degraded.add_metric([item], 1.0)
+        stamp = GaugeMetricFamily("aithermd_snapshot_timestamp_seconds",
+                                  "Wall-clock time of the snapshot these metrics render.")
+        stamp.add_metric([], s.t_wall)
+        yield from (active, holds, failsafe, degraded, stamp)
+
+    def _events(self, s: Snapshot) -> Iterator[Metric]:
+        c = self._counters
+        decisions = CounterMetricFamily("aithermd_decisions", "Changes of a knob's winning decision.",
+                                        labels=["knob", "rule"])
+        for (knob, rule), n in c.decisions.items():
+            decisions.add_metric([knob, rule], float(n))
+        drift = CounterMetricFamily("aithermd_drift", "Drift and conflict events per knob.", labels=["knob"])
+        for knob, n in c.drift.items():
+            drift.add_metric([knob], float(n))
+        faults = CounterMetricFamily("aithermd_faults", "Fault events per device.", labels=["device"])
+        for device, n in c.faults.items():
+            faults.add_metric([device], float(n))
+        yield from (decisions, drift, faults)
+
+
+def parse_listen(listen: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
+    if listen.strip().lower() in ("none", ""):
+        return None
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"metrics listen address {listen!r}: expected HOST:PORT or 'none'")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class MetricsHandle:
+    """A running exporter (or none): ``registry``, ``collector``, ``address`` (host, port) or None,
+    ``observe_tick(seconds)``, ``stop()``."""
+
+    def __init__(self, hub: StateHub) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.counters = EventCounters()
+        self.collector = SnapshotCollector(hub, self.counters)
+        self.registry.register(self.collector)
+        self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
+                               buckets=TICK_BUCKETS_S, registry=self.registry)
+        self._remove_listener = hub.add_listener(self.counters.on_publish)
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+        self.address: tuple[str, int] | None = None
+
+    def observe_tick(self, seconds: float) -> None:
+        """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``."""
+        self._tick.observe(seconds)
+
+    def serve(self, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        self.address = (host, self._server.server_port)
+
+    def stop(self) -> None:
+        """Stop serving and detach from the hub; safe to call twice."""
+        self._remove_listener()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+
+def start(listen: str, hub: StateHub) -> MetricsHandle:
+    """Serve ``/metrics`` on ``listen`` (``"HOST:PORT"``, port 0 picks a free one; ``"none"`` serves nothing
+    but still counts, so ``observe_tick`` always works). Raises ValueError for a malformed address and
+    OSError when the port cannot be had (the daemon turns both into a warning)."""
+    handle = MetricsHandle(hub)
+    address = parse_listen(listen)
+    if address is not None:
+        try:
+            handle.serve(*address)
+        except BaseException:
+            handle.stop()
+            raise
+    return handle
+
+
+def render(handle: MetricsHandle) -> bytes:
+    """The text exposition of the handle's registry (what a scrape returns)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(handle.registry)
+
+
+__all__: Sequence[Any] = ("DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",
+                          "parse_listen", "render", "start")

@@ -1,0 +1,148 @@
+"""A private system-like bus (real dbus-daemon), polkit through python-dbusmock, a fake DaemonControl, and
+the service under test started on that bus."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from dbus_fast import Message, MessageType
+from dbus_fast.aio import MessageBus
+
+from aithermd.publish import dbus_service, wire
+from aithermd.publish.hub import StateHub
+from aithermd.publish.reference import reference_snapshot
+from fake_control import FakeControl
+
+HERE = Path(__file__).parent
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+  </policy>
+</busconfig>
+"""
+
+
+def _wait_for(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def bus_address() -> Iterator[str]:
+    """A dbus-daemon of our own with a system-bus-like policy; its socket reachable by any uid (the
+    unprivileged client runs as uid 65534)."""
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("dbus-daemon not installed (scripts/system-packages.txt: dbus)")
+    tmp = Path(tempfile.mkdtemp(prefix="aithermd-bus-"))
+    tmp.chmod(0o755)
+    sock = tmp / "bus"
+    config = tmp / "bus.conf"
+    config.write_text(BUS_CONFIG.format(socket=sock))
+    proc = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(sock.exists)
+        yield f"unix:path={sock}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def polkitd(bus_address: str) -> Iterator[subprocess.Popen]:
+    """python-dbusmock's polkitd template on our bus (denies everything until told otherwise)."""
+    env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus_address)
+    proc = subprocess.Popen([sys.executable, "-m", "dbusmock", "--template", "polkitd"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        probe = ["dbus-send", f"--bus={bus_address}", "--print-reply", "--dest=org.freedesktop.DBus",
+                 "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner",
+                 "string:org.freedesktop.PolicyKit1"]
+        _wait_for(lambda: b"true" in subprocess.run(probe, capture_output=True).stdout)
+        yield proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def call(bus: MessageBus, member: str, signature: str = "", body: list | None = None, *,
+               destination: str = wire.BUS_NAME, path: str = wire.OBJECT_PATH,
+               interface: str = wire.INTERFACE) -> Message:
+    """One method call; returns the reply message (METHOD_RETURN or ERROR)."""
+    return await bus.call(Message(destination=destination, path=path, interface=interface, member=member,
+                                  signature=signature, body=body or []))
+
+
+async def ok(bus: MessageBus, member: str, signature: str = "", body: list | None = None) -> list:
+    reply = await call(bus, member, signature, body)
+    assert reply.message_type is MessageType.METHOD_RETURN, (reply.error_name, reply.body)
+    return reply.body
+
+
+async def polkit_allow(bus: MessageBus, actions: list[str]) -> None:
+    reply = await call(bus, "SetAllowed", "as", [actions], destination="org.freedesktop.PolicyKit1",
+                       path="/org/freedesktop/PolicyKit1/Authority", interface="org.freedesktop.DBus.Mock")
+    assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+
+
+@pytest.fixture
+async def client(bus_address: str, polkitd) -> AsyncIterator[MessageBus]:
+    """A root client connection; polkit reset to deny everything."""
+    bus = await MessageBus(bus_address=bus_address).connect()
+    await polkit_allow(bus, [])
+    yield bus
+    bus.disconnect()
+
+
+@pytest.fixture
+def hub() -> StateHub:
+    hub = StateHub()
+    hub.publish(reference_snapshot(1))
+    return hub
+
+
+@pytest.fixture
+def control() -> FakeControl:
+    return FakeControl()
+
+
+@pytest.fixture
+async def service(bus_address: str, polkitd, control: FakeControl, hub: StateHub):
+    """The service with root treated as root."""
+    handle = await dbus_service.start(bus_address, control, hub, snapshot_interval_s=0.0)
+    yield handle
+    await handle.stop()
+
+
+@pytest.fixture
+async def strict_service(bus_address: str, polkitd, control: FakeControl, hub: StateHub):
+    """The service with no uid treated as root, so every caller (this root test too) goes through polkit."""
+    handle = await dbus_service.start(bus_address, control, hub, root_uids=(), snapshot_interval_s=0.0)
+    yield handle
+    await handle.stop()
