@@ -1,0 +1,340 @@
+"""hwmon backend: every ``class/hwmon/hwmon*`` device, named and read the way lm-sensors does.
+
+Source of the facts: the kernel hwmon sysfs ABI (Documentation/hwmon/sysfs-interface.rst) and libsensors
+``lib/sysfs.c``. Channels are ``tempN`` (m°C), ``fanN`` (RPM), ``inN`` (mV), ``currN`` (mA), ``powerN`` (µW)
+and ``energyN`` (µJ) with an ``_input`` file (power: ``_input``, else ``_average``); the label is the
+``_label`` file's first line (None without one: lm-sensors then shows the attribute name); thresholds
+``min``, ``max``, ``crit``, ``lcrit``, ``emergency``, ``cap`` are read once at discovery. Attributes live in
+the hwmon class directory or, in the older layout (applesmc, old i2c drivers), in its ``device/``.
+
+Knobs: ``pwmN`` (0–255, shown as duty %) with ``pwmN_enable`` (0 full speed, 1 manual, ≥2 automatic; some
+drivers have none). A write switches the channel to manual first.
+
+Plausibility (decided here; a reading outside gets :attr:`Status.IMPLAUSIBLE` and value None):
+temperature −100…200 °C (catches −128/−127 °C "no diode", 255 °C all-ones, −273 °C, millions of °C);
+fan 0…50 000 RPM (65 535 is an all-ones register); voltage ±1000 V; current ±5000 A; power ±100 kW;
+energy ≥ 0 J. Thresholds outside these ranges, and ``min``/``max`` pairs with max ≤ min (unconfigured
+limits such as nct6798 ``in1_min = in1_max = 0``), are dropped.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+from aithermd import units
+from aithermd.backends.chipname import chip_name_for
+from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.sysfs import (
+    Attribute, Nonsense, SysfsIO, classify_oserror, read_optional_int, read_optional_text,
+)
+from aithermd.clock import Clock, RealClock
+from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from aithermd.model import (
+    UNITS, Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Sample, Status,
+)
+
+KINDS: dict[str, tuple[Quantity, Callable[[float], float]]] = {
+    "in": (Quantity.VOLTAGE, units.mv_to_v),
+    "fan": (Quantity.FAN, float),
+    "temp": (Quantity.TEMPERATURE, units.mc_to_c),
+    "power": (Quantity.POWER, units.uw_to_w),
+    "energy": (Quantity.ENERGY, units.uj_to_j),
+    "curr": (Quantity.CURRENT, units.ma_to_a),
+}
+PLAUSIBLE: dict[Quantity, tuple[float, float]] = {
+    Quantity.TEMPERATURE: (-100.0, 200.0),
+    Quantity.FAN: (0.0, 50_000.0),
+    Quantity.VOLTAGE: (-1000.0, 1000.0),
+    Quantity.CURRENT: (-5000.0, 5000.0),
+    Quantity.POWER: (-100_000.0, 100_000.0),
+    Quantity.ENERGY: (0.0, math.inf),
+}
+THRESHOLDS = ("min", "max", "crit", "lcrit", "emergency", "cap")
+_ORDER = {kind: i for i, kind in enumerate(KINDS)}
+_CHANNEL_FILE = re.compile(r"(in|fan|temp|power|energy|curr)(\d+)_(input|average)$")
+_KNOWN_FILE = re.compile(r"(in|fan|temp|power|energy|curr|humidity|intrusion)\d+_\w+$|beep_enable$|cpu\d*_vid$")
+_PWM_FILE = re.compile(r"pwm(\d+)$")
+_MODES = {0: "full", 1: "manual"}
+_GONE = (errno.ENODEV, errno.ENOENT)
+
+
+def pwm_mode(enable: int | None) -> str | None:
+    """``pwmN_enable`` → ``"full"`` (0), ``"manual"`` (1), ``"auto"`` (≥2), None without the file."""
+    if enable is None:
+        return None
+    return _MODES.get(enable, "auto")
+
+
+class _Input:
+    __slots__ = ("id", "device_id", "attr", "convert", "lo", "hi", "unit")
+
+    def __init__(self, channel: Channel, attr: Attribute, convert: Callable[[float], float]) -> None:
+        self.id, self.device_id, self.attr, self.convert = channel.id, channel.device_id, attr, convert
+        self.lo, self.hi = PLAUSIBLE[channel.quantity]
+        self.unit = channel.unit
+
+
+class _Pwm:
+    __slots__ = ("knob", "pwm", "enable")
+
+    def __init__(self, knob: Knob, pwm: Attribute, enable: Attribute | None) -> None:
+        self.knob, self.pwm, self.enable = knob, pwm, enable
+
+
+def _map_write_error(exc: OSError, what: str) -> BackendError:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NoPermission(f"{what}: {exc.strerror} (needs root)")
+    if exc.errno == errno.EINVAL:
+        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
+    if exc.errno in _GONE:
+        return DeviceLost(f"{what}: {exc.strerror}")
+    return BackendError(f"{what}: {exc.strerror or exc}")
+
+
+class HwmonBackend:
+    """hwmon devices under ``sysfs_root`` (``<root>/class/hwmon``). Ids: ``hwmon:<chip>``, channels
+    ``hwmon:<chip>/<attribute>``, knobs ``hwmon:<chip>/pwmN``. ``io`` is the file-access seam."""
+
+    kind = "hwmon"
+
+    def __init__(self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None) -> None:
+        self.sysfs_root = sysfs_root
+        self.io = io or SysfsIO()
+        self.clock = clock or RealClock()
+        self._devices: list[Device] = []
+        self._inputs: list[_Input] = []
+        self._pwms: dict[str, _Pwm] = {}
+
+    # -- discovery -------------------------------------------------------------------------------------
+    def discover(self) -> list[Device]:
+        """Find every hwmon chip once (again on hotplug); ids never use the hwmonN number."""
+        self.close()
+        class_dir = os.path.join(self.sysfs_root, "class", "hwmon")
+        try:
+            names = self.io.listdir(class_dir)
+        except OSError:
+            names = []
+        found = [p for p in (self._probe(os.path.join(class_dir, n)) for n in sorted(names, key=natural_key)) if p]
+        found.sort(key=lambda p: (p[0], str(p[1])))
+        ids = unique_ids(f"hwmon:{chip}" for _, chip, _, _ in found)
+        self._devices = [self._build(dev_id, chip, attr_dir, bus_path)
+                         for dev_id, (_, chip, attr_dir, bus_path) in zip(ids, found, strict=True)]
+        return list(self._devices)
+
+    def _probe(self, hwmon_dir: str) -> tuple[Any, Any, str, str] | None:
+        io = self.io
+        device_link = os.path.join(hwmon_dir, "device")
+        has_device = self._is_link(device_link)
+        candidates = [hwmon_dir] + ([device_link] if has_device else [])
+        for attr_dir in candidates:  # libsensors: the hwmon class device first, then the device itself
+            prefix = read_optional_text(io, os.path.join(attr_dir, "name"))
+            if prefix is None:
+                continue
+            try:
+                files = io.listdir(attr_dir)
+            except OSError:
+                continue
+            if not any(_KNOWN_FILE.match(f) or _PWM_FILE.match(f) for f in files):
+                continue
+            chip = chip_name_for(io, self.sysfs_root, hwmon_dir, prefix)
+            if chip is None:
+                return None
+            root = io.realpath(self.sysfs_root)
+            bus_path = os.path.relpath(io.realpath(device_link if has_device else hwmon_dir), root)
+            if not has_device:  # devices/virtual/hwmon/hwmonN: order virtual chips by name, not by N
+                bus_path = f"devices/virtual/{prefix}"
+            return natural_key(bus_path), chip, attr_dir, bus_path
+        return None
+
+    def _is_link(self, path: str) -> bool:
+        try:
+            self.io.readlink(path)
+            return True
+        except OSError:
+            return False
+
+    def _build(self, dev_id: str, chip: Any, attr_dir: str, bus_path: str) -> Device:
+        io = self.io
+        files = set(io.listdir(attr_dir))
+        channels: list[Channel] = []
+        for kind, nr, suffix in sorted(
+                {(m[1], int(m[2]), m[3]) for f in files if (m := _CHANNEL_FILE.match(f))},
+                key=lambda k: (_ORDER[k[0]], k[1], k[2] != "input")):
+            attribute = f"{kind}{nr}"
+            if suffix == "average" and f"{attribute}_input" in files:
+                continue
+            quantity, convert = KINDS[kind]
+            channel = Channel(
+                id=f"{dev_id}/{attribute}", device_id=dev_id, attribute=attribute, quantity=quantity,
+                unit=UNITS[quantity], label=read_optional_text(io, os.path.join(attr_dir, f"{attribute}_label"))
+                if f"{attribute}_label" in files else None,
+                thresholds=self._thresholds(attr_dir, files, attribute, quantity, convert))
+            channels.append(channel)
+            self._inputs.append(_Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")),
+                                       convert))
+        knobs = [self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
+                 for f in sorted(files, key=natural_key) if (m := _PWM_FILE.match(f))]
+        return Device(id=dev_id, kind=DeviceKind.HWMON, name=chip.prefix, channels=tuple(channels),
+                      knobs=tuple(knobs), chip=str(chip),
+                      info={"adapter": chip.adapter, "bus_path": bus_path, "driver": chip.prefix})
+
+    def _thresholds(self, attr_dir: str, files: set[str], attribute: str, quantity: Quantity,
+                    convert: Callable[[float], float]) -> dict[str, float]:
+        lo, hi = PLAUSIBLE[quantity]
+        out: dict[str, float] = {}
+        for key in THRESHOLDS:
+            name = f"{attribute}_{key}"
+            if name in files and (raw := read_optional_int(self.io, os.path.join(attr_dir, name))) is not None:
+                value = convert(raw)
+                if lo <= value <= hi:
+                    out[key] = value
+        if "min" in out and "max" in out and out["max"] <= out["min"]:
+            del out["min"], out["max"]
+        return out
+
+    def _pwm_knob(self, dev_id: str, attr_dir: str, files: set[str], nr: int, channels: list[Channel]) -> Knob:
+        io = self.io
+        pwm = Attribute(io, os.path.join(attr_dir, f"pwm{nr}"))
+        enable = Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if f"pwm{nr}_enable" in files else None
+        why_not = None
+        if not io.writable(pwm.path):
+            why_not = f"pwm{nr} not writable (needs root)"
+        elif enable is not None and not io.writable(enable.path):
+            why_not = f"pwm{nr}_enable not writable (needs root)"
+        fan = f"{dev_id}/fan{nr}"
+        knob = Knob(id=f"{dev_id}/pwm{nr}", device_id=dev_id, kind=KnobKind.PWM, unit=UNITS[Quantity.DUTY],
+                    min=0.0, max=100.0, writable=why_not is None, why_not=why_not,
+                    fan_channel=fan if any(c.id == fan for c in channels) else None)
+        self._pwms[knob.id] = _Pwm(knob, pwm, enable)
+        return knob
+
+    # -- sampling --------------------------------------------------------------------------------------
+    def sample(self) -> Sample:
+        """Read every channel and pwm knob once through kept-open descriptors; never raises for a file."""
+        t = self.clock.monotonic()
+        readings: dict[str, Reading] = {}
+        tried: dict[str, int] = {}
+        gone: dict[str, int] = {}
+        for inp in self._inputs:
+            tried[inp.device_id] = tried.get(inp.device_id, 0) + 1
+            try:
+                raw = inp.attr.read()
+            except OSError as exc:
+                if exc.errno in _GONE:
+                    gone[inp.device_id] = gone.get(inp.device_id, 0) + 1
+                status, detail = classify_oserror(exc)
+                readings[inp.id] = Reading(inp.id, None, status, detail)
+                continue
+            if raw[-1:] != b"\n":
+                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE,
+                                           "empty read" if not raw else f"torn read {raw[:32]!r}")
+                continue
+            try:
+                value = inp.convert(int(raw))
+            except ValueError:
+                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, f"not a number {raw[:32]!r}")
+                continue
+            if inp.lo <= value <= inp.hi:
+                readings[inp.id] = Reading(inp.id, value)
+            else:
+                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, f"{value:g} {inp.unit} out of range")
+        knobs = {knob_id: self._read_pwm(p) for knob_id, p in self._pwms.items()}
+        lost = frozenset(d for d, n in gone.items() if n == tried[d])
+        return Sample(t=t, readings=readings, knobs=knobs, lost=lost)
+
+    def _read_pwm(self, p: _Pwm) -> KnobValue:
+        try:
+            raw = p.pwm.read_int()
+            enable = p.enable.read_int() if p.enable is not None else None
+        except OSError as exc:
+            return KnobValue(p.knob.id, None, None, classify_oserror(exc)[0])
+        except Nonsense:
+            return KnobValue(p.knob.id, None, None, Status.IMPLAUSIBLE)
+        if not 0 <= raw <= units.PWM_MAX:
+            return KnobValue(p.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
+        return KnobValue(p.knob.id, units.pwm_to_pct(raw), pwm_mode(enable))
+
+    # -- knobs -----------------------------------------------------------------------------------------
+    def _pwm(self, knob_id: str) -> _Pwm:
+        try:
+            return self._pwms[knob_id]
+        except KeyError:
+            raise UnknownKnob(knob_id) from None
+
+    def read_knob(self, knob_id: str) -> KnobValue:
+        return self._read_pwm(self._pwm(knob_id))
+
+    def write_knob(self, knob_id: str, value: float) -> None:
+        """Set duty ``value`` % (0–100): ``pwmN_enable`` := 1 (manual) first when it is not, then ``pwmN``.
+        Raises OutOfRange, NoPermission, DeviceLost or BackendError."""
+        p = self._pwm(knob_id)
+        if not (0.0 <= value <= 100.0) or math.isnan(value):
+            raise OutOfRange(f"{knob_id}: duty {value} % outside 0–100 %")
+        if p.enable is not None:
+            try:
+                current = p.enable.read_int()
+            except (OSError, Nonsense):
+                current = None
+            if current != 1:
+                self._write(p.enable, 1, f"{knob_id}: set manual mode (enable := 1)")
+        self._write(p.pwm, units.pct_to_pwm(value), f"{knob_id} := {value:g} %")
+
+    def _write(self, attr: Attribute, value: int, what: str) -> None:
+        try:
+            attr.write_int(value)
+        except OSError as exc:
+            raise _map_write_error(exc, what) from exc
+
+    def save_knob(self, knob_id: str) -> dict[str, Any]:
+        """``{"pwm": 0–255, "enable": int | None}`` as found (raw hwmon units)."""
+        p = self._pwm(knob_id)
+        try:
+            raw = p.pwm.read_int()
+            enable = p.enable.read_int() if p.enable is not None else None
+        except OSError as exc:
+            raise _map_write_error(exc, f"{knob_id}: cannot read the original") from exc
+        except Nonsense as exc:
+            raise BackendError(f"{knob_id}: cannot read the original: {exc}") from exc
+        return {"pwm": raw, "enable": enable}
+
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
+        """Put back what :meth:`save_knob` returned: manual → enable then pwm; automatic → pwm (best effort,
+        the driver owns it) then enable; no enable file → pwm."""
+        p = self._pwm(knob_id)
+        enable = saved.get("enable")
+        pwm = saved.get("pwm")
+        if enable is None or enable == 1 or p.enable is None:
+            if enable == 1 and p.enable is not None:
+                self._write(p.enable, 1, f"{knob_id}: restore enable 1")
+            if pwm is not None:
+                self._write(p.pwm, int(pwm), f"{knob_id}: restore pwm {pwm}")
+            return
+        if pwm is not None:
+            try:
+                p.pwm.write_int(int(pwm))
+            except OSError:
+                pass
+        self._write(p.enable, int(enable), f"{knob_id}: restore enable {enable}")
+
+    def locator(self) -> dict[str, Any]:
+        return {"backend": "hwmon", "sysfs_root": self.sysfs_root}
+
+    def close(self) -> None:
+        for inp in self._inputs:
+            inp.attr.close()
+        for p in self._pwms.values():
+            p.pwm.close()
+            if p.enable is not None:
+                p.enable.close()
+        self._inputs, self._pwms, self._devices = [], {}, []
+
+    def __enter__(self) -> HwmonBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,290 @@
+"""powercap/RAPL backend: zones under ``class/powercap/intel-rapl*`` (Documentation/power/powercap/powercap.rst).
+
+Each zone (and subzone) is a device ``powercap:<name>`` named by its ``name`` file (``package-0``, ``core``,
+``uncore``, ``dram``, ``psys``); repeated names get ``#2`` in bus order (``intel-rapl:0:0`` before
+``intel-rapl:1:0``; the MSR interface before ``intel-rapl-mmio``). Without ``class/powercap`` the zones are
+looked for under ``devices/virtual/powercap``.
+
+Channels: ``energy`` (J) — a monotonic total that starts at the counter's first value and adds each
+wrap-corrected increase — and ``power`` (W) — the ``energy_uj`` increase over the *measured* monotonic
+interval between two samples (the first sample has no power: status ``stale``). When the counter goes
+backwards it wrapped: the increase is ``new + max_energy_range_uj − old``. Since CVE-2020-8694 ``energy_uj``
+is readable only by root: that is found at discovery and reported as ``not_supported`` with the reason,
+never as a crash or a failure.
+
+Knobs: ``constraint_N_name`` ``long_term`` → ``pl1``, ``short_term`` → ``pl2``; value from
+``constraint_N_power_limit_uw`` in W, ``max`` from ``constraint_N_max_power_uw`` (when > 0), ``min`` from
+``constraint_N_min_power_uw`` (when present); the time windows go in ``Device.info`` (``pl1_time_window_s``).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+from typing import Any
+
+from aithermd import units
+from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.sysfs import (
+    Attribute, Nonsense, SysfsIO, classify_oserror, read_optional_int, read_optional_text,
+)
+from aithermd.clock import Clock, RealClock
+from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from aithermd.model import (
+    UNITS, Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Sample, Status,
+)
+
+CONSTRAINT_KINDS = {"long_term": KnobKind.PL1, "short_term": KnobKind.PL2}
+ROOT_ONLY = "energy_uj readable only by root (CVE-2020-8694)"
+
+
+class _Limit:
+    __slots__ = ("knob", "limit", "window")
+
+    def __init__(self, knob: Knob, limit: Attribute, window: Attribute | None) -> None:
+        self.knob, self.limit, self.window = knob, limit, window
+
+
+class _Zone:
+    __slots__ = ("device_id", "energy", "why_not", "max_range", "prev_raw", "prev_t", "total_uj")
+
+    def __init__(self, device_id: str, energy: Attribute, why_not: str | None, max_range: int | None) -> None:
+        self.device_id, self.energy, self.why_not, self.max_range = device_id, energy, why_not, max_range
+        self.prev_raw: int | None = None
+        self.prev_t = 0.0
+        self.total_uj = 0
+
+
+def energy_increase_uj(old: int, new: int, max_range_uj: int | None) -> int | None:
+    """µJ consumed between two ``energy_uj`` reads; across a wrap ``new + max_range − old``; None when the
+    counter went backwards and the range is unknown."""
+    if new >= old:
+        return new - old
+    if not max_range_uj or max_range_uj <= 0:
+        return None
+    return new + max_range_uj - old
+
+
+def _write_error(exc: OSError, what: str) -> BackendError:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NoPermission(f"{what}: {exc.strerror} (needs root, or the limit is locked by firmware)")
+    if exc.errno == errno.EINVAL:
+        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
+    if exc.errno in (errno.ENODEV, errno.ENOENT):
+        return DeviceLost(f"{what}: {exc.strerror}")
+    return BackendError(f"{what}: {exc.strerror or exc}")
+
+
+class RaplBackend:
+    """RAPL zones under ``sysfs_root``; ``clock`` times the energy reads, ``io`` is the file-access seam."""
+
+    kind = "powercap"
+
+    def __init__(self, sysfs_root: str = "/sys", clock: Clock | None = None, io: SysfsIO | None = None) -> None:
+        self.sysfs_root = sysfs_root
+        self.clock = clock or RealClock()
+        self.io = io or SysfsIO()
+        self._zones: list[_Zone] = []
+        self._limits: dict[str, _Limit] = {}
+
+    # -- discovery -------------------------------------------------------------------------------------
+    def _zone_dirs(self) -> list[str]:
+        io = self.io
+        class_dir = os.path.join(self.sysfs_root, "class", "powercap")
+        try:
+            return [os.path.join(class_dir, n) for n in io.listdir(class_dir) if n.startswith("intel-rapl")]
+        except OSError:
+            pass
+        out: list[str] = []
+        stack = [os.path.join(self.sysfs_root, "devices", "virtual", "powercap")]
+        while stack:
+            d = stack.pop()
+            try:
+                names = io.listdir(d)
+            except OSError:
+                continue
+            for n in names:
+                if n.startswith("intel-rapl") and io.is_dir(os.path.join(d, n)):
+                    out.append(os.path.join(d, n))
+                    stack.append(os.path.join(d, n))
+        return out
+
+    def discover(self) -> list[Device]:
+        """Every RAPL zone with a ``name``; ids ``powercap:<name>`` (``#2`` for repeats)."""
+        self.close()
+        io = self.io
+        zones = []
+        for path in self._zone_dirs():
+            name = read_optional_text(io, os.path.join(path, "name"))
+            if name:
+                base = os.path.basename(path)
+                zones.append(((base.startswith("intel-rapl-mmio"), natural_key(base)), base, name, path))
+        zones.sort(key=lambda z: z[0])
+        ids = unique_ids(f"powercap:{name}" for _, _, name, _ in zones)
+        by_base = {base: dev_id for dev_id, (_, base, _, _) in zip(ids, zones, strict=True)}
+        devices = []
+        for dev_id, (_, base, name, path) in zip(ids, zones, strict=True):
+            parent = by_base.get(base.rsplit(":", 1)[0]) if base.count(":") > 1 else None
+            devices.append(self._build(dev_id, base, name, path, parent))
+        return devices
+
+    def _build(self, dev_id: str, base: str, name: str, path: str, parent: str | None) -> Device:
+        io = self.io
+        energy = Attribute(io, os.path.join(path, "energy_uj"))
+        why_not = None
+        try:
+            energy.read()
+        except OSError as exc:
+            why_not = ROOT_ONLY if exc.errno in (errno.EACCES, errno.EPERM) else classify_oserror(exc)[1]
+            energy.close()
+        self._zones.append(_Zone(dev_id, energy, why_not,
+                                 read_optional_int(io, os.path.join(path, "max_energy_range_uj"))))
+        channels = (
+            Channel(f"{dev_id}/power", dev_id, "power", Quantity.POWER, UNITS[Quantity.POWER], f"{name} power"),
+            Channel(f"{dev_id}/energy", dev_id, "energy", Quantity.ENERGY, UNITS[Quantity.ENERGY], f"{name} energy"),
+        )
+        info: dict[str, Any] = {"zone": base, "parent": parent}
+        if why_not:
+            info["energy_why_not"] = why_not
+        knobs = []
+        n = 0
+        while (cname := read_optional_text(io, os.path.join(path, f"constraint_{n}_name"))) is not None:
+            kind = CONSTRAINT_KINDS.get(cname.strip())
+            prefix = os.path.join(path, f"constraint_{n}_")
+            if kind is not None and io.exists(prefix + "power_limit_uw"):
+                window = read_optional_int(io, prefix + "time_window_us")
+                if window is not None:
+                    info[f"{kind}_time_window_s"] = units.us_to_s(window)
+                knobs.append(self._limit(dev_id, kind, prefix, window is not None))
+            n += 1
+        return Device(id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs),
+                      info=info)
+
+    def _limit(self, dev_id: str, kind: KnobKind, prefix: str, has_window: bool) -> Knob:
+        io = self.io
+        hi = read_optional_int(io, prefix + "max_power_uw")
+        lo = read_optional_int(io, prefix + "min_power_uw")
+        limit = Attribute(io, prefix + "power_limit_uw")
+        writable = io.writable(limit.path)
+        knob = Knob(id=f"{dev_id}/{kind}", device_id=dev_id, kind=kind, unit=UNITS[Quantity.POWER],
+                    min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
+                    max=units.uw_to_w(hi) if hi is not None and hi > 0 else None,
+                    writable=writable,
+                    why_not=None if writable else f"{os.path.basename(limit.path)} not writable (needs root)")
+        self._limits[knob.id] = _Limit(knob, limit, Attribute(io, prefix + "time_window_us") if has_window else None)
+        return knob
+
+    # -- sampling --------------------------------------------------------------------------------------
+    def sample(self) -> Sample:
+        """Read each zone's ``energy_uj`` and each limit once; power over the measured interval."""
+        readings: dict[str, Reading] = {}
+        lost = set()
+        for zone in self._zones:
+            power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
+            if zone.why_not:
+                readings[power_id] = Reading(power_id, None, Status.NOT_SUPPORTED, zone.why_not)
+                readings[energy_id] = Reading(energy_id, None, Status.NOT_SUPPORTED, zone.why_not)
+                continue
+            try:
+                raw = zone.energy.read_int()
+            except (OSError, Nonsense) as exc:
+                if isinstance(exc, OSError):
+                    status, detail = classify_oserror(exc)
+                    if exc.errno in (errno.ENODEV, errno.ENOENT):
+                        lost.add(zone.device_id)
+                else:
+                    status, detail = Status.IMPLAUSIBLE, str(exc)
+                readings[power_id] = Reading(power_id, None, status, detail)
+                readings[energy_id] = Reading(energy_id, None, status, detail)
+                continue
+            t = self.clock.monotonic()
+            readings[power_id], readings[energy_id] = self._account(zone, raw, t)
+        knobs = {knob_id: self._read_limit(lim) for knob_id, lim in self._limits.items()}
+        return Sample(t=self.clock.monotonic(), readings=readings, knobs=knobs, lost=frozenset(lost))
+
+    def _account(self, zone: _Zone, raw: int, t: float) -> tuple[Reading, Reading]:
+        power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
+        if zone.prev_raw is None:
+            zone.prev_raw, zone.prev_t, zone.total_uj = raw, t, raw
+            return (Reading(power_id, None, Status.STALE, "first energy read: power needs two"),
+                    Reading(energy_id, units.uj_to_j(raw)))
+        delta = energy_increase_uj(zone.prev_raw, raw, zone.max_range)
+        dt = t - zone.prev_t
+        if delta is None:
+            power = Reading(power_id, None, Status.IMPLAUSIBLE,
+                            "energy_uj went backwards and max_energy_range_uj is unknown")
+            delta = 0
+        elif dt <= 0:
+            power = Reading(power_id, None, Status.STALE, "no time passed since the last energy read")
+        else:
+            power = Reading(power_id, units.uj_to_j(delta) / dt)
+        zone.prev_raw, zone.prev_t = raw, t
+        zone.total_uj += delta
+        return power, Reading(energy_id, units.uj_to_j(zone.total_uj))
+
+    def _read_limit(self, lim: _Limit) -> KnobValue:
+        try:
+            return KnobValue(lim.knob.id, units.uw_to_w(lim.limit.read_int()))
+        except OSError as exc:
+            return KnobValue(lim.knob.id, None, status=classify_oserror(exc)[0])
+        except Nonsense:
+            return KnobValue(lim.knob.id, None, status=Status.IMPLAUSIBLE)
+
+    # -- knobs -----------------------------------------------------------------------------------------
+    def _lim(self, knob_id: str) -> _Limit:
+        try:
+            return self._limits[knob_id]
+        except KeyError:
+            raise UnknownKnob(knob_id) from None
+
+    def read_knob(self, knob_id: str) -> KnobValue:
+        return self._read_limit(self._lim(knob_id))
+
+    def write_knob(self, knob_id: str, value: float) -> None:
+        """Set the power limit to ``value`` W; raises OutOfRange outside (0, max] / below min, NoPermission,
+        DeviceLost or BackendError."""
+        lim = self._lim(knob_id)
+        k = lim.knob
+        if math.isnan(value) or value <= 0 or (k.max is not None and value > k.max) or (
+                k.min is not None and value < k.min):
+            raise OutOfRange(f"{knob_id}: {value} W outside ({k.min or 0:g}, {k.max if k.max is not None else '∞'}] W")
+        try:
+            lim.limit.write_int(units.w_to_uw(value))
+        except OSError as exc:
+            raise _write_error(exc, f"{knob_id} := {value:g} W") from exc
+
+    def save_knob(self, knob_id: str) -> dict[str, Any]:
+        """``{"power_limit_uw": int, "time_window_us": int | None}`` as found (raw powercap units)."""
+        lim = self._lim(knob_id)
+        try:
+            limit = lim.limit.read_int()
+            window = lim.window.read_int() if lim.window is not None else None
+        except OSError as exc:
+            raise _write_error(exc, f"{knob_id}: cannot read the original") from exc
+        except Nonsense as exc:
+            raise BackendError(f"{knob_id}: cannot read the original: {exc}") from exc
+        return {"power_limit_uw": limit, "time_window_us": window}
+
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
+        """Write back the saved time window, then the saved power limit."""
+        lim = self._lim(knob_id)
+        try:
+            if saved.get("time_window_us") is not None and lim.window is not None:
+                lim.window.write_int(int(saved["time_window_us"]))
+            if saved.get("power_limit_uw") is not None:
+                lim.limit.write_int(int(saved["power_limit_uw"]))
+        except OSError as exc:
+            raise _write_error(exc, f"{knob_id}: restore") from exc
+
+    def locator(self) -> dict[str, Any]:
+        return {"backend": "powercap", "sysfs_root": self.sysfs_root}
+
+    def close(self) -> None:
+        for zone in self._zones:
+            zone.energy.close()
+        for lim in self._limits.values():
+            lim.limit.close()
+            if lim.window is not None:
+                lim.window.close()
+        self._zones, self._limits = [], {}

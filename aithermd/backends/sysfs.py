@@ -1,0 +1,172 @@
+"""The narrow I/O seam between the sysfs backends and the filesystem.
+
+Every byte the hwmon and powercap backends read or write goes through a :class:`SysfsIO`; tests replace it
+(or one of its methods) to inject faults. :class:`Attribute` keeps one attribute file open and reads it with
+``os.pread`` at offset 0, so a sample costs one system call per file; after ``ENODEV``/``ESTALE`` (the device
+went away and came back, or the file handle went stale) it re-opens the file once and retries.
+
+Failure classes (kernel sysfs and hwmon ABI, Documentation/hwmon/sysfs-interface.rst: "reading an attribute
+may fail with an errno"):
+
+- an ``OSError`` (``EIO``, ``ENODATA``, ``ENXIO``, ``EAGAIN``, ``ENODEV``, ``EACCES``, ``ENOENT``, ...)
+  → :attr:`Status.FAILED`, detail ``"EIO: Input/output error"``; ``EOPNOTSUPP`` → :attr:`Status.NOT_SUPPORTED`;
+- an empty read, a torn read (every sysfs ``show()`` ends its text with ``"\\n"``; a read without it was cut
+  short) or text that is not a number → :attr:`Status.IMPLAUSIBLE`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from aithermd.model import Status
+
+READ_SIZE = 4096  # one page: a sysfs attribute never holds more (fs/sysfs/file.c)
+_REOPEN = frozenset({errno.ENODEV, errno.ESTALE})
+
+
+class SysfsIO:
+    """Real file access. Subclass (or replace methods on an instance) to inject faults in tests.
+
+    ``open``/``pread``/``close`` serve kept-open attributes; ``read_text`` serves discovery (labels,
+    names, thresholds); ``write`` serves knob writes (open, one ``write``, close: sysfs takes one value per
+    write); ``readlink``/``listdir``/``is_dir``/``exists``/``realpath``/``writable`` serve discovery.
+    """
+
+    def open(self, path: str) -> int:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def pread(self, fd: int, size: int) -> bytes:
+        return os.pread(fd, size, 0)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def read_bytes(self, path: str) -> bytes:
+        fd = self.open(path)
+        try:
+            return self.pread(fd, READ_SIZE)
+        finally:
+            self.close(fd)
+
+    def read_text(self, path: str) -> str:
+        """The first line of ``path`` without its newline (as libsensors' ``sysfs_read_attr``).
+
+        Raises ``OSError`` when the file cannot be read."""
+        return self.read_bytes(path).decode("utf-8", "replace").split("\n", 1)[0]
+
+    def write(self, path: str, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def readlink(self, path: str) -> str:
+        return os.readlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def realpath(self, path: str) -> str:
+        return os.path.realpath(path)
+
+    def writable(self, path: str) -> bool:
+        return os.access(path, os.W_OK)
+
+
+def errno_name(err: int | None) -> str:
+    return errno.errorcode.get(err or 0, f"errno {err}")
+
+
+def classify_oserror(exc: OSError) -> tuple[Status, str]:
+    """``(status, detail)`` for a failed read: ``EOPNOTSUPP`` is a capability, everything else a failure."""
+    name = errno_name(exc.errno)
+    detail = f"{name}: {os.strerror(exc.errno)}" if exc.errno else str(exc)
+    if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP):
+        return Status.NOT_SUPPORTED, detail
+    return Status.FAILED, detail
+
+
+class Nonsense(ValueError):
+    """A read that returned something other than one integer and a newline."""
+
+
+def parse_int(raw: bytes) -> int:
+    """The integer in one sysfs read; raises :class:`Nonsense` for empty, torn or non-numeric text."""
+    if not raw:
+        raise Nonsense("empty read")
+    if raw[-1:] != b"\n":
+        raise Nonsense(f"torn read {raw[:32]!r}")
+    try:
+        return int(raw)
+    except ValueError:
+        raise Nonsense(f"not a number {raw[:32]!r}") from None
+
+
+class Attribute:
+    """One sysfs attribute file, opened on first read and kept open.
+
+    ``read()`` returns the raw bytes (one ``pread`` at offset 0) or raises ``OSError``; after ``ENODEV`` or
+    ``ESTALE`` it closes, re-opens and retries once. A failed open is retried on the next read.
+    """
+
+    __slots__ = ("path", "fd", "io")
+
+    def __init__(self, io: SysfsIO, path: str) -> None:
+        self.io = io
+        self.path = path
+        self.fd = -1
+
+    def read(self) -> bytes:
+        if self.fd < 0:
+            self.fd = self.io.open(self.path)
+        try:
+            return self.io.pread(self.fd, READ_SIZE)
+        except OSError as exc:
+            if exc.errno not in _REOPEN:
+                raise
+            self.close()
+            self.fd = self.io.open(self.path)
+            return self.io.pread(self.fd, READ_SIZE)
+
+    def read_int(self) -> int:
+        """The attribute as an integer; raises ``OSError`` or :class:`Nonsense`."""
+        return parse_int(self.read())
+
+    def write_int(self, value: int) -> None:
+        """Write ``value`` (decimal text, as sysfs ``store()`` expects); raises ``OSError``."""
+        self.io.write(self.path, b"%d" % value)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                self.io.close(fd)
+            except OSError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"Attribute({self.path!r}, fd={self.fd})"
+
+
+def read_optional_int(io: SysfsIO, path: str) -> int | None:
+    """An integer attribute read once at discovery, or None when missing, unreadable or nonsense."""
+    try:
+        return parse_int(io.read_bytes(path))
+    except (OSError, Nonsense):
+        return None
+
+
+def read_optional_text(io: SysfsIO, path: str) -> str | None:
+    """A text attribute's first line read once at discovery, or None when missing or unreadable."""
+    try:
+        return io.read_text(path)
+    except OSError:
+        return None

@@ -1,0 +1,85 @@
+"""``aithermd sensors``: discover every device and read it once, like lm-sensors.
+
+RAPL power and CPU utilization are rates, so the command samples every backend twice, ``--interval``
+seconds apart (default 0.2 s), and prints the second sample (a reading missing from it falls back to the
+first). ``--interval 0`` reads once: RAPL power and CPU utilization then read ``stale``. With
+``--sysfs-root`` the tree is a recorded or mocked machine, so the live CPU (psutil reads ``/proc``) is left
+out; without it the CPU is included. With ``--json`` stdout holds exactly one document
+(:func:`aithermd.document.sensors_document`); logs and warnings always go to stderr.
+
+Exit status: 0 success, 2 when ``--sysfs-root`` is not a directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aithermd import log
+from aithermd.backends.base import Backend
+from aithermd.document import render_table, sensors_document
+from aithermd.inventory import discover, open_backends
+from aithermd.model import KnobValue, Reading
+
+HELP = "discover and read every device once, like lm-sensors"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sysfs-root", metavar="DIR", default=None,
+                        help="read this sysfs tree instead of the live one (a recorded machine's sys/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    parser.add_argument("--interval", type=float, default=0.2, metavar="S",
+                        help="seconds between the two samples that rates (RAPL power, CPU %%) need; 0: one sample")
+
+
+def open_for(args: argparse.Namespace) -> list[Backend]:
+    """The backends these arguments ask for (GPU options extend this)."""
+    if args.sysfs_root is None:
+        return open_backends()
+    return open_backends(args.sysfs_root, cpu=False)
+
+
+def read_document(backends: list[Backend], interval: float,
+                  sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Discover, sample (twice, ``interval`` apart, when ``interval`` > 0) and build the document."""
+    devices = discover(backends)
+    readings: dict[str, Reading] = {}
+    knobs: dict[str, KnobValue] = {}
+    logger = log.get("aithermd.sensors")
+    rounds = 2 if interval > 0 else 1
+    for n in range(rounds):
+        if n:
+            sleep(interval)
+        for backend in backends:
+            try:
+                sample = backend.sample()
+            except Exception as exc:  # noqa: BLE001 - one backend's failure must not blank the others
+                logger.warning("sample failed", backend=getattr(backend, "kind", "?"), error=str(exc))
+                continue
+            readings.update(sample.readings)
+            knobs.update(sample.knobs)
+    return sensors_document(devices, readings, knobs)
+
+
+def run(args: argparse.Namespace) -> int:
+    log.setup(level="warning")
+    if args.sysfs_root is not None and not os.path.isdir(args.sysfs_root):
+        print(f"aithermd sensors: {args.sysfs_root}: not a directory (give a sysfs tree, e.g. a machine's sys/)",
+              file=sys.stderr)
+        return 2
+    backends = open_for(args)
+    try:
+        doc = read_document(backends, max(0.0, args.interval))
+    finally:
+        for backend in backends:
+            backend.close()
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render_table(doc))
+    return 0

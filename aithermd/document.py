@@ -1,0 +1,119 @@
+"""The ``aithermd sensors`` document: devices, their channels and knobs with this tick's values.
+
+Shape (issue 2, exact)::
+
+    {"devices": [{"id", "kind": "hwmon"|"powercap"|"cpu"|"gpu", "name", "chip" (hwmon only),
+                  "channels": [{"id", "attribute", "label", "value", "unit", "status"}],
+                  "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not"}]}]}
+
+``label`` is the channel's label, or its attribute name when it has none (as lm-sensors prints it);
+``value`` is a number in the channel's unit, or None with a non-ok ``status``. Knob values are in daemon
+units (duty %, W). A plain function of the model types, so D-Bus ``GetSnapshot`` can extend it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aithermd.model import Channel, Device, DeviceKind, Knob, KnobValue, Reading, Status
+
+
+def _number(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return value
+
+
+def channel_entry(channel: Channel, reading: Reading | None) -> dict[str, Any]:
+    """One channel: no reading this tick reads as ``stale``."""
+    return {
+        "id": channel.id,
+        "attribute": channel.attribute,
+        "label": channel.label if channel.label is not None else channel.attribute,
+        "value": _number(reading.value) if reading is not None else None,
+        "unit": channel.unit,
+        "status": str(reading.status) if reading is not None else str(Status.STALE),
+    }
+
+
+def knob_entry(knob: Knob, value: KnobValue | None) -> dict[str, Any]:
+    return {
+        "id": knob.id,
+        "kind": str(knob.kind),
+        "value": _number(value.value) if value is not None else None,
+        "unit": knob.unit,
+        "min": knob.min,
+        "max": knob.max,
+        "default": knob.default,
+        "writable": knob.writable,
+        "why_not": knob.why_not,
+    }
+
+
+def device_entry(device: Device, readings: Mapping[str, Reading],
+                 knobs: Mapping[str, KnobValue]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": device.id, "kind": str(device.kind), "name": device.name}
+    if device.kind == DeviceKind.HWMON:
+        entry["chip"] = device.chip
+    entry["channels"] = [channel_entry(c, readings.get(c.id)) for c in device.channels]
+    entry["knobs"] = [knob_entry(k, knobs.get(k.id)) for k in device.knobs]
+    return entry
+
+
+def sensors_document(devices: Iterable[Device], readings: Mapping[str, Reading],
+                     knobs: Mapping[str, KnobValue],
+                     attrs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The document for ``devices`` with ``readings`` (by channel id) and ``knobs`` (by knob id).
+
+    ``attrs`` (per-device non-numeric facts, e.g. GPU ``pstate``) are added as a device's ``"attrs"`` only
+    when given, so the ``sensors`` output keeps exactly the issue's shape."""
+    out = []
+    for device in devices:
+        entry = device_entry(device, readings, knobs)
+        if attrs is not None and device.id in attrs:
+            entry["attrs"] = dict(attrs[device.id])
+        out.append(entry)
+    return {"devices": out}
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit in ("RPM",):
+        text = f"{value:.0f}"
+    elif unit in ("V", "A"):
+        text = f"{value:.3f}"
+    elif unit in ("J",):
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.1f}"
+    return f"{text} {unit}".rstrip()
+
+
+def render_table(doc: Mapping[str, Any]) -> str:
+    """A readable table grouped by device, like ``sensors``: a heading per device, one line per channel
+    (label, value, attribute, status when not ok) and per knob (value, range, writable or why not)."""
+    lines: list[str] = []
+    for dev in doc.get("devices", []):
+        lines.append(dev["id"] if dev.get("name") in (None, "", dev["id"]) else f"{dev['id']}  ({dev['name']})")
+        rows = [(c["label"], _fmt(c["value"], c["unit"]), c["attribute"],
+                 "" if c["status"] == "ok" else f"[{c['status']}]") for c in dev.get("channels", [])]
+        for k in dev.get("knobs", []):
+            span = ""
+            if k["min"] is not None or k["max"] is not None:
+                span = f"{_fmt(k['min'], '').strip() or '?'}–{_fmt(k['max'], k['unit'])}"
+            note = "writable" if k["writable"] else f"read-only: {k['why_not']}" if k["why_not"] else "read-only"
+            rows.append((k["id"].rsplit("/", 1)[-1], _fmt(k["value"], k["unit"]), k["kind"],
+                         f"{span}  {note}".strip()))
+        if rows:
+            w0 = max(len(r[0]) for r in rows) + 1
+            w1 = max(len(r[1]) for r in rows)
+            w2 = max(len(r[2]) for r in rows)
+            for label, value, attribute, note in rows:
+                lines.append(f"  {label + ':':<{w0}} {value:>{w1}}  {attribute:<{w2}}  {note}".rstrip())
+        else:
+            lines.append("  (no channels)")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n" if lines else "no devices found\n"
