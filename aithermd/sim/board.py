@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from aithermd.sim import thermal
+from aithermd.sim import thermal, ttar
 from aithermd.units import PWM_MAX, c_to_mc
 
 DEFAULT_BOARD = "asus-rog-strix-x570-f-nct6798.ttar"
@@ -65,43 +65,6 @@ CPU_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=350.0, g_passive_w_per
 # the case's air and sheet metal: ~4 K/W·… chassis fans dominate; tau a few minutes at low fan
 CASE_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=6000.0, g_passive_w_per_k=4.0, g_fan_w_per_k=80.0)
 AMDGPU_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=600.0, g_passive_w_per_k=1.0, g_fan_w_per_k=4.0)
-
-
-def extract_ttar(text: str, dest: Path) -> None:
-    """Write the ttar archive ``text`` under ``dest``: blocks split by ``# ttar - - -`` lines, each a
-    ``Directory:``, a ``Path:`` + ``Lines: N`` + N lines, or a ``Path:`` + ``SymlinkTo:``, with ``Mode:``.
-    Paths must stay inside ``dest``. Raises ``ValueError`` for a malformed archive."""
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.partition(": ")
-        rel = Path(value)
-        if rel.is_absolute() or ".." in rel.parts:
-            raise ValueError(f"ttar line {i}: path {value!r} leaves the archive")
-        target = dest / rel
-        if key == "Directory":
-            target.mkdir(parents=True, exist_ok=True)
-        elif key == "Path":
-            kind, _, arg = lines[i].partition(": ")
-            i += 1
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if kind == "SymlinkTo":
-                os.symlink(arg, target)
-            elif kind == "Lines":
-                count = int(arg.split("|")[0])
-                body = lines[i:i + count]
-                i += count
-                target.write_text("".join(b + "\n" for b in body), encoding="utf-8")
-            else:
-                raise ValueError(f"ttar line {i}: expected Lines: or SymlinkTo:, got {lines[i - 1]!r}")
-        elif key == "Mode":
-            continue
-        else:
-            raise ValueError(f"ttar line {i}: unexpected {line!r}")
 
 
 class DrivenFile:
@@ -239,12 +202,12 @@ class Board:
         dest = Path(dest)
         if (dest / "sys").exists():
             raise FileExistsError(f"{dest / 'sys'} exists: a board needs a directory of its own")
-        if archive is None:
-            text = resources.files("aithermd").joinpath("data", "boards", DEFAULT_BOARD).read_text("utf-8")
-        else:
-            text = Path(archive).read_text(encoding="utf-8")
         dest.mkdir(parents=True, exist_ok=True)
-        extract_ttar(text, dest)
+        if archive is None:
+            with resources.as_file(resources.files("aithermd").joinpath("data", "boards", DEFAULT_BOARD)) as path:
+                ttar.extract(path, dest)
+        else:
+            ttar.extract(archive, dest)
         return cls(dest / "sys", seed=seed, room_c=room_c)
 
     def _open(self, path: Path) -> DrivenFile:
