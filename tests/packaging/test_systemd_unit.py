@@ -109,7 +109,7 @@ def test_unit_keeps_what_the_daemon_needs() -> None:
     s = unit_settings(UNIT.read_text())
     assert s["Type"] == ["notify"]
     assert s["WatchdogSec"] and s["NotifyAccess"] == ["main"]
-    assert s["ExecStart"][0].startswith("/usr/bin/aithermd run ")
+    assert s["ExecStart"] == ["/usr/bin/aithermd run"]
     assert s["ExecStopPost"] == ["/usr/bin/aithermd restore --state-dir /var/lib/aithermd"]
     assert s["StateDirectory"] == ["aithermd"]
     assert s["ProtectSystem"] == ["strict"] and s["ProtectHome"] == ["yes"] and s["PrivateTmp"] == ["yes"]

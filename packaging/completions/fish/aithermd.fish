@@ -1,0 +1,35 @@
+# fish completion for aithermd(8); installed as /usr/share/fish/vendor_completions.d/aithermd.fish.
+
+function __aithermd_policies
+    for f in /etc/aithermd/policies/*.yaml /etc/aithermd/policies.d/*.yaml /usr/share/aithermd/policies/*.yaml
+        basename $f .yaml
+    end
+end
+
+set -l commands run restore sensors check schema replay
+complete -c aithermd -f
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -l version -d 'Print the version'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a run -d 'Run the daemon'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a restore -d 'Put every journaled knob back'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a sensors -d 'Read every device once'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a check -d 'Validate policy files'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a schema -d 'JSON Schema of policy files'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a replay -d 'Replay a GPU trace'
+
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l config -r -F -d 'Settings file'
+complete -c aithermd -n "__fish_seen_subcommand_from run replay" -l policy -x -a '(__aithermd_policies)' -d 'Policy'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l policy-dir -x -a '(__fish_complete_directories)' -d 'Also load policies from DIR'
+complete -c aithermd -n "__fish_seen_subcommand_from run restore" -l state-dir -x -a '(__fish_complete_directories)' -d 'State directory'
+complete -c aithermd -n "__fish_seen_subcommand_from run restore sensors check" -l sysfs-root -x -a '(__fish_complete_directories)' -d 'Root of the sysfs tree'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l tick -x -d 'Control-loop period, s'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l dry-run -d 'Decide and log, write nothing'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l bus -x -a 'system session none' -d 'D-Bus bus'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l metrics-listen -x -a '127.0.0.1:8736 none' -d 'Prometheus endpoint'
+complete -c aithermd -n "__fish_seen_subcommand_from run check" -l simulate -d 'The simulated workstation'
+complete -c aithermd -n "__fish_seen_subcommand_from run replay" -l gpu-profile -r -F -d 'nvidia-smi -q dump'
+complete -c aithermd -n "__fish_seen_subcommand_from run replay" -l trace -r -F -d 'nvidia-smi trace'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l duration -x -d 'Stop after S simulated seconds'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l speedup -x -d 'Simulated time runs K times faster'
+complete -c aithermd -n "__fish_seen_subcommand_from sensors replay" -l json -d 'Print JSON'
+complete -c aithermd -n "__fish_seen_subcommand_from sensors" -l interval -x -d 'Seconds between two samples'
+complete -c aithermd -n "__fish_seen_subcommand_from check" -F
