@@ -29,8 +29,9 @@ Source and calibration — published power-vs-throughput measurements of power-c
 
 The driver's own slowdown: at or above the GPU's slowdown temperature (``nvidia-smi -q`` "GPU Slowdown
 Temp", NVML ``NVML_TEMPERATURE_THRESHOLD_SLOWDOWN``) the hardware cuts clocks by half or more (clock event
-reasons ``HW_SLOWDOWN`` and ``HW_THERMAL_SLOWDOWN``); here the dynamic power budget halves until the
-temperature is ``slowdown_hysteresis_c`` below the threshold again. A power-bound card reports
+reasons ``HW_SLOWDOWN`` and ``HW_THERMAL_SLOWDOWN``); here the dynamic power budget halves at the threshold
+and shrinks linearly to nothing at the shutdown temperature (the driver keeps cutting clocks while the card
+heats further), and stays halved until the temperature is ``slowdown_hysteresis_c`` below the threshold. A power-bound card reports
 ``SW_POWER_CAP``; a card with no work reports ``GPU_IDLE``.
 """
 
@@ -62,6 +63,7 @@ class GpuParams:
     peak_w: float
     slowdown_temp_c: float
     max_clock_mhz: float = 2520.0
+    shutdown_temp_c: float | None = None  # None: slowdown + 5 °C
     alpha: float = ALPHA
     slowdown_factor: float = 0.5
     slowdown_hysteresis_c: float = 3.0
@@ -92,8 +94,9 @@ class GpuParams:
             slowdown = profile.target_temp_c + 3.0
         else:
             slowdown = 90.0
+        shutdown = profile.shutdown_temp_c if profile.shutdown_temp_c and profile.shutdown_temp_c > slowdown else None
         return cls(idle_w=idle, peak_w=peak_demand_ratio * default, slowdown_temp_c=slowdown,
-                   max_clock_mhz=profile.max_sm_clock_mhz or 2000.0)
+                   max_clock_mhz=profile.max_sm_clock_mhz or 2000.0, shutdown_temp_c=shutdown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,10 @@ def gpu_step(params: GpuParams, *, util_pct: float, limit_w: float, temp_c: floa
     want = demand_w(params, util_pct)
     budget = max(params.idle_w, limit_w)
     if slowdown:
-        budget = params.idle_w + params.slowdown_factor * (min(budget, want) - params.idle_w)
+        shutdown = params.shutdown_temp_c or params.slowdown_temp_c + 5.0
+        span = shutdown - params.slowdown_temp_c
+        factor = params.slowdown_factor * min(1.0, max(0.0, (shutdown - temp_c) / span))
+        budget = params.idle_w + factor * (min(budget, want) - params.idle_w)
     power = min(want, budget)
     throughput = relative_throughput(params, util_pct, power)
     reasons: list[str] = []

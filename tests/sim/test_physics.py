@@ -101,6 +101,9 @@ def test_driver_slowdown_above_its_threshold_with_hysteresis():
     hot = gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=85)
     assert hot.slowdown and gpu_model.HW_THERMAL_SLOWDOWN in hot.reasons
     assert hot.power_w == pytest.approx(30 + 0.5 * 420)
+    hotter = gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=88)  # shutdown at 85 + 5 by default
+    assert hotter.power_w == pytest.approx(30 + 0.5 * 0.4 * 420)
+    assert gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=95).power_w == pytest.approx(30)
     assert hot.throughput < gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=80).throughput
     assert gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=83, was_slowdown=True).slowdown
     assert not gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=83, was_slowdown=False).slowdown
