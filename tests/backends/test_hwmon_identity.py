@@ -1,0 +1,79 @@
+"""Ids never depend on the boot-dependent hwmonN number; repeated chips get #2."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aithermd.backends.hwmon import HwmonBackend
+
+from .helpers import MACHINES, copy_machine
+
+
+def renumber(root: Path, offset: int) -> dict[str, str]:
+    """Give every hwmon device a new number (reversed order plus ``offset``), moving both the class link
+    and the device-side ``hwmon/hwmonN`` directory; returns old → new names."""
+    class_dir = root / "class" / "hwmon"
+    old = sorted(os.listdir(class_dir), key=lambda n: int(n[5:]))
+    mapping = {name: f"hwmon{offset + i}" for i, name in enumerate(reversed(old))}
+    targets = {name: os.readlink(class_dir / name) for name in old}
+    for name in old:
+        os.unlink(class_dir / name)
+    for name, target in targets.items():
+        new = mapping[name]
+        device_dir = (class_dir / target).resolve()
+        if device_dir.name == name and device_dir.parent.name == "hwmon":
+            device_dir.rename(device_dir.parent / new)
+            target = str(Path(target).parent / new)
+        os.symlink(target, class_dir / new)
+    return mapping
+
+
+def snapshot(root: Path):
+    backend = HwmonBackend(str(root))
+    try:
+        devices = backend.discover()
+        sample = backend.sample()
+    finally:
+        backend.close()
+    ids = [(d.id, [c.id for c in d.channels], [k.id for k in d.knobs]) for d in devices]
+    values = {cid: r.value for cid, r in sample.readings.items()}
+    return ids, values
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_ids_are_the_same_when_hwmon_devices_are_renumbered(machine, tmp_path):
+    root = copy_machine(machine, tmp_path)
+    before = snapshot(root)
+    mapping = renumber(root, offset=11)
+    assert set(mapping) != set(mapping.values())
+    assert sorted(os.listdir(root / "class" / "hwmon")) == sorted(mapping.values())
+    after = snapshot(root)
+    assert after == before
+    assert not any("hwmon1" in i or "hwmon0" in i for i, _, _ in after[0])
+
+
+def test_identical_chips_get_numbered_in_bus_order(tmp_path):
+    """Two k10temp chips on different PCI functions keep their own names; two acpitz zones (both named
+    acpitz-acpi-0 by lm-sensors) become acpitz-acpi-0 and acpitz-acpi-0#2 in bus order, whatever hwmonN."""
+    root = copy_machine("asus-rog-strix-z690-e-alderlake-coretemp-nvme", tmp_path)
+    acpi = root / "devices" / "LNXSYSTM:00"
+    shutil.copytree(acpi / "LNXTHERM:00", acpi / "LNXTHERM:01", symlinks=True)
+    (acpi / "LNXTHERM:01" / "hwmon" / "hwmon1").rename(acpi / "LNXTHERM:01" / "hwmon" / "hwmon9")
+    (acpi / "LNXTHERM:01" / "hwmon" / "hwmon9" / "temp1_input").write_text("41000\n")
+    # the second zone gets the *lower* hwmon number: ordering must still follow the bus path
+    os.rename(root / "class" / "hwmon" / "hwmon1", root / "class" / "hwmon" / "hwmon8")
+    os.symlink("../../devices/LNXSYSTM:00/LNXTHERM:01/hwmon/hwmon9", root / "class" / "hwmon" / "hwmon0x")
+    os.rename(root / "class" / "hwmon" / "hwmon0x", root / "class" / "hwmon" / "hwmon1")
+    backend = HwmonBackend(str(root))
+    devices = {d.id: d for d in backend.discover()}
+    values = backend.sample().readings
+    backend.close()
+    assert devices["hwmon:acpitz-acpi-0"].info["bus_path"] == "devices/LNXSYSTM:00/LNXTHERM:00"
+    assert devices["hwmon:acpitz-acpi-0#2"].info["bus_path"] == "devices/LNXSYSTM:00/LNXTHERM:01"
+    assert devices["hwmon:acpitz-acpi-0#2"].chip == "acpitz-acpi-0"
+    assert values["hwmon:acpitz-acpi-0/temp1"].value == 27.8
+    assert values["hwmon:acpitz-acpi-0#2/temp1"].value == 41.0

@@ -1,0 +1,83 @@
+"""``aithermd sensors`` end to end: --sysfs-root on each recorded machine, the same machines under
+umockdev-run with the default root, the table, and the JSON document's exact shape."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.backends.helpers import MACHINES, MACHINES_DIR, assert_agrees, document_view, lm_sensors_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICE_KEYS = {"id", "kind", "name", "channels", "knobs"}
+CHANNEL_KEYS = {"id", "attribute", "label", "value", "unit", "status"}
+KNOB_KEYS = {"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not"}
+UMOCKDEV = shutil.which("umockdev-run")
+
+
+def sensors(*args: str, prefix: tuple[str, ...] = (), cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, sys.executable, "-m", "aithermd", "sensors", *args],
+                          capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def check_shape(doc: dict) -> None:
+    assert set(doc) == {"devices"}
+    for dev in doc["devices"]:
+        expected = DEVICE_KEYS | ({"chip"} if dev["kind"] == "hwmon" else set())
+        assert set(dev) == expected, dev["id"]
+        assert dev["kind"] in ("hwmon", "powercap", "cpu", "gpu")
+        for ch in dev["channels"]:
+            assert set(ch) == CHANNEL_KEYS
+            assert ch["id"] == f"{dev['id']}/{ch['attribute']}"
+            assert ch["status"] in ("ok", "failed", "implausible", "not_supported", "stale")
+            assert ch["value"] is None or isinstance(ch["value"], (int, float))
+        for knob in dev["knobs"]:
+            assert set(knob) == KNOB_KEYS
+            assert knob["kind"] in ("pwm", "pl1", "pl2", "power_limit", "fan")
+
+
+@pytest.mark.parametrize("machine", MACHINES)
+def test_json_with_sysfs_root_agrees_with_lm_sensors(machine):
+    result = sensors("--json", "--interval", "0", "--sysfs-root", str(MACHINES_DIR / machine / "sys"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)  # stdout is exactly one document
+    check_shape(doc)
+    assert [d["kind"] for d in doc["devices"]] == ["hwmon"] * len(doc["devices"])  # no live CPU mixed in
+    assert_agrees(document_view(doc), lm_sensors_reference(machine))
+
+
+@pytest.mark.skipif(UMOCKDEV is None, reason="umockdev-run is not installed")
+@pytest.mark.parametrize("machine", MACHINES)
+def test_json_under_umockdev_with_default_root_agrees_with_lm_sensors(machine):
+    machine_dir = MACHINES_DIR / machine
+    result = sensors("--json", "--interval", "0",
+                     prefix=(UMOCKDEV, "-d", str(machine_dir / "machine.umockdev"), "--"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    check_shape(doc)
+    assert_agrees(document_view(doc), lm_sensors_reference(machine))
+
+
+def test_table_is_grouped_by_device():
+    machine = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
+    result = sensors("--interval", "0", "--sysfs-root", str(MACHINES_DIR / machine / "sys"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    heads = [line for line in lines if line and not line.startswith(" ")]
+    assert heads == ["hwmon:k10temp-pci-00c3  (k10temp)", "hwmon:amdgpu-pci-0700  (amdgpu)",
+                     "hwmon:nct6798-isa-0290  (nct6798)"]
+    tctl = next(line for line in lines if line.strip().startswith("Tctl:"))
+    assert "32.6 °C" in tctl and "temp1" in tctl
+    assert any("pwm2" in line and "34.5 %" in line and "writable" in line for line in lines)
+
+
+def test_missing_root_is_a_clear_error(tmp_path):
+    result = sensors("--json", "--sysfs-root", str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "not a directory" in result.stderr
