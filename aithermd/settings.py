@@ -5,9 +5,9 @@ of :class:`DaemonSettings`; unknown keys are refused. An invalid file raises
 :class:`~aithermd.errors.PolicyErrors` whose entries read ``FILE:LINE:COL: error: KEY: message``.
 
 Metrics port: the Prometheus default-port allocations
-(github.com/prometheus/prometheus/wiki/Default-port-allocations) filled 9100–9999 by 2023 and continue
-upward from 10000, so the default ``127.0.0.1:19839`` lies well outside them; loopback only unless the
-admin says otherwise.
+(github.com/prometheus/prometheus/wiki/Default-port-allocations) hold 9090–9093 for Prometheus' own
+components, filled 9100–9999 with exporters by 2023 and continue upward from 10000, so the default
+``127.0.0.1:8736`` lies outside them; loopback only unless the admin says otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ruamel.yaml.error import YAMLError
 from aithermd.errors import PolicyError, PolicyErrors
 
 DEFAULT_CONFIG = Path("/etc/aithermd/aithermd.yaml")
-DEFAULT_METRICS_LISTEN = "127.0.0.1:19839"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the same as aithermd.publish.metrics.DEFAULT_METRICS_LISTEN
 
 
 class DaemonSettings(BaseSettings):

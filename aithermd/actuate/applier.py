@@ -128,6 +128,8 @@ class Applier:
             return current, []  # asked already; it did not stick and was reported
         old = current.value if current is not None else None
         if self.dry_run:
+            if own is not None and abs(own.requested - value) <= tolerance(knob, value):
+                return current, []  # logged when first decided; nothing was written to drift from
             self._owned.setdefault(knob.id, _Owned(device_id, value)).requested = value
             self._log_actuation(knob, device_id, decision, old, value, dry_run=True)
             return current, [self._actuation_event(t_wall, knob, device_id, decision, old, value)]

@@ -1,0 +1,295 @@
+"""The daemon's lifecycle: build → start services → run the loop → stop in reverse, with timeouts.
+
+Start: open the journal (a dirty one — a crash — is restored first), discover the backends, load the
+policies (a broken policy set stops the start: exit 1, nothing written), pick the active policy
+(``--policy`` > the choice kept in the state directory > the config), start the D-Bus service and the
+Prometheus exporter when their modules exist (a bus or port that cannot be had is a warning).
+Run: the :class:`~aithermd.ticker.Ticker` calls one :class:`~aithermd.cycle.Cycle` tick per deadline;
+``READY=1`` after the first. Stop (SIGTERM/SIGINT, ``request_stop()``, ``max_ticks``, ``until``): services
+stop in reverse order, every journaled knob is restored and the journal cleared.
+
+Signal handlers only set an event or a flag; a SIGHUP reload runs at the start of the next tick, off the
+event loop, and swaps the new world in only when every policy file is valid.
+
+For the simulator and tests every piece can be injected: ``clock`` (monotonic + wall), ``backends`` (else
+opened from the settings), ``sleep`` (advances a simulated clock), ``before_sample(t_mono)`` (steps the
+physics before each sample), ``hub``, ``engine``, ``environ`` (for ``NOTIFY_SOCKET``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import structlog
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.journal import Journal, JournalError
+from aithermd.actuate.restore import restore_journal
+from aithermd.backends.base import Backend
+from aithermd.clock import Clock, RealClock
+from aithermd.cycle import Cycle
+from aithermd.errors import PolicyErrors
+from aithermd.model import Snapshot
+from aithermd.notify import Notifier
+from aithermd.operator import Operator
+from aithermd.publish.hub import StateHub
+from aithermd.settings import DaemonSettings
+from aithermd.ticker import Sleep, Ticker
+from aithermd.world import Engine, World, build_world, discover, open_backends, with_policies
+
+STOP_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 10.0
+
+
+class Daemon:
+    """One daemon run. ``await run()`` returns the exit code (0 clean, 1 start failure or a knob that
+    could not be restored). ``hub`` holds the published snapshots; ``operator`` the DaemonControl."""
+
+    def __init__(self, settings: DaemonSettings, *, clock: Clock | None = None,
+                 backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
+                 before_sample: Callable[[float], None] | None = None, hub: StateHub | None = None,
+                 engine: Engine | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or RealClock()
+        self.hub = hub or StateHub()
+        self.sleep = sleep
+        self.before_sample = before_sample
+        self._injected = list(backends) if backends is not None else None
+        self._engine = engine
+        self._environ = environ
+        self._log = structlog.get_logger("aithermd.daemon")
+        self._stop: asyncio.Event | None = None
+        self._stop_requested = False
+        self._reload_requested = False
+        self._pending: World | None = None
+        self.operator: Operator | None = None
+        self.cycle: Cycle | None = None
+        self.ticker: Ticker | None = None
+        self.notifier: Notifier | None = None
+        self._services: list[tuple[str, Any]] = []
+        self._last_tick_done: float | None = None
+
+    # -- requests (safe from signal handlers: they only set flags and events) -------------------------
+    def request_stop(self) -> None:
+        self._stop_requested = True
+        if self._stop is not None:
+            self._stop.set()
+
+    def request_reload(self) -> None:
+        self._reload_requested = True
+
+    @property
+    def world(self) -> World | None:
+        return self.cycle.world if self.cycle is not None else None
+
+    def _current(self) -> World:
+        """The newest world: a reloaded one waiting for the next tick, else the running one."""
+        assert self.cycle is not None
+        return self._pending or self.cycle.world
+
+    def reload_now(self) -> None:
+        """Load the policies aside; the new world is swapped in at the next tick. Raises PolicyErrors and
+        logs each error as FILE:LINE (the old policies stay)."""
+        if self.cycle is None:
+            raise RuntimeError("the daemon is not running")
+        try:
+            world = with_policies(self._pending or self.cycle.world, self.settings, self.engine)
+        except PolicyErrors as exc:
+            for err in exc.errors:
+                self._log.error("reload_failed", error=str(err), path=getattr(err, "path", None),
+                                line=getattr(err, "line", None))
+            self._log.error("reload_refused", errors=len(exc.errors), message="old policies kept")
+            raise
+        self._pending = world
+        self._log.info("reload", policies=sorted(world.policies))
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = Engine.default()
+        return self._engine
+
+    async def run_until(self, stop_condition: Callable[[Snapshot], bool],
+                        max_ticks: int | None = None) -> int:
+        """Run until ``stop_condition(latest snapshot)`` is true after a tick (or ``max_ticks``)."""
+        return await self.run(max_ticks=max_ticks, until=lambda: self.hub.latest is not None
+                              and stop_condition(self.hub.latest))
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def run(self, *, max_ticks: int | None = None, until: Callable[[], bool] | None = None,
+                  handle_signals: bool = False) -> int:
+        self._stop = asyncio.Event()
+        if self._stop_requested:
+            self._stop.set()
+        s = self.settings
+        try:
+            journal = Journal(s.state_dir)
+        except JournalError as exc:
+            self._log.error("journal_unreadable", error=str(exc))
+            return 1
+        backends = self._injected if self._injected is not None else open_backends(s)
+        own_backends = self._injected is None
+        found = discover(backends)
+        self._restore_dirty(journal, backends)
+        try:
+            world = build_world(s, backends, self.engine, found)
+        except PolicyErrors as exc:
+            for err in exc.errors:
+                self._log.error("policy_error", error=str(err))
+            self._close(backends, own_backends)
+            return 1
+        self.operator = Operator(s.state_dir, clock=self.clock, hub=self.hub,
+                                 policies=lambda: self._current().policies,
+                                 knobs=lambda: self._current().knobs, reload=self.reload_now,
+                                 default_policy=s.policy, pinned=s.policy_pinned)
+        if self.operator.active not in world.policies:
+            self._log.warning("kept_policy_missing", policy=self.operator.active, fallback=s.policy)
+            if s.policy not in world.policies:
+                where = ", ".join(map(str, world.policy_dirs))
+                self._log.error("policy_error", error=f"policy {s.policy!r} not found in {where}; "
+                                f"known: {', '.join(sorted(world.policies))}")
+                self._close(backends, own_backends)
+                return 1
+            self.operator.active = s.policy
+        applier = Applier(journal, dry_run=s.dry_run)
+        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aithermd-worker")
+        self.cycle = Cycle(world, applier=applier, operator=self.operator, hub=self.hub, engine=self.engine,
+                           clock=self.clock, worker=worker, tick_s=s.tick_s, dry_run=s.dry_run,
+                           before_sample=self.before_sample)
+        self.ticker = Ticker(s.tick_s, self.clock, self.sleep)
+        self.notifier = Notifier(self._environ)
+        self._log.info("start", policy=self.operator.active, devices=len(world.devices),
+                       knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            self._install_signals(loop)
+        watchdog = (asyncio.create_task(self._watchdog()) if self.notifier.watchdog_interval_s else None)
+        code = 0
+        try:
+            await self._start_services()
+            await self.ticker.run(self._tick, self._stop, max_ticks, until)
+        finally:
+            self.notifier.stopping()
+            if watchdog is not None:
+                watchdog.cancel()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
+            await self._stop_services()
+            if not s.dry_run:
+                report = await loop.run_in_executor(
+                    worker, lambda: restore_journal(journal, backends=backends))
+                for knob_id in report.restored:
+                    applier.forget(knob_id)
+                code = 0 if report.ok else 1
+                self._log.info("stop", restored=len(report.restored), failed=dict(report.failed))
+            worker.shutdown(wait=True)
+            self._close(backends, own_backends)
+            self.notifier.close()
+        return code
+
+    def _restore_dirty(self, journal: Journal, backends: Sequence[Backend]) -> None:
+        if not journal.dirty:
+            return
+        if self.settings.dry_run:
+            self._log.warning("journal_dirty", knobs=list(journal.entries()),
+                              message="left for a real run or 'aithermd restore' (dry-run writes nothing)")
+            return
+        self._log.warning("journal_dirty", knobs=list(journal.entries()), message="restoring after a crash")
+        report = restore_journal(journal, backends=backends)
+        if not report.ok:
+            self._log.error("restore_incomplete", failed=dict(report.failed))
+
+    def _close(self, backends: Sequence[Backend], own: bool) -> None:
+        if not own:
+            return
+        for backend in backends:
+            try:
+                backend.close()
+            except Exception as exc:  # noqa: BLE001
+                self._log.warning("close_failed", backend=getattr(backend, "kind", "?"), error=str(exc))
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+
+    async def _tick(self, seq: int, deadline: float) -> None:
+        assert self.cycle is not None and self.operator is not None and self.notifier is not None
+        if self._reload_requested:
+            self._reload_requested = False
+            try:
+                await asyncio.to_thread(self.reload_now)
+            except PolicyErrors:
+                pass  # logged with FILE:LINE; the old policies stay
+        if self._pending is not None:
+            world, self._pending = self._pending, None
+            self.cycle.world = world
+            self.operator.policies_changed(set(world.policies), self.settings.policy)
+        started = self.clock.monotonic()
+        snapshot = await self.cycle.tick(seq)
+        self._last_tick_done = self.clock.monotonic()
+        for _, handle in self._services:
+            observe = getattr(handle, "observe_tick", None)
+            if observe is not None:
+                observe(self._last_tick_done - started)
+        status = (f"policy {snapshot.policy.active}, {len(self.cycle.applier.owned)} knobs controlled, "
+                  f"{len(snapshot.degraded)} degraded" + (" (dry-run)" if snapshot.dry_run else ""))
+        if seq == 1:
+            self.notifier.ready(status)
+        else:
+            self.notifier.status(status)
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 every half WATCHDOG_USEC while ticks keep completing."""
+        assert self.notifier is not None and self.notifier.watchdog_interval_s is not None
+        interval = self.notifier.watchdog_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            done = self._last_tick_done
+            if done is not None and self.clock.monotonic() - done <= self.settings.tick_s + 2 * interval:
+                self.notifier.watchdog()
+
+    # -- services --------------------------------------------------------------------------------------
+    async def _start_services(self) -> None:
+        s = self.settings
+        if s.bus != "none":
+            mod = self._service_module("aithermd.publish.dbus_service")
+            if mod is not None:
+                try:
+                    handle = await asyncio.wait_for(
+                        mod.start(s.bus, self.operator, self.hub, dry_run=s.dry_run, clock=self.clock),
+                        START_TIMEOUT_S)
+                    self._services.append(("dbus", handle))
+                except Exception as exc:  # noqa: BLE001 - the daemon runs on without a bus
+                    self._log.warning("dbus_unavailable", bus=s.bus, error=f"{type(exc).__name__}: {exc}")
+        if s.metrics_listen != "none":
+            mod = self._service_module("aithermd.publish.metrics")
+            if mod is not None:
+                try:
+                    self._services.append(("metrics", mod.start(s.metrics_listen, self.hub)))
+                except Exception as exc:  # noqa: BLE001 - the daemon runs on without metrics
+                    self._log.warning("metrics_unavailable", listen=s.metrics_listen,
+                                      error=f"{type(exc).__name__}: {exc}")
+
+    def _service_module(self, name: str) -> Any:
+        try:
+            return importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a missing or broken service is a warning
+            self._log.warning("service_unavailable", module=name, error=f"{type(exc).__name__}: {exc}")
+            return None
+
+    async def _stop_services(self) -> None:
+        while self._services:
+            name, handle = self._services.pop()
+            try:
+                result = handle.stop()
+                if asyncio.iscoroutine(result):
+                    await asyncio.wait_for(result, STOP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - stopping goes on
+                self._log.warning("service_stop_failed", service=name, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,247 @@
+"""The operator's side of the control loop: the active policy, holds, overrides and explanations.
+
+:class:`Operator` implements :class:`aithermd.publish.control.DaemonControl`. Mutations are recorded here
+and read by the loop at the start of the next tick. The active policy, the overrides and the detached holds
+persist in ``<state_dir>/operator.json`` (written atomically), so they survive a restart; holds tied to a
+D-Bus caller die with the daemon as they would with the caller. Times are wall-clock seconds (an expiry
+must survive a restart; the monotonic clock does not).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from aithermd.actuate.journal import write_atomically
+from aithermd.clock import Clock
+from aithermd.errors import InvalidArgument, UnknownCookie, UnknownKnob, UnknownPolicy
+from aithermd.model import Event, Hold, Knob, PolicyStatus
+from aithermd.publish.hub import StateHub
+
+STATE_FILE = "operator.json"
+COOKIE_MAX = 2**32 - 1
+
+
+def policy_info(name: str, policy: Any) -> dict[str, Any]:
+    """``{"name", "path", "description"}`` of a loaded policy (duck-typed on the loader's Policy)."""
+    path = getattr(policy, "path", None)
+    return {"name": name, "path": str(path) if path else "",
+            "description": getattr(policy, "description", "") or ""}
+
+
+class Operator:
+    """``policies()`` and ``knobs()`` give the current world's policies (name → Policy) and knobs
+    (id → :class:`Knob`); ``reload()`` reloads policies all-or-nothing (raises PolicyErrors)."""
+
+    def __init__(self, state_dir: Path, *, clock: Clock, hub: StateHub,
+                 policies: Callable[[], Mapping[str, Any]], knobs: Callable[[], Mapping[str, Knob]],
+                 reload: Callable[[], None], default_policy: str, pinned: bool = False) -> None:
+        self.path = Path(state_dir) / STATE_FILE
+        self._clock, self._hub, self._reload = clock, hub, reload
+        self._policies, self._knobs = policies, knobs
+        self._log = structlog.get_logger("aithermd.operator")
+        self.active = default_policy
+        self.holds: list[Hold] = []
+        self.overrides: dict[str, tuple[float, float | None]] = {}  # knob → (value, expires wall or None)
+        self._next_cookie = 1
+        self._events: list[Event] = []
+        self._load(default_policy, pinned)
+
+    # -- persistence -----------------------------------------------------------------------------------
+    def _load(self, default_policy: str, pinned: bool) -> None:
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            self._log.warning("operator_state_unreadable", path=str(self.path), error=str(exc))
+            return
+        kept = doc.get("active_policy")
+        if isinstance(kept, str) and kept and not pinned:
+            self.active = kept
+        for knob_id, entry in (doc.get("overrides") or {}).items():
+            try:
+                expires = entry.get("expires_wall")
+                self.overrides[str(knob_id)] = (float(entry["value"]),
+                                                None if expires is None else float(expires))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                self._log.warning("override_unreadable", knob=knob_id)
+        for raw in doc.get("holds") or []:
+            try:
+                self.holds.append(Hold(**raw))
+            except TypeError:
+                self._log.warning("hold_unreadable", hold=raw)
+        self._next_cookie = max([h.cookie for h in self.holds], default=0) % COOKIE_MAX + 1
+
+    def _save(self) -> None:
+        doc = {"active_policy": self.active,
+               "overrides": {k: {"value": v, "expires_wall": e} for k, (v, e) in self.overrides.items()},
+               "holds": [asdict(h) for h in self.holds if h.detached]}
+        try:
+            write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        except OSError as exc:
+            self._log.error("operator_state_not_saved", path=str(self.path), error=str(exc))
+
+    # -- what the loop reads each tick ---------------------------------------------------------------
+    def expire(self, now_wall: float) -> list[Event]:
+        """End holds and overrides whose time is up; returns the events (also queued ones: policy changes
+        made by D-Bus calls since the last tick)."""
+        events, self._events = self._events, []
+        changed = False
+        for hold in [h for h in self.holds if h.expires is not None and h.expires <= now_wall]:
+            self.holds.remove(hold)
+            changed = changed or hold.detached
+            events.append(self._event("policy", hold.policy, f"hold {hold.cookie} on {hold.policy} timed out",
+                                      cookie=hold.cookie))
+        for knob_id in [k for k, (_, e) in self.overrides.items() if e is not None and e <= now_wall]:
+            del self.overrides[knob_id]
+            changed = True
+            events.append(self._event("policy", knob_id, f"override of {knob_id} expired"))
+        if changed:
+            self._save()
+        return events
+
+    def override_values(self) -> dict[str, float]:
+        return {k: v for k, (v, _) in self.overrides.items()}
+
+    def hold_names(self) -> list[str]:
+        """Held policies, oldest first (the last wins)."""
+        return [h.policy for h in self.holds]
+
+    def status(self, states: Mapping[str, Mapping[str, str]]) -> PolicyStatus:
+        return PolicyStatus(self.active, tuple(self.holds), states)
+
+    def policies_changed(self, names: set[str], fallback: str) -> None:
+        """After a reload: drop holds on vanished policies; fall back when the active one vanished."""
+        for hold in [h for h in self.holds if h.policy not in names]:
+            self.holds.remove(hold)
+            self._events.append(self._event("policy", hold.policy, f"hold {hold.cookie} ended: policy "
+                                            f"{hold.policy} no longer exists", cookie=hold.cookie))
+        if self.active not in names and fallback in names:
+            self._events.append(self._event("policy", self.active, f"policy {self.active} no longer exists; "
+                                            f"active policy is now {fallback}"))
+            self.active = fallback
+        self._save()
+
+    # -- DaemonControl ---------------------------------------------------------------------------------
+    def list_policies(self) -> list[dict[str, Any]]:
+        return [{**policy_info(n, p), "active": n == self.active}
+                for n, p in sorted(self._policies().items())]
+
+    def get_policy(self, name: str) -> dict[str, Any]:
+        policy = self._policy(name)
+        info = policy_info(name, policy)
+        source = getattr(policy, "source", None)
+        if source is None and info["path"]:
+            try:
+                source = Path(info["path"]).read_text(encoding="utf-8")
+            except OSError:
+                source = ""
+        return {**info, "source": source or ""}
+
+    def set_active_policy(self, name: str) -> None:
+        self._policy(name)
+        if name != self.active:
+            self._events.append(self._event("policy", name, f"active policy {self.active} → {name}",
+                                            old=self.active, new=name))
+            self.active = name
+        self._save()
+
+    def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
+                    detached: bool) -> int:
+        self._policy(policy)
+        if not math.isfinite(timeout_s) or timeout_s < 0:
+            raise InvalidArgument(f"timeout_s must be ≥ 0 (0 = none), not {timeout_s}")
+        now = self._clock.wall()
+        cookie = self._cookie()
+        expires = now + timeout_s if timeout_s > 0 else None
+        hold = Hold(cookie, policy, reason, owner, uid, now, expires, detached)
+        self.holds.append(hold)
+        self._events.append(self._event("policy", policy, f"hold {cookie} on {policy}: {reason}",
+                                        cookie=cookie, owner=owner))
+        if detached:
+            self._save()
+        return cookie
+
+    def _cookie(self) -> int:
+        used = {h.cookie for h in self.holds}
+        while self._next_cookie in used or self._next_cookie == 0:
+            self._next_cookie = self._next_cookie % COOKIE_MAX + 1
+        cookie = self._next_cookie
+        self._next_cookie = cookie % COOKIE_MAX + 1
+        return cookie
+
+    def release_policy(self, cookie: int) -> None:
+        hold = next((h for h in self.holds if h.cookie == cookie), None)
+        if hold is None:
+            raise UnknownCookie(f"no hold with cookie {cookie}")
+        self.holds.remove(hold)
+        self._events.append(self._event("policy", hold.policy, f"hold {cookie} on {hold.policy} released",
+                                        cookie=cookie))
+        if hold.detached:
+            self._save()
+
+    def release_owner(self, owner: str) -> None:
+        for hold in [h for h in self.holds if h.owner == owner and not h.detached]:
+            self.holds.remove(hold)
+            self._events.append(self._event("policy", hold.policy, f"hold {hold.cookie} ended: {owner} left",
+                                            cookie=hold.cookie))
+
+    def set_override(self, knob_id: str, value: float, seconds: float) -> None:
+        knob = self._knob(knob_id)
+        if not knob.writable:
+            raise InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
+        if not math.isfinite(value) or knob.clamp(value) != value:
+            raise InvalidArgument(f"{knob_id}: {value:g} {knob.unit} is outside "
+                                  f"[{_fmt(knob.min)}, {_fmt(knob.max)}] {knob.unit}")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise InvalidArgument(f"seconds must be ≥ 0 (0 = until cleared), not {seconds}")
+        self.overrides[knob_id] = (float(value), self._clock.wall() + seconds if seconds > 0 else None)
+        self._events.append(self._event("policy", knob_id, f"override {knob_id} := {value:g} {knob.unit}"
+                                        + (f" for {seconds:g} s" if seconds > 0 else ""), value=value))
+        self._save()
+
+    def clear_override(self, knob_id: str) -> None:
+        self._knob(knob_id)
+        if self.overrides.pop(knob_id, None) is not None:
+            self._events.append(self._event("policy", knob_id, f"override of {knob_id} cleared"))
+            self._save()
+
+    def reload(self) -> None:
+        self._reload()
+
+    def explain(self, knob_id: str) -> dict[str, Any]:
+        snap = self._hub.latest
+        decisions = dict(snap.decisions) if snap is not None else {}
+        if knob_id:
+            self._knob(knob_id)
+            decisions = {knob_id: decisions[knob_id]} if knob_id in decisions else {}
+        return {k: {"value": d.value, "requested": d.requested, "layer": str(d.layer), "rule": d.rule,
+                    "reason": d.reason, "inputs": dict(d.inputs)} for k, d in sorted(decisions.items())}
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _policy(self, name: str) -> Any:
+        policies = self._policies()
+        if name not in policies:
+            raise UnknownPolicy(f"no policy {name!r}; known: {', '.join(sorted(policies)) or 'none'}")
+        return policies[name]
+
+    def _knob(self, knob_id: str) -> Knob:
+        knobs = self._knobs()
+        if knob_id not in knobs:
+            raise UnknownKnob(f"no knob {knob_id!r}")
+        return knobs[knob_id]
+
+    def _event(self, kind: str, subject: str, message: str, **data: Any) -> Event:
+        self._log.info(kind, subject=subject, message=message, **data)
+        return Event(kind, self._clock.wall(), subject, message, data)
+
+
+def _fmt(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"

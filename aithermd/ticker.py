@@ -1,0 +1,76 @@
+"""Deadline scheduler on the monotonic clock: ticks at ``start + k × period``; a late tick is skipped, not
+queued.
+
+When a tick overruns one or more deadlines, those deadlines are counted in :attr:`Ticker.skipped` and the
+next tick runs at the first deadline still in the future, so a slow tick never causes a burst of catch-up
+ticks. The clock and the sleep are injected (the simulator drives a simulated clock; the sleep then advances
+it). Waiting ends early when the stop event is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from aithermd.clock import Clock
+
+Sleep = Callable[[float], Awaitable[object]]
+TickFn = Callable[[int, float], Awaitable[object]]
+
+
+class Ticker:
+    """``period_s`` in s; ``tick(seq, deadline)`` gets 1, 2, … and the monotonic deadline it was due at."""
+
+    def __init__(self, period_s: float, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
+        if not period_s > 0:
+            raise ValueError(f"period must be > 0 s, not {period_s}")
+        self.period_s = period_s
+        self.clock = clock
+        self.sleep = sleep
+        self.seq = 0
+        self.skipped = 0
+        self.last_duration_s = 0.0
+        self._log = structlog.get_logger("aithermd.ticker")
+
+    async def run(self, tick: TickFn, stop: asyncio.Event, max_ticks: int | None = None,
+                  until: Callable[[], bool] | None = None) -> None:
+        """Run ``tick`` at each deadline until ``stop`` is set, ``max_ticks`` ran or ``until()`` is true
+        after a tick. Exceptions from ``tick`` propagate (the caller decides)."""
+        deadline = self.clock.monotonic()
+        while not stop.is_set():
+            if max_ticks is not None and self.seq >= max_ticks:
+                return
+            delay = deadline - self.clock.monotonic()
+            if delay > 0:
+                await self._wait(delay, stop)
+                if stop.is_set():
+                    return
+            self.seq += 1
+            started = self.clock.monotonic()
+            await tick(self.seq, deadline)
+            now = self.clock.monotonic()
+            self.last_duration_s = now - started
+            if until is not None and until():
+                return
+            deadline += self.period_s
+            if now >= deadline:
+                missed = math.floor((now - deadline) / self.period_s) + 1
+                self.skipped += missed
+                deadline += missed * self.period_s
+                self._log.warning("tick_late", seq=self.seq, duration_s=round(self.last_duration_s, 4),
+                                  skipped=missed)
+
+    async def _wait(self, delay: float, stop: asyncio.Event) -> None:
+        """Sleep ``delay`` s with the injected sleep, ending early when ``stop`` is set."""
+        sleeper = asyncio.ensure_future(self.sleep(delay))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait((sleeper, stopper), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, stopper):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(sleeper, stopper, return_exceptions=True)

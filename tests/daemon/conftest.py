@@ -1,0 +1,38 @@
+"""Fixtures for the daemon tests: a fake clock with a sleep that advances it, settings in a temp dir."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aithermd.clock import FakeClock
+from aithermd.settings import DaemonSettings
+
+from .stub_engine import write_policy
+
+
+class SimClock(FakeClock):
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def clock() -> SimClock:
+    return SimClock()
+
+
+@pytest.fixture
+def policy_dir(tmp_path):
+    d = tmp_path / "policies"
+    write_policy(d, "balanced", 60.0)
+    write_policy(d, "quiet", 30.0)
+    write_policy(d, "handsoff", None)
+    return d
+
+
+@pytest.fixture
+def settings(tmp_path, policy_dir) -> DaemonSettings:
+    return DaemonSettings(state_dir=tmp_path / "state", policy_dirs=[policy_dir], bus="none",
+                          metrics_listen="none", nvml=False, sysfs_root=tmp_path / "nosys")
