@@ -1,0 +1,203 @@
+"""A scripted stand-in for aithermd on a private bus: the interface of ``aithermd.publish.wire`` served with
+dbus-fast from the JSON fixtures in ``tests/tui/fixtures``. It lets the client and the CLI be tested over a
+real ``dbus-daemon`` before (and independently of) the real daemon; tests against the simulated daemon live
+in ``test_cli_simulated.py``.
+
+Run as a process: ``python tests/tui/fake_daemon.py ADDRESS`` (prints ``ready`` when it owns the name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+from aithermd.publish import wire
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+class FakeDaemon:
+    """``deny``: method names answered with NotAuthorized; ``reload_error``: text of a PolicyInvalid."""
+
+    def __init__(self) -> None:
+        self.doc = load("snapshot.json")
+        self.doc["policy"]["holds"] = []
+        self.history = load("history.json")
+        self.explained = load("explain.json")
+        self.policies = load("policies.json")
+        self.calls: list[tuple[str, list[Any], str]] = []
+        self.deny: set[str] = set()
+        self.reload_error: str | None = None
+        self.overrides: dict[str, tuple[float, float]] = {}
+        self.windows: dict[int, tuple[str, float]] = {}
+        self.bus: MessageBus | None = None
+        self._next = 100
+
+    # lifecycle
+    async def start(self, address: str) -> FakeDaemon:
+        self.bus = await MessageBus(bus_address=address).connect()
+        self.bus.add_message_handler(self._handle)
+        await self.bus.call(Message(
+            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus", interface="org.freedesktop.DBus",
+            member="AddMatch", signature="s",
+            body=["type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged'"]))
+        await self.bus.request_name(wire.BUS_NAME)
+        return self
+
+    def stop(self) -> None:
+        if self.bus is not None:
+            self.bus.disconnect()
+            self.bus = None
+
+    @property
+    def holds(self) -> list[dict[str, Any]]:
+        return self.doc["policy"]["holds"]
+
+    async def emit(self, member: str, signature: str, body: list[Any]) -> None:
+        assert self.bus is not None
+        await self.bus.send(Message.new_signal(wire.OBJECT_PATH, wire.INTERFACE, member, signature, body))
+
+    async def publish(self, doc: dict[str, Any] | None = None) -> None:
+        """Replace the snapshot (keeping the holds) and emit SnapshotUpdated."""
+        if doc is not None:
+            holds = self.holds
+            self.doc = copy.deepcopy(doc)
+            self.doc.setdefault("policy", {})["holds"] = holds
+        self.doc["seq"] = self.doc.get("seq", 0) + 1
+        await self.emit("SnapshotUpdated", "t", [self.doc["seq"]])
+
+    # dispatch
+    def _handle(self, msg: Message) -> Message | bool | None:
+        if msg.message_type is MessageType.SIGNAL and msg.member == "NameOwnerChanged":
+            name, _old, new = msg.body
+            if not new:  # a caller left the bus: its non-detached holds end (power-profiles-daemon style)
+                self.doc["policy"]["holds"] = [h for h in self.holds if h["detached"] or h["owner"] != name]
+            return None
+        if msg.message_type is not MessageType.METHOD_CALL or msg.path != wire.OBJECT_PATH:
+            return None
+        if msg.interface == "org.freedesktop.DBus.Properties" and msg.member == "Get":
+            return Message.new_method_return(msg, "v", [self._property(msg.body[1])])
+        if msg.interface != wire.INTERFACE or msg.member not in wire.METHODS:
+            return None
+        self.calls.append((msg.member, list(msg.body), msg.sender))
+        if msg.member in self.deny:
+            return Message.new_error(msg, wire.ERROR_NOT_AUTHORIZED,
+                                     f"polkit denied {msg.member} for this caller")
+        try:
+            result = getattr(self, "m_" + msg.member)(msg, *msg.body)
+        except _Err as err:
+            return Message.new_error(msg, err.name, err.text)
+        out_sig = wire.METHODS[msg.member][1]
+        return Message.new_method_return(msg, out_sig, [result] if out_sig else [])
+
+    def _property(self, name: str) -> Variant:
+        values = {"Version": "0.1.0-fake", "ActivePolicy": self.doc["policy"]["active"],
+                  "Holds": json.dumps(self.holds), "PolicyStates": json.dumps(self.doc["policy"]["states"]),
+                  "DegradedDevices": list(self.doc.get("degraded", [])), "DryRun": False}
+        return Variant(wire.PROPERTIES[name], values[name])
+
+    def _knob(self, knob_id: str) -> dict[str, Any]:
+        for device in self.doc["devices"]:
+            for knob in device["knobs"]:
+                if knob["id"] == knob_id:
+                    return knob
+        raise _Err(wire.ERROR_UNKNOWN_KNOB, f"no knob {knob_id!r}")
+
+    def _policy(self, name: str) -> None:
+        if name not in {p["name"] for p in self.policies}:
+            raise _Err(wire.ERROR_UNKNOWN_POLICY, f"no policy {name!r}")
+
+    # methods
+    def m_GetSnapshot(self, msg: Message) -> str:
+        return json.dumps(self.doc, ensure_ascii=False)
+
+    def m_GetHistory(self, msg: Message, seconds: float) -> str:
+        return json.dumps(self.history)
+
+    def m_Explain(self, msg: Message, knob_id: str) -> str:
+        if knob_id:
+            self._knob(knob_id)
+            return json.dumps({knob_id: self.explained.get(knob_id, {"value": None, "layer": "default"})})
+        return json.dumps(self.explained, ensure_ascii=False)
+
+    def m_ListPolicies(self, msg: Message) -> str:
+        return json.dumps([dict(p, active=p["name"] == self.doc["policy"]["active"]) for p in self.policies])
+
+    def m_GetPolicy(self, msg: Message, name: str) -> str:
+        self._policy(name)
+        source = load("policy_quiet.json")
+        return json.dumps(dict(source, name=name))
+
+    def m_SetActivePolicy(self, msg: Message, name: str) -> None:
+        self._policy(name)
+        self.doc["policy"]["active"] = name
+
+    def m_HoldPolicy(self, msg: Message, policy: str, reason: str, timeout_s: float, detached: bool) -> int:
+        self._policy(policy)
+        self._next += 1
+        self.holds.append({"cookie": self._next, "policy": policy, "reason": reason, "owner": msg.sender,
+                           "detached": detached, "expires": time.time() + timeout_s if timeout_s else None})
+        return self._next
+
+    def m_ReleasePolicy(self, msg: Message, cookie: int) -> None:
+        if cookie not in {h["cookie"] for h in self.holds}:
+            raise _Err(wire.ERROR_UNKNOWN_COOKIE, f"no hold with cookie {cookie}")
+        self.doc["policy"]["holds"] = [h for h in self.holds if h["cookie"] != cookie]
+
+    def m_SetOverride(self, msg: Message, knob_id: str, value: float, seconds: float) -> None:
+        knob = self._knob(knob_id)
+        if not knob["min"] <= value <= knob["max"]:
+            raise _Err(wire.ERROR_OUT_OF_RANGE,
+                       f"{knob_id}: {value:g} {knob['unit']} is outside {knob['min']:g}–{knob['max']:g}")
+        self.overrides[knob_id] = (value, seconds)
+
+    def m_ClearOverride(self, msg: Message, knob_id: str) -> None:
+        self._knob(knob_id)
+        self.overrides.pop(knob_id, None)
+
+    def m_Reload(self, msg: Message) -> None:
+        if self.reload_error:
+            raise _Err(wire.ERROR_POLICY_INVALID, self.reload_error)
+
+    def m_StartEnergyWindow(self, msg: Message, name: str, timeout_s: float) -> int:
+        self._next += 1
+        self.windows[self._next] = (name, time.monotonic())
+        return self._next
+
+    def m_StopEnergyWindow(self, msg: Message, window: int) -> str:
+        if window not in self.windows:
+            raise _Err(wire.ERROR_UNKNOWN_WINDOW, f"no energy window {window}")
+        name, start = self.windows.pop(window)
+        duration = time.monotonic() - start
+        watts = {"gpu0": 500.0, "gpu1": 24.0, "powercap:package-0": 86.0}
+        return json.dumps({"name": name, "duration_s": duration,
+                           "joules": {k: w * duration for k, w in watts.items()}})
+
+
+class _Err(Exception):
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(text)
+        self.name, self.text = name, text
+
+
+async def _serve(address: str) -> None:
+    daemon = await FakeDaemon().start(address)
+    print("ready", flush=True)
+    assert daemon.bus is not None
+    await daemon.bus.wait_for_disconnect()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(sys.argv[1]))

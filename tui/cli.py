@@ -1,0 +1,144 @@
+"""``aithermctl``: the command line of aithermd; with no verb (or ``top``) the terminal UI.
+
+Only argparse is imported up front so ``--help`` is instant; a verb imports what it needs (the D-Bus
+client for most, Textual only for ``top`` and ``demo``). Every failure is one line on stderr with what to
+do, and an exit code from :mod:`aithermd.publish.wire` (listed in ``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from aithermctl import __version__
+
+EPILOG = """\
+DURATION is seconds or a number with s, m, h or d: 90, 90s, 15m, 2h.
+The daemon must be running (systemctl start aithermd); reading needs no privileges, changing anything
+needs root or polkit (actions io.github.aithermd.set-policy, .hold-policy, .override, .reload).
+
+exit codes:
+  0    success
+  1    failure: the daemon could not do it (a policy file is invalid, a limit was reached, ...)
+  2    usage error, or the daemon refused the arguments (unknown knob, policy or cookie; value out of range)
+  3    aithermd is not running, or the bus cannot be reached
+  4    not authorized (polkit or the bus policy refused)
+  130  interrupted
+  run and energy pass CMD's exit code through (128+N when signal N killed it, 127 when CMD is not found,
+  126 when it cannot be executed)
+"""
+
+
+def _duration(text: str) -> float:
+    from aithermctl.durations import parse_duration
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aithermctl", description="Watch and steer aithermd. With no verb: the terminal UI.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"aithermctl {__version__}")
+    parser.add_argument("--bus", default="system", metavar="system|session|ADDRESS",
+                        help="where the daemon is (default: system)")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("status", help="devices, limits, fans and the policy in force")
+    p.add_argument("--json", action="store_true", help="print exactly the daemon's GetSnapshot document")
+
+    p = sub.add_parser("policy", help="list, show, activate or reload policies")
+    psub = p.add_subparsers(dest="policy_verb", metavar="list|show|set|reload", required=True)
+    pl = psub.add_parser("list", help="the loaded policies (* = active)")
+    pl.add_argument("--json", action="store_true")
+    psub.add_parser("show", help="a policy's file").add_argument("name", metavar="NAME")
+    psub.add_parser("set", help="make NAME the active policy").add_argument("name", metavar="NAME")
+    psub.add_parser("reload", help="reload policy files (all or nothing)")
+
+    p = sub.add_parser("hold", help="hold a policy on top of the active one; prints the cookie")
+    p.add_argument("policy", metavar="POLICY")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why (shown to everyone)")
+    p.add_argument("--timeout", type=_duration, default=0.0, metavar="DURATION",
+                   help="end the hold after DURATION")
+    p.add_argument("--detach", action="store_true",
+                   help="keep the hold after aithermctl exits (release it with: aithermctl release COOKIE)")
+
+    sub.add_parser("release", help="end a hold").add_argument("cookie", type=int, metavar="COOKIE")
+
+    p = sub.add_parser("run", help="hold POLICY while CMD runs; CMD's exit code is passed through",
+                       usage="aithermctl run --policy POLICY [--reason TEXT] -- CMD [ARGS...]")
+    p.add_argument("--policy", required=True, metavar="POLICY")
+    p.add_argument("--reason", default=None, metavar="TEXT", help="default: the command line")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
+
+    p = sub.add_parser("override", help="set a knob by hand, or clear that",
+                       usage="aithermctl override KNOB VALUE [--for DURATION]\n"
+                             "       aithermctl override clear KNOB")
+    p.add_argument("words", nargs="+", metavar="KNOB VALUE | clear KNOB",
+                   help="VALUE in the knob's unit: W for limits, %% for fans (250, 250W, 60%%)")
+    p.add_argument("--for", dest="seconds", type=_duration, default=0.0, metavar="DURATION",
+                   help="end the override after DURATION (default: until cleared)")
+
+    p = sub.add_parser("explain", help="why each knob has its value (one paragraph per knob)")
+    p.add_argument("knob", nargs="?", default="", metavar="KNOB")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("energy", help="joules per GPU and RAPL zone while CMD runs",
+                       usage="aithermctl energy [--json] -- CMD [ARGS...]")
+    p.add_argument("--json", action="store_true", help="print the StopEnergyWindow document")
+    p.add_argument("--timeout", type=_duration, default=7 * 86400.0, metavar="DURATION",
+                   help="the daemon ends the window after DURATION if aithermctl dies (default 7d)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
+
+    p = sub.add_parser("doctor", help="what can be read and written here, and why not")
+    p.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
+
+    p = sub.add_parser("demo", help="a private bus, aithermd on the simulated workstation, and the TUI")
+    p.add_argument("--policy", default=None, metavar="POLICY", help="policy for the simulated daemon")
+    p.add_argument("--speedup", type=float, default=None, metavar="K",
+                   help="simulated time runs K times faster")
+    p.add_argument("--no-tui", action="store_true",
+                   help="print the bus address and wait (for scripting: aithermctl --bus ADDRESS ...)")
+
+    sub.add_parser("top", help="the terminal UI (the default)")
+    return parser
+
+
+def _command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    cmd = list(args.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        parser.error(f"{args.verb}: give the command after --, e.g. aithermctl {args.verb} "
+                     + ("--policy ai-training " if args.verb == "run" else "") + "-- python train.py")
+    args.command = cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    verb = args.verb or "top"
+    if verb in ("run", "energy"):
+        _command(args, parser)
+    if verb == "override":
+        if len(args.words) != 2:  # KNOB VALUE or clear KNOB (knob ids always hold a "/")
+            parser.error("override: give KNOB VALUE, or clear KNOB")
+    try:
+        if verb == "top":
+            from aithermctl.tui_main import run_tui
+            return run_tui(args.bus)
+        if verb == "demo":
+            from aithermctl.demo import run_demo
+            return run_demo(args)
+        from aithermctl.verbs import dispatch
+        return dispatch(verb, args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

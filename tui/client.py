@@ -1,0 +1,303 @@
+"""DaemonClient: aithermctl's only way to aithermd, over D-Bus with dbus-fast.
+
+Every method of ``io.github.aithermd.Daemon1`` (names and signatures in :mod:`aithermd.publish.wire`) has
+a typed async method here; JSON documents come back decoded. Failures raise the exceptions of
+:mod:`aithermctl.errors` (``DaemonNotRunning``, ``NotAuthorized``, ``Rejected``, ``BusUnreachable``, ...),
+never a raw D-Bus error. :meth:`DaemonClient.snapshots` follows the ``SnapshotUpdated`` signal (with a
+polling fallback) and :meth:`DaemonClient.events` the ``Event`` signal; :meth:`DaemonClient.connect` is
+idempotent and reconnects after the bus went away, so a follower reconnects by calling it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+from aithermctl import errors
+from aithermd.publish import wire
+
+DBUS = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
+PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
+PRIVILEGED = frozenset({"SetActivePolicy", "HoldPolicy", "ReleasePolicy", "SetOverride", "ClearOverride",
+                        "Reload"})
+Listener = Callable[[str, list[Any]], None]
+
+
+class DaemonClient:
+    """A connection to aithermd on ``bus`` (``"system"``, ``"session"`` or a D-Bus address).
+
+    ``timeout_s`` bounds each call (a slow polkit prompt included). Use as ``async with DaemonClient(...)``
+    or call :meth:`connect` / :meth:`close`.
+    """
+
+    def __init__(self, bus: str = "system", timeout_s: float = 30.0) -> None:
+        self.bus = bus
+        self.timeout_s = timeout_s
+        self._conn: MessageBus | None = None
+        self._listeners: set[Listener] = set()
+        self._watch: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    # connection ---------------------------------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and self._conn.connected
+
+    async def connect(self) -> None:
+        """Connect to the bus (again, if the connection was lost) and subscribe to the daemon's signals.
+        Raises BusUnreachable."""
+        if self.connected:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:  # two followers reconnecting at once make one connection
+            if not self.connected:
+                await self._connect()
+
+    async def _connect(self) -> None:
+        await self._drop()
+        if self.bus == "system":
+            conn = MessageBus(bus_type=BusType.SYSTEM)
+        elif self.bus == "session":
+            conn = MessageBus(bus_type=BusType.SESSION)
+        else:
+            conn = MessageBus(bus_address=self.bus)
+        try:
+            await asyncio.wait_for(conn.connect(), self.timeout_s)
+        except Exception as exc:  # socket missing or refused, auth failed, bad address, timeout
+            raise errors.BusUnreachable(self.bus, _reason(exc)) from exc
+        self._conn = conn
+        conn.add_message_handler(self._on_message)
+        for rule in (f"type='signal',sender='{wire.BUS_NAME}',interface='{wire.INTERFACE}'",
+                     f"type='signal',sender='{DBUS[0]}',interface='{DBUS[2]}',member='NameOwnerChanged',"
+                     f"arg0='{wire.BUS_NAME}'"):
+            await self._raw(DBUS, "AddMatch", "s", [rule])
+        self._watch = asyncio.get_running_loop().create_task(self._watch_disconnect(conn))
+
+    async def close(self) -> None:
+        await self._drop()
+
+    async def __aenter__(self) -> DaemonClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+    async def _watch_disconnect(self, conn: MessageBus) -> None:
+        with contextlib.suppress(Exception):
+            await conn.wait_for_disconnect()
+        self._notify("Disconnected", [])
+
+    def _on_message(self, msg: Message) -> None:
+        if msg.message_type is not MessageType.SIGNAL:
+            return
+        if msg.interface == wire.INTERFACE and msg.path == wire.OBJECT_PATH:
+            self._notify(msg.member, list(msg.body))
+        elif msg.interface == DBUS[2] and msg.member == "NameOwnerChanged" and msg.body[0] == wire.BUS_NAME:
+            self._notify("NameOwnerChanged", list(msg.body))
+
+    def _notify(self, member: str, body: list[Any]) -> None:
+        for listener in tuple(self._listeners):
+            listener(member, body)
+
+    # calls --------------------------------------------------------------------------------------------
+    async def _raw(self, target: tuple[str, str, str], member: str, signature: str, body: list[Any],
+                   flags: MessageFlag = MessageFlag.NONE) -> list[Any]:
+        if self._conn is None or not self._conn.connected:
+            raise errors.BusUnreachable(self.bus, "not connected")
+        msg = Message(destination=target[0], path=target[1], interface=target[2], member=member,
+                      signature=signature, body=body, flags=flags)
+        try:
+            reply = await asyncio.wait_for(self._conn.call(msg), self.timeout_s)
+        except TimeoutError as exc:
+            raise errors.NoReply(f"aithermd did not answer {member} within {self.timeout_s:g} s; check it "
+                                 "with: journalctl -u aithermd") from exc
+        except DBusError as exc:
+            raise errors.from_dbus(str(exc.type), exc.text, member, self.bus) from exc
+        except Exception as exc:  # the connection broke under the call
+            await self._drop()
+            raise errors.BusUnreachable(self.bus, f"connection lost ({_reason(exc)})") from exc
+        if reply.message_type is MessageType.ERROR:
+            text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
+            raise errors.from_dbus(reply.error_name or "", text, member, self.bus)
+        return list(reply.body)
+
+    async def call(self, member: str, *args: Any) -> Any:
+        """Call ``member`` of the daemon's interface with ``args``; the single return value (or None).
+        Raises the errors of :mod:`aithermctl.errors`."""
+        await self.connect()
+        signature = wire.METHODS[member][0]
+        flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if member in PRIVILEGED else MessageFlag.NONE)
+        body = await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
+                               list(args), flags)
+        return body[0] if body else None
+
+    async def _json(self, member: str, *args: Any) -> Any:
+        text = await self.call(member, *args)
+        try:
+            return json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise errors.DaemonError(f"aithermd answered {member} with something that is not JSON "
+                                     f"({exc}); update aithermd and aithermctl together") from exc
+
+    async def get_property(self, name: str) -> Any:
+        """The value of daemon property ``name`` (see ``wire.PROPERTIES``)."""
+        await self.connect()
+        body = await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, PROPERTIES_IFACE), "Get", "ss",
+                               [wire.INTERFACE, name])
+        value = body[0]
+        return value.value if isinstance(value, Variant) else value
+
+    async def name_has_owner(self, name: str = wire.BUS_NAME) -> bool:
+        """Whether someone owns bus name ``name`` (the daemon by default; also used for polkit)."""
+        await self.connect()
+        return bool((await self._raw(DBUS, "NameHasOwner", "s", [name]))[0])
+
+    # the daemon's methods, typed ----------------------------------------------------------------------
+    async def get_snapshot(self) -> dict[str, Any]:
+        """The snapshot document: ``{"devices": [...], "policy": {"active", "holds", "states"}}``."""
+        return await self._json("GetSnapshot")
+
+    async def get_history(self, seconds: float) -> dict[str, Any]:
+        """``{"t": [wall s, ...], "series": {channel_or_knob_id: [value | None, ...]}}`` of the last
+        ``seconds``."""
+        return await self._json("GetHistory", float(seconds))
+
+    async def explain(self, knob_id: str = "") -> dict[str, Any]:
+        """``{knob_id: {"value", "requested", "rule", "reason", "inputs", ...}}``; all knobs with ``""``."""
+        return await self._json("Explain", knob_id)
+
+    async def list_policies(self) -> list[dict[str, Any]]:
+        """``[{"name", "path", "description", "active"}]``."""
+        return await self._json("ListPolicies")
+
+    async def get_policy(self, name: str) -> dict[str, Any]:
+        """``{"name", "path", "source", "description"}``."""
+        return await self._json("GetPolicy", name)
+
+    async def set_active_policy(self, name: str) -> None:
+        await self.call("SetActivePolicy", name)
+
+    async def hold_policy(self, policy: str, reason: str, timeout_s: float = 0.0,
+                          detached: bool = False) -> int:
+        """Hold ``policy`` on top of the active one; returns the cookie. Not ``detached``: the hold ends when
+        this connection closes."""
+        return int(await self.call("HoldPolicy", policy, reason, float(timeout_s), bool(detached)))
+
+    async def release_policy(self, cookie: int) -> None:
+        await self.call("ReleasePolicy", int(cookie))
+
+    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> None:
+        """Override ``knob_id`` to ``value`` (daemon units: W, %) for ``seconds`` (0 = until cleared)."""
+        await self.call("SetOverride", knob_id, float(value), float(seconds))
+
+    async def clear_override(self, knob_id: str) -> None:
+        await self.call("ClearOverride", knob_id)
+
+    async def reload(self) -> None:
+        await self.call("Reload")
+
+    async def start_energy_window(self, name: str, timeout_s: float) -> int:
+        return int(await self.call("StartEnergyWindow", name, float(timeout_s)))
+
+    async def stop_energy_window(self, window_id: int) -> dict[str, Any]:
+        """``{"name", "duration_s", "joules": {device_id: J}}``."""
+        return await self._json("StopEnergyWindow", int(window_id))
+
+    async def holds(self) -> list[dict[str, Any]]:
+        """The ``Holds`` property, decoded: ``[{"cookie", "policy", "reason", "owner", "detached",
+        "expires"}]``."""
+        return json.loads(await self.get_property("Holds") or "[]")
+
+    # following ----------------------------------------------------------------------------------------
+    async def snapshots(self, poll_s: float = 5.0) -> AsyncIterator[dict[str, Any]]:
+        """The current snapshot, then a fresh one after each ``SnapshotUpdated`` signal (bursts coalesce),
+        or every ``poll_s`` seconds when no signal comes. Ends by raising DaemonNotRunning when the daemon
+        leaves the bus, BusUnreachable when the connection drops; call again to resume."""
+        await self.connect()
+        wake = asyncio.Event()
+        gone: list[str] = []
+
+        def on_signal(member: str, body: list[Any]) -> None:
+            if member == "NameOwnerChanged" and not body[2]:
+                gone.append("daemon")
+            elif member == "Disconnected":
+                gone.append("bus")
+            elif member != "SnapshotUpdated":
+                return
+            wake.set()
+
+        self._listeners.add(on_signal)
+        try:
+            yield await self.get_snapshot()
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), poll_s)
+                wake.clear()
+                if "bus" in gone:
+                    raise errors.BusUnreachable(self.bus, "connection lost")
+                if gone:
+                    raise errors.DaemonNotRunning(self.bus)
+                yield await self.get_snapshot()
+        finally:
+            self._listeners.discard(on_signal)
+
+    async def events(self, maxsize: int = 1000) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """``(kind, event)`` for each ``Event`` signal (kind: decision, drift, fault, hotplug, ...), across
+        daemon restarts; the oldest are dropped when the consumer falls ``maxsize`` behind. Raises
+        BusUnreachable when the connection drops."""
+        await self.connect()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(maxsize)
+
+        def on_signal(member: str, body: list[Any]) -> None:
+            if member == "Event":
+                try:
+                    data = json.loads(body[1])
+                except (TypeError, ValueError, IndexError):
+                    data = {"message": str(body[1:])}
+                item: tuple[str, dict[str, Any]] | None = (str(body[0]), data if isinstance(data, dict)
+                                                            else {"message": str(data)})
+            elif member == "Disconnected":
+                item = None
+            else:
+                return
+            if queue.full():
+                queue.get_nowait()
+            queue.put_nowait(item)
+
+        self._listeners.add(on_signal)
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            raise errors.BusUnreachable(self.bus, "connection lost")
+        finally:
+            self._listeners.discard(on_signal)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, FileNotFoundError):
+        return f"no socket ({exc.filename or text})" if exc.filename else "no bus socket"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return " ".join(text.split())

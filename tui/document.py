@@ -1,0 +1,234 @@
+"""Views of the ``GetSnapshot`` document for people: GPU cards, CPU packages, board fans.
+
+The document is the ``aithermd sensors --json`` shape plus per knob ``requested`` and ``reason`` and a
+``"policy": {"active", "holds", "states"}`` object (see :mod:`aithermd.publish.wire`). Optional members
+read when present: top-level ``seq``, ``t_wall``, ``degraded``, ``dry_run``; per device ``info`` and
+``attrs`` (GPU ``clock_event_reasons``); per knob ``rule``, ``layer``; per channel ``thresholds``. Pure
+functions, no I/O, shared by the CLI text output and the TUI widgets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Doc = Mapping[str, Any]
+_RULE = re.compile(r"^([\w.-]+/[\w.-]+):\s*")
+_CPU_CHIPS = ("coretemp", "k10temp", "zenpower")
+
+
+@dataclass(frozen=True, slots=True)
+class FanDuty:
+    id: str
+    pct: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU card: °C, W, %; ``rule`` set the power limit (``""`` when none), ``reason`` why."""
+
+    id: str
+    name: str
+    temp_c: float | None
+    slowdown_c: float | None
+    power_w: float | None
+    limit_w: float | None
+    limit_min_w: float | None
+    limit_max_w: float | None
+    default_w: float | None
+    util_pct: float | None
+    fans: tuple[FanDuty, ...]
+    reasons: tuple[str, ...]
+    rule: str
+    reason: str
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPackageView:
+    """A RAPL package zone: power against PL1 (long term) and PL2 (short term), W; package temperature."""
+
+    id: str
+    name: str
+    power_w: float | None
+    pl1_w: float | None
+    pl2_w: float | None
+    temp_c: float | None
+    rule: str
+
+
+@dataclass(frozen=True, slots=True)
+class BoardFanView:
+    """A board fan: speed (RPM), the duty of its pwm knob (%), and what drives it."""
+
+    id: str
+    label: str
+    rpm: float | None
+    duty_pct: float | None
+    knob_id: str | None
+    source: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    gpus: tuple[GpuView, ...]
+    packages: tuple[CpuPackageView, ...]
+    fans: tuple[BoardFanView, ...]
+    active_policy: str
+    holds: tuple[Mapping[str, Any], ...]
+    states: Mapping[str, Mapping[str, str]]
+    degraded: tuple[str, ...]
+    dry_run: bool
+
+
+def channels(device: Doc) -> dict[str, Doc]:
+    """A device's channels by ``attribute``."""
+    return {c.get("attribute") or c["id"].rsplit("/", 1)[-1]: c for c in device.get("channels") or ()}
+
+
+def knobs(device: Doc) -> dict[str, Doc]:
+    """A device's knobs by name (the part of the id after the device)."""
+    return {k["id"].rsplit("/", 1)[-1]: k for k in device.get("knobs") or ()}
+
+
+def all_knobs(doc: Doc) -> dict[str, Doc]:
+    """Every knob of the document by id, in document order."""
+    return {k["id"]: k for d in doc.get("devices") or () for k in d.get("knobs") or ()}
+
+
+def value(entry: Doc | None) -> float | None:
+    """A channel's or knob's numeric value, None when absent, null or not a number."""
+    if not entry:
+        return None
+    v = entry.get("value")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def rule_of(knob: Doc | None) -> str:
+    """The rule that set a knob: its ``rule`` member, else the ``policy/rule`` prefix of its ``reason``."""
+    if not knob:
+        return ""
+    if knob.get("rule"):
+        return str(knob["rule"])
+    match = _RULE.match(str(knob.get("reason") or ""))
+    return match.group(1) if match else ""
+
+
+def reason_of(knob: Doc | None) -> str:
+    """A knob's reason without the ``policy/rule:`` prefix."""
+    return _RULE.sub("", str((knob or {}).get("reason") or ""), count=1)
+
+
+def _problems(device: Doc) -> tuple[str, ...]:
+    return tuple(f"{c.get('label') or c.get('attribute')}: {c.get('status')}"
+                 for c in device.get("channels") or ()
+                 if c.get("status") not in (None, "ok", "not_supported"))
+
+
+def gpu_view(device: Doc) -> GpuView:
+    chans, kn = channels(device), knobs(device)
+    limit = kn.get("power_limit")
+    temp = chans.get("temperature")
+    fans = tuple(FanDuty(k["id"], value(chans.get(name)) if name in chans else value(k))
+                 for name, k in kn.items() if k.get("kind") == "fan")
+    if not fans:
+        fans = tuple(FanDuty(c["id"], value(c)) for n, c in chans.items() if re.fullmatch(r"fan\d+", n))
+    attrs = device.get("attrs") or {}
+    return GpuView(
+        id=device["id"], name=str(device.get("name") or device["id"]),
+        temp_c=value(temp), slowdown_c=((temp or {}).get("thresholds") or {}).get("slowdown"),
+        power_w=value(chans.get("power")), limit_w=value(limit),
+        limit_min_w=(limit or {}).get("min"), limit_max_w=(limit or {}).get("max"),
+        default_w=(limit or {}).get("default"), util_pct=value(chans.get("utilization")), fans=fans,
+        reasons=tuple(str(r) for r in attrs.get("clock_event_reasons") or ()),
+        rule=rule_of(limit), reason=reason_of(limit), problems=_problems(device))
+
+
+def _package_temp(doc: Doc, zone: str) -> float | None:
+    index = zone.split("-", 1)[1] if zone.startswith("package-") else "0"
+    best: float | None = None
+    for device in doc.get("devices") or ():
+        if device.get("kind") != "hwmon" or not str(device.get("chip") or "").startswith(_CPU_CHIPS):
+            continue
+        for c in device.get("channels") or ():
+            label = str(c.get("label") or "")
+            if c.get("unit") != "°C":
+                continue
+            if label == f"Package id {index}":
+                return value(c)
+            if best is None and label in ("Tctl", "Tdie") and index == "0":
+                best = value(c)
+    return best
+
+
+def cpu_packages(doc: Doc) -> tuple[CpuPackageView, ...]:
+    out = []
+    for device in doc.get("devices") or ():
+        name = str(device.get("name") or "")
+        if device.get("kind") != "powercap" or not name.startswith("package"):
+            continue
+        chans, kn = channels(device), knobs(device)
+        out.append(CpuPackageView(
+            id=device["id"], name=name, power_w=value(chans.get("power")), pl1_w=value(kn.get("pl1")),
+            pl2_w=value(kn.get("pl2")), temp_c=_package_temp(doc, name),
+            rule=rule_of(kn.get("pl1")) or rule_of(kn.get("pl2"))))
+    return tuple(out)
+
+
+def _fan_source(knob: Doc | None) -> str:
+    if knob is None:
+        return "firmware (no pwm)"
+    rule = rule_of(knob)
+    if rule:
+        return rule
+    if knob.get("reason"):
+        return str(knob["reason"])
+    if not knob.get("writable", True):
+        return "firmware (read-only)"
+    return "firmware"
+
+
+def board_fans(doc: Doc) -> tuple[BoardFanView, ...]:
+    """Fans of hwmon chips; ``fanN`` pairs with ``pwmN`` (the kernel hwmon numbering convention)."""
+    out = []
+    for device in doc.get("devices") or ():
+        if device.get("kind") != "hwmon":
+            continue
+        kn = knobs(device)
+        for attr, c in channels(device).items():
+            if not re.fullmatch(r"fan\d+", attr) or c.get("unit") != "RPM":
+                continue
+            knob = kn.get("pwm" + attr[3:])
+            chip = device.get("chip") or device["id"]
+            out.append(BoardFanView(
+                id=c["id"], label=f"{chip} {c.get('label') or attr}", rpm=value(c), duty_pct=value(knob),
+                knob_id=knob["id"] if knob else None, source=_fan_source(knob),
+                status=str(c.get("status") or "ok")))
+    return tuple(out)
+
+
+def overview(doc: Doc) -> Overview:
+    policy = doc.get("policy") or {}
+    return Overview(
+        gpus=tuple(gpu_view(d) for d in doc.get("devices") or () if d.get("kind") == "gpu"),
+        packages=cpu_packages(doc), fans=board_fans(doc),
+        active_policy=str(policy.get("active") or ""), holds=tuple(policy.get("holds") or ()),
+        states=policy.get("states") or {}, degraded=tuple(doc.get("degraded") or ()),
+        dry_run=bool(doc.get("dry_run")))
+
+
+def fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
+    """``fmt(71.04, "°C")`` → ``"71 °C"``; None → ``"—"``."""
+    if v is None:
+        return "—"
+    text = f"{v:.{digits}f}"
+    return f"{text} {unit}" if unit and unit != "%" else f"{text}{unit}"
+
+
+def effective_policy(policy: Doc) -> str:
+    """The policy in force: the last hold's, else the active one."""
+    holds = policy.get("holds") or ()
+    return str(holds[-1].get("policy")) if holds else str(policy.get("active") or "")

@@ -1,0 +1,48 @@
+"""Durations and values as people type them on a command line: ``90``, ``90s``, ``15m``, ``2h``, ``250W``."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
+_FACTORS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_VALUE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(w|%|°c|c)?\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: a bare number is seconds; suffixes ``s``, ``m``, ``h``, ``d``.
+
+    Raises ValueError with a readable message (argparse shows it) for anything else, and for zero.
+    """
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (examples: 90, 90s, 15m, 2h)")
+    seconds = float(match.group(1)) * _FACTORS[(match.group(2) or "").lower() or None]
+    if seconds <= 0 or math.isinf(seconds):
+        raise ValueError(f"a duration must be more than zero: {text!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``3725`` → ``"1h 2m"``; ``95`` → ``"1m 35s"``; ``4.2`` → ``"4.2s"``."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {(s % 3600) // 60:02d}m"
+
+
+def parse_value(text: str) -> float:
+    """A knob value in daemon units: ``250``, ``250W``, ``60%``. The unit, when given, is only checked for
+    form; the daemon checks it against the knob. Raises ValueError."""
+    match = _VALUE.match(text)
+    if not match:
+        raise ValueError(f"not a value: {text!r} (examples: 250, 250W, 60%)")
+    value = float(match.group(1))
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite value: {text!r}")
+    return value

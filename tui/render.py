@@ -1,0 +1,173 @@
+"""Plain-text output of the CLI verbs: status, explain, policies, holds, energy. Pure: documents in, text out."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aithermctl.document import Doc, all_knobs, effective_policy, fmt, overview
+from aithermctl.durations import format_duration
+
+LAYERS = {
+    "safety": "a safety rule",
+    "override": "an operator override",
+    "hold": "a held policy",
+    "policy": "the active policy",
+    "default": "no rule (the value found at start is kept)",
+}
+
+
+def _limit_text(cur: float | None, lo: float | None, hi: float | None, default: float | None) -> str:
+    bounds = f"{fmt(lo)}–{fmt(hi)} W" if lo is not None or hi is not None else ""
+    extra = ", ".join(x for x in (bounds, f"default {fmt(default, 'W')}" if default is not None else "") if x)
+    return f"limit {fmt(cur, 'W')}" + (f" ({extra})" if extra else "")
+
+
+def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
+    """One line per hold: cookie, policy, reason, owner, expiry."""
+    now = time.time() if now is None else now
+    lines = []
+    for h in holds:
+        expires = h.get("expires")
+        left = f", {format_duration(max(0.0, expires - now))} left" if isinstance(expires, int | float) else ""
+        kind = "detached" if h.get("detached") else f"until {h.get('owner') or '?'} leaves"
+        lines.append(f"  cookie {h.get('cookie')}: {h.get('policy')} — {h.get('reason') or 'no reason'} "
+                     f"({kind}{left})")
+    return lines
+
+
+def status_text(doc: Doc, now: float | None = None) -> str:
+    """The ``aithermctl status`` summary: policy, GPUs, CPU packages, board fans, problems."""
+    ov = overview(doc)
+    policy = doc.get("policy") or {}
+    effective = effective_policy(policy)
+    head = f"policy {ov.active_policy or '—'}"
+    if effective != ov.active_policy:
+        head += f" (held: {effective} in force)"
+    if ov.dry_run:
+        head += " · dry run: nothing is written"
+    lines = [head]
+    lines += holds_lines(ov.holds, now)
+    for scope_policy, states in ov.states.items():
+        shown = ", ".join(f"{scope} {state}" for scope, state in states.items())
+        if shown:
+            lines.append(f"  {scope_policy}: {shown}")
+    if ov.gpus:
+        lines.append("")
+        lines.append("GPUs")
+    for g in ov.gpus:
+        fans = " ".join(fmt(f.pct, "%") for f in g.fans) or "—"
+        lines.append(f"  {g.id:<5} {g.name}")
+        lines.append(f"        {fmt(g.temp_c, '°C'):>6}  power {fmt(g.power_w, 'W', 1)} of "
+                     f"{_limit_text(g.limit_w, g.limit_min_w, g.limit_max_w, g.default_w)}  "
+                     f"util {fmt(g.util_pct, '%')}  fans {fans}")
+        by = f"{g.rule}: {g.reason}" if g.rule else (g.reason or "no rule (the value found at start)")
+        lines.append(f"        limit set by {by}")
+        if g.reasons:
+            lines.append(f"        clock events: {', '.join(g.reasons)}")
+        for p in g.problems:
+            lines.append(f"        ! {p}")
+    if ov.packages:
+        lines.append("")
+        lines.append("CPU packages")
+    for p in ov.packages:
+        lines.append(f"  {p.name:<10} power {fmt(p.power_w, 'W', 1):>8}  PL1 {fmt(p.pl1_w, 'W')}  "
+                     f"PL2 {fmt(p.pl2_w, 'W')}  {fmt(p.temp_c, '°C')}" + (f"  ({p.rule})" if p.rule else ""))
+    if ov.fans:
+        lines.append("")
+        lines.append("Board fans")
+        width = max(len(f.label) for f in ov.fans)
+        for f in ov.fans:
+            bad = "" if f.status == "ok" else f"  ! {f.status}"
+            lines.append(f"  {f.label:<{width}} {fmt(f.rpm, 'RPM'):>9}  duty {fmt(f.duty_pct, '%'):>4}  "
+                         f"{f.source}{bad}")
+    if ov.degraded:
+        lines.append("")
+        lines.append("Degraded: " + ", ".join(ov.degraded))
+    return "\n".join(lines) + "\n"
+
+
+def _inputs_text(inputs: Mapping[str, Any]) -> str:
+    parts = []
+    for name, v in inputs.items():
+        if isinstance(v, Mapping):
+            inner = ", ".join(f"{k} {_num(x)}" for k, x in v.items())
+            parts.append(f"{name} ({inner})")
+        else:
+            parts.append(f"{name} {_num(v)}")
+    return "; ".join(parts)
+
+
+def _num(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str, Any] | None) -> str:
+    """One readable paragraph: the value, who set it and why, the inputs, the knob's limits."""
+    unit = (knob or {}).get("unit") or ""
+    value, requested = entry.get("value"), entry.get("requested")
+    v = fmt(value, unit, 1 if isinstance(value, float) and value % 1 else 0)
+    layer = str(entry.get("layer") or "")
+    rule = str(entry.get("rule") or "")
+    words = [f"{knob_id} is {v}"]
+    if layer == "default" or (not rule and not layer):
+        words.append(f", set by {LAYERS['default']}")
+    else:
+        words.append(f", set by {LAYERS.get(layer, layer or 'a rule')}" + (f" ({rule})" if rule else ""))
+    if entry.get("reason"):
+        words.append(f": {entry['reason']}")
+    text = "".join(words).rstrip(".") + "."
+    if isinstance(requested, int | float) and isinstance(value, int | float) and abs(requested - value) > 0.05:
+        text += f" It asked for {fmt(requested, unit, 1)}, clamped to the knob's limits."
+    if entry.get("inputs"):
+        text += f" Inputs: {_inputs_text(entry['inputs'])}."
+    if knob:
+        lo, hi, default = knob.get("min"), knob.get("max"), knob.get("default")
+        if lo is not None or hi is not None:
+            text += f" Range {fmt(lo, unit)} to {fmt(hi, unit)}"
+            text += f", default {fmt(default, unit)}." if default is not None else "."
+        if not knob.get("writable", True):
+            text += f" Read-only here: {knob.get('why_not') or 'no reason given'}."
+    return textwrap.fill(text, width=100, subsequent_indent="  ")
+
+
+def explain_text(explained: Mapping[str, Mapping[str, Any]], doc: Doc | None) -> str:
+    knobs = all_knobs(doc or {})
+    return "\n\n".join(explain_paragraph(k, e, knobs.get(k)) for k, e in explained.items()) + "\n"
+
+
+def policies_text(policies: Sequence[Mapping[str, Any]]) -> str:
+    width = max((len(str(p.get("name"))) for p in policies), default=4)
+    lines = [f"{'*' if p.get('active') else ' '} {p.get('name')!s:<{width}}  {p.get('description') or ''}"
+             for p in policies]
+    return "\n".join(lines) + "\n"
+
+
+def policy_text(policy: Mapping[str, Any]) -> str:
+    head = f"# {policy.get('name')} — {policy.get('path')}\n"
+    if policy.get("description"):
+        head += f"# {policy['description']}\n"
+    source = str(policy.get("source") or "")
+    return head + source + ("" if source.endswith("\n") else "\n")
+
+
+def energy_text(result: Mapping[str, Any], command: str) -> str:
+    """Joules per GPU and zone, the duration, mean power."""
+    duration = float(result.get("duration_s") or 0.0)
+    joules: Mapping[str, float] = result.get("joules") or {}
+    lines = [f"energy while {command} ran, {format_duration(duration)} ({duration:.3f} s):"]
+    width = max((len(k) for k in joules), default=4)
+    gpu_total = 0.0
+    for dev, j in joules.items():
+        mean = f"{j / duration:10.1f} W mean" if duration > 0 else ""
+        lines.append(f"  {dev:<{width}} {j:12.1f} J {mean}")
+        if dev.startswith("gpu"):
+            gpu_total += j
+    if sum(1 for k in joules if k.startswith("gpu")) > 1:
+        mean = f"{gpu_total / duration:10.1f} W mean" if duration > 0 else ""
+        lines.append(f"  {'all GPUs':<{width}} {gpu_total:12.1f} J {mean}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Screens of the TUI: overview, plots, policy, events, dialogs and help."""

@@ -1,0 +1,32 @@
+"""DataScreen: a screen with the status line on top and the key footer below, drawn from TuiState."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from aithermctl.state import TuiState
+from aithermctl.widgets.status_line import StatusLine
+
+
+class DataScreen(Screen):
+    def compose(self) -> ComposeResult:
+        yield StatusLine()
+        yield from self.compose_body()
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    def on_screen_resume(self) -> None:
+        self.show(self.app.state)  # type: ignore[attr-defined]
+
+    def show(self, state: TuiState) -> None:
+        """Render ``state``; called by the app after each message and when the screen comes back."""
+        line = self.query_one(StatusLine)
+        line.connected, line.detail, line.policy = state.connected, state.detail, state.policy_line()
+        self.show_body(state)
+
+    def show_body(self, state: TuiState) -> None:
+        pass

@@ -1,0 +1,65 @@
+"""Live plots: temperature, power against the limit, per GPU and CPU package, over the last minutes."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static
+
+from aithermctl.document import overview
+from aithermctl.screens.base import DataScreen
+from aithermctl.state import TuiState
+from aithermctl.widgets.trace_plot import TracePlot
+
+SPANS = (60.0, 120.0, 300.0, 600.0)
+
+
+class PlotsScreen(DataScreen):
+    BINDINGS = [Binding("plus,equals_sign", "zoom(-1)", "Shorter", show=True),
+                Binding("minus", "zoom(1)", "Longer", show=True)]
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="plots-body"):
+            yield Static("", id="plots-empty")
+            yield Vertical(id="plots")
+
+    def action_zoom(self, step: int) -> None:
+        state: TuiState = self.app.state  # type: ignore[attr-defined]
+        i = min(range(len(SPANS)), key=lambda k: abs(SPANS[k] - state.span_s))
+        state.span_s = SPANS[max(0, min(len(SPANS) - 1, i + step))]
+        self.show(state)
+
+    def _plots(self, state: TuiState) -> list[tuple[str, str, str, str | None, float, str]]:
+        """(widget id, title, series id, limit series id, full-scale floor, unit) for each plot."""
+        if state.doc is None:
+            return []
+        ov = overview(state.doc)
+        out = []
+        for g in ov.gpus:
+            out.append((f"plot-{g.id}-temp", f"{g.id} temperature", f"{g.id}/temperature", None,
+                        g.slowdown_c or 90.0, "°C"))
+            out.append((f"plot-{g.id}-power", f"{g.id} power", f"{g.id}/power", f"{g.id}/power_limit",
+                        g.limit_w or 100.0, "W"))
+        for p in ov.packages:
+            safe = p.id.replace(":", "-")
+            out.append((f"plot-{safe}-power", f"{p.name} power", f"{p.id}/power", f"{p.id}/pl1",
+                        p.pl1_w or 50.0, "W"))
+        return out
+
+    def show_body(self, state: TuiState) -> None:
+        plots = self._plots(state)
+        grid = self.query_one("#plots", Vertical)
+        existing = {w.id: w for w in grid.query(TracePlot)}
+        wanted = {p[0] for p in plots}
+        for wid, widget in existing.items():
+            if wid not in wanted:
+                widget.remove()
+        for wid, title, key, limit, floor, unit in plots:
+            widget = existing.get(wid)
+            if widget is None:
+                widget = TracePlot(title, unit, id=wid)
+                grid.mount(widget)
+            line = state.history.window(limit, state.span_s) if limit else ()
+            widget.set_series(state.history.window(key, state.span_s), line, span_s=state.span_s, floor=floor)
+        self.query_one("#plots-empty", Static).update("" if plots else "Nothing to plot yet.")

@@ -1,0 +1,130 @@
+"""The policy screen: the active policy and the one in force, loaded policies, holds, each policy's state
+machines and the windows that are filling, and why each knob has its value."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import DataTable, Static
+
+from aithermctl.document import effective_policy
+from aithermctl.durations import format_duration
+from aithermctl.screens.base import DataScreen
+from aithermctl.state import TuiState
+from aithermctl.widgets.gauge import bar
+
+TOTAL_KEYS = ("need_s", "sustain_s", "relax_after_s", "window_s", "for_s", "total_s")
+
+
+def windows(inputs: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """``(name, elapsed_s, total_s)`` of the inputs that are filling windows (a mapping with ``elapsed_s``
+    and one of ``need_s``, ``sustain_s``, ``relax_after_s``, ``window_s``, ``for_s``, ``total_s``)."""
+    out = []
+    for name, v in inputs.items():
+        if isinstance(v, Mapping) and isinstance(v.get("elapsed_s"), int | float):
+            total = next((v[k] for k in TOTAL_KEYS if isinstance(v.get(k), int | float) and v[k] > 0), None)
+            if total:
+                out.append((name, float(v["elapsed_s"]), float(total)))
+    return out
+
+
+def why_text(state: TuiState, width: int) -> Text:
+    """Policy states, then one entry per explained knob with its rule, reason and filling windows."""
+    text = Text()
+    states = ((state.doc or {}).get("policy") or {}).get("states") or {}
+    for policy, scopes in states.items():
+        for scope, st in scopes.items():
+            text.append(f"{policy} ", style="dim")
+            text.append(f"{scope}: ")
+            text.append(f"{st}\n", style="bold")
+    bar_w = max(6, min(30, width - 40))
+    for knob, entry in state.explained.items():
+        rule = entry.get("rule") or entry.get("layer") or "default"
+        text.append(f"{knob}", style="bold")
+        text.append(f"  {rule}", style="cyan")
+        text.append(f"  {entry.get('reason') or ''}\n", style="")
+        for name, elapsed, total in windows(entry.get("inputs") or {}):
+            style = "green" if elapsed >= total else "yellow"
+            text.append(f"    {name:<10} ")
+            text.append(bar(elapsed / total, bar_w), style=style)
+            text.append(f" {format_duration(min(elapsed, total))} of {format_duration(total)}\n")
+    if not text.plain:
+        text.append("No state machines and no explanations yet.", style="dim")
+    return text
+
+
+class PolicyScreen(DataScreen):
+    BINDINGS = [Binding("a", "activate", "Activate policy"), Binding("r,delete", "release", "Release hold")]
+
+    def compose_body(self) -> ComposeResult:
+        with VerticalScroll(id="policy-body"):
+            yield Static("", id="policy-head")
+            yield DataTable(id="policies", cursor_type="row")
+            yield DataTable(id="holds", cursor_type="row")
+            yield Static("", id="why")
+
+    def on_mount(self) -> None:
+        policies = self.query_one("#policies", DataTable)
+        policies.border_title = "Policies (a: activate)"
+        policies.add_columns(" ", "name", "description")
+        holds = self.query_one("#holds", DataTable)
+        holds.border_title = "Holds (h: new, r: release)"
+        holds.add_columns("cookie", "policy", "reason", "owner", "ends")
+        self.query_one("#why", Static).border_title = "States, windows and why"
+
+    def on_screen_resume(self) -> None:
+        super().on_screen_resume()
+        self.app.refresh_policy_info()  # type: ignore[attr-defined]
+
+    def show_body(self, state: TuiState) -> None:
+        policy = (state.doc or {}).get("policy") or {}
+        head = Text("active ", style="dim")
+        head.append(str(policy.get("active") or "—"), style="bold")
+        in_force = effective_policy(policy)
+        if in_force and in_force != policy.get("active"):
+            head.append("   in force ", style="dim")
+            head.append(f"{in_force} (held)", style="bold yellow")
+        self.query_one("#policy-head", Static).update(head)
+        self._fill("#policies", [(("*" if p.get("active") else ""), str(p.get("name")),
+                                  str(p.get("description") or "")) for p in state.policies],
+                   [str(p.get("name")) for p in state.policies])
+        now = time.time()
+        holds = policy.get("holds") or ()
+        self._fill("#holds", [(str(h.get("cookie")), str(h.get("policy")), Text(str(h.get("reason") or "")),
+                               "detached" if h.get("detached") else str(h.get("owner") or ""),
+                               format_duration(max(0.0, h["expires"] - now))
+                               if isinstance(h.get("expires"), int | float) else "released")
+                              for h in holds], [str(h.get("cookie")) for h in holds])
+        why = self.query_one("#why", Static)
+        why.update(why_text(state, self.size.width or 80))
+
+    def _fill(self, selector: str, rows: list[tuple[str, ...]], keys: list[str]) -> None:
+        table = self.query_one(selector, DataTable)
+        if getattr(table, "_shown_rows", None) == rows:
+            return
+        table._shown_rows = rows  # type: ignore[attr-defined]
+        table.clear()
+        for row, key in zip(rows, keys, strict=True):
+            table.add_row(*row, key=key)
+
+    def _selected(self, selector: str) -> str | None:
+        table = self.query_one(selector, DataTable)
+        if not table.row_count:
+            return None
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+
+    def action_activate(self) -> None:
+        name = self._selected("#policies")
+        if name:
+            self.app.submit({"action": "set_policy", "name": name})  # type: ignore[attr-defined]
+
+    def action_release(self) -> None:
+        cookie = self._selected("#holds")
+        if cookie:
+            self.app.submit({"action": "release", "cookie": int(cookie)})  # type: ignore[attr-defined]

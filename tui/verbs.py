@@ -1,0 +1,208 @@
+"""The CLI verbs that talk to the daemon: each ``async def verb(client, args) -> exit code``.
+
+:func:`dispatch` runs one under asyncio with a :class:`~aithermctl.client.DaemonClient` and turns a
+:class:`~aithermctl.errors.ClientError` into its one line on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+from aithermctl import render
+from aithermctl.client import DaemonClient
+from aithermctl.durations import parse_value
+from aithermctl.errors import ClientError
+from aithermd.publish import wire
+
+Verb = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _note(text: str) -> None:
+    print(f"aithermctl: {text}", file=sys.stderr, flush=True)
+
+
+async def status(client: DaemonClient, args: argparse.Namespace) -> int:
+    if args.json:
+        text = await client.call("GetSnapshot")  # exactly the daemon's document, byte for byte
+        _print(text if text.endswith("\n") else text + "\n")
+        return wire.EXIT_OK
+    _print(render.status_text(await client.get_snapshot()))
+    return wire.EXIT_OK
+
+
+async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
+    if args.policy_verb == "list":
+        policies = await client.list_policies()
+        _print(json.dumps(policies, indent=1) + "\n" if args.json else render.policies_text(policies))
+    elif args.policy_verb == "show":
+        _print(render.policy_text(await client.get_policy(args.name)))
+    elif args.policy_verb == "set":
+        await client.set_active_policy(args.name)
+        _note(f"active policy is now {args.name}")
+    else:
+        await client.reload()
+        _note("policies reloaded")
+    return wire.EXIT_OK
+
+
+async def _until_signalled() -> int:
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[int] = loop.create_future()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(s))
+    try:
+        return await stop
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
+    cookie = await client.hold_policy(args.policy, args.reason, args.timeout, args.detach)
+    _print(f"{cookie}\n")
+    if args.detach:
+        return wire.EXIT_OK
+    _note(f"holding {args.policy} (cookie {cookie}); Ctrl-C releases it")
+    waiter = asyncio.ensure_future(_until_signalled())
+    gone = asyncio.ensure_future(_wait_daemon_gone(client))
+    done, _ = await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (waiter, gone):
+        task.cancel()
+    if gone in done:
+        _note("aithermd left the bus; the hold ended with it")
+        return wire.EXIT_NOT_RUNNING
+    await _release_quietly(client, cookie)
+    return wire.EXIT_OK
+
+
+async def _wait_daemon_gone(client: DaemonClient) -> None:
+    with contextlib.suppress(ClientError):
+        async for _ in client.snapshots(poll_s=30.0):
+            pass
+
+
+async def _release_quietly(client: DaemonClient, cookie: int) -> None:
+    try:
+        await client.release_policy(cookie)
+    except ClientError as exc:  # the daemon may have ended it already (timeout, restart)
+        _note(f"releasing hold {cookie}: {exc}")
+
+
+async def release(client: DaemonClient, args: argparse.Namespace) -> int:
+    await client.release_policy(args.cookie)
+    return wire.EXIT_OK
+
+
+async def run_child(command: Sequence[str]) -> int:
+    """Run ``command`` with our stdio; SIGTERM, SIGHUP and SIGQUIT are forwarded, SIGINT is left to the
+    terminal (it reaches the child's process group already). Returns its exit code, 128+N for signal N,
+    127 not found, 126 not executable."""
+    try:
+        proc = await asyncio.create_subprocess_exec(*command)
+    except FileNotFoundError:
+        _note(f"{command[0]}: command not found")
+        return 127
+    except PermissionError:
+        _note(f"{command[0]}: permission denied")
+        return 126
+    loop = asyncio.get_running_loop()
+    forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    for sig in forwarded:
+        loop.add_signal_handler(sig, lambda s=sig: proc.returncode is None and proc.send_signal(s))
+    loop.add_signal_handler(signal.SIGINT, lambda: None)
+    try:
+        rc = await proc.wait()
+    finally:
+        for sig in (*forwarded, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    return 128 - rc if rc < 0 else rc
+
+
+async def run(client: DaemonClient, args: argparse.Namespace) -> int:
+    line = shlex.join(args.command)
+    cookie = await client.hold_policy(args.policy, args.reason or f"aithermctl run {line}"[:200], 0.0, False)
+    _note(f"holding {args.policy} (cookie {cookie}) while {line} runs")
+    try:
+        return await run_child(args.command)
+    finally:
+        await _release_quietly(client, cookie)
+
+
+async def override(client: DaemonClient, args: argparse.Namespace) -> int:
+    first, second = args.words
+    if first == "clear":
+        await client.clear_override(second)
+        _note(f"override of {second} cleared")
+        return wire.EXIT_OK
+    try:
+        value = parse_value(second)
+    except ValueError as exc:
+        _note(str(exc))
+        return wire.EXIT_USAGE
+    await client.set_override(first, value, args.seconds)
+    until = f" for {args.seconds:g} s" if args.seconds else " until cleared"
+    _note(f"{first} overridden to {value:g}{until}")
+    return wire.EXIT_OK
+
+
+async def explain(client: DaemonClient, args: argparse.Namespace) -> int:
+    explained = await client.explain(args.knob)
+    if args.json:
+        _print(json.dumps(explained, indent=1, ensure_ascii=False) + "\n")
+        return wire.EXIT_OK
+    _print(render.explain_text(explained, await client.get_snapshot()))
+    return wire.EXIT_OK
+
+
+async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
+    name = os.path.basename(args.command[0])[:64] or "energy"
+    window = await client.start_energy_window(name, args.timeout)
+    try:
+        rc = await run_child(args.command)
+    finally:
+        result = await client.stop_energy_window(window)
+    if args.json:
+        _print(json.dumps(result, indent=1) + "\n")
+    else:
+        sys.stderr.write(render.energy_text(result, shlex.join(args.command)))
+    return rc
+
+
+async def doctor(client: DaemonClient, args: argparse.Namespace) -> int:
+    from aithermctl.doctor import run_doctor
+    return await run_doctor(client, args.sysfs_root)
+
+
+VERBS: dict[str, Verb] = {
+    "status": status, "policy": policy, "hold": hold, "release": release, "run": run,
+    "override": override, "explain": explain, "energy": energy, "doctor": doctor,
+}
+
+
+async def _main(verb: Verb, args: argparse.Namespace) -> int:
+    client = DaemonClient(args.bus)
+    try:
+        return await verb(client, args)
+    finally:
+        await client.close()
+
+
+def dispatch(name: str, args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_main(VERBS[name], args))
+    except ClientError as exc:
+        _note(str(exc))
+        return exc.exit_code

@@ -1,0 +1,61 @@
+"""GpuCard: one GPU's temperature, power against its limit, utilization, fans, clock-event reasons and the
+rule that set its limit."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from aithermctl.document import GpuView, fmt
+from aithermctl.widgets.gauge import gauge, ratio
+
+LABEL = 16  # width of the left column
+
+
+def card_text(view: GpuView, width: int) -> Text:
+    """The card body for a content area ``width`` cells wide."""
+    bar_w = max(4, min(40, width - LABEL - 18))
+    text = Text()
+
+    def row(label: str, fraction: float | None, tail: str, warn: float = 0.8, alert: float = 0.95) -> None:
+        text.append(label.ljust(LABEL)[:LABEL])
+        text.append_text(gauge(fraction, bar_w, warn, alert))
+        text.append(f" {tail}\n")
+
+    slowdown = view.slowdown_c
+    row(fmt(view.temp_c, "°C"), ratio(view.temp_c, slowdown or 90.0),
+        f"slowdown {fmt(slowdown, '°C')}" if slowdown else "", 0.85, 0.97)
+    row(f"{fmt(view.power_w)}/{fmt(view.limit_w, 'W')}", ratio(view.power_w, view.limit_w),
+        f"{fmt(view.limit_min_w)}–{fmt(view.limit_max_w, 'W')}", 0.9, 0.98)
+    fans = " ".join(fmt(f.pct, "%") for f in view.fans) or "—"
+    row(f"util {fmt(view.util_pct, '%')}", ratio(view.util_pct, 100.0), f"fans {fans}", 2.0, 2.0)
+    text.append("limit ", style="dim")
+    text.append(view.rule or "default (no rule)", style="bold cyan" if view.rule else "dim")
+    if view.default_w is not None and view.limit_w is not None and abs(view.limit_w - view.default_w) > 0.5:
+        sign = "+" if view.limit_w > view.default_w else "−"
+        text.append(f"  {sign}{fmt(abs(view.limit_w - view.default_w), 'W')} vs default", style="dim")
+    if view.reasons:
+        limit_len = len(text.plain) - text.plain.rfind("\n") - 1
+        one_line = limit_len + 10 + sum(len(r) + 2 for r in view.reasons) <= width
+        text.append("  clocks " if one_line else "\nclocks ", style="dim")
+        text.append(", ".join(view.reasons), style="yellow" if set(view.reasons) - {"idle", "none"} else "")
+    for problem in view.problems:
+        text.append(f"\n! {problem}", style="bold red")
+    return text
+
+
+class GpuCard(Widget):
+    """Renders :class:`~aithermctl.document.GpuView`; set :attr:`view` to update."""
+
+    DEFAULT_CSS = "GpuCard { height: auto; border: round $accent; padding: 0 1; }"
+    view: reactive[GpuView | None] = reactive(None, layout=True)
+
+    def watch_view(self, view: GpuView | None) -> None:
+        if view is not None:
+            self.border_title = f"{view.id} · {view.name}"
+
+    def render(self) -> Text:
+        if self.view is None:
+            return Text("waiting for the daemon…", style="dim")
+        return card_text(self.view, self.content_size.width or 60)

@@ -1,0 +1,23 @@
+"""StatusLine: the top line of every screen: connection, the policy in force, holds, dry run."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+
+class StatusLine(Widget):
+    DEFAULT_CSS = "StatusLine { height: 1; background: $panel; padding: 0 1; }"
+    connected: reactive[bool | None] = reactive(None)
+    detail: reactive[str] = reactive("")
+    policy: reactive[str] = reactive("")
+
+    def render(self) -> Text:
+        if self.connected is None:
+            return Text("◌ connecting…", style="dim")
+        if not self.connected:
+            return Text(f"○ {self.detail} — retrying", style="bold red")
+        text = Text("● ", style="bold green")
+        text.append(self.policy)
+        return text
