@@ -1,0 +1,61 @@
+"""``aithermd restore``: put every journaled knob back to what was found, then clear the journal.
+
+For ``ExecStopPost=`` and after a crash: needs nothing but the state directory, whose journal names each
+knob's backend and root. Idempotent. Exit codes: 0 all restored (or nothing to do), 1 some knob could not be
+restored (it stays journaled; the log says why), 2 the journal cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "put every journaled knob back to what was found, then clear the journal"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+                        help="state directory holding the journal "
+                        "(default: the config's, else /var/lib/aithermd)")
+    parser.add_argument("--sysfs-root", type=Path, metavar="DIR",
+                        help="use this sysfs root instead of the one each journal entry names")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="settings file, for its state_dir")
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    from aithermd.errors import PolicyErrors
+    from aithermd.settings import DaemonSettings, load_settings
+    if args.state_dir is not None:
+        return args.state_dir
+    try:
+        return load_settings(args.config).state_dir
+    except PolicyErrors as exc:  # restore must work even with a broken config
+        print(f"warning: {exc}; using the default state directory", file=sys.stderr)
+        return DaemonSettings.model_fields["state_dir"].default
+
+
+def run(args: argparse.Namespace) -> int:
+    from aithermd import log
+    from aithermd.actuate.journal import Journal, JournalError
+    from aithermd.actuate.restore import restore_journal
+
+    log.setup("info", "auto")
+    state_dir = _state_dir(args)
+    try:
+        journal = Journal(state_dir)
+    except JournalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not journal.dirty:
+        print(f"nothing to restore in {state_dir}")
+        return 0
+    try:
+        report = restore_journal(journal, sysfs_root=args.sysfs_root)
+    except JournalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"restored {len(report.restored)} knob(s) from {state_dir}")
+    for knob_id, why in report.failed.items():
+        print(f"error: {knob_id}: {why}", file=sys.stderr)
+    return 0 if report.ok else 1

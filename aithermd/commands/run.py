@@ -1,0 +1,68 @@
+"""``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
+
+Exit codes: 0 clean stop (every journaled knob restored), 1 invalid settings or policies, or a knob that
+could not be restored, 2 an unreadable config file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+HELP = "run the daemon (the control loop)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="settings file (default /etc/aithermd/aithermd.yaml when it exists)")
+    parser.add_argument("--policy", metavar="NAME",
+                        help="the active policy; wins over the choice kept in the state directory")
+    parser.add_argument("--policy-dir", dest="policy_dirs", action="append", metavar="DIR",
+                        help="another policy directory, after the shipped and admin ones (repeatable)")
+    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+                        help="journal, kept policy and overrides (default /var/lib/aithermd)")
+    parser.add_argument("--sysfs-root", type=Path, metavar="DIR", help="sysfs tree to use (default /sys)")
+    parser.add_argument("--tick", dest="tick_s", type=float, metavar="S",
+                        help="control period in s (default 1)")
+    parser.add_argument("--dry-run", action="store_true", default=None,
+                        help="decide and log, write nothing")
+    parser.add_argument("--bus", metavar="system|session|none|ADDRESS",
+                        help="D-Bus to serve on (default system)")
+    parser.add_argument("--metrics-listen", metavar="HOST:PORT|none",
+                        help="Prometheus endpoint (default 127.0.0.1:8736)")
+    parser.add_argument("--no-nvml", dest="nvml", action="store_false", default=None,
+                        help="do not open NVIDIA GPUs")
+    parser.add_argument("--log-format", choices=("auto", "json", "console"), help="default auto")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
+
+
+FLAGS = ("policy", "policy_dirs", "state_dir", "sysfs_root", "tick_s", "dry_run", "bus", "metrics_listen",
+         "nvml", "log_format", "log_level")
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """DaemonSettings from the config file and the flags. Raises PolicyErrors."""
+    from aithermd.settings import load_settings
+    flags = {name: getattr(args, name, None) for name in FLAGS}
+    return load_settings(args.config, flags)
+
+
+def run(args: argparse.Namespace) -> int:
+    from aithermd import log
+    from aithermd.daemon import Daemon
+    from aithermd.errors import PolicyErrors
+
+    if args.config is not None and not args.config.is_file():
+        print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
+        return 2
+    try:
+        settings = settings_from_args(args)
+    except PolicyErrors as exc:
+        for err in exc.errors:
+            print(err.format(), file=sys.stderr)
+        return 1
+    log.setup(settings.log_level, settings.log_format)
+    return asyncio.run(Daemon(settings).run(handle_signals=True))
