@@ -100,8 +100,10 @@ class CpuBackend:
                     put(c.attribute, None, Status.FAILED, str(exc))
         if now is not None:
             prev = self._prev if self._prev is not None and len(self._prev) == len(now) else None
-            if prev is None:
+            if prev is None:  # no reference yet (or the CPU count changed): every utilization is stale
                 put("utilization", None)
+                for n in range(len(now)):
+                    put(f"cpu{n}", None)
             else:
                 put("utilization", _utilization(_sum(prev), _sum(now)))
                 for n, (a, b) in enumerate(zip(prev, now, strict=True)):

@@ -56,7 +56,7 @@ class SysfsIO:
         return self.read_bytes(path).decode("utf-8", "replace").split("\n", 1)[0]
 
     def write(self, path: str, data: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)  # O_TRUNC: as a shell's ">" does
         try:
             os.write(fd, data)
         finally:
@@ -141,8 +141,9 @@ class Attribute:
         return parse_int(self.read())
 
     def write_int(self, value: int) -> None:
-        """Write ``value`` (decimal text, as sysfs ``store()`` expects); raises ``OSError``."""
-        self.io.write(self.path, b"%d" % value)
+        """Write ``value`` as decimal text and a newline (as ``echo N >`` does; ``kstrtol`` in sysfs
+        ``store()`` accepts the newline); raises ``OSError``."""
+        self.io.write(self.path, b"%d\n" % value)
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1

@@ -1,0 +1,122 @@
+"""pwmN knobs: manual mode before the duty, save/restore of raw pwm and pwmN_enable, constraints, errors."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from aithermd.backends.hwmon import HwmonBackend, pwm_mode
+from aithermd.errors import DeviceLost, NoPermission, OutOfRange, UnknownKnob
+
+from .faults import FaultIO
+from .helpers import copy_machine
+
+NCT = "hwmon:nct6798-isa-0290"
+DELL = "hwmon:dell_smm-virtual-0"
+
+
+@pytest.fixture
+def x570(tmp_path):
+    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    io = FaultIO()
+    backend = HwmonBackend(str(root), io=io)
+    backend.discover()
+    yield backend, io, root / "devices" / "platform" / "nct6775.656" / "hwmon" / "hwmon1"
+    backend.close()
+
+
+def test_knob_description(x570):
+    backend, _, _ = x570
+    (nct,) = [d for d in backend.discover() if d.id == NCT]
+    pwm2 = nct.knobs[1]
+    assert (pwm2.id, pwm2.kind, pwm2.unit, pwm2.min, pwm2.max) == (f"{NCT}/pwm2", "pwm", "%", 0.0, 100.0)
+    assert pwm2.fan_channel == f"{NCT}/fan2" and pwm2.writable and pwm2.why_not is None
+
+
+def test_write_switches_to_manual_before_the_duty(x570):
+    backend, io, chip = x570
+    backend.write_knob(f"{NCT}/pwm2", 60.0)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2_enable", b"1\n"), ("pwm2", b"153\n")]
+    assert (chip / "pwm2").read_text() == "153\n" and (chip / "pwm2_enable").read_text() == "1\n"
+    value = backend.read_knob(f"{NCT}/pwm2")
+    assert value.mode == "manual" and value.value == pytest.approx(60.0)
+    io.writes.clear()
+    backend.write_knob(f"{NCT}/pwm2", 100.0)  # already manual: only the duty
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2", b"255\n")]
+
+
+def test_save_and_restore_automatic_mode(x570):
+    backend, io, chip = x570
+    saved = backend.save_knob(f"{NCT}/pwm2")
+    assert saved == {"pwm": 88, "enable": 5}
+    backend.write_knob(f"{NCT}/pwm2", 0.0)
+    io.writes.clear()
+    backend.restore_knob(f"{NCT}/pwm2", saved)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2", b"88\n"), ("pwm2_enable", b"5\n")]
+    assert backend.read_knob(f"{NCT}/pwm2").mode == "auto"
+
+
+def test_save_and_restore_manual_mode(x570):
+    backend, io, chip = x570
+    (chip / "pwm3_enable").write_text("1\n")
+    saved = backend.save_knob(f"{NCT}/pwm3")
+    assert saved == {"pwm": 112, "enable": 1}
+    backend.write_knob(f"{NCT}/pwm3", 100.0)
+    io.writes.clear()
+    backend.restore_knob(f"{NCT}/pwm3", saved)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm3_enable", b"1\n"), ("pwm3", b"112\n")]
+
+
+def test_driver_without_pwm_enable(tmp_path):
+    root = copy_machine("dell-precision-7920-tower-xeon-coretemp-dell-smm-fans-nouveau", tmp_path)
+    io = FaultIO()
+    backend = HwmonBackend(str(root), io=io)
+    backend.discover()
+    assert backend.read_knob(f"{DELL}/pwm2").mode is None
+    saved = backend.save_knob(f"{DELL}/pwm2")
+    assert saved == {"pwm": 99, "enable": None}
+    backend.write_knob(f"{DELL}/pwm2", 100.0)
+    backend.restore_knob(f"{DELL}/pwm2", saved)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2", b"255\n"), ("pwm2", b"99\n")]
+    backend.close()
+
+
+@pytest.mark.parametrize("value", [-0.1, 100.5, float("nan")])
+def test_duty_outside_0_100_is_refused(x570, value):
+    backend, io, _ = x570
+    with pytest.raises(OutOfRange):
+        backend.write_knob(f"{NCT}/pwm1", value)
+    assert io.writes == []
+
+
+@pytest.mark.parametrize(("code", "error"), [(errno.EACCES, NoPermission), (errno.EPERM, NoPermission),
+                                             (errno.EINVAL, OutOfRange), (errno.ENODEV, DeviceLost)])
+def test_write_errors_map_to_backend_errors(x570, code, error):
+    backend, io, _ = x570
+    io.write_faults["pwm1_enable"] = OSError(code, "x")
+    with pytest.raises(error):
+        backend.write_knob(f"{NCT}/pwm1", 50.0)
+
+
+def test_unknown_knob(x570):
+    backend, _, _ = x570
+    for call in (backend.read_knob, backend.save_knob):
+        with pytest.raises(UnknownKnob):
+            call(f"{NCT}/pwm9")
+
+
+def test_read_only_pwm_says_why(tmp_path):
+    class ReadOnly(FaultIO):
+        def writable(self, path: str) -> bool:
+            return not path.endswith("_enable")
+
+    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    backend = HwmonBackend(str(root), io=ReadOnly())
+    knob = next(d for d in backend.discover() if d.id == NCT).knobs[0]
+    assert knob.writable is False and knob.why_not == "pwm1_enable not writable (needs root)"
+    backend.close()
+
+
+def test_pwm_modes():
+    assert [pwm_mode(v) for v in (None, 0, 1, 2, 5)] == [None, "full", "manual", "auto", "auto"]

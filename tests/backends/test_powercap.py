@@ -1,0 +1,208 @@
+"""RAPL zones from the recorded powercap trees: names, power across counter wrap, limits, root-only energy."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aithermd.backends.powercap import ROOT_ONLY, RaplBackend, energy_increase_uj
+from aithermd.clock import FakeClock
+from aithermd.errors import NoPermission, OutOfRange, UnknownKnob
+from aithermd.model import Status
+from aithermd.sim import ttar
+
+from .faults import FaultIO
+from .helpers import TTAR
+
+MAX_RANGE = 262143328850
+
+
+@pytest.fixture
+def procfs_root(tmp_path) -> Path:
+    ttar.extract(TTAR / "prometheus-procfs-sys-class-powercap-intel-rapl.ttar", tmp_path, strip="fixtures")
+    return tmp_path / "sys"
+
+
+@pytest.fixture
+def node_root(tmp_path) -> Path:
+    ttar.extract(TTAR / "node-exporter-sys-class-powercap-intel-rapl.ttar", tmp_path)
+    return tmp_path / "sys"
+
+
+def zone_file(root: Path, zone: str, name: str) -> Path:
+    return root / "class" / "powercap" / zone / name
+
+
+def test_zones_are_named_by_their_name_file(procfs_root):
+    backend = RaplBackend(str(procfs_root), clock=FakeClock())
+    devices = {d.id: d for d in backend.discover()}
+    assert list(devices) == ["powercap:package-0", "powercap:core", "powercap:package-10"]
+    assert devices["powercap:core"].info["parent"] == "powercap:package-0"
+    pkg = devices["powercap:package-0"]
+    assert [c.id for c in pkg.channels] == ["powercap:package-0/power", "powercap:package-0/energy"]
+    pl1, pl2 = pkg.knobs
+    assert (pl1.id, pl1.kind, pl1.max, pl1.unit, pl1.writable) == ("powercap:package-0/pl1", "pl1", 95.0, "W", True)
+    assert (pl2.id, pl2.kind, pl2.max) == ("powercap:package-0/pl2", "pl2", None)  # max_power_uw 0: unknown
+    assert pkg.info["pl1_time_window_s"] == pytest.approx(0.999424)
+    assert devices["powercap:core"].knobs[0].max is None  # empty constraint_0_max_power_uw
+    sample = backend.sample()
+    assert sample.knobs["powercap:package-0/pl1"].value == 4090.0
+    assert sample.readings["powercap:package-0/energy"].value == pytest.approx(240422.366267)
+    first_power = sample.readings["powercap:package-0/power"]
+    assert first_power.status == Status.STALE and first_power.value is None
+    backend.close()
+
+
+def test_duplicate_zone_names_get_numbered_in_bus_order(node_root):
+    pc = node_root / "class" / "powercap"
+    for src, dst in (("intel-rapl:0", "intel-rapl:1"), ("intel-rapl:0:0", "intel-rapl:1:0")):
+        shutil.copytree(pc / src, pc / dst)
+    (pc / "intel-rapl:1" / "name").write_text("package-1\n")
+    backend = RaplBackend(str(node_root), clock=FakeClock())
+    devices = backend.discover()
+    assert [d.id for d in devices] == ["powercap:package-0", "powercap:core", "powercap:package-1",
+                                       "powercap:core#2"]
+    assert devices[3].info["parent"] == "powercap:package-1"
+    assert devices[3].name == "core"
+    backend.close()
+
+
+def test_zones_under_devices_virtual_powercap(node_root, tmp_path):
+    root = tmp_path / "other"
+    virt = root / "devices" / "virtual" / "powercap" / "intel-rapl"
+    virt.mkdir(parents=True)
+    shutil.copytree(node_root / "class" / "powercap" / "intel-rapl:0", virt / "intel-rapl:0")
+    shutil.copytree(node_root / "class" / "powercap" / "intel-rapl:0:0", virt / "intel-rapl:0" / "intel-rapl:0:0")
+    backend = RaplBackend(str(root), clock=FakeClock())
+    assert [d.id for d in backend.discover()] == ["powercap:package-0", "powercap:core"]
+    backend.close()
+
+
+def test_energy_increase_across_wrap():
+    assert energy_increase_uj(100, 250, MAX_RANGE) == 150
+    assert energy_increase_uj(MAX_RANGE - 100, 50, MAX_RANGE) == 150
+    assert energy_increase_uj(500, 50, None) is None
+
+
+def test_power_right_across_a_wrap_with_a_real_recording(node_root):
+    """Replay the recorded laptop package energy (µJ per ~100 ms interval) into energy_uj, starting just
+    below max_energy_range_uj so the counter wraps, and compare with energy / measured interval."""
+    rows = [line.split() for line in (TTAR / "laptop-rapl-msr-package0-energy-delta-100ms-idle-stress-idle.log")
+            .read_text().splitlines() if line.strip()]
+    assert len(rows) == 200
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    counter = MAX_RANGE - 3_000_000
+    energy.write_text(f"{counter}\n")
+    clock = FakeClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    start = backend.sample().readings["powercap:package-0/energy"].value
+    wraps, total_uj = 0, 0
+    for (t0, _, _), (t1, delta, _) in zip(rows, rows[1:]):
+        dt = (int(t1) - int(t0)) / 1e6
+        before = counter
+        counter = (counter + int(delta)) % MAX_RANGE
+        wraps += counter < before
+        total_uj += int(delta)
+        energy.write_text(f"{counter}\n")
+        clock.advance(dt)
+        sample = backend.sample()
+        power = sample.readings["powercap:package-0/power"]
+        assert power.status == Status.OK
+        assert power.value == pytest.approx(int(delta) / 1e6 / dt, rel=1e-9)
+        assert sample.readings["powercap:package-0/energy"].value == pytest.approx(start + total_uj / 1e6)
+    assert wraps == 1
+    backend.close()
+
+
+def test_power_uses_the_measured_interval_not_a_nominal_one(node_root):
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    clock = FakeClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    energy.write_text("1000000\n")
+    backend.sample()
+    clock.advance(2.5)  # a late tick
+    energy.write_text("51000000\n")
+    assert backend.sample().readings["powercap:package-0/power"].value == pytest.approx(20.0)
+    backend.close()
+
+
+def test_energy_readable_only_by_root_is_reported_not_raised(node_root):
+    io = FaultIO()
+    io.open_faults["energy_uj"] = [OSError(errno.EACCES, "Permission denied")]
+    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    devices = backend.discover()
+    assert devices[0].info["energy_why_not"] == ROOT_ONLY
+    sample = backend.sample()
+    for cid in ("powercap:package-0/power", "powercap:package-0/energy"):
+        assert sample.readings[cid].status == Status.NOT_SUPPORTED
+        assert sample.readings[cid].detail == ROOT_ONLY
+    assert sample.knobs["powercap:package-0/pl1"].value == 4090.0  # limits still read
+    backend.close()
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENODATA, errno.EAGAIN])
+def test_energy_read_fault_fails_that_zone_only(node_root, code):
+    io = FaultIO()
+    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    backend.discover()
+    io.faults["intel-rapl:0/energy_uj"] = [OSError(code, os.strerror(code))]
+    sample = backend.sample()
+    assert sample.readings["powercap:package-0/power"].status == Status.FAILED
+    assert sample.readings["powercap:core/energy"].status == Status.OK
+    backend.close()
+
+
+def test_limit_write_save_restore(node_root):
+    backend = RaplBackend(str(node_root), clock=FakeClock())
+    backend.discover()
+    limit = zone_file(node_root, "intel-rapl:0", "constraint_0_power_limit_uw")
+    window = zone_file(node_root, "intel-rapl:0", "constraint_0_time_window_us")
+    saved = backend.save_knob("powercap:package-0/pl1")
+    assert saved == {"power_limit_uw": 4090000000, "time_window_us": 999424}
+    backend.write_knob("powercap:package-0/pl1", 65.5)
+    assert limit.read_text() == "65500000\n"
+    assert backend.read_knob("powercap:package-0/pl1").value == 65.5
+    window.write_text("28000000\n")
+    backend.restore_knob("powercap:package-0/pl1", saved)
+    assert limit.read_text() == "4090000000\n" and window.read_text() == "999424\n"
+    backend.close()
+
+
+@pytest.mark.parametrize("value", [0.0, -5.0, 95.01, float("nan")])
+def test_limit_outside_constraints_is_refused(node_root, value):
+    backend = RaplBackend(str(node_root), clock=FakeClock())
+    backend.discover()
+    with pytest.raises(OutOfRange):
+        backend.write_knob("powercap:package-0/pl1", value)
+    assert zone_file(node_root, "intel-rapl:0", "constraint_0_power_limit_uw").read_text() == "4090000000\n"
+    backend.close()
+
+
+def test_limit_write_without_permission(node_root):
+    io = FaultIO()
+    io.write_faults["constraint_0_power_limit_uw"] = OSError(errno.EACCES, "Permission denied")
+    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    backend.discover()
+    with pytest.raises(NoPermission):
+        backend.write_knob("powercap:package-0/pl1", 50.0)
+    with pytest.raises(UnknownKnob):
+        backend.write_knob("powercap:package-0/pl4", 50.0)
+    backend.close()
+
+
+def test_not_writable_limit_says_why(node_root):
+    class ReadOnly(FaultIO):
+        def writable(self, path: str) -> bool:
+            return False
+
+    backend = RaplBackend(str(node_root), clock=FakeClock(), io=ReadOnly())
+    knob = backend.discover()[0].knobs[0]
+    assert knob.writable is False
+    assert knob.why_not == "constraint_0_power_limit_uw not writable (needs root)"
+    backend.close()
