@@ -1,0 +1,260 @@
+"""Conditions compiled for one machine: metric windows, all/any/not, schedules, processes, states.
+
+Three-valued: a condition is True, False or None (unknown: a failed sensor, a window not yet full). None
+never triggers anything: ``all`` is None unless some part is False, ``any`` is None unless some part is True,
+``not None`` is None. ``sustain_s`` needs the condition True continuously that long (the start time is kept in
+:attr:`Ctx.held_new`, the next tick's ``held``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from aithermd.model import Device
+from aithermd.policy import selectors
+from aithermd.policy.references import resolve_state
+from aithermd.policy.schema import (
+    DAYS,
+    AllCondition,
+    AnyCondition,
+    MetricCondition,
+    NotCondition,
+    PolicyDocument,
+    ProcessCondition,
+    ScheduleCondition,
+    StateCondition,
+)
+from aithermd.policy.windows import Window
+
+GPU_ATTR = {
+    "gpu.utilization_pct": "utilization", "gpu.memory_utilization_pct": "memory_utilization",
+    "gpu.power_w": "power", "gpu.power_pct": "power_pct", "gpu.temperature_c": "temperature",
+    "gpu.memory_temperature_c": "memory_temperature",
+}
+CPU_KEY = {"cpu.utilization_pct": "cpu/utilization", "cpu.power_w": "cpu/package_power"}
+
+
+@dataclass(slots=True)
+class Ctx:
+    """Per-tick scratch for evaluating conditions (not engine state)."""
+
+    now: float
+    t_wall: float
+    windows: Mapping[str, Window]
+    ok: frozenset[str] | set[str]  # window keys with a fresh, ok value this tick
+    processes: frozenset[str] = frozenset()
+    machine_states: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
+    held: Mapping[str, float] = field(default_factory=dict)
+    held_new: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None  # a GPU id, or None machine-wide
+    _local: time.struct_time | None = None
+
+    def local(self) -> time.struct_time:
+        if self._local is None:
+            self._local = time.localtime(self.t_wall)
+        return self._local
+
+
+class Node:
+    __slots__ = ("key", "sustain_s")
+
+    def __init__(self, key: str, sustain_s: float) -> None:
+        self.key, self.sustain_s = key, sustain_s
+
+    def test(self, ctx: Ctx) -> bool | None:
+        raise NotImplementedError
+
+    def eval(self, ctx: Ctx) -> bool | None:
+        result = self.test(ctx)
+        if self.sustain_s <= 0:
+            return result
+        if result is not True:
+            return result
+        k = f"{self.key}@{ctx.scope}"
+        since = ctx.held.get(k, ctx.now)
+        ctx.held_new[k] = since
+        return ctx.now - since >= self.sustain_s - 1e-9
+
+
+class Metric(Node):
+    __slots__ = ("metric", "attr", "keys", "stat", "window_s", "above", "below", "label")
+
+    def __init__(self, key: str, c: MetricCondition, keys: Sequence[str]) -> None:
+        super().__init__(key, c.sustain_s)
+        self.metric, self.stat, self.window_s = c.metric, c.stat, c.window_s
+        self.above, self.below = c.above, c.below
+        self.attr = GPU_ATTR.get(c.metric)
+        self.keys = tuple(keys)  # machine-wide keys (all GPUs / the sensors / the cpu key)
+        w = "" if c.stat == "last" else f"_{c.window_s:g}s"
+        self.label = f"{c.metric}{'[' + ','.join(c.sensor) + ']' if c.sensor else ''}.{c.stat}{w}"
+
+    def value(self, ctx: Ctx) -> tuple[float | None, bool]:
+        """(statistic, complete): the max over the keys in scope; complete False when some key is unknown."""
+        keys = (f"{ctx.scope}/{self.attr}",) if self.attr and ctx.scope else self.keys
+        best, complete = None, True
+        for k in keys:
+            w = ctx.windows.get(k)
+            v = w.stat(self.stat, self.window_s, ctx.now) if w is not None and k in ctx.ok else None
+            if v is None:
+                complete = False
+            elif best is None or v > best:
+                best = v
+        return best, complete and bool(keys)
+
+    def test(self, ctx: Ctx) -> bool | None:
+        v, complete = self.value(ctx)
+        ctx.stats[self.label] = None if v is None else round(v, 3)
+        if self.above is not None:
+            if v is not None and v >= self.above:
+                return True
+            return False if complete else None
+        if not complete or v is None:
+            return None
+        return v < self.below  # type: ignore[operator]
+
+
+class All(Node):
+    __slots__ = ("parts",)
+
+    def __init__(self, key: str, sustain_s: float, parts: list[Node]) -> None:
+        super().__init__(key, sustain_s)
+        self.parts = parts
+
+    def test(self, ctx: Ctx) -> bool | None:
+        result: bool | None = True
+        for p in self.parts:
+            r = p.eval(ctx)
+            if r is False:
+                result = False
+            elif r is None and result is True:
+                result = None
+        return result
+
+
+class AnyOf(All):
+    __slots__ = ()
+
+    def test(self, ctx: Ctx) -> bool | None:
+        result: bool | None = False
+        for p in self.parts:
+            r = p.eval(ctx)
+            if r is True:
+                result = True
+            elif r is None and result is False:
+                result = None
+        return result
+
+
+class Not(Node):
+    __slots__ = ("inner",)
+
+    def __init__(self, key: str, sustain_s: float, inner: Node) -> None:
+        super().__init__(key, sustain_s)
+        self.inner = inner
+
+    def test(self, ctx: Ctx) -> bool | None:
+        r = self.inner.eval(ctx)
+        return None if r is None else not r
+
+
+def _minutes(hhmm: str) -> int:
+    h, m = hhmm.split(":")
+    return int(h) * 60 + int(m)
+
+
+class Schedule(Node):
+    __slots__ = ("days", "start", "end")
+
+    def __init__(self, key: str, c: ScheduleCondition) -> None:
+        super().__init__(key, c.sustain_s)
+        self.days = frozenset(DAYS.index(d) for d in c.schedule.days)
+        self.start, self.end = _minutes(c.schedule.from_), _minutes(c.schedule.to)
+
+    def test(self, ctx: Ctx) -> bool | None:
+        lt = ctx.local()
+        minute, day = lt.tm_hour * 60 + lt.tm_min, lt.tm_wday
+        if self.start <= self.end:
+            return day in self.days and self.start <= minute < self.end
+        # wraps midnight: the late part belongs to the listed day, the early part to the day after it
+        return ((day in self.days and minute >= self.start)
+                or ((day - 1) % 7 in self.days and minute < self.end))
+
+
+class Process(Node):
+    __slots__ = ("patterns",)
+
+    def __init__(self, key: str, c: ProcessCondition) -> None:
+        super().__init__(key, c.sustain_s)
+        self.patterns = tuple(c.process)
+
+    def test(self, ctx: Ctx) -> bool | None:
+        hit = any(fnmatchcase(p, pat) for p in ctx.processes for pat in self.patterns)
+        ctx.stats[f"process[{','.join(self.patterns)}]"] = hit
+        return hit
+
+
+class InState(Node):
+    __slots__ = ("machine", "state", "per_gpu")
+
+    def __init__(self, key: str, c: StateCondition, machine: str, state: str, per_gpu: bool) -> None:
+        super().__init__(key, c.sustain_s)
+        self.machine, self.state, self.per_gpu = machine, state, per_gpu
+
+    def test(self, ctx: Ctx) -> bool | None:
+        if not self.per_gpu:
+            cur = ctx.machine_states.get((self.machine, "machine"))
+            return cur is not None and cur[1] and cur[0] == self.state
+        if ctx.scope is not None and (self.machine, ctx.scope) in ctx.machine_states:
+            name, settled = ctx.machine_states[(self.machine, ctx.scope)]
+            return settled and name == self.state
+        return any(settled and name == self.state
+                   for (m, _s), (name, settled) in ctx.machine_states.items() if m == self.machine)
+
+
+@dataclass
+class Compiler:
+    """Builds :class:`Node` trees for one policy on one machine; collects the windows they need."""
+
+    doc: PolicyDocument
+    devices: Sequence[Device]
+    needs: dict[str, float] = field(default_factory=dict)  # window key → horizon (s)
+    uses_processes: bool = False
+
+    def _need(self, key: str, window_s: float) -> None:
+        self.needs[key] = max(self.needs.get(key, 0.0), window_s)
+
+    def compile(self, cond: Any, key: str) -> Node | None:
+        if cond is None:
+            return None
+        if isinstance(cond, MetricCondition):
+            if cond.metric in GPU_ATTR:
+                keys = [f"{d.id}/{GPU_ATTR[cond.metric]}" for d in selectors.gpus(self.devices)]
+            elif cond.metric in CPU_KEY:
+                keys = [CPU_KEY[cond.metric]]
+            else:
+                keys = [c.id for c in selectors.select_temperatures(cond.sensor or [], self.devices)]
+            for k in keys:
+                self._need(k, cond.window_s)
+            return Metric(key, cond, keys)
+        if isinstance(cond, AllCondition):
+            return All(key, cond.sustain_s, [self.compile(c, f"{key}.all[{i}]") for i, c in enumerate(cond.all)])
+        if isinstance(cond, AnyCondition):
+            return AnyOf(key, cond.sustain_s,
+                         [self.compile(c, f"{key}.any[{i}]") for i, c in enumerate(cond.any)])
+        if isinstance(cond, NotCondition):
+            return Not(key, cond.sustain_s, self.compile(cond.not_, f"{key}.not"))  # type: ignore[arg-type]
+        if isinstance(cond, ScheduleCondition):
+            return Schedule(key, cond)
+        if isinstance(cond, ProcessCondition):
+            self.uses_processes = True
+            return Process(key, cond)
+        if isinstance(cond, StateCondition):
+            machine, state = resolve_state(self.doc, cond.state) or ("", cond.state)
+            m = self.doc.machines.get(machine)
+            return InState(key, cond, machine, state, per_gpu=m is not None and m.per == "gpu")
+        raise TypeError(f"unknown condition {type(cond).__name__}")

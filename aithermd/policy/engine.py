@@ -1,0 +1,249 @@
+"""The decision engine: a pure function of (input snapshot, previous state) → (decisions, new state).
+
+No clock reads, no I/O: times come in :class:`EngineInput`, history lives in :class:`EngineState`. Each tick:
+
+1. update the time-weighted windows the policies need (:mod:`aithermd.policy.windows`);
+2. per policy (the active one, then the holds): step its state machines, then run its rules in order — for
+   each knob the first rule whose ``when`` holds decides it (fan curves through :mod:`aithermd.policy.curves`);
+3. the built-in safety layer (:mod:`aithermd.policy.safety`) and operator overrides;
+4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob.
+
+Knobs nobody decides are absent from ``EngineResult.decisions``: the daemon hands them back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from aithermd.model import (
+    EMPTY,
+    Decision,
+    Device,
+    DeviceKind,
+    KnobKind,
+    KnobValue,
+    Layer,
+    Reading,
+    Status,
+    _empty,
+)
+from aithermd.policy import arbiter, safety
+from aithermd.policy.conditions import CPU_KEY, Ctx
+from aithermd.policy.curves import CurveState, FanState
+from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
+from aithermd.policy.references import all_conditions
+from aithermd.policy.rules import run_rule
+from aithermd.policy.schema import ProcessCondition
+from aithermd.policy.windows import Window
+
+HORIZON_PAD_S = 2.0
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """One tick's facts: monotonic and wall-clock time (s), devices, readings and knob values by id, per-device
+    attributes, and the running processes' names/command lines (only filled when :func:`needs_processes`)."""
+
+    t_mono: float
+    t_wall: float
+    devices: tuple[Device, ...]
+    readings: Mapping[str, Reading]
+    knobs: Mapping[str, KnobValue]
+    attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
+    processes: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class MachineState:
+    index: int = 0
+    since: float = 0.0
+    settled: bool = False
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    machines: Mapping[tuple[str, str], MachineState] = field(default_factory=_empty)
+    held: Mapping[str, float] = field(default_factory=_empty)
+    curves: Mapping[str, CurveState] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """Everything the engine remembers between ticks (immutable; pass it back next tick)."""
+
+    windows: Mapping[str, Window] = field(default_factory=_empty)
+    policies: Mapping[str, PolicyState] = field(default_factory=_empty)
+    fans: Mapping[str, FanState] = field(default_factory=_empty)
+    latched: frozenset[str] = frozenset()
+    plans: tuple[Plan, ...] = ()
+    t_mono: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    decisions: Mapping[str, Decision]
+    state: EngineState
+    states: Mapping[str, Mapping[str, str]]
+    layers: Mapping[str, Mapping[str, Decision]] = field(default_factory=_empty)  # per layer, before arbitration
+
+
+def initial_state() -> EngineState:
+    return EngineState()
+
+
+def needs_processes(policies: Sequence[Any]) -> bool:
+    """True when any policy has a ``process`` condition (the daemon then lists processes each tick)."""
+    return any(isinstance(c, ProcessCondition) for p in policies if p is not None
+               for c, _loc in all_conditions(p.document))
+
+
+def _plan(policy: Any, devices: tuple[Device, ...], cache: tuple[Plan, ...]) -> Plan:
+    for p in cache:
+        if p.policy is policy and (p.devices is devices or p.devices == devices):
+            return p
+    return compile_plan(policy, devices)
+
+
+def _ok(r: Reading | None) -> float | None:
+    if r is None or r.status != Status.OK or r.value is None or r.value != r.value:
+        return None
+    return float(r.value)
+
+
+def _sample(key: str, inp: EngineInput, knobs: Mapping[str, Any]) -> float | None:
+    if key == CPU_KEY["cpu.power_w"]:
+        parts = [_ok(inp.readings.get(f"{d.id}/power")) for d in inp.devices
+                 if d.kind == DeviceKind.POWERCAP and d.id.split(":", 1)[-1].startswith("package")]
+        return None if not parts or any(p is None for p in parts) else sum(parts)  # type: ignore[arg-type]
+    if key.endswith("/power_pct"):
+        dev = key.rsplit("/", 1)[0]
+        power = _ok(inp.readings.get(f"{dev}/power"))
+        kv = inp.knobs.get(f"{dev}/power_limit")
+        limit = kv.value if kv is not None and kv.status == Status.OK else None
+        if limit is None:
+            knob = knobs.get(f"{dev}/power_limit")
+            limit = knob.default if knob is not None else None
+        return None if power is None or not limit else 100.0 * power / limit
+    return _ok(inp.readings.get(key))
+
+
+def _update_windows(plans: Sequence[Plan], inp: EngineInput, prev: Mapping[str, Window]
+                    ) -> tuple[dict[str, Window], set[str]]:
+    needs: dict[str, float] = {}
+    for p in plans:
+        for k, h in p.needs.items():
+            needs[k] = max(needs.get(k, 0.0), h)
+    knobs = plans[0].knobs if plans else {}
+    out, ok = {}, set()
+    for key, horizon in needs.items():
+        w = prev.get(key) or Window()
+        v = _sample(key, inp, knobs)
+        if v is not None:
+            w = w.push(inp.t_mono, v, horizon + HORIZON_PAD_S)
+            ok.add(key)
+        out[key] = w
+    return out, ok
+
+
+def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) -> MachineState:
+    states, now = m.states, ctx.now
+    if prev is None:
+        prev = MachineState(0, now, settled=states[0].enter is None)
+    i, settled = prev.index, prev.settled
+    if settled and now - prev.since < states[i].min_dwell_s:
+        return prev
+    for j in range(len(states) - 1, i, -1):
+        enter = states[j].enter
+        if enter is not None and enter.eval(ctx) is True:
+            return MachineState(j, now, True)
+    if not settled:
+        enter0 = states[0].enter
+        if enter0 is not None and enter0.eval(ctx) is True:
+            return MachineState(0, now, True)
+        return prev
+    exit_ = states[i].exit
+    if i > 0 and exit_ is not None and exit_.eval(ctx) is True:
+        return MachineState(i - 1, now, True)
+    return prev
+
+
+def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, windows: Mapping[str, Window],
+                ok: set[str], fans: Mapping[str, FanState]
+                ) -> tuple[dict[str, Decision], PolicyState, dict[str, str], dict[str, tuple[str, ...]]]:
+    name = plan.policy.name
+    ctx = Ctx(now=inp.t_mono, t_wall=inp.t_wall, windows=windows, ok=ok, processes=inp.processes,
+              held=ps.held)
+    machines: dict[tuple[str, str], MachineState] = {}
+    machine_stats: dict[str | None, dict[str, Any]] = {}
+    states_out: dict[str, str] = {}
+    for m in plan.machines:
+        for scope in m.scopes:
+            ctx.scope = scope if m.per_gpu else None
+            ctx.stats = machine_stats.setdefault(ctx.scope, {})
+            new = _step_machine(m, scope, ps.machines.get((m.name, scope)), ctx)
+            machines[(m.name, scope)] = new
+            state_name = m.states[new.index].name
+            ctx.machine_states[(m.name, scope)] = (state_name, new.settled)
+            ctx.stats[f"state:{m.name}"] = state_name if new.settled else f"{state_name} (starting)"
+            key = scope if len(plan.machines) == 1 else f"{m.name}/{scope}"
+            states_out[key] = state_name
+    decisions: dict[str, Decision] = {}
+    curve_states: dict[str, CurveState] = {}
+    fan_sources: dict[str, tuple[str, ...]] = {}
+    for rule in plan.rules:
+        run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
+                 fan_sources)
+    return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
+                                  MappingProxyType(curve_states)), states_out, fan_sources
+
+
+def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineState,
+             overrides: Mapping[str, float] = EMPTY) -> EngineResult:
+    """Decide every knob for this tick. ``active``: the active Policy (or None); ``holds``: held policies,
+    last strongest; ``overrides``: knob id → operator value (daemon units). Pure: no clock, no I/O."""
+    policies = [p for p in (active, *holds) if p is not None]
+    plans = tuple(_plan(p, inp.devices, state.plans) for p in dict.fromkeys(policies))
+    by_policy = {p.policy: p for p in plans}
+    windows, ok = _update_windows(plans, inp, state.windows)
+    knobs = {k.id: k for d in inp.devices for k in d.knobs}
+    layers: list[dict[str, Decision]] = []
+    new_policies: dict[str, PolicyState] = {}
+    states: dict[str, Mapping[str, str]] = {}
+    fan_sources: dict[str, tuple[str, ...]] = {}
+    for idx, policy in enumerate(policies):
+        layer = Layer.POLICY if idx == 0 and policy is active else Layer.HOLD
+        decisions, ps, st, sources = _run_policy(by_policy[policy], layer, inp,
+                                                 state.policies.get(policy.name, PolicyState()),
+                                                 windows, ok, state.fans)
+        layers.append(decisions)
+        new_policies[policy.name] = ps
+        states[policy.name] = MappingProxyType(st)
+        for fan, src in sources.items():
+            fan_sources[fan] = tuple(dict.fromkeys((*fan_sources.get(fan, ()), *src)))
+    params = safety.SafetyParams(
+        margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
+        gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
+                              if p.document.safety.gpu_temp_limit_c is not None), default=None))
+    safe, latched = safety.evaluate(inp.devices, inp.readings, params, fan_sources, state.latched)
+    override = arbiter.override_decisions(overrides, knobs)
+    merged = arbiter.merge([*layers, override, safe], knobs)
+    fans = dict(state.fans)
+    for kid, dec in merged.items():
+        if knobs[kid].kind in (KnobKind.PWM, KnobKind.FAN) and dec.value is not None:
+            fans[kid] = FanState(dec.value, inp.t_mono)
+    for kid in [k for k in fans if k not in merged]:
+        del fans[kid]
+    new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
+                            fans=MappingProxyType(fans), latched=latched, plans=plans, t_mono=inp.t_mono)
+    by_layer = {"safety": safe, "override": override}
+    for policy, decs in zip(policies, layers, strict=True):
+        by_layer[policy.name] = decs
+    return EngineResult(decisions=MappingProxyType(merged), state=new_state,
+                        states=MappingProxyType(states), layers=MappingProxyType(by_layer))
+
+
+__all__ = ["EngineInput", "EngineResult", "EngineState", "evaluate", "initial_state", "needs_processes",
+           "CRule"]

@@ -1,0 +1,226 @@
+"""Policy files → validated :class:`Policy` objects, with every error mapped to ``FILE:LINE:COL``.
+
+YAML is parsed with ruamel.yaml (round-trip mode keeps line and column marks), validated against
+:mod:`aithermd.policy.schema`, then cross-checked (:mod:`aithermd.policy.references`). Every problem is a
+:class:`aithermd.errors.PolicyError`; a file's problems are raised together as
+:class:`aithermd.errors.PolicyErrors`. A directory loads all-or-nothing.
+
+Where policies live: the shipped ones (:func:`shipped_policy_dir`) and the admin's (:data:`ADMIN_POLICY_DIR`);
+an admin file of the same name replaces the shipped one. A file, or the directory holding it, that a non-root
+user can write is refused with ``strict_permissions=True`` (the daemon running as root) and otherwise only
+warned about (``Policy.warnings``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from aithermd import log
+from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.policy import locate
+from aithermd.policy.references import check_references
+from aithermd.policy.schema import PolicyDocument
+
+ADMIN_POLICY_DIR = Path("/etc/aithermd/policies.d")
+SUFFIXES = (".yaml", ".yml")
+MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """One validated policy. ``name`` is the file stem; ``source`` the YAML text as read; ``warnings``
+    permission warnings (non-strict loads). Compared by identity."""
+
+    name: str
+    path: Path | None
+    description: str
+    source: str = field(repr=False)
+    document: PolicyDocument = field(repr=False)
+    warnings: tuple[str, ...] = ()
+    tree: Any = field(default=None, repr=False)  # the ruamel tree, for positions in later checks
+
+    def position(self, loc: Sequence[str | int]) -> tuple[int | None, int | None, str]:
+        """(line, col, dotted key) of a location in the document (1-based)."""
+        return locate.locate(self.tree, loc)
+
+
+def shipped_policy_dir() -> Path:
+    """The shipped policies: the repository's ``policies/`` in a source checkout, else
+    ``<sys.prefix>/share/aithermd/policies``, else ``/usr/share/aithermd/policies``."""
+    candidates = [Path(__file__).resolve().parents[2] / "policies",
+                  Path(sys.prefix) / "share" / "aithermd" / "policies",
+                  Path("/usr/share/aithermd/policies")]
+    for cand in candidates:
+        if (cand / "balanced.yaml").is_file():
+            return cand
+    return candidates[-1]
+
+
+def permission_problems(path: Path) -> list[str]:
+    """Why a non-root user could change ``path`` (a file or directory), as sentences; [] when only root can.
+
+    Owner other than root (an owner can always chmod), group write for a non-root group, or world write."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return [f"cannot stat {path}: {exc.strerror}"]
+    what = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+    problems = []
+    if st.st_uid != 0:
+        problems.append(f"{what} {path} is owned by uid {st.st_uid}, not root")
+    if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+        problems.append(f"{what} {path} is writable by group gid {st.st_gid}")
+    if st.st_mode & stat.S_IWOTH:
+        problems.append(f"{what} {path} is writable by every user")
+    return problems
+
+
+def _permissions(path: Path, strict: bool) -> tuple[list[PolicyError], list[str]]:
+    problems = permission_problems(path) + permission_problems(path.parent)
+    if not problems:
+        return [], []
+    fix = f"chown root:root {path} {path.parent} && chmod go-w {path} {path.parent}"
+    if strict:
+        return [PolicyError(str(path), f"refusing a policy a non-root user can change: {p}", hint=fix)
+                for p in problems], []
+    warnings = [f"{p} (the daemon running as root will refuse it; fix: {fix})" for p in problems]
+    for w in warnings:
+        log.get("aithermd.policy").warning("policy permissions", path=str(path), problem=w)
+    return [], warnings
+
+
+def _plain(node: Any) -> Any:
+    """ruamel round-trip nodes → plain dict/list/str/int/float/bool/None."""
+    if isinstance(node, dict):
+        return {(_plain(k) if not isinstance(k, str) else str(k)): _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    if isinstance(node, bool):
+        return bool(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """YAML text → ruamel tree. Raises PolicyErrors with the mark of a syntax error or duplicate key."""
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        return yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        if "duplicate key" in problem or "found duplicate key" in str(exc):
+            problem = "duplicate key" + (f" {exc.problem.split('duplicate key', 1)[1].strip()}"
+                                          if exc.problem and "duplicate key" in exc.problem else "")
+        raise PolicyErrors([PolicyError(where, f"YAML: {problem}", line=mark.line + 1 if mark else None,
+                                        col=mark.column + 1 if mark else None)]) from None
+    except (YAMLError, ValueError, RecursionError) as exc:
+        raise PolicyErrors([PolicyError(where, f"YAML: {exc}")]) from None
+
+
+def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
+                     warnings: Sequence[str] = ()) -> Policy:
+    """Validate YAML ``text`` as policy ``name``. Raises PolicyErrors (every problem, with positions)."""
+    where = str(path) if path is not None else f"<{name}>"
+    tree = parse_yaml(text, where)
+    if tree is None:
+        raise PolicyErrors([PolicyError(where, "empty policy file: expected a mapping with 'rules'",
+                                        line=1, col=1)])
+    if not isinstance(tree, dict):
+        raise PolicyErrors([PolicyError(where, "a policy file is a mapping (description, safety, curves, "
+                                               "machines, rules)", line=1, col=1)])
+    try:
+        document = PolicyDocument.model_validate(_plain(tree))
+    except ValidationError as exc:
+        raise PolicyErrors(locate.errors_from_validation(exc, tree, where)) from None
+    except RecursionError:
+        raise PolicyErrors([PolicyError(where, "the document nests too deeply")]) from None
+    problems = check_references(document)
+    if problems:
+        raise PolicyErrors([locate.error_at(tree, where, loc, msg, hint) for loc, msg, hint in problems])
+    return Policy(name=name, path=Path(path) if path is not None else None,
+                  description=document.description, source=text, document=document,
+                  warnings=tuple(warnings), tree=tree)
+
+
+def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> Policy:
+    """Load and validate one policy file; its name is the file stem.
+
+    Raises PolicyErrors: unreadable file, YAML error, schema or reference error (each with FILE:LINE:COL),
+    or, with ``strict_permissions``, a file or directory a non-root user can write."""
+    path = Path(path)
+    perm_errors, warnings = _permissions(path, strict_permissions)
+    if perm_errors:
+        raise PolicyErrors(perm_errors)
+    try:
+        with path.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from None
+    if len(raw) > MAX_BYTES:
+        raise PolicyErrors([PolicyError(str(path), f"larger than {MAX_BYTES} bytes: not a policy file")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyErrors([PolicyError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) \
+            from None
+    return load_policy_text(text, name=path.stem, path=path, warnings=warnings)
+
+
+def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
+    """name → file, later directories replacing earlier ones by name; missing directories are skipped."""
+    found: dict[str, Path] = {}
+    for d in dirs:
+        d = Path(d)
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.suffix in SUFFIXES and not p.name.startswith(".") and (p.is_file() or not p.exists()):
+                found[p.stem] = p
+    return found
+
+
+def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False) -> dict[str, Policy]:
+    """Every policy in ``dirs`` by name (later directories override earlier ones), all-or-nothing.
+
+    Raises PolicyErrors with the problems of every file when any file is invalid."""
+    errors: list[PolicyError] = []
+    loaded: dict[str, Policy] = {}
+    for name, path in sorted(policy_files(dirs).items()):
+        try:
+            loaded[name] = load_policy_file(path, strict_permissions=strict_permissions)
+        except PolicyErrors as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise PolicyErrors(errors)
+    return loaded
+
+
+def resolve_policy(name_or_file: str, dirs: Sequence[Path] | None = None, *,
+                   strict_permissions: bool = False) -> Policy:
+    """A policy by file path (anything with a ``/`` or a YAML suffix) or by name in ``dirs`` (default: shipped,
+    then admin). Raises PolicyErrors; FileNotFoundError when no such name or file exists."""
+    if "/" in name_or_file or name_or_file.endswith(SUFFIXES) or os.path.exists(name_or_file):
+        if not os.path.exists(name_or_file):
+            raise FileNotFoundError(name_or_file)
+        return load_policy_file(name_or_file, strict_permissions=strict_permissions)
+    files = policy_files(dirs if dirs is not None else [shipped_policy_dir(), ADMIN_POLICY_DIR])
+    if name_or_file not in files:
+        raise FileNotFoundError(f"no policy named '{name_or_file}' (known: {', '.join(sorted(files)) or 'none'})")
+    return load_policy_file(files[name_or_file], strict_permissions=strict_permissions)

@@ -1,0 +1,174 @@
+"""A policy compiled for one machine (one tuple of devices): selectors resolved to knobs and channels,
+conditions compiled, the windows they need listed. Built once per (policy, devices) and reused every tick."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aithermd.model import Device, DeviceKind, Knob, KnobKind
+from aithermd.policy import selectors
+from aithermd.policy.conditions import Compiler, Node, Not
+from aithermd.policy.schema import (
+    CpuPowerLimitRule,
+    FanRule,
+    GpuPowerLimitRule,
+    MixCurve,
+    PidCurve,
+    PointsCurve,
+    parse_power,
+)
+
+
+@dataclass(frozen=True)
+class CState:
+    name: str
+    enter: Node | None
+    exit: Node | None
+    min_dwell_s: float
+
+
+@dataclass(frozen=True)
+class CMachine:
+    name: str
+    per_gpu: bool
+    scopes: tuple[str, ...]  # GPU ids, or ("machine",)
+    states: tuple[CState, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    knob: Knob
+    scope: str | None  # the GPU id whose metrics and states the rule sees, or None machine-wide
+    value: Any = None  # power rules: (kind, number) or W; fan rules: unused
+
+
+@dataclass(frozen=True)
+class CRule:
+    name: str
+    kind: str
+    when: Node | None
+    targets: tuple[Target, ...]
+    model: Any  # the schema rule
+    curve_name: str | None = None
+    curves: dict[str, Any] = field(default_factory=dict)  # every curve the rule's curve may reach, by name
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → channel ids
+    agg: dict[str, str] = field(default_factory=dict)  # leaf curve → "max" | "min" | "mean"
+
+
+@dataclass(frozen=True)
+class Plan:
+    policy: Any
+    devices: tuple[Device, ...]
+    machines: tuple[CMachine, ...]
+    rules: tuple[CRule, ...]
+    needs: dict[str, float]  # window key → horizon (s)
+    uses_processes: bool
+    knobs: dict[str, Knob]
+
+
+def _leaves(name: str, curves: dict[str, Any], seen: set[str]) -> dict[str, Any]:
+    if name in seen:
+        return {}
+    seen.add(name)
+    curve = curves.get(name)
+    if isinstance(curve, MixCurve):
+        out: dict[str, Any] = {}
+        for ref in curve.curves:
+            out.update(_leaves(ref, curves, seen))
+        return out
+    return {name: curve} if curve is not None else {}
+
+
+def _reachable(name: str, curves: dict[str, Any], seen: set[str]) -> None:
+    if name in seen or name not in curves:
+        return
+    seen.add(name)
+    if isinstance(curves[name], MixCurve):
+        for ref in curves[name].curves:
+            _reachable(ref, curves, seen)
+
+
+def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], when: Node | None) -> CRule:
+    by_knob = {k.id: d for d in devices for k in d.knobs}
+    targets = tuple(Target(k, by_knob[k.id].id if by_knob[k.id].kind == DeviceKind.GPU else None)
+                    for k in selectors.select_fans(rule.fans, devices))
+    all_curves = dict(comp.doc.curves)
+    curve_name = None
+    if isinstance(rule.curve, str):
+        curve_name = rule.curve
+    elif rule.curve is not None:
+        curve_name = f"{rule.name}:inline"
+        all_curves[curve_name] = rule.curve
+    reach: set[str] = set()
+    sources: dict[str, tuple[str, ...]] = {}
+    agg: dict[str, str] = {}
+    if curve_name is not None:
+        _reachable(curve_name, all_curves, reach)
+        for leaf, curve in _leaves(curve_name, all_curves, set()).items():
+            if isinstance(curve, PointsCurve | PidCurve):
+                src = curve.source
+                fn = next(k for k in ("max", "min", "mean") if getattr(src, k) is not None)
+                chans = selectors.select_temperatures(getattr(src, fn), devices)
+                sources[leaf] = tuple(c.id for c in chans)
+                agg[leaf] = fn
+    return CRule(rule.name, "fan", when, targets, rule, curve_name, {n: all_curves[n] for n in reach},
+                 sources, agg)
+
+
+def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
+    """Resolve ``policy`` (a loader.Policy) against ``devices``."""
+    doc = policy.document
+    comp = Compiler(doc, devices)
+    machines = []
+    for mname, m in doc.machines.items():
+        scopes = (tuple(d.id for d in selectors.select_gpus(m.gpus, devices)) if m.per == "gpu"
+                  else ("machine",))
+        states = []
+        for i, st in enumerate(m.states):
+            base = f"machines.{mname}.states[{i}]"
+            enter = comp.compile(st.enter, f"{base}.enter")
+            exit_ = comp.compile(st.exit, f"{base}.exit")
+            if exit_ is None and i > 0 and enter is not None:
+                exit_ = Not(f"{base}.exit(not enter)", 0.0, enter)
+            states.append(CState(st.name, enter, exit_, st.min_dwell_s))
+        machines.append(CMachine(mname, m.per == "gpu", scopes, tuple(states)))
+    rules = []
+    for i, rule in enumerate(doc.rules):
+        when = comp.compile(rule.when, f"rules[{i}].when")
+        if isinstance(rule, GpuPowerLimitRule):
+            spec = parse_power(rule.limit)
+            targets = []
+            for d in selectors.select_gpus(rule.gpus, devices):
+                k = selectors.knob_of(d, KnobKind.POWER_LIMIT)
+                if k is not None:
+                    targets.append(Target(k, d.id, spec))
+            rules.append(CRule(rule.name, "gpu_power_limit", when, tuple(targets), rule))
+        elif isinstance(rule, CpuPowerLimitRule):
+            targets = []
+            for d in selectors.select_zones(rule.zones, devices):
+                for k in d.knobs:
+                    if k.kind == KnobKind.PL1 and rule.pl1_w is not None:
+                        targets.append(Target(k, None, ("w", rule.pl1_w)))
+                    elif k.kind == KnobKind.PL2 and rule.pl2_w is not None:
+                        targets.append(Target(k, None, ("w", rule.pl2_w)))
+            rules.append(CRule(rule.name, "cpu_power_limit", when, tuple(targets), rule))
+        else:
+            crule = _fan_rule(rule, i, comp, devices, when)
+            for chans in crule.sources.values():
+                for c in chans:
+                    comp.needs.setdefault(c, 0.0)
+            rules.append(crule)
+    knobs = {k.id: k for d in devices for k in d.knobs}
+    return Plan(policy, devices, tuple(machines), tuple(rules), comp.needs, comp.uses_processes, knobs)
+
+
+def power_value(knob: Knob, spec: tuple[str, float]) -> float | None:
+    """A parsed power value → W for ``knob`` (None when the knob lacks the needed constraint)."""
+    kind, number = spec
+    if kind == "w":
+        return number
+    if kind == "pct":
+        return None if knob.default is None else knob.default * number / 100.0
+    return {"default": knob.default, "min": knob.min, "max": knob.max}[kind]

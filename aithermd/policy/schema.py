@@ -1,0 +1,345 @@
+"""The policy language as pydantic v2 models: closed, typed data (unknown keys are errors).
+
+A policy file is one YAML mapping (see ``policies/README.md``)::
+
+    description: text
+    safety:   {margin_c, gpu_temp_limit_c}       # can only make the built-in safety stricter
+    curves:   {NAME: Curve}                      # fan curves, by kind: points | pid | mix
+    machines: {NAME: Machine}                    # state machines with hysteresis (one per GPU or one)
+    rules:    [Rule]                             # by kind: gpu_power_limit | cpu_power_limit | fan
+
+Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
+distinguishing key (``metric``, ``all``, ``any``, ``not``, ``schedule``, ``process``, ``state``), which keeps
+them short to write by hand. Cross references (curve names, states, cycles in ``mix``) are checked after
+parsing by :func:`aithermd.policy.loader.check_references`. Units: °C, W, %, s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from aithermd.policy.values import (
+    BUILTIN_MARGIN_C,
+    DAYS,
+    HHMM,
+    Glob,
+    Globs,
+    Ints,
+    Model,
+    Name,
+    NonNeg,
+    Pct,
+    PowerValue,
+    parse_power,
+)
+
+__all__ = ["BUILTIN_MARGIN_C", "DAYS", "parse_power"]
+
+# ----- selectors -------------------------------------------------------------------------------------
+class GpuMatch(Model):
+    """GPUs by NVML index, UUID or model name pattern (fnmatch, case-insensitive); all given keys must match.
+    No key at all (``gpus: all``) selects every GPU."""
+
+    index: Ints | None = None
+    uuid: Globs | None = None
+    model: Globs | None = None
+
+
+def _gpu_shortcut(value: Any) -> Any:
+    if value == "all":
+        return {}
+    if isinstance(value, int | list) and not isinstance(value, bool):
+        return {"index": value}
+    if isinstance(value, str):
+        raise ValueError(f"'{value}' is not a GPU selector: use all, an index, a list of indexes or "
+                         "{index: ..., uuid: ..., model: ...}")
+    return value
+
+
+GpuSelector = Annotated[GpuMatch, BeforeValidator(
+    _gpu_shortcut, json_schema_input_type=Union[Literal["all"], int, list[int], GpuMatch])]
+
+
+class FanMatch(Model):
+    """Fans (hwmon ``pwmN`` and GPU ``fanN`` knobs) by knob id, hwmon chip or the label of the fan's channel
+    (fnmatch patterns); all given keys must match."""
+
+    id: Globs | None = None
+    chip: Globs | None = None
+    label: Globs | None = None
+
+
+# ----- conditions ------------------------------------------------------------------------------------
+METRICS: dict[str, str] = {
+    "gpu.utilization_pct": "GPU utilization, %",
+    "gpu.memory_utilization_pct": "GPU memory-controller utilization, %",
+    "gpu.power_w": "GPU power draw, W",
+    "gpu.power_pct": "GPU power draw as % of its present power limit",
+    "gpu.temperature_c": "GPU temperature, °C",
+    "gpu.memory_temperature_c": "GPU memory (HBM/GDDR) temperature, °C",
+    "cpu.utilization_pct": "CPU utilization (all cores), %",
+    "cpu.power_w": "CPU package power (sum of RAPL package zones), W",
+    "temperature_c": "a temperature channel named by `sensor` (id or label pattern; several → max), °C",
+}
+Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
+
+
+class CondBase(Model):
+    sustain_s: NonNeg = Field(0.0, description="the condition must have held this long (s)")
+
+
+class MetricCondition(CondBase):
+    """``metric`` against a threshold as ``stat`` (mean/min/max, time-weighted) over ``window_s``.
+
+    ``above: X`` holds when the statistic is ≥ X, ``below: X`` when it is < X. A window holds only once it is
+    full; an unknown value (failed sensor, window not yet full) holds neither."""
+
+    TAG: ClassVar[str] = "metric"
+    metric: Metric
+    sensor: Globs | None = None
+    stat: Literal["mean", "min", "max", "last"] = "mean"
+    window_s: NonNeg = 0.0
+    above: float | None = None
+    below: float | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> MetricCondition:
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give exactly one of 'above' or 'below'")
+        if self.stat != "last" and self.window_s <= 0:
+            raise ValueError(f"stat '{self.stat}' needs window_s > 0 (or use stat: last)")
+        if self.metric == "temperature_c" and self.sensor is None:
+            raise ValueError("metric temperature_c needs 'sensor' (a channel id or label)")
+        if self.metric != "temperature_c" and self.sensor is not None:
+            raise ValueError(f"'sensor' is only for metric temperature_c, not {self.metric}")
+        return self
+
+
+class AllCondition(CondBase):
+    TAG: ClassVar[str] = "all"
+    all: list[Condition] = Field(min_length=1)
+
+
+class AnyCondition(CondBase):
+    TAG: ClassVar[str] = "any"
+    any: list[Condition] = Field(min_length=1)
+
+
+class NotCondition(CondBase):
+    TAG: ClassVar[str] = "not"
+    not_: Condition = Field(alias="not")
+
+
+class Schedule(Model):
+    """Local wall-clock time of day; ``from`` > ``to`` wraps past midnight (22:00–07:00)."""
+
+    days: list[Literal[DAYS]] = Field(default_factory=lambda: list(DAYS))  # type: ignore[valid-type]
+    from_: HHMM = Field("00:00", alias="from")
+    to: HHMM = "24:00"
+
+
+class ScheduleCondition(CondBase):
+    TAG: ClassVar[str] = "schedule"
+    schedule: Schedule
+
+
+class ProcessCondition(CondBase):
+    """A running process whose name or command line matches one of the patterns (fnmatch)."""
+
+    TAG: ClassVar[str] = "process"
+    process: Globs
+
+
+class StateCondition(CondBase):
+    """A state machine is in a state: ``machine.state`` (a bare ``state`` when only one machine has it)."""
+
+    TAG: ClassVar[str] = "state"
+    state: str
+
+
+CONDITION_TAGS = ("metric", "all", "any", "not", "schedule", "process", "state")
+
+
+def _condition_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return next((k for k in CONDITION_TAGS if k in value), None)
+    return getattr(value, "TAG", None)
+
+
+Condition = Annotated[
+    Annotated[MetricCondition, Tag("metric")] | Annotated[AllCondition, Tag("all")] | Annotated[AnyCondition, Tag("any")] | Annotated[NotCondition, Tag("not")] | Annotated[ScheduleCondition, Tag("schedule")] | Annotated[ProcessCondition, Tag("process")] | Annotated[StateCondition, Tag("state")],
+    Discriminator(_condition_tag, custom_error_type="condition_kind",
+                  custom_error_message="a condition needs one of the keys: " + ", ".join(CONDITION_TAGS)),
+]
+
+
+# ----- fan curves ------------------------------------------------------------------------------------
+class SourceAgg(Model):
+    """Several temperature sources combined: exactly one of ``max``, ``min``, ``mean``."""
+
+    max: list[Glob] | None = None
+    min: list[Glob] | None = None
+    mean: list[Glob] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SourceAgg:
+        given = [k for k in ("max", "min", "mean") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of 'max', 'min' or 'mean' with a list of sensors")
+        if not getattr(self, given[0]):
+            raise ValueError(f"'{given[0]}' needs at least one sensor")
+        return self
+
+
+Source = Annotated[SourceAgg, BeforeValidator(
+    lambda v: {"max": [v]} if isinstance(v, str) else v, json_schema_input_type=Union[str, SourceAgg])]
+
+
+class PointsCurve(Model):
+    """Duty (%) by linear interpolation between ``points`` [[°C, %], ...]; flat beyond the ends.
+    ``hysteresis_c``: the duty falls only once the temperature dropped this far."""
+
+    kind: Literal["points"]
+    source: Source
+    points: list[tuple[float, Pct]]
+    hysteresis_c: NonNeg = 0.0
+
+    @model_validator(mode="after")
+    def _points(self) -> PointsCurve:
+        if len(self.points) < 2:
+            raise ValueError("a points curve needs at least 2 points [[°C, %], ...]")
+        temps = [t for t, _ in self.points]
+        if any(b <= a for a, b in zip(temps, temps[1:], strict=False)):
+            raise ValueError("point temperatures must increase strictly")
+        return self
+
+
+class PidCurve(Model):
+    """PID to ``setpoint_c``: duty = base_pct + kp·e + ki·∫e dt + kd·de/dt, e = temperature − setpoint."""
+
+    kind: Literal["pid"]
+    source: Source
+    setpoint_c: float
+    kp: float = 2.0
+    ki: float = 0.1
+    kd: float = 0.0
+    base_pct: Pct = 30.0
+
+
+class MixCurve(Model):
+    """The max/min/mean of other named curves."""
+
+    kind: Literal["mix"]
+    fn: Literal["max", "min", "mean"] = "max"
+    curves: list[Name] = Field(min_length=1)
+
+
+Curve = Annotated[PointsCurve | PidCurve | MixCurve, Field(discriminator="kind")]
+CurveRef = Annotated[
+    Annotated[Name, Tag("name")] | Annotated[Curve, Tag("inline")],
+    Discriminator(lambda v: "name" if isinstance(v, str) else "inline" if isinstance(v, dict | BaseModel) else None,
+                  custom_error_type="curve_ref",
+                  custom_error_message="expected a curve name or an inline curve {kind: points|pid|mix, ...}"),
+]
+
+
+# ----- state machines --------------------------------------------------------------------------------
+class State(Model):
+    name: Name
+    enter: Condition | None = None
+    exit: Condition | None = None
+    min_dwell_s: NonNeg = 0.0
+
+
+class Machine(Model):
+    """Ordered states, lowest first. From state *i* (after its ``min_dwell_s``) the machine goes up to the
+    highest later state whose ``enter`` holds, else back down one step when ``exit`` of *i* holds. It starts
+    in the first state, whose actions apply only once its own ``enter`` has held (at once if it has none)."""
+
+    per: Literal["gpu", "machine"] = "gpu"
+    gpus: GpuSelector = "all"
+    states: list[State] = Field(min_length=2)
+
+
+# ----- rules -----------------------------------------------------------------------------------------
+class RuleBase(Model):
+    name: Name
+    when: Condition | None = None
+
+
+class GpuPowerLimitRule(RuleBase):
+    kind: Literal["gpu_power_limit"]
+    gpus: GpuSelector = "all"
+    limit: PowerValue
+
+
+class CpuPowerLimitRule(RuleBase):
+    """RAPL PL1 (long term) and/or PL2 (short term) in W, on zones by name pattern."""
+
+    kind: Literal["cpu_power_limit"]
+    zones: Globs = "package-*"
+    pl1_w: Annotated[float, Field(gt=0)] | None = None
+    pl2_w: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> CpuPowerLimitRule:
+        if self.pl1_w is None and self.pl2_w is None:
+            raise ValueError("give pl1_w, pl2_w or both")
+        return self
+
+
+class FanRule(RuleBase):
+    """Fans follow a curve (a name from ``curves`` or an inline curve) or a fixed ``duty_pct``."""
+
+    kind: Literal["fan"]
+    fans: Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinstance(v, str | list) else v,
+                                              json_schema_input_type=Union[str, list[str], FanMatch])]
+    curve: CurveRef | None = None
+    duty_pct: Pct | None = None
+    min_duty_pct: Pct = 0.0
+    start_duty_pct: Pct | None = None
+    stop_below_c: float | None = None
+    ramp_up_pct_s: Annotated[float, Field(gt=0)] | None = None
+    ramp_down_pct_s: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> FanRule:
+        if (self.curve is None) == (self.duty_pct is None):
+            raise ValueError("give exactly one of 'curve' or 'duty_pct'")
+        return self
+
+
+Rule = Annotated[GpuPowerLimitRule | CpuPowerLimitRule | FanRule, Field(discriminator="kind")]
+
+
+class Safety(Model):
+    """Stricter safety only: a larger margin under each device's threshold, a lower GPU temperature ceiling."""
+
+    margin_c: Annotated[float, Field(ge=BUILTIN_MARGIN_C, le=60)] = BUILTIN_MARGIN_C
+    gpu_temp_limit_c: Annotated[float, Field(gt=0, le=120)] | None = None
+
+
+class PolicyDocument(Model):
+    """One policy file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, title="aithermd policy",
+                              json_schema_extra={"$id": "https://github.com/aithermd/aithermd/policy.schema.json"})
+    description: str = ""
+    safety: Safety = Field(default_factory=Safety)
+    curves: dict[Name, Curve] = Field(default_factory=dict)
+    machines: dict[Name, Machine] = Field(default_factory=dict)
+    rules: list[Rule] = Field(default_factory=list)
+
+
+for _m in (AllCondition, AnyCondition, NotCondition, State, Machine, RuleBase, GpuPowerLimitRule,
+           CpuPowerLimitRule, FanRule, PolicyDocument):
+    _m.model_rebuild()
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a policy file, for editors."""
+    schema = PolicyDocument.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema

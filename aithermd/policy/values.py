@@ -1,0 +1,77 @@
+"""Value types of the policy language: names, patterns, percentages, times of day and power values.
+
+Power values (GPU limits) are watts (``300``, ``"300 W"``), a percentage of the card's default (``"80%"``),
+or ``default``, ``min``, ``max`` (the card's own constraints, from NVML ``nvmlDeviceGetPowerManagementLimitConstraints``
+and ``...DefaultLimit``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+BUILTIN_MARGIN_C = 5.0  # built-in safety margin under a device's own slowdown/critical threshold, °C
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
+NonNeg = Annotated[float, Field(ge=0)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Glob = Annotated[str, Field(min_length=1)]
+
+
+def _listify(value: Any) -> Any:
+    return [value] if isinstance(value, str | int) and not isinstance(value, bool) else value
+
+
+# one pattern or a list of them; always a list once parsed
+Globs = Annotated[list[Glob], BeforeValidator(_listify, json_schema_input_type=Union[str, list[str]])]
+Ints = Annotated[list[int], BeforeValidator(_listify, json_schema_input_type=Union[int, list[int]])]
+HHMM = Annotated[str, Field(pattern=r"^(([01]?\d|2[0-3]):[0-5]\d|24:00)$")]
+
+_POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$")
+
+
+def parse_power(value: float | str) -> tuple[str, float]:
+    """A power value → ``("w", W)``, ``("pct", % of default)``, ``("default"|"min"|"max", 0)``.
+
+    Raises ValueError with the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
+                         "'default', 'min' or 'max'")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise ValueError("a power limit must be more than 0 W")
+        return ("w", float(value))
+    text = str(value).strip()
+    if text in ("default", "min", "max"):
+        return (text, 0.0)
+    m = _POWER.match(text)
+    if not m:
+        raise ValueError(f"'{value}' is not a power value: expected watts (300 or '300 W'), a percentage "
+                         "of the default ('80%'), 'default', 'min' or 'max'")
+    number = float(m.group(1))
+    if m.group(2) == "%":
+        if not 1 <= number <= 200:
+            raise ValueError(f"{number:g}% of the default is out of range (1–200 %)")
+        return ("pct", number)
+    if number <= 0:
+        raise ValueError("a power limit must be more than 0 W")
+    return ("w", number)
+
+
+def _check_power(value: Any) -> float | str:
+    if not isinstance(value, int | float | str):
+        raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
+                         "'default', 'min' or 'max'")
+    parse_power(value)
+    return value
+
+
+PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_input_type=Union[float, str]),
+                       Field(json_schema_extra={"examples": [300, "300 W", "80%", "default", "min", "max"]})]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False, validate_default=True)
