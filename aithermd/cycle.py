@@ -41,16 +41,18 @@ class Wanted:
     value: float
 
 
-def list_processes() -> tuple[str, ...]:
-    """Command lines of the running processes (name when the command line is hidden), for policies with
-    ``process`` conditions. psutil; runs in the worker thread."""
+def list_processes() -> frozenset[str]:
+    """Names and command lines of the running processes, for policies with ``process`` conditions
+    (patterns match either). psutil; runs in the worker thread."""
     import psutil
-    out: list[str] = []
+    out: set[str] = set()
     for proc in psutil.process_iter(["name", "cmdline"]):
         info = proc.info
-        cmd = info.get("cmdline") or []
-        out.append(" ".join(cmd) if cmd else (info.get("name") or ""))
-    return tuple(out)
+        if info.get("name"):
+            out.add(info["name"])
+        if info.get("cmdline"):
+            out.add(" ".join(info["cmdline"]))
+    return frozenset(out)
 
 
 class Cycle:
@@ -116,7 +118,7 @@ class Cycle:
         events: list[Event] = []
         samples = [self._sample(b, t_wall, events) for b in world.inline]
         threaded = world.threaded
-        procs: Any = ()
+        procs: Any = frozenset()
         if threaded or world.needs_processes:
             more, ev, procs = await asyncio.get_running_loop().run_in_executor(
                 self.worker, self._off_loop, threaded, t_wall, world.needs_processes)
@@ -153,7 +155,7 @@ class Cycle:
     def _off_loop(self, threaded: tuple[Backend, ...], t_wall: float,
                   want_procs: bool) -> tuple[list[Sample], list[Event], Any]:
         samples, events = self._sample_many(threaded, t_wall)
-        procs: Any = ()
+        procs: Any = frozenset()
         if want_procs:
             try:
                 procs = self.processes()

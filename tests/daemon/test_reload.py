@@ -1,0 +1,94 @@
+"""Reload (SIGHUP / D-Bus Reload): all-or-nothing; a broken file keeps the old policies and logs FILE:LINE."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from aithermd.daemon import Daemon
+from aithermd.errors import PolicyErrors
+
+from .fakes import FakeBackend
+from .stub_engine import STUB_ENGINE, write_policy
+
+
+async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    quiet = policy_dir / "quiet.yaml"
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, sorted(d.world.policies), d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            write_policy(policy_dir, "turbo", 90.0)
+            quiet.write_text("description: now broken\nduty_pct: fast\n")
+            d.request_reload()  # what the SIGHUP handler does
+        if seq == 3:
+            d.operator.set_active_policy("quiet")
+        return False
+
+    with capture_logs() as logs:
+        assert await d.run(max_ticks=4, until=step) == 0
+    assert seen[1][1] == ["balanced", "handsoff", "quiet"]  # turbo not loaded: all-or-nothing
+    assert seen[3][2] == 30.0  # the old quiet policy still works
+    errors = [e for e in logs if e["event"] == "reload_failed"]
+    assert len(errors) == 1 and errors[0]["error"].startswith(f"{quiet}:2:11: error: duty_pct: not a number")
+    assert errors[0]["line"] == 2
+
+
+async def test_a_good_reload_is_swapped_in_between_ticks(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            write_policy(policy_dir, "balanced", 70.0)
+            d.request_reload()
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
+
+
+async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    raised = []
+
+    def step():
+        if d.hub.latest.seq == 1:
+            (policy_dir / "bad.yaml").write_text("description: x\n")
+            with pytest.raises(PolicyErrors) as info:
+                d.operator.reload()
+            raised.append(str(info.value))
+        return False
+
+    await d.run(max_ticks=2, until=step)
+    assert raised and "bad.yaml:1:1: error: duty_pct: missing" in raised[0]
+    assert sorted(d.world.policies) == ["balanced", "handsoff", "quiet"]
+
+
+async def test_dropping_the_active_policy_falls_back_and_ends_its_holds(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 1:
+            d.operator.set_active_policy("quiet")
+            d.operator.hold_policy("handsoff", "test", 0, ":1.5", 0, False)
+        if seq == 2:
+            (policy_dir / "quiet.yaml").unlink()
+            (policy_dir / "handsoff.yaml").unlink()
+            d.request_reload()
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    snap = d.hub.latest
+    assert snap.policy.active == "balanced" and snap.policy.holds == ()
+    assert snap.decisions[b.kid("pwm1")].value == 60.0

@@ -1,0 +1,68 @@
+"""The deadline scheduler: ticks on the monotonic grid, late ticks skipped not queued, early stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aithermd.ticker import Ticker
+
+
+async def test_ticks_on_the_grid(clock):
+    t = Ticker(1.0, clock, clock.sleep)
+    seen = []
+
+    async def tick(seq, deadline):
+        seen.append((seq, deadline, clock.monotonic()))
+        clock.advance(0.1)  # the tick's own work
+
+    await t.run(tick, asyncio.Event(), max_ticks=3)
+    t0 = seen[0][1]
+    assert [(s, d - t0) for s, d, _ in seen] == [(1, 0.0), (2, 1.0), (3, 2.0)]
+    assert all(now == d for _, d, now in seen) and t.skipped == 0
+
+
+async def test_a_late_tick_skips_the_missed_deadlines(clock):
+    t = Ticker(1.0, clock, clock.sleep)
+    seen = []
+
+    async def tick(seq, deadline):
+        seen.append(deadline)
+        if seq == 2:
+            clock.advance(2.5)  # overruns the deadlines at +2 and +3
+
+    await t.run(tick, asyncio.Event(), max_ticks=4)
+    t0 = seen[0]
+    assert [d - t0 for d in seen] == [0.0, 1.0, 4.0, 5.0]
+    assert t.skipped == 2
+
+
+async def test_stop_ends_the_wait_at_once():
+    from aithermd.clock import RealClock
+    t = Ticker(30.0, RealClock())
+    stop = asyncio.Event()
+    ticks = []
+
+    async def tick(seq, deadline):
+        ticks.append(seq)
+        asyncio.get_running_loop().call_soon(stop.set)
+
+    await asyncio.wait_for(t.run(tick, stop), timeout=5.0)  # would wait 30 s without the stop
+    assert ticks == [1]
+
+
+async def test_until_stops_after_the_tick(clock):
+    t = Ticker(1.0, clock, clock.sleep)
+    ticks = []
+
+    async def tick(seq, deadline):
+        ticks.append(seq)
+
+    await t.run(tick, asyncio.Event(), until=lambda: len(ticks) == 2)
+    assert ticks == [1, 2]
+
+
+def test_period_must_be_positive(clock):
+    with pytest.raises(ValueError):
+        Ticker(0.0, clock)
