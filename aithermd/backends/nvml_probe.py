@@ -1,0 +1,318 @@
+"""One NVIDIA GPU seen through NVML: what it can do, probed once at discovery.
+
+Source of the facts: the NVML API reference (nvml.h): power and limits in mW, energy in mJ, temperatures in
+°C, utilization and fan speed in %, clocks in MHz; ``nvmlDeviceGetFieldValues`` batches power, energy,
+memory temperature and limit reads (per-field ``nvmlReturn``); ``nvmlDeviceGetTemperatureV`` and
+``nvmlDeviceGetCurrentClocksEventReasons`` replace ``nvmlDeviceGetTemperature`` and
+``...ClocksThrottleReasons`` (older drivers: ``NVML_ERROR_FUNCTION_NOT_FOUND``, then the older call is used).
+
+Error classes are kept apart: ``NOT_SUPPORTED`` at discovery = the capability is absent (no channel or
+knob); ``NO_PERMISSION`` = the knob is read-only with the reason; ``GPU_IS_LOST`` = this GPU is lost (the
+caller reports it in ``Sample.lost``); anything else = that reading failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from aithermd import units
+from aithermd.model import (
+    UNITS,
+    Channel,
+    Device,
+    DeviceKind,
+    Knob,
+    KnobKind,
+    Quantity,
+)
+
+PLAUSIBLE = {
+    Quantity.TEMPERATURE: (-40.0, 200.0),
+    Quantity.POWER: (0.0, 5000.0),
+    Quantity.ENERGY: (0.0, math.inf),
+    Quantity.UTILIZATION: (0.0, 100.0),
+    Quantity.CLOCK: (0.0, 100_000.0),
+    Quantity.DUTY: (0.0, 100.0),
+}
+REASONS = (
+    ("GpuIdle", "gpu_idle"),
+    ("ApplicationsClocksSetting", "applications_clocks_setting"),
+    ("SwPowerCap", "sw_power_cap"),
+    ("HwSlowdown", "hw_slowdown"),
+    ("SyncBoost", "sync_boost"),
+    ("SwThermalSlowdown", "sw_thermal_slowdown"),
+    ("HwThermalSlowdown", "hw_thermal_slowdown"),
+    ("HwPowerBrakeSlowdown", "hw_power_brake_slowdown"),
+    ("DisplayClockSetting", "display_clocks_setting"),
+)
+# role → NVML field ids in order of preference (nvml.h NVML_FI_DEV_*), and the single call used without one
+FIELD_ROLES = (
+    ("power", ("NVML_FI_DEV_POWER_AVERAGE", "NVML_FI_DEV_POWER_INSTANT"), "nvmlDeviceGetPowerUsage"),
+    ("energy", ("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), "nvmlDeviceGetTotalEnergyConsumption"),
+    ("memory_temperature", ("NVML_FI_DEV_MEMORY_TEMP",), None),
+    ("limit", ("NVML_FI_DEV_POWER_REQUESTED_LIMIT",), "nvmlDeviceGetPowerManagementLimit"),
+    ("enforced", ("NVML_FI_DEV_POWER_CURRENT_LIMIT",), "nvmlDeviceGetEnforcedPowerLimit"),
+)
+CHANNEL_ORDER = (
+    "temperature",
+    "memory_temperature",
+    "power",
+    "energy",
+    "utilization",
+    "memory_utilization",
+    "sm_clock",
+    "memory_clock",
+)
+_ROLE_CHANNEL = {
+    "power": (Quantity.POWER, units.mw_to_w),
+    "energy": (Quantity.ENERGY, units.mj_to_j),
+    "memory_temperature": (Quantity.TEMPERATURE, float),
+}
+
+
+class Lost(Exception):
+    """NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus."""
+
+
+def error_names(nv: Any) -> dict[int, str]:
+    """Code → name (15 → ``NVML_ERROR_GPU_IS_LOST``) from the bindings' own constants."""
+    return {
+        getattr(nv, n): n for n in dir(nv) if n.startswith("NVML_ERROR_") and isinstance(getattr(nv, n), int)
+    }
+
+
+def error_name(nv: Any, code: int, names: dict[int, str] | None = None) -> str:
+    return (names if names is not None else error_names(nv)).get(code, f"NVML_ERROR_{code}")
+
+
+class GpuProbe:
+    """GPU ``index`` (NVML enumeration order) behind ``handle``; device id ``gpu<index>``."""
+
+    def __init__(
+        self, nv: Any, index: int, handle: Any, probe_writes: bool = True, names: dict[int, str] | None = None
+    ) -> None:
+        self.nv, self.index, self.handle, self.probe_writes = nv, index, handle, probe_writes
+        self.names = names if names is not None else error_names(nv)
+        self.id = f"gpu{index}"
+        self.fields: list[tuple[str, int]] = []  # (role, field id) read in one batch
+        self.calls: dict[str, Callable[[], Any]] = {}  # role → single call, where no field serves it
+        self.temp_fn: Callable[[], Any] | None = None
+        self.util = self.clocks = self.pstate = self.persistence = False
+        self.reasons_fn: Callable[[], int] | None = None
+        self.reason_bits = [(getattr(nv, f"nvmlClocksThrottleReason{c}", 0), n) for c, n in REASONS]
+        self.fans: list[int] = []
+        self.fan_v1 = self.fan_policy = self.fan_target = False
+        self.channels: dict[str, Channel] = {}
+        self.knobs: dict[str, Knob] = {}
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def code(self, exc: Exception) -> int:
+        return getattr(exc, "value", -1)
+
+    def call(self, name: str, *args: Any) -> Any:
+        """``nv.<name>(handle, *args)``; GPU_IS_LOST raises :class:`Lost`; a function this pynvml lacks
+        raises NVMLError(FUNCTION_NOT_FOUND) like a driver that lacks it."""
+        fn = getattr(self.nv, name, None)
+        if fn is None:
+            raise self.nv.NVMLError(self.nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+        try:
+            return fn(self.handle, *args)
+        except self.nv.NVMLError as exc:
+            if exc.value == self.nv.NVML_ERROR_GPU_IS_LOST:
+                raise Lost(self.id) from exc
+            raise
+
+    def attempt(self, name: str, *args: Any) -> tuple[Any, int | None]:
+        """(value, None) or (None, NVML error code)."""
+        try:
+            return self.call(name, *args), None
+        except self.nv.NVMLError as exc:
+            return None, exc.value
+
+    def why(self, code: int, what: str) -> str:
+        return f"{self.names.get(code, f'NVML_ERROR_{code}')}: {what}"
+
+    def _channel(
+        self, attribute: str, quantity: Quantity, thresholds: dict[str, float] | None = None
+    ) -> None:
+        cid = f"{self.id}/{attribute}"
+        self.channels[attribute] = Channel(
+            cid, self.id, attribute, quantity, UNITS[quantity], thresholds=thresholds or {}
+        )
+
+    # -- discovery -------------------------------------------------------------------------------------
+    def probe(self) -> Device:
+        """Decide every capability once (raises :class:`Lost` if the GPU is lost meanwhile)."""
+        nv = self.nv
+        uuid, name = self.call("nvmlDeviceGetUUID"), self.call("nvmlDeviceGetName")
+        bus = self.call("nvmlDeviceGetPciInfo_v3").busId
+        bus = bus.decode() if isinstance(bus, bytes) else str(bus)
+        self._probe_temperature()
+        self._probe_fields()
+        self.util = self.attempt("nvmlDeviceGetUtilizationRates")[1] is None
+        if self.util:
+            self._channel("utilization", Quantity.UTILIZATION)
+            self._channel("memory_utilization", Quantity.UTILIZATION)
+        self.clocks = self.attempt("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)[1] is None
+        if self.clocks:
+            self._channel("sm_clock", Quantity.CLOCK)
+            self._channel("memory_clock", Quantity.CLOCK)
+        for fname in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            code = self.attempt(fname)[1]
+            if code is None:
+                self.reasons_fn = lambda f=fname: self.call(f)
+            if code != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                break
+        self.pstate = self.attempt("nvmlDeviceGetPerformanceState")[1] is None
+        self.persistence = self.attempt("nvmlDeviceGetPersistenceMode")[1] is None
+        self._probe_power_knob()
+        self._probe_fans()
+        order = {a: i for i, a in enumerate(CHANNEL_ORDER)}
+        self.channels = dict(sorted(self.channels.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))
+        return Device(
+            id=self.id,
+            kind=DeviceKind.GPU,
+            name=name,
+            channels=tuple(self.channels.values()),
+            knobs=tuple(self.knobs.values()),
+            info={"uuid": uuid, "pci_bus_id": bus, "name": name, "index": self.index},
+        )
+
+    def _probe_temperature(self) -> None:
+        nv = self.nv
+        for fname, args in (
+            ("nvmlDeviceGetTemperatureV", (nv.NVML_TEMPERATURE_GPU,)),
+            ("nvmlDeviceGetTemperature", (nv.NVML_TEMPERATURE_GPU,)),
+        ):
+            code = self.attempt(fname, *args)[1]
+            if code is None:
+                self.temp_fn = lambda f=fname, a=args: self.call(f, *a)
+                break
+            if code != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                return
+        if self.temp_fn is None:
+            return
+        thresholds = {}
+        for key, const in (("slowdown", "SLOWDOWN"), ("shutdown", "SHUTDOWN"), ("max_operating", "GPU_MAX")):
+            value, code = self.attempt(
+                "nvmlDeviceGetTemperatureThreshold", getattr(nv, f"NVML_TEMPERATURE_THRESHOLD_{const}")
+            )
+            if code is None:
+                thresholds[key] = float(value)
+        self._channel("temperature", Quantity.TEMPERATURE, thresholds)
+
+    def _probe_fields(self) -> None:
+        nv = self.nv
+        wanted = [
+            (role, getattr(nv, fid)) for role, fids, _ in FIELD_ROLES for fid in fids if hasattr(nv, fid)
+        ]
+        ok: set[int] = set()
+        try:
+            values = self.call("nvmlDeviceGetFieldValues", [fid for _, fid in wanted])
+            ok = {v.fieldId for v in values if v.nvmlReturn == nv.NVML_SUCCESS}
+        except nv.NVMLError:
+            pass
+        for role, _fids, single in FIELD_ROLES:
+            fid = next((f for r, f in wanted if r == role and f in ok), None)
+            if fid is not None:
+                self.fields.append((role, fid))
+            elif single is not None and self.attempt(single)[1] is None:
+                self.calls[role] = lambda s=single: self.call(s)
+            else:
+                continue
+            if role in _ROLE_CHANNEL:
+                thresholds = {}
+                if role == "memory_temperature":
+                    value, code = self.attempt(
+                        "nvmlDeviceGetTemperatureThreshold", nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX
+                    )
+                    thresholds = {"max_operating": float(value)} if code is None else {}
+                self._channel(role, _ROLE_CHANNEL[role][0], thresholds)
+
+    def _probe_power_knob(self) -> None:
+        nv = self.nv
+        have = {role for role, _ in self.fields} | set(self.calls)
+        if "limit" not in have:
+            return  # no power management limit: capability absent
+        limit_mw, _ = self.attempt("nvmlDeviceGetPowerManagementLimit")
+        bounds, code = self.attempt("nvmlDeviceGetPowerManagementLimitConstraints")
+        default, _ = self.attempt("nvmlDeviceGetPowerManagementDefaultLimit")
+        lo, hi = (units.mw_to_w(bounds[0]), units.mw_to_w(bounds[1])) if code is None else (None, None)
+        why = None if code is None else self.why(code, "no power limit constraints")
+        if why is None and self.probe_writes and limit_mw is not None:
+            # writing the limit in force changes nothing and tells whether NVML lets this process write
+            wcode = self.attempt("nvmlDeviceSetPowerManagementLimit", limit_mw)[1]
+            if wcode not in (None, nv.NVML_ERROR_INVALID_ARGUMENT):
+                why = self.why(
+                    wcode,
+                    "setting the power limit needs root"
+                    if wcode == nv.NVML_ERROR_NO_PERMISSION
+                    else "the power limit cannot be set",
+                )
+        kid = f"{self.id}/power_limit"
+        self.knobs["power_limit"] = Knob(
+            kid,
+            self.id,
+            KnobKind.POWER_LIMIT,
+            UNITS[Quantity.POWER],
+            min=lo,
+            max=hi,
+            default=None if default is None else units.mw_to_w(default),
+            writable=why is None,
+            why_not=why,
+        )
+
+    def _probe_fans(self) -> None:
+        nv = self.nv
+        count, code = self.attempt("nvmlDeviceGetNumFans")
+        if code == nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+            self.fan_v1 = self.attempt("nvmlDeviceGetFanSpeed")[1] is None
+            count = 1 if self.fan_v1 else 0
+        self.fan_policy = self.attempt("nvmlDeviceGetFanControlPolicy_v2", 0)[1] is None
+        self.fan_target = self.attempt("nvmlDeviceGetTargetFanSpeed", 0)[1] is None
+        bounds, bcode = self.attempt("nvmlDeviceGetMinMaxFanSpeed")
+        lo, hi = (float(bounds[0]), float(bounds[1])) if bcode is None else (0.0, 100.0)
+        for i in range(count or 0):
+            if not self.fan_v1 and self.attempt("nvmlDeviceGetFanSpeed_v2", i)[1] is not None:
+                continue
+            self.fans.append(i)
+            self._channel(f"fan{i}", Quantity.DUTY)
+            why = self._probe_fan_write(i)
+            self.knobs[f"fan{i}"] = Knob(
+                f"{self.id}/fan{i}",
+                self.id,
+                KnobKind.FAN,
+                UNITS[Quantity.DUTY],
+                min=lo,
+                max=hi,
+                writable=why is None,
+                why_not=why,
+                fan_channel=f"{self.id}/fan{i}",
+            )
+
+    def _probe_fan_write(self, fan: int) -> str | None:
+        nv = self.nv
+        if self.fan_v1 or not self.fan_policy:
+            return self.why(
+                nv.NVML_ERROR_FUNCTION_NOT_FOUND,
+                "nvmlDeviceGetFanControlPolicy_v2 (driver too old to hand the fan back)",
+            )
+        if not self.probe_writes:
+            return None
+        policy, _ = self.attempt("nvmlDeviceGetFanControlPolicy_v2", fan)
+        if policy == nv.NVML_FAN_POLICY_MANUAL:  # re-assert the manual target: no change
+            target = self.attempt("nvmlDeviceGetTargetFanSpeed", fan)[0] if self.fan_target else None
+            target = self.attempt("nvmlDeviceGetFanSpeed_v2", fan)[0] if target is None else target
+            code = self.attempt("nvmlDeviceSetFanSpeed_v2", fan, target)[1]
+        else:  # already automatic: handing it back to the driver changes nothing
+            code = self.attempt("nvmlDeviceSetDefaultFanSpeed_v2", fan)[1]
+        if code is None:
+            return None
+        return self.why(
+            code,
+            "fan control needs root" if code == nv.NVML_ERROR_NO_PERMISSION else "fan speed cannot be set",
+        )
+
+    # -- one read --------------------------------------------------------------------------------------

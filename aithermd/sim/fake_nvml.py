@@ -1,0 +1,396 @@
+"""A fake NVML library that stands beneath the real ``pynvml`` bindings (nvidia-ml-py).
+
+``pynvml`` finds every C function with ``getattr(pynvml.nvmlLib, "nvmlX")`` (``_nvmlGetFunctionPointer``,
+cached in ``_nvmlGetFunctionPointer_cache``) and calls it with ctypes arguments. A :class:`FakeNvml` set as
+``nvmlLib`` answers those lookups, so the bindings' own argument handling, structures and error classes
+run unchanged. Two ways in::
+
+    nvml = fake.bindings()              # a private copy of the pynvml module, nothing global touched
+    with fake.install(pynvml): ...      # patch a module (the global one), restored on exit
+
+GPUs come from :class:`~aithermd.gpu_profile.GpuProfile` (``nvidia-smi -q`` dumps). NVML semantics kept:
+units (mW, mJ, °C, %), ``NVML_ERROR_UNINITIALIZED`` before ``nvmlInit``, limits outside the constraints
+fail with ``INVALID_ARGUMENT``, writes without privilege with ``NO_PERMISSION``, missing capabilities with
+``NOT_SUPPORTED``, a lost GPU with ``GPU_IS_LOST`` on every call, functions newer than the fake's driver
+branch are absent (``FUNCTION_NOT_FOUND``). Errors can be injected per function and device.
+
+Indexes taken by the simulator helpers (``set_dynamic(index, ...)``) are positions in the profile list,
+stable even after :meth:`remove_gpu`; NVML indexes count only the GPUs still present.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from aithermd.gpu_profile import GpuProfile
+from aithermd.sim.fake_nvml_lib import (
+    FUNCTION_SINCE,
+    GPU_IS_LOST,
+    HANDLE_BASE,
+    INVALID_ARGUMENT,
+    NO_PERMISSION,
+    UNINITIALIZED,
+    NvmlFunctions,
+    NvmlReturn,
+)
+from aithermd.sim.fake_nvml_readings import NvmlReadingFunctions
+from aithermd.sim.fake_nvml_state import (
+    DEFAULT_DRIVER,
+    FakeGpu,
+    StateFile,
+    dump_state,
+    load_gpus,
+    reasons_mask,
+    unique_bus_ids,
+)
+from aithermd.sim.profiles import load_profiles
+from aithermd.units import mw_to_w, w_to_mw
+
+
+class _CFunction:
+    """What ``getattr(nvmlLib, name)`` returns: callable like a ctypes function pointer, with ``restype``."""
+
+    __slots__ = ("name", "restype", "argtypes", "_lib", "_impl")
+
+    def __init__(self, lib: FakeNvml, name: str, impl: Any) -> None:
+        self.name, self._lib, self._impl, self.restype, self.argtypes = name, lib, impl, None, None
+
+    def __call__(self, *args: Any) -> Any:
+        with self._lib._lock:
+            try:
+                self._lib._sync()
+                return self._impl(*args)
+            except NvmlReturn as exc:
+                return exc.code
+
+
+class FakeNvml(NvmlFunctions, NvmlReadingFunctions):
+    """A set of fake GPUs behind NVML's C API.
+
+    ``profiles``: the GPUs, in NVML index order. ``state_path``: JSON file written now and on every change
+    of control state, for :meth:`open` in another process. ``privileged``: whether writes are allowed (root);
+    False makes every Set* call fail with ``NVML_ERROR_NO_PERMISSION``. ``driver_version``: defaults to the
+    first profile's (entry points newer than its branch are absent). ``missing_functions``: more C names to
+    leave out. ``fan_count``: fans per GPU (default: as many as the dump showed, 0 or 1).
+    ``driver_loaded`` False makes ``nvmlInit`` fail with ``NVML_ERROR_DRIVER_NOT_LOADED``.
+    """
+
+    def __init__(
+        self,
+        profiles: Sequence[GpuProfile] = (),
+        *,
+        state_path: str | Path | None = None,
+        privileged: bool = True,
+        driver_version: str | None = None,
+        missing_functions: Iterable[str] = (),
+        fan_count: int | None = None,
+        driver_loaded: bool = True,
+        _gpus: list[FakeGpu] | None = None,
+    ) -> None:
+        profiles = list(profiles)
+        if _gpus is None:
+            _gpus = [
+                FakeGpu.from_profile(p, bus, fan_count)
+                for p, bus in zip(profiles, unique_bus_ids(profiles), strict=True)
+            ]
+        self.gpus: list[FakeGpu] = _gpus
+        first = next((g.profile.driver_version for g in self.gpus if g.profile.driver_version), None)
+        self.driver_version: str = driver_version or first or DEFAULT_DRIVER
+        self.driver_branch: int = int(self.driver_version.split(".")[0])
+        self.driver_loaded = driver_loaded
+        self._privileged = privileged
+        self._missing = {n for n, since in FUNCTION_SINCE.items() if self.driver_branch < since}
+        self._missing |= {_c_name(n) for n in missing_functions}
+        self._refcount = 0
+        self._lock = threading.RLock()
+        self._functions: dict[str, _CFunction] = {}
+        self._injections: dict[tuple[str, int | None], list[Any]] = {}
+        self._file = StateFile(state_path) if state_path is not None else None
+        if self._file is not None and _gpus is not None and profiles:
+            self._persist()
+
+    # ---- construction ----
+    @classmethod
+    def from_dumps(cls, paths: Iterable[str | Path], **kw: Any) -> FakeNvml:
+        """GPUs from ``nvidia-smi -q`` dumps (text or XML) or profile JSON files, in order."""
+        return cls(load_profiles(paths), **kw)
+
+    @classmethod
+    def open(cls, state_path: str | Path) -> FakeNvml:
+        """The same GPUs another process created with ``state_path`` (limits, fan modes, lost GPUs included).
+        Raises OSError or ValueError when the file is missing or not a fake NVML state file."""
+        data = StateFile(state_path).read()
+        return cls(
+            state_path=state_path,
+            privileged=data["privileged"],
+            driver_version=data["driver_version"],
+            missing_functions=data.get("missing_functions", ()),
+            _gpus=load_gpus(data),
+        )
+
+    @property
+    def state_path(self) -> Path | None:
+        return None if self._file is None else self._file.path
+
+    # ---- the library object pynvml sees ----
+    def __getattr__(self, name: str) -> _CFunction:
+        if not name.startswith("nvml"):
+            raise AttributeError(name)
+        functions = self.__dict__.get("_functions")
+        if functions is None or name in self._missing:
+            raise AttributeError(name)
+        fn = functions.get(name)
+        if fn is None:
+            impl = getattr(type(self), "_" + name, None)
+            if impl is None:
+                raise AttributeError(name)
+            fn = functions[name] = _CFunction(self, name, impl.__get__(self))
+        return fn
+
+    def bindings(self) -> ModuleType:
+        """A private copy of the ``pynvml`` module with this fake as its library (nothing global patched)."""
+        spec = importlib.util.find_spec("pynvml")
+        assert spec is not None and spec.origin is not None
+        name = f"pynvml_fake_{id(self):x}"
+        private = importlib.util.spec_from_file_location(name, spec.origin)
+        assert private is not None and private.loader is not None
+        module = importlib.util.module_from_spec(private)
+        sys.modules[name] = module  # pynvml looks itself up there while importing
+        try:
+            private.loader.exec_module(module)
+        finally:
+            del sys.modules[name]
+        module.nvmlLib = self
+        return module
+
+    @contextmanager
+    def install(self, module: ModuleType) -> Iterator[ModuleType]:
+        """Make this fake ``module.nvmlLib`` (clearing the function-pointer cache); put the real one back."""
+        cache = module._nvmlGetFunctionPointer_cache
+        saved = (module.nvmlLib, dict(cache), module._nvmlLib_refcount)
+        module.nvmlLib = self
+        cache.clear()
+        try:
+            yield module
+        finally:
+            module.nvmlLib = saved[0]
+            cache.clear()
+            cache.update(saved[1])
+            module._nvmlLib_refcount = saved[2]
+
+    # ---- hooks used by the C functions ----
+    def _present(self) -> list[FakeGpu]:
+        return [g for g in self.gpus if not g.removed]
+
+    def _ensure_init(self) -> None:
+        if self._refcount <= 0:
+            raise NvmlReturn(UNINITIALIZED)
+
+    def _dev(self, handle: Any, fname: str) -> FakeGpu:
+        self._ensure_init()
+        if isinstance(handle, int) or handle is None:
+            addr = handle or 0
+        else:
+            addr = _addr(handle)
+        pos = addr - HANDLE_BASE
+        if not 0 <= pos < len(self.gpus):
+            raise NvmlReturn(INVALID_ARGUMENT)
+        gpu = self.gpus[pos]
+        if gpu.lost or gpu.removed:
+            raise NvmlReturn(GPU_IS_LOST)
+        self._check_injected(fname, gpu)
+        return gpu
+
+    def _check_injected(self, fname: str, gpu: FakeGpu | None) -> None:
+        if not self._injections:
+            return
+        pos = None if gpu is None else self.gpus.index(gpu)
+        for key in ((fname, pos), (fname, None), ("*", pos), ("*", None)):
+            entry = self._injections.get(key)
+            if entry is None:
+                continue
+            code, left = entry
+            if left is not None:
+                entry[1] = left - 1
+                if entry[1] <= 0:
+                    del self._injections[key]
+            raise NvmlReturn(code)
+
+    def _write_allowed(self) -> None:
+        if not self._privileged:
+            raise NvmlReturn(NO_PERMISSION)
+
+    def _persist(self) -> None:
+        if self._file is not None:
+            self._file.write(
+                dump_state(
+                    self.gpus,
+                    driver_version=self.driver_version,
+                    privileged=self._privileged,
+                    missing=sorted(self._missing),
+                )
+            )
+
+    def _sync(self) -> None:
+        """Take the control state another process wrote to the shared file."""
+        if self._file is None or not self._file.changed():
+            return
+        try:
+            data = self._file.read()
+        except (OSError, ValueError):
+            return
+        self._privileged = data["privileged"]
+        for gpu, d in zip(self.gpus, data["gpus"], strict=False):
+            gpu.apply_control(d)
+
+    # ---- simulator and test helpers (index = position in the profile list) ----
+    def save(self) -> None:
+        """Write the whole state (dynamic values too) to ``state_path`` now."""
+        with self._lock:
+            self._persist()
+
+    @property
+    def privileged(self) -> bool:
+        return self._privileged
+
+    @privileged.setter
+    def privileged(self, value: bool) -> None:
+        with self._lock:
+            self._sync()
+            self._privileged = value
+            self._persist()
+
+    def inject(self, function: str, index: int | None, code: int, count: int | None = None) -> None:
+        """Make ``function`` (C name, ``"nvml"`` prefix optional, ``"*"`` for every device call) fail with
+        ``code`` on GPU ``index`` (None: every GPU and device-less calls), ``count`` times (None: until
+        :meth:`clear_injections`). ``NVML_ERROR_GPU_IS_LOST`` with no count loses the GPU for good."""
+        with self._lock:
+            if code == GPU_IS_LOST and count is None and index is not None:
+                self.lose_gpu(index)
+                return
+            self._injections[(_c_name(function), index)] = [code, count]
+
+    def clear_injections(self) -> None:
+        with self._lock:
+            self._injections.clear()
+
+    def gpu(self, index: int) -> FakeGpu:
+        return self.gpus[index]
+
+    def lose_gpu(self, index: int) -> None:
+        """The GPU fell off the bus: every call on it fails with GPU_IS_LOST; it stays enumerated."""
+        self._set_flag(index, "lost", True)
+
+    def remove_gpu(self, index: int) -> None:
+        """The GPU vanished: old handles fail with GPU_IS_LOST and it is no longer enumerated."""
+        self._set_flag(index, "removed", True)
+
+    def revive_gpu(self, index: int) -> None:
+        with self._lock:
+            self._sync()
+            self.gpus[index].lost = self.gpus[index].removed = False
+            self._persist()
+
+    def _set_flag(self, index: int, flag: str, value: bool) -> None:
+        with self._lock:
+            self._sync()
+            setattr(self.gpus[index], flag, value)
+            self._persist()
+
+    def set_dynamic(
+        self,
+        index: int,
+        *,
+        temp_c: float | None = None,
+        memory_temp_c: float | None = None,
+        power_draw_w: float | None = None,
+        gpu_util_pct: float | None = None,
+        memory_util_pct: float | None = None,
+        sm_clock_mhz: float | None = None,
+        memory_clock_mhz: float | None = None,
+        clock_event_reasons: Iterable[str] | int | None = None,
+        fan_speed_pct: float | Sequence[float] | None = None,
+        persistence_mode: bool | None = None,
+    ) -> None:
+        """Set what the GPU reads now (daemon units; None leaves a value unchanged). ``fan_speed_pct`` (one
+        value for every fan, or one per fan) is the automatic curve's duty: it moves fans in automatic mode,
+        fans under manual control keep their target. ``clock_event_reasons``: names or the bit mask."""
+        with self._lock:
+            g = self.gpus[index]
+            for name, value in (
+                ("temp_c", temp_c),
+                ("memory_temp_c", memory_temp_c),
+                ("persistence", persistence_mode),
+            ):
+                if value is not None:
+                    setattr(g, name, value)
+            if power_draw_w is not None:
+                g.power_mw = w_to_mw(power_draw_w)
+            for name, value in (
+                ("gpu_util_pct", gpu_util_pct),
+                ("memory_util_pct", memory_util_pct),
+                ("sm_clock_mhz", sm_clock_mhz),
+                ("memory_clock_mhz", memory_clock_mhz),
+            ):
+                if value is not None:
+                    setattr(g, name, int(round(value)))
+            if clock_event_reasons is not None:
+                g.reasons = reasons_mask(clock_event_reasons)
+            if fan_speed_pct is not None:
+                duties = (
+                    [fan_speed_pct] * len(g.fans)
+                    if isinstance(fan_speed_pct, int | float)
+                    else list(fan_speed_pct)
+                )
+                for fan, duty in zip(g.fans, duties, strict=False):
+                    fan.auto_pct = int(round(max(0.0, min(100.0, duty))))
+                    if not fan.manual:
+                        fan.speed_pct = fan.target_pct = fan.auto_pct
+
+    def add_energy(self, index: int, joules: float) -> None:
+        """Advance the GPU's total-energy counter (read in mJ) by ``joules``."""
+        with self._lock:
+            self.gpus[index].energy_mj += int(round(joules * 1000.0))
+
+    def power_limit_w(self, index: int) -> float | None:
+        """The management power limit now in force (W), as last set through NVML or the shared file."""
+        with self._lock:
+            self._sync()
+            mw = self.gpus[index].limit_mw
+            return None if mw is None else mw_to_w(mw)
+
+    def enforced_power_limit_w(self, index: int) -> float | None:
+        with self._lock:
+            self._sync()
+            mw = self.gpus[index].enforced_mw
+            return None if mw is None else mw_to_w(mw)
+
+    def fan_count(self, index: int) -> int:
+        return len(self.gpus[index].fans)
+
+    def fan_target_pct(self, index: int, fan: int) -> int:
+        with self._lock:
+            self._sync()
+            return self.gpus[index].fans[fan].target_pct
+
+    def fan_auto(self, index: int, fan: int) -> bool:
+        with self._lock:
+            self._sync()
+            return not self.gpus[index].fans[fan].manual
+
+
+def _c_name(name: str) -> str:
+    return name if name == "*" or name.startswith("nvml") else "nvml" + name
+
+
+def _addr(handle: Any) -> int:
+    import ctypes
+
+    return ctypes.c_void_p.from_buffer(handle).value or 0
