@@ -64,7 +64,7 @@ class Daemon1(ServiceInterface):
         self._documents = DocumentCache()
         self._history = History(hub)
         self._props: dict[str, Any] = self._properties(hub.latest)
-        self._previous: Snapshot | None = None
+        self._previous: Snapshot | None = hub.latest  # decisions already in force are no news
         self._interval = snapshot_interval_s
         self._last_signal = float("-inf")
         self._pending: asyncio.TimerHandle | None = None

@@ -3,7 +3,8 @@
 A window sums, snapshot by snapshot, the increase of every energy channel of GPU and powercap devices in the
 published snapshots (``gpu<N>/energy``: NVML total energy consumption; ``powercap:<zone>/energy``: RAPL
 ``energy_uj``; both already in J). Summing per tick keeps a window right across a device that vanishes
-(its joules so far stay) and across a counter that goes backwards (RAPL wraps at ``max_energy_range_uj``;
+(its joules so far stay), across a failed read (the next good one covers the gap) and across a counter
+that goes backwards (RAPL wraps at ``max_energy_range_uj``;
 that interval is estimated from the zone's power channel times the tick interval). Resolution is one tick.
 
 A window belongs to the uid that opened it (only that uid or root may stop it), outlives the caller's
@@ -48,8 +49,10 @@ class _Window:
     joules: dict[str, float] = field(default_factory=dict)  # device id → J
 
 
-def _energy_points(s: Snapshot) -> dict[str, tuple[str, float, float | None]]:
-    """{channel id: (device id, J, power W or None)} for the ok energy channels of GPUs and RAPL zones."""
+def _energy_points(s: Snapshot, carried: dict[str, tuple[str, float, float | None]]
+                   ) -> dict[str, tuple[str, float, float | None]]:
+    """{channel id: (device id, J, power W or None)} for the energy channels of GPUs and RAPL zones: this
+    snapshot's value when ok, else the last good point from ``carried`` (a failed read loses nothing)."""
     out: dict[str, tuple[str, float, float | None]] = {}
     for dev in s.devices:
         if dev.kind not in (DeviceKind.GPU, DeviceKind.POWERCAP):
@@ -61,9 +64,12 @@ def _energy_points(s: Snapshot) -> dict[str, tuple[str, float, float | None]]:
                 power = r.value
         for ch in dev.channels:
             r = s.readings.get(ch.id)
-            if (ch.quantity is Quantity.ENERGY and r is not None and r.status is Status.OK
-                    and r.value is not None and math.isfinite(r.value)):
+            if ch.quantity is not Quantity.ENERGY:
+                continue
+            if r is not None and r.status is Status.OK and r.value is not None and math.isfinite(r.value):
                 out[ch.id] = (dev.id, r.value, power)
+            elif ch.id in carried:
+                out[ch.id] = carried[ch.id]
     return out
 
 
@@ -131,7 +137,7 @@ class EnergyWindows:
         return sum(1 for w in self._windows.values() if uid is None or w.uid == uid)
 
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
-        points = _energy_points(snapshot)
+        points = _energy_points(snapshot, self._points)
         if self._windows and self._last is not None:
             dt = max(0.0, snapshot.t_mono - self._last.t_mono)
             increase: dict[str, float] = {}

@@ -32,10 +32,13 @@ class Authorizer:
 
     ``root_uids``: uids allowed without asking polkit (``{0}``; injectable so a test can treat a caller as
     unprivileged). ``interactive``: let polkit ask the user (an authentication agent) for the password.
+    ``polkit_name``: the bus name of the polkit authority.
     """
 
-    def __init__(self, bus: MessageBus, *, root_uids: Iterable[int] = (0,), interactive: bool = True) -> None:
+    def __init__(self, bus: MessageBus, *, root_uids: Iterable[int] = (0,), interactive: bool = True,
+                 polkit_name: str = POLKIT_NAME) -> None:
         self._bus = bus
+        self._polkit = polkit_name
         self._root_uids = frozenset(root_uids)
         self._flags = ALLOW_USER_INTERACTION if interactive else 0
         self._uids: dict[str, int] = {}
@@ -69,7 +72,7 @@ class Authorizer:
             return uid
         subject = ["system-bus-name", {"name": Variant("s", sender)}]
         reply = await self._bus.call(Message(
-            destination=POLKIT_NAME, path=POLKIT_PATH, interface=POLKIT_INTERFACE,
+            destination=self._polkit, path=POLKIT_PATH, interface=POLKIT_INTERFACE,
             member="CheckAuthorization",
             signature="(sa{sv})sa{ss}us", body=[subject, action, {}, self._flags, ""]))
         if reply.message_type is MessageType.ERROR:

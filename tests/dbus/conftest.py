@@ -13,15 +13,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
-
-from aithermd.publish import dbus_service, wire
-from aithermd.publish.hub import StateHub
-from aithermd.publish.reference import reference_snapshot
+from dbus_helpers import polkit_allow
 from fake_control import FakeControl
 
-HERE = Path(__file__).parent
+from aithermd.publish import dbus_service
+from aithermd.publish.hub import StateHub
+from aithermd.publish.reference import reference_snapshot
+
 BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
@@ -91,26 +90,6 @@ def polkitd(bus_address: str) -> Iterator[subprocess.Popen]:
         proc.wait(timeout=10)
 
 
-async def call(bus: MessageBus, member: str, signature: str = "", body: list | None = None, *,
-               destination: str = wire.BUS_NAME, path: str = wire.OBJECT_PATH,
-               interface: str = wire.INTERFACE) -> Message:
-    """One method call; returns the reply message (METHOD_RETURN or ERROR)."""
-    return await bus.call(Message(destination=destination, path=path, interface=interface, member=member,
-                                  signature=signature, body=body or []))
-
-
-async def ok(bus: MessageBus, member: str, signature: str = "", body: list | None = None) -> list:
-    reply = await call(bus, member, signature, body)
-    assert reply.message_type is MessageType.METHOD_RETURN, (reply.error_name, reply.body)
-    return reply.body
-
-
-async def polkit_allow(bus: MessageBus, actions: list[str]) -> None:
-    reply = await call(bus, "SetAllowed", "as", [actions], destination="org.freedesktop.PolicyKit1",
-                       path="/org/freedesktop/PolicyKit1/Authority", interface="org.freedesktop.DBus.Mock")
-    assert reply.message_type is MessageType.METHOD_RETURN, reply.body
-
-
 @pytest.fixture
 async def client(bus_address: str, polkitd) -> AsyncIterator[MessageBus]:
     """A root client connection; polkit reset to deny everything."""
@@ -146,3 +125,4 @@ async def strict_service(bus_address: str, polkitd, control: FakeControl, hub: S
     handle = await dbus_service.start(bus_address, control, hub, root_uids=(), snapshot_interval_s=0.0)
     yield handle
     await handle.stop()
+

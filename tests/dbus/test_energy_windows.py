@@ -1,0 +1,118 @@
+"""Energy windows: joules per GPU and RAPL zone from the published energy counters."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from dbus_helpers import call, ok, run_client_async
+
+from aithermd.clock import FakeClock
+from aithermd.errors import InvalidArgument
+from aithermd.model import Reading, Status
+from aithermd.publish import wire
+from aithermd.publish.energy import EnergyWindows, NotOwner, UnknownWindow, WindowLimit
+from aithermd.publish.reference import reference_snapshot
+
+DEVICES = ["gpu0", "gpu1", "powercap:dram", "powercap:package-0"]
+
+
+def _with(snapshot, channel_id: str, value: float | None, status: Status = Status.OK):
+    readings = dict(snapshot.readings)
+    readings[channel_id] = Reading(channel_id, value, status)
+    return replace(snapshot, readings=readings)
+
+
+def test_a_window_sums_each_devices_energy_between_start_and_stop():
+    clock = FakeClock()
+    windows = EnergyWindows(clock)
+    windows.on_publish(reference_snapshot(1))
+    wid = windows.start("epoch 1", 0.0, uid=1000)
+    for seq in range(2, 7):  # every energy counter grows 100 J per 1 s tick
+        clock.advance(1.0)
+        windows.on_publish(reference_snapshot(seq))
+    result = windows.stop(wid, uid=1000)
+    assert result["name"] == "epoch 1" and result["duration_s"] == 5.0
+    assert result["joules"] == {d: 500.0 for d in DEVICES}
+    assert result["total_j"] == 2000.0
+    with pytest.raises(UnknownWindow):
+        windows.stop(wid, uid=1000)
+
+
+def test_a_counter_that_goes_back_is_estimated_from_power_and_a_failed_read_loses_nothing():
+    windows = EnergyWindows(FakeClock())
+    windows.on_publish(reference_snapshot(1))
+    wid = windows.start("wrap", 60.0, uid=0)
+    # the RAPL package counter (1100 J at seq 1) wraps and reads 5, 105, 205 J; gpu0 fails to read at seq 3
+    wrapped = _with(reference_snapshot(2), "powercap:package-0/energy", 5.0)
+    windows.on_publish(wrapped)
+    power_w = wrapped.readings["powercap:package-0/power"].value
+    windows.on_publish(_with(_with(reference_snapshot(3), "powercap:package-0/energy", 105.0),
+                             "gpu0/energy", None, Status.FAILED))
+    windows.on_publish(_with(reference_snapshot(4), "powercap:package-0/energy", 205.0))
+    joules = windows.stop(wid, uid=0)["joules"]
+    assert joules["powercap:package-0"] == pytest.approx(power_w * 1.0 + 100.0 + 100.0)
+    assert joules["gpu0"] == 300.0  # 1100 → 1200, then 1200 → 1400 across the failed read
+    assert joules["gpu1"] == 300.0
+
+
+def test_only_the_owner_or_root_stops_a_window():
+    windows = EnergyWindows(FakeClock())
+    wid = windows.start("mine", 0.0, uid=1000)
+    with pytest.raises(NotOwner):
+        windows.stop(wid, uid=1001)
+    assert windows.stop(wid, uid=0, root=True)["name"] == "mine"
+
+
+def test_open_windows_per_uid_are_capped_and_time_out():
+    clock = FakeClock()
+    windows = EnergyWindows(clock, per_uid=2)
+    a = windows.start("a", 10.0, uid=1000)
+    windows.start("b", 0.0, uid=1000)
+    with pytest.raises(WindowLimit):
+        windows.start("c", 0.0, uid=1000)
+    windows.start("other user", 0.0, uid=1001)
+    clock.advance(10.0)
+    windows.on_publish(reference_snapshot(1))
+    with pytest.raises(UnknownWindow):
+        windows.stop(a, uid=1000)
+    assert windows.open_count(1000) == 1
+    windows.start("c", 0.0, uid=1000)
+
+
+@pytest.mark.parametrize("timeout_s", [-1.0, float("nan"), float("inf"), 8 * 86400.0])
+def test_bad_timeouts_are_refused(timeout_s):
+    with pytest.raises(InvalidArgument):
+        EnergyWindows(FakeClock()).start("x", timeout_s, uid=0)
+
+
+async def test_a_window_over_dbus_outlives_its_unprivileged_caller(service, client, hub, bus_address):
+    started = await run_client_async(bus_address, [["StartEnergyWindow", "sd", ["epoch 7", 0.0]]])
+    assert started[1]["error"] is None
+    (wid,) = started[1]["body"]
+    assert wid > 0
+    for seq in range(2, 5):
+        hub.publish(reference_snapshot(seq))
+    stopped = await run_client_async(bus_address, [["StopEnergyWindow", "t", [wid]]])
+    assert stopped[1]["error"] is None
+    result = json.loads(stopped[1]["body"][0])
+    assert result["name"] == "epoch 7" and result["joules"] == {d: 300.0 for d in DEVICES}
+    again = await call(client, "StopEnergyWindow", "t", [wid])
+    assert again.error_name == wire.ERROR_UNKNOWN_WINDOW
+
+
+async def test_another_users_window_is_not_yours(service, client, bus_address):
+    (wid,) = await ok(client, "StartEnergyWindow", "sd", ["root's", 0.0])
+    stolen = await run_client_async(bus_address, [["StopEnergyWindow", "t", [wid]]])
+    assert stolen[1]["error"] == wire.ERROR_NOT_AUTHORIZED
+    await ok(client, "StopEnergyWindow", "t", [wid])
+
+
+async def test_the_cap_is_a_named_error(service, client):
+    for i in range(8):
+        await ok(client, "StartEnergyWindow", "sd", [f"w{i}", 0.0])
+    reply = await call(client, "StartEnergyWindow", "sd", ["one too many", 0.0])
+    assert reply.error_name == wire.ERROR_LIMIT_EXCEEDED
+    reply = await call(client, "StartEnergyWindow", "sd", ["bad", -3.0])
+    assert reply.error_name == wire.ERROR_INVALID_ARGUMENT

@@ -1,0 +1,38 @@
+"""start/stop: --bus none, an unreachable bus, a name already taken, stopping twice."""
+
+from __future__ import annotations
+
+import pytest
+from dbus_helpers import call, ok
+
+from aithermd.publish import dbus_service, wire
+from aithermd.publish.dbus_bus import BusUnavailable
+
+
+async def test_bus_none_is_an_idle_handle(control, hub):
+    handle = await dbus_service.start("none", control, hub)
+    assert handle.bus is None and handle.unique_name is None
+    await handle.stop()
+
+
+async def test_an_unreachable_bus_raises_a_clear_error(control, hub, tmp_path):
+    with pytest.raises(BusUnavailable, match="cannot connect to the unix:path=.*nobody-here"):
+        await dbus_service.start(f"unix:path={tmp_path}/nobody-here", control, hub)
+    with pytest.raises(BusUnavailable, match="cannot connect"):
+        await dbus_service.start("not-an-address", control, hub)
+
+
+async def test_a_second_daemon_cannot_take_the_name(service, control, hub, bus_address, client):
+    with pytest.raises(BusUnavailable, match="owned by another process"):
+        await dbus_service.start(bus_address, control, hub)
+    await ok(client, "GetSnapshot")  # the first one still serves
+
+
+async def test_stop_releases_the_name_and_is_idempotent(bus_address, polkitd, control, hub, client):
+    handle = await dbus_service.start(bus_address, control, hub)
+    await handle.stop()
+    await handle.stop()
+    reply = await call(client, "NameHasOwner", "s", [wire.BUS_NAME], destination="org.freedesktop.DBus",
+                       path="/org/freedesktop/DBus", interface="org.freedesktop.DBus")
+    assert reply.body == [False]
+    hub.publish(hub.latest)  # listeners are gone: publishing after stop is harmless

@@ -1,0 +1,173 @@
+"""Only root or polkit-authorized callers change anything; a refused call changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from dbus_fast import MessageType
+from dbus_fast.errors import DBusError
+from dbus_helpers import HERE, NOBODY, call, ok, polkit_allow, run_client_async
+
+from aithermd import errors
+from aithermd.publish import wire
+from aithermd.publish.polkit import Authorizer
+
+MUTATIONS = [
+    ["SetActivePolicy", "s", ["quiet"]],
+    ["HoldPolicy", "ssdb", ["quiet", "meeting", 0.0, False]],
+    ["ReleasePolicy", "u", [1]],
+    ["SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]],
+    ["ClearOverride", "s", ["gpu0/power_limit"]],
+    ["Reload", "", []],
+]
+
+
+async def test_an_unprivileged_caller_is_refused_and_nothing_changes(service, client, control, bus_address):
+    """A real uid-65534 process, polkit denying everything."""
+    lines = await run_client_async(bus_address, MUTATIONS)
+    assert lines[0]["uid"] == NOBODY
+    assert [(line["member"], line["error"]) for line in lines[1:]] == [
+        (m[0], wire.ERROR_NOT_AUTHORIZED) for m in MUTATIONS]
+    assert control.calls == [] and control.active == "balanced" and control.holds == {}
+    assert control.overrides == {} and control.reloads == 0
+
+
+async def test_an_unprivileged_caller_may_read(service, client, bus_address):
+    lines = await run_client_async(bus_address, [["GetSnapshot", "", []], ["ListPolicies", "", []]])
+    assert [line["error"] for line in lines[1:]] == [None, None]
+    assert json.loads(lines[1]["body"][0])["seq"] == 1
+
+
+async def test_polkit_allows_an_unprivileged_caller_one_action_at_a_time(service, client, control,
+                                                                          bus_address):
+    await polkit_allow(client, [wire.ACTION_SET_POLICY])
+    lines = await run_client_async(bus_address, [MUTATIONS[0], MUTATIONS[3]])
+    assert [line["error"] for line in lines[1:]] == [None, wire.ERROR_NOT_AUTHORIZED]
+    assert control.active == "quiet" and control.overrides == {}
+    await polkit_allow(client, [wire.ACTION_OVERRIDE, wire.ACTION_HOLD_POLICY, wire.ACTION_RELOAD])
+    detached_hold = ["HoldPolicy", "ssdb", ["quiet", "batch job", 3600.0, True]]
+    lines = await run_client_async(bus_address, [MUTATIONS[3], detached_hold, MUTATIONS[5]])
+    assert [line["error"] for line in lines[1:]] == [None, None, None]
+    assert control.overrides == {"gpu0/power_limit": (300.0, 0.0)} and control.reloads == 1
+    (hold,) = control.holds.values()  # detached: it outlives the process that asked
+    assert hold["uid"] == NOBODY and hold["owner"] == lines[0]["unique_name"] and hold["timeout_s"] == 3600.0
+
+
+async def test_root_needs_no_polkit(service, client, control):
+    await ok(client, "SetActivePolicy", "s", ["ai-training"])
+    assert control.active == "ai-training"
+
+
+async def test_with_root_not_special_polkit_decides_for_root_too(strict_service, client, control):
+    reply = await call(client, "SetActivePolicy", "s", ["quiet"])
+    assert reply.error_name == wire.ERROR_NOT_AUTHORIZED and control.active == "balanced"
+    await polkit_allow(client, [wire.ACTION_SET_POLICY])
+    await ok(client, "SetActivePolicy", "s", ["quiet"])
+    assert control.active == "quiet"
+
+
+async def test_polkit_unreachable_means_only_root(strict_service, client):
+    """CheckAuthorization failing (no polkit on the bus) refuses instead of allowing."""
+    auth = Authorizer(strict_service.bus, root_uids=(), polkit_name="org.example.NoSuchPolkit")
+    with pytest.raises(DBusError) as refused:
+        await auth.authorize(client.unique_name, wire.ACTION_RELOAD)
+    assert refused.value.type == wire.ERROR_NOT_AUTHORIZED
+    assert await Authorizer(strict_service.bus).authorize(client.unique_name, wire.ACTION_RELOAD) == 0
+
+
+async def test_arguments_are_validated_with_named_errors_and_nothing_changes(service, client, control):
+    cases = [
+        ("SetActivePolicy", "s", ["nope"], wire.ERROR_UNKNOWN_POLICY),
+        ("SetActivePolicy", "s", [""], wire.ERROR_INVALID_ARGUMENT),
+        ("HoldPolicy", "ssdb", ["nope", "r", 0.0, False], wire.ERROR_UNKNOWN_POLICY),
+        ("HoldPolicy", "ssdb", ["quiet", "r", -5.0, False], wire.ERROR_INVALID_ARGUMENT),
+        ("HoldPolicy", "ssdb", ["quiet", "r", float("nan"), False], wire.ERROR_INVALID_ARGUMENT),
+        ("HoldPolicy", "ssdb", ["quiet", "x" * 2000, 0.0, False], wire.ERROR_INVALID_ARGUMENT),
+        ("ReleasePolicy", "u", [42], wire.ERROR_UNKNOWN_COOKIE),
+        ("SetOverride", "sdd", ["gpu9/power_limit", 300.0, 0.0], wire.ERROR_UNKNOWN_KNOB),
+        ("SetOverride", "sdd", ["gpu0/power_limit", 900.0, 0.0], wire.ERROR_OUT_OF_RANGE),
+        ("SetOverride", "sdd", ["gpu0/power_limit", 100.0, 0.0], wire.ERROR_OUT_OF_RANGE),
+        ("SetOverride", "sdd", ["gpu0/power_limit", float("inf"), 0.0], wire.ERROR_INVALID_ARGUMENT),
+        ("SetOverride", "sdd", ["gpu0/power_limit", 300.0, -1.0], wire.ERROR_INVALID_ARGUMENT),
+        ("ClearOverride", "s", ["gpu9/fan0"], wire.ERROR_UNKNOWN_KNOB),
+        ("SetOverride", "s", ["gpu0/power_limit"], "org.freedesktop.DBus.Error.UnknownMethod"),
+    ]
+    for member, signature, body, expected in cases:
+        reply = await call(client, member, signature, body)
+        assert reply.message_type is MessageType.ERROR, (member, body)
+        assert reply.error_name == expected, (member, body, reply.body)
+    assert control.calls == [] and control.active == "balanced" and control.overrides == {}
+
+
+async def test_a_broken_reload_is_a_named_error(service, client, control):
+    control.reload_error = errors.PolicyErrors([errors.PolicyError("quiet.yaml", "bad key", line=3, col=1)])
+    reply = await call(client, "Reload")
+    assert reply.error_name == wire.ERROR_POLICY_INVALID
+    assert "quiet.yaml:3:1" in reply.body[0] and control.reloads == 0
+
+
+def _lingering_client(address: str, calls: list) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls),
+                             "--linger"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+async def _lines(proc: subprocess.Popen, n: int) -> list[dict]:
+    return [json.loads(await asyncio.to_thread(proc.stdout.readline)) for _ in range(n)]
+
+
+async def test_a_hold_ends_when_its_caller_leaves_the_bus_unless_detached(service, client, control,
+                                                                          bus_address):
+    proc = _lingering_client(bus_address, [["HoldPolicy", "ssdb", ["quiet", "job", 0.0, False]],
+                                           ["HoldPolicy", "ssdb", ["ai-training", "slurm", 0.0, True]]])
+    try:
+        hello, attached, detached = await _lines(proc, 3)
+        assert attached["error"] is None and detached["error"] is None
+        assert set(control.holds) == {attached["body"][0], detached["body"][0]}
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        await asyncio.to_thread(proc.wait, 30)
+    finally:
+        proc.kill()
+    for _ in range(200):
+        if ("release_owner", hello["unique_name"]) in control.calls:
+            break
+        await asyncio.sleep(0.02)
+    assert ("release_owner", hello["unique_name"]) in control.calls
+    assert list(control.holds) == [detached["body"][0]]
+    assert control.holds[detached["body"][0]]["detached"] is True
+    await ok(client, "ReleasePolicy", "u", [detached["body"][0]])
+    assert control.holds == {}
+
+
+async def test_in_flight_calls_per_connection_are_capped(bus_address, polkitd, control, hub, client):
+    from aithermd.publish import dbus_service
+
+    handle = await dbus_service.start(bus_address, control, hub, root_uids=(), max_in_flight=4)
+    mock = dict(destination="org.freedesktop.PolicyKit1", path="/org/freedesktop/PolicyKit1/Authority",
+                interface="org.freedesktop.DBus.Mock")
+    try:
+        await polkit_allow(client, [wire.ACTION_SET_POLICY])
+        await call(client, "SimulateHang", "b", [True], **mock)
+        pending = [asyncio.ensure_future(call(client, "SetActivePolicy", "s", ["quiet"])) for _ in range(6)]
+        for _ in range(100):  # the two over the cap are answered at once, the four others hang in polkit
+            if sum(p.done() for p in pending) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert [p.result().error_name for p in pending if p.done()] == [wire.ERROR_BUSY] * 2
+        assert control.calls == []
+        (hanging,) = (await call(client, "HaveHangingCalls", **mock)).body
+        assert hanging  # polkit holds the four in flight
+        await call(client, "ReleaseHangingCalls", **mock)
+        replies = await asyncio.gather(*pending)
+        assert Counter(r.error_name or "ok" for r in replies) == {"ok": 4, wire.ERROR_BUSY: 2}
+        assert control.calls == [("set_active_policy", "quiet")] * 4
+        assert handle.tracker.in_flight(client.unique_name) == 0
+        await ok(client, "GetSnapshot")  # the cap is released
+    finally:
+        await call(client, "SimulateHang", "b", [False], **mock)
+        await handle.stop()
