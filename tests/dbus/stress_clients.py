@@ -43,7 +43,8 @@ async def main(address: str, clients: int, in_flight: int, rounds: int) -> None:
     errors: Counter = Counter()
     sizes: list[int] = []
     t0 = time.monotonic()
-    oks = await asyncio.gather(*(one_client(address, in_flight, rounds, errors, sizes) for _ in range(clients)))
+    oks = await asyncio.gather(*(one_client(address, in_flight, rounds, errors, sizes)
+                                 for _ in range(clients)))
     print(json.dumps({"ok": sum(oks), "errors": dict(errors), "min_len": min(sizes, default=0),
                       "seconds": round(time.monotonic() - t0, 3)}), flush=True)
 
