@@ -1,0 +1,94 @@
+"""``aithermd check FILE...``: validate policy files; nothing is applied.
+
+Each problem is printed on stderr as ``FILE:LINE:COL: error: KEY: message (hint: ...)``; each valid file as
+``FILE: ok`` on stdout. With ``--sysfs-root DIR`` or ``--simulate`` device references (GPU indexes, fans,
+zones, sensors) are also checked against that machine. Permission problems are only warnings here (the
+daemon running as root refuses them).
+
+Exit status: 0 all valid, 1 any invalid, 2 usage error or an unreadable file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from aithermd import log
+from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.model import Device
+
+HELP = "validate policy files"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="policy files (YAML)")
+    machine = parser.add_mutually_exclusive_group()
+    machine.add_argument("--sysfs-root", metavar="DIR", help="also check device references against this sysfs tree")
+    machine.add_argument("--simulate", action="store_true",
+                         help="also check device references against the simulated workstation")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
+
+
+def machine_devices(args: argparse.Namespace) -> list[Device] | None:
+    """The devices of the machine the arguments name, or None. Raises OSError/RuntimeError when unusable."""
+    from aithermd.inventory import discover, open_backends
+    if args.sysfs_root:
+        if not os.path.isdir(args.sysfs_root):
+            raise OSError(f"{args.sysfs_root}: not a directory")
+        backends = open_backends(args.sysfs_root, cpu=False)
+        try:
+            return discover(backends)
+        finally:
+            for b in backends:
+                b.close()
+    if args.simulate:
+        from aithermd.sim.machine import SimulatedMachine
+        from aithermd.sim.runner import SimClock, build_backends
+        with tempfile.TemporaryDirectory(prefix="aithermd-check-") as tmp:
+            machine = SimulatedMachine(Path(tmp) / "machine")
+            backends = build_backends(machine, SimClock())
+            try:
+                return discover(backends)
+            finally:
+                for b in backends:
+                    b.close()
+                machine.close()
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    log.setup(level="error")
+    from aithermd.policy.devicecheck import check_devices
+    from aithermd.policy.loader import load_policy_file, permission_problems
+
+    try:
+        devices = machine_devices(args)
+    except Exception as exc:  # noqa: BLE001 - any failure to build the machine is a usage problem here
+        print(f"aithermd check: cannot use that machine: {exc}", file=sys.stderr)
+        return 2
+    status = 0
+    for name in args.files:
+        path = Path(name)
+        if not path.is_file() or not os.access(path, os.R_OK):
+            why = "no such file" if not path.exists() else "not a regular file" if not path.is_file() \
+                else "permission denied"
+            print(f"{name}: error: cannot read: {why}", file=sys.stderr)
+            status = 2
+            continue
+        for problem in permission_problems(path) + permission_problems(path.parent):
+            print(f"{name}: warning: {problem} (the daemon running as root refuses it)", file=sys.stderr)
+        try:
+            policy = load_policy_file(path)
+            errors: list[PolicyError] = check_devices(policy, devices) if devices is not None else []
+        except PolicyErrors as exc:
+            errors = exc.errors
+        for err in errors:
+            print(err.format(), file=sys.stderr)
+        if errors:
+            status = max(status, 1)
+        elif not args.quiet:
+            print(f"{name}: ok")
+    return status

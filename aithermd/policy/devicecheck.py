@@ -1,0 +1,76 @@
+"""Device references of a policy checked against one machine (``aithermd check --sysfs-root``/``--simulate``).
+
+A selector written without wildcards (an exact GPU index or UUID, fan id, chip or zone) must match something;
+one with wildcards may match nothing (shipped policies name several chips so they fit many boards). A curve
+source or a ``temperature_c`` sensor must match at least one temperature channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from aithermd.errors import PolicyError
+from aithermd.model import Device
+from aithermd.policy import selectors
+from aithermd.policy.locate import error_at
+from aithermd.policy.references import all_conditions
+from aithermd.policy.schema import (CpuPowerLimitRule, FanRule, GpuMatch, GpuPowerLimitRule, MetricCondition,
+                                    MixCurve)
+
+WILD = set("*?[")
+
+
+def _exact(patterns: Sequence[Any] | None) -> bool:
+    return patterns is not None and all(not (WILD & set(str(p))) for p in patterns)
+
+
+def _gpu_problem(match: GpuMatch, devices: Sequence[Device]) -> str | None:
+    if selectors.select_gpus(match, devices):
+        return None
+    if match.index is not None or _exact(match.uuid) or _exact(match.model):
+        have = ", ".join(d.id for d in selectors.gpus(devices)) or "none"
+        return f"selects no GPU on this machine (GPUs: {have})"
+    return None
+
+
+def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
+    """Every device reference of ``policy`` (a loader.Policy) that this machine cannot satisfy."""
+    doc, where = policy.document, str(policy.path or f"<{policy.name}>")
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    for mname, machine in doc.machines.items():
+        if machine.per == "gpu":
+            msg = _gpu_problem(machine.gpus, devices)
+            if msg:
+                problems.append((("machines", mname, "gpus"), msg))
+    for i, rule in enumerate(doc.rules):
+        loc = ("rules", i, rule.kind)
+        if isinstance(rule, GpuPowerLimitRule):
+            msg = _gpu_problem(rule.gpus, devices)
+            if msg:
+                problems.append(((*loc, "gpus"), msg))
+        elif isinstance(rule, CpuPowerLimitRule):
+            if not selectors.select_zones(rule.zones, devices) and _exact(rule.zones):
+                problems.append(((*loc, "zones"), "selects no RAPL zone on this machine"))
+        elif isinstance(rule, FanRule):
+            f = rule.fans
+            if not selectors.select_fans(f, devices) and any(_exact(p) for p in (f.id, f.chip, f.label)):
+                problems.append(((*loc, "fans"), "selects no fan on this machine"))
+            if rule.curve is not None and not isinstance(rule.curve, str | MixCurve):
+                src = rule.curve.source
+                pats = src.max or src.min or src.mean or []
+                if not selectors.select_temperatures(pats, devices):
+                    problems.append(((*loc, "curve", "inline", rule.curve.kind, "source"),
+                                     "no temperature channel on this machine matches this source"))
+    for name, curve in doc.curves.items():
+        if isinstance(curve, MixCurve):
+            continue
+        pats = curve.source.max or curve.source.min or curve.source.mean or []
+        if not selectors.select_temperatures(pats, devices):
+            problems.append((("curves", name, curve.kind, "source"),
+                             "no temperature channel on this machine matches this source"))
+    for cond, loc in all_conditions(doc):
+        if isinstance(cond, MetricCondition) and cond.sensor is not None:
+            if not selectors.select_temperatures(cond.sensor, devices):
+                problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
+    return [error_at(policy.tree, where, loc, msg) for loc, msg in problems]
