@@ -18,6 +18,8 @@ GPUs, with the reason in :attr:`NvmlBackend.unavailable`, not an error.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -42,7 +44,9 @@ class NvmlBackend:
     """GPUs of one NVML library. ``nvml``: the bindings module (default: ``import pynvml``), or a private
     copy over the fake (``FakeNvml.bindings()``). ``probe_writes``: decide at discovery whether NVML lets this
     process write, by writing back the power limit in force and re-asserting each fan's present mode (no
-    change); False leaves every knob writable until a write fails."""
+    change); False leaves every knob writable until a write fails. ``index_base``: added to the NVML index
+    in device ids (``gpu<base+N>``; a callable is asked at discovery), so a second NVML (fake GPUs beside
+    real ones) numbers on."""
 
     kind = "nvml"
     blocking = True
@@ -54,12 +58,14 @@ class NvmlBackend:
         worker: NvmlWorker | None = None,
         clock: Clock | None = None,
         probe_writes: bool = True,
+        index_base: int | Callable[[], int] = 0,
     ) -> None:
         if nvml is None:
             import pynvml as nvml
         self.nvml = nvml
         self.clock = clock or RealClock()
         self.probe_writes = probe_writes
+        self.index_base = index_base
         self.unavailable: str | None = None
         self._worker, self._own_worker = worker, worker is None
         self._names = error_names(nvml)
@@ -102,10 +108,12 @@ class NvmlBackend:
         self._gpus, self._devices = {}, []
         if not self._init():
             return []
+        base = self.index_base() if callable(self.index_base) else self.index_base
         for index in range(nv.nvmlDeviceGetCount()):
             try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
                 reader = GpuReader(
-                    nv, index, nv.nvmlDeviceGetHandleByIndex(index), self.probe_writes, self._names
+                    nv, index, handle, self.probe_writes, self._names, device_index=base + index
                 )
                 device = reader.probe()
             except (Lost, nv.NVMLError) as exc:
@@ -118,6 +126,11 @@ class NvmlBackend:
             self._gpus[reader.id] = reader
             self._devices.append(device)
         return list(self._devices)
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs found by the last discovery."""
+        return len(self._gpus)
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:
@@ -318,3 +331,24 @@ def open_from_locator(locator: dict[str, Any]) -> NvmlBackend:
     import pynvml
 
     return NvmlBackend(nvml=pynvml)
+
+
+def gpu_backends(*, live: bool, dumps: Sequence[str | Path] = ()) -> list[NvmlBackend]:
+    """The GPU backends of a command: the real NVML when ``live`` (zero GPUs without a driver, none at all
+    without ``pynvml``), then one fake NVML with the GPUs of ``dumps`` (``nvidia-smi -q`` text/XML or profile
+    JSON), numbered after the real ones. Raises :class:`~aithermd.sim.smi_dump.DumpError` for a bad dump."""
+    backends: list[NvmlBackend] = []
+    if live:
+        try:
+            import pynvml
+        except ImportError:
+            pynvml = None
+        if pynvml is not None:
+            backends.append(NvmlBackend(nvml=pynvml))
+    if dumps:
+        from aithermd.sim.fake_nvml import FakeNvml
+
+        fake = FakeNvml.from_dumps(dumps)
+        real = backends[0] if backends else None
+        backends.append(NvmlBackend(nvml=fake.bindings(), index_base=lambda: real.gpu_count if real else 0))
+    return backends

@@ -91,11 +91,17 @@ class GpuProbe:
     """GPU ``index`` (NVML enumeration order) behind ``handle``; device id ``gpu<index>``."""
 
     def __init__(
-        self, nv: Any, index: int, handle: Any, probe_writes: bool = True, names: dict[int, str] | None = None
+        self,
+        nv: Any,
+        index: int,
+        handle: Any,
+        probe_writes: bool = True,
+        names: dict[int, str] | None = None,
+        device_index: int | None = None,
     ) -> None:
         self.nv, self.index, self.handle, self.probe_writes = nv, index, handle, probe_writes
         self.names = names if names is not None else error_names(nv)
-        self.id = f"gpu{index}"
+        self.id = f"gpu{index if device_index is None else device_index}"
         self.fields: list[tuple[str, int]] = []  # (role, field id) read in one batch
         self.calls: dict[str, Callable[[], Any]] = {}  # role → single call, where no field serves it
         self.temp_fn: Callable[[], Any] | None = None

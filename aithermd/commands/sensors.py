@@ -7,7 +7,10 @@ first). ``--interval 0`` reads once: RAPL power and CPU utilization then read ``
 out; without it the CPU is included. With ``--json`` stdout holds exactly one document
 (:func:`aithermd.document.sensors_document`); logs and warnings always go to stderr.
 
-Exit status: 0 success, 2 when ``--sysfs-root`` is not a directory.
+GPUs: the live NVML without ``--sysfs-root`` (zero GPUs without a driver); ``--gpu-profile DUMP``
+(repeatable) adds fake GPUs built from ``nvidia-smi -q`` dumps (text or XML), numbered after the real ones.
+
+Exit status: 0 success, 2 when ``--sysfs-root`` is not a directory or a ``--gpu-profile`` dump is unreadable.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from aithermd import log
 from aithermd.backends.base import Backend
 from aithermd.document import render_table, sensors_document
+from aithermd.errors import AithermError
 from aithermd.inventory import discover, open_backends
 from aithermd.model import KnobValue, Reading
 
@@ -35,13 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--interval", type=float, default=0.2, metavar="S",
                         help="seconds between the two samples that rates (RAPL power, CPU %%) need; 0: one sample")
+    parser.add_argument("--gpu-profile", metavar="DUMP", action="append", default=[],
+                        help="add fake GPUs from an `nvidia-smi -q` dump (text or -x XML); repeatable")
 
 
 def open_for(args: argparse.Namespace) -> list[Backend]:
     """The backends these arguments ask for (GPU options extend this)."""
+    from aithermd.backends.nvml import gpu_backends
+    gpus = gpu_backends(live=args.sysfs_root is None, dumps=getattr(args, "gpu_profile", None) or ())
     if args.sysfs_root is None:
-        return open_backends()
-    return open_backends(args.sysfs_root, cpu=False)
+        return [*open_backends(), *gpus]
+    return [*open_backends(args.sysfs_root, cpu=False), *gpus]
 
 
 def read_document(backends: list[Backend], interval: float,
@@ -72,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"aithermd sensors: {args.sysfs_root}: not a directory (give a sysfs tree, e.g. a machine's sys/)",
               file=sys.stderr)
         return 2
-    backends = open_for(args)
+    try:
+        backends = open_for(args)
+    except AithermError as exc:
+        print(f"aithermd sensors: {exc}", file=sys.stderr)
+        return 2
     try:
         doc = read_document(backends, max(0.0, args.interval))
     finally:
