@@ -46,6 +46,14 @@ STOP_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 10.0
 
 
+def _guard(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Call ``fn`` and swallow its failure (logging or notify on the way out)."""
+    try:
+        fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 class Daemon:
     """One daemon run. ``await run()`` returns the exit code (0 clean, 1 start failure or a knob that
     could not be restored). ``hub`` holds the published snapshots; ``operator`` the DaemonControl."""
@@ -169,25 +177,37 @@ class Daemon:
         if handle_signals:
             self._install_signals(loop)
         watchdog = (asyncio.create_task(self._watchdog()) if self.notifier.watchdog_interval_s else None)
-        code = 0
+        code = 1
         try:
             await self._start_services()
             await self.ticker.run(self._tick, self._stop, max_ticks, until)
+            code = 0
         finally:
-            self.notifier.stopping()
+            # Hardware first: every step below is guarded so that nothing (not even a closed stderr)
+            # can keep the journaled knobs from being restored.
             if watchdog is not None:
                 watchdog.cancel()
+            if not s.dry_run:
+                try:
+                    report = await loop.run_in_executor(
+                        worker, lambda: restore_journal(journal, backends=backends))
+                except Exception as exc:  # noqa: BLE001 - JournalError: the journal stays for 'restore'
+                    code = 1
+                    _guard(self._log.error, "restore_failed", error=str(exc))
+                else:
+                    for knob_id in report.restored:
+                        applier.forget(knob_id)
+                    if not report.ok:
+                        code = 1
+                    _guard(self._log.info, "stop", restored=len(report.restored), failed=dict(report.failed))
+            _guard(self.notifier.stopping)
             if handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     loop.remove_signal_handler(sig)
-            await self._stop_services()
-            if not s.dry_run:
-                report = await loop.run_in_executor(
-                    worker, lambda: restore_journal(journal, backends=backends))
-                for knob_id in report.restored:
-                    applier.forget(knob_id)
-                code = 0 if report.ok else 1
-                self._log.info("stop", restored=len(report.restored), failed=dict(report.failed))
+            try:
+                await self._stop_services()
+            except Exception:  # noqa: BLE001
+                pass
             worker.shutdown(wait=True)
             self._close(backends, own_backends)
             self.notifier.close()
@@ -212,7 +232,8 @@ class Daemon:
             try:
                 backend.close()
             except Exception as exc:  # noqa: BLE001
-                self._log.warning("close_failed", backend=getattr(backend, "kind", "?"), error=str(exc))
+                _guard(self._log.warning, "close_failed", backend=getattr(backend, "kind", "?"),
+                       error=str(exc))
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)

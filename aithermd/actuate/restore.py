@@ -41,8 +41,19 @@ def locator_key(locator: Mapping[str, Any]) -> str:
 
 
 def _default_opener(locator: Mapping[str, Any]) -> Backend:
+    """:func:`aithermd.backends.open_backend`, then discovery (knob ids are known only after it)."""
     from aithermd.backends import open_backend
-    return open_backend(dict(locator))
+    backend = open_backend(dict(locator))
+    backend.discover()
+    return backend
+
+
+def _say(method: Callable[..., Any], event: str, **fields: Any) -> None:
+    """Log, but never let a failing log sink (EPIPE on a closed stderr) stop a restore."""
+    try:
+        method(event, **fields)
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _relocate(locator: Mapping[str, Any], sysfs_root: Path | None) -> dict[str, Any]:
@@ -87,23 +98,23 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             if backend is None:
                 why = open_failures[key]
                 failures[entry.knob_id] = why
-                log.error("restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
+                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
                 continue
             try:
                 backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
                 failures[entry.knob_id] = f"{type(exc).__name__}: {exc}"
-                log.error("restore_failed", knob=entry.knob_id, device=entry.device_id,
-                          error=failures[entry.knob_id])
+                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id,
+                     error=failures[entry.knob_id])
                 continue
             restored.append(entry.knob_id)
-            log.info("restored", knob=entry.knob_id, device=entry.device_id, saved=dict(entry.saved))
+            _say(log.info, "restored", knob=entry.knob_id, device=entry.device_id, saved=dict(entry.saved))
     finally:
         for backend in opened:
             try:
                 backend.close()
             except Exception:  # noqa: BLE001
-                log.warning("backend_close_failed", backend=getattr(backend, "kind", "?"))
+                _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
     if failures:
         for knob_id in restored:
             journal.forget(knob_id)
