@@ -8,9 +8,9 @@ from textual.widget import Widget
 
 
 class StatusLine(Widget):
-    DEFAULT_CSS = "StatusLine { height: 1; background: $panel; padding: 0 1; }"
-    connected: reactive[bool | None] = reactive(None)
-    detail: reactive[str] = reactive("")
+    DEFAULT_CSS = "StatusLine { height: auto; max-height: 3; background: $panel; padding: 0 1; }"
+    connected: reactive[bool | None] = reactive(None, layout=True)
+    detail: reactive[str] = reactive("", layout=True)
     policy: reactive[str] = reactive("")
 
     def render(self) -> Text:
@@ -18,6 +18,7 @@ class StatusLine(Widget):
             return Text("◌ connecting…", style="dim")
         if not self.connected:
             return Text(f"○ {self.detail} — retrying", style="bold red")
-        text = Text("● ", style="bold green")
+        text = Text("● ", style="bold green", no_wrap=True, overflow="ellipsis")
         text.append(self.policy)
+        text.truncate(max(1, self.content_size.width), overflow="ellipsis")
         return text

@@ -1,0 +1,295 @@
+"""Pilot tests of the TUI against a scripted fake client: what each screen shows, at 80×24 and wider,
+how it follows new snapshots, reconnects, and how changes and their refusals are shown."""
+
+import copy
+
+from conftest import load
+from fake_client import FakeClient
+from screen_text import screen_text
+from textual.widgets import Checkbox, Input, Select, Static
+
+from aithermctl import errors
+from aithermctl.app import AithermApp
+from aithermctl.screens.dialogs import HelpScreen, HoldDialog, OverrideDialog
+from aithermctl.widgets.gpu_card import GpuCard
+from aithermctl.widgets.trace_plot import TracePlot
+
+FAST = {"retry_s": (0.01, 0.02), "poll_s": 60.0}
+
+
+async def settle(pilot, n: int = 3) -> None:
+    for _ in range(n):
+        await pilot.pause()
+
+
+async def test_overview_at_80x24_shows_gpu_cards_cpu_package_and_status_line():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        lines = text.splitlines()
+        assert len(lines) == 24 and max(len(line) for line in lines) <= 80
+        assert "● policy ai-training · in force: quiet (held, cookie 17)" in lines[0]
+        assert "gpu0 · NVIDIA GeForce RTX 4090" in text
+        assert "498/520 W" in text and "150–600 W" in text and "slowdown 88 °C" in text
+        assert "fans 62% 62%" in text
+        assert "limit ai-training/raise-under-load  +70 W vs default" in text
+        assert "clocks sw_power_cap" in text
+        assert "gpu1 · NVIDIA RTX 6000 Ada Generation" in text and "−100 W vs default" in text
+        assert "package-0    87.4 W" in text and "PL1 125 W  PL2 241 W  64 °C" in text
+        assert "q Quit" in lines[-1]
+
+
+async def test_board_fans_table_lists_speed_duty_and_source():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(100, 50)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "nct6798-isa-0290 fan1  678 RPM   40%   ai-training/case-fans" in text
+        assert "firmware (read-only)" in text
+
+
+async def test_new_snapshot_updates_the_card_and_a_vanished_gpu_loses_its_card():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        doc = copy.deepcopy(client.doc)
+        doc["devices"][0]["channels"][0]["value"] = 83.0
+        doc["devices"][0]["attrs"]["clock_event_reasons"] = ["sw_thermal_slowdown"]
+        client.push(doc)
+        await settle(pilot)
+        text = screen_text(app)
+        assert "83 °C" in text and "sw_thermal_slowdown" in text
+        doc = copy.deepcopy(doc)
+        doc["devices"] = [d for d in doc["devices"] if d["id"] != "gpu1"]
+        client.push(doc)
+        await settle(pilot)
+        assert [c.view.id for c in app.screen.query(GpuCard)] == ["gpu0"]
+        assert "gpu1 ·" not in screen_text(app)
+
+
+async def test_no_gpu_machine_says_so_and_shows_a_failed_fan():
+    app = AithermApp(FakeClient(load("snapshot_nogpu.json")), **FAST)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "No GPU: the daemon sees no NVIDIA driver" in text
+        assert "! failed" in text
+        assert "degraded 1" in text.splitlines()[0]
+
+
+async def test_resizing_puts_gpu_cards_side_by_side_when_wide():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        cards = list(app.screen.query(GpuCard))
+        assert cards[0].region.y != cards[1].region.y
+        await pilot.resize_terminal(140, 40)
+        await settle(pilot)
+        assert app.screen.query_one("#gpus").has_class("wide")
+        cards = list(app.screen.query(GpuCard))
+        assert cards[0].region.y == cards[1].region.y and cards[0].region.x < cards[1].region.x
+
+
+async def test_plots_show_temperature_power_and_the_limit_from_history():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot)
+        plots = {p.id: p for p in app.screen.query(TracePlot)}
+        assert set(plots) == {"plot-gpu0-temp", "plot-gpu0-power", "plot-gpu1-temp", "plot-gpu1-power",
+                              "plot-powercap-package-0-power"}
+        power = plots["plot-gpu0-power"]
+        assert power.border_title.startswith("gpu0 power ") and "limit 520 W ━" in power.border_title
+        assert power.border_subtitle.endswith("· 5 min")
+        assert "━" in screen_text(app)  # the limit line is drawn
+        await pilot.press("minus")
+        await settle(pilot)
+        assert power.border_subtitle.endswith("· 10 min")
+        await pilot.press("plus", "plus", "plus")
+        await settle(pilot)
+        assert power.border_subtitle.endswith("· 1 min")
+
+
+async def test_policy_screen_shows_policies_holds_states_and_filling_windows():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot, 5)
+        text = screen_text(app)
+        assert "active ai-training   in force quiet (held)" in text
+        assert "balanced" in text and "Lower caps and quiet curves" in text
+        assert "17" in text and "night shift" in text
+        assert "ai-training gpu0: training" in text
+        assert "sustain" in text and "1m 00s of 1m 00s" in text
+        assert "gpu0/fan0  safety/critical" in text
+        assert ("list_policies", ()) in client.calls and ("explain", ("",)) in client.calls
+        app.screen.query_one("#policies").focus()
+        await pilot.press("down", "a")  # the second policy: balanced
+        await settle(pilot)
+        assert ("set_active_policy", ("balanced",)) in client.calls
+        app.screen.query_one("#holds").focus()
+        await pilot.press("r")
+        await settle(pilot)
+        assert ("release_policy", (17,)) in client.calls
+
+
+async def test_events_screen_logs_signals_and_filters_by_kind():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        for kind, event in load("events.json"):
+            client.emit(kind, event)
+        await pilot.press("4")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "450 W → 520 W by ai-training/raise-under-load" in text
+        assert "read failed (EIO)" in text and "GPU appeared" in text
+        await pilot.press("f", "f", "f")  # all → decision → drift → fault
+        await settle(pilot)
+        text = screen_text(app)
+        assert "Events (fault" in text and "read failed (EIO)" in text and "GPU appeared" not in text
+
+
+async def test_reconnects_when_the_daemon_restarts():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert screen_text(app).startswith(" ● policy")
+        client.kill()
+        await settle(pilot, 5)
+        top = " ".join(line.strip() for line in screen_text(app).splitlines()[:2])
+        assert "○ aithermd is not running on the system bus (start it: systemctl start aithermd)" in top
+        connects = client.connects
+        await pilot.pause(0.1)
+        assert client.connects > connects  # it keeps trying
+        client.revive()
+        await pilot.pause(0.1)
+        await settle(pilot)
+        assert screen_text(app).startswith(" ● policy")
+        assert [m for k, e in app.state.events if k == "connection" for m in [e["message"]]][-1] == \
+            "reconnected to aithermd"
+        assert sum(1 for name, _ in client.calls if name == "get_history") >= 2  # plots re-seeded
+
+
+async def test_override_dialog_sends_the_override():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, OverrideDialog)
+        dialog.query_one("#knob", Select).value = "gpu0/power_limit"
+        dialog.query_one("#value", Input).value = "400W"
+        dialog.query_one("#for", Input).value = "15m"
+        await pilot.click("#apply")
+        await settle(pilot)
+        assert ("set_override", ("gpu0/power_limit", 400.0, 900.0)) in client.calls
+        assert not isinstance(app.screen, OverrideDialog)
+
+
+async def test_override_refused_by_polkit_is_shown_plainly_in_the_dialog():
+    client = FakeClient()
+    client.refuse["set_override"] = errors.NotAuthorized("override a knob", "polkit said no",
+                                                         "io.github.aithermd.override")
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        dialog = app.screen
+        dialog.query_one("#knob", Select).value = "gpu0/power_limit"
+        dialog.query_one("#value", Input).value = "400"
+        await pilot.click("#apply")
+        await settle(pilot)
+        assert app.screen is dialog
+        assert "not authorized to override a knob" in screen_text(app)
+        assert str(dialog.query_one("#error", Static).content) == (
+            "not authorized to override a knob: polkit said no (run it with sudo, or ask an administrator to "
+            "allow io.github.aithermd.override in polkit)")
+
+
+async def test_override_dialog_checks_input_before_asking():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        await pilot.click("#apply")
+        await settle(pilot)
+        assert "choose a knob" in screen_text(app)
+        app.screen.query_one("#knob", Select).value = "gpu0/power_limit"
+        app.screen.query_one("#value", Input).value = "lots"
+        await pilot.pause(0.3)  # a button ignores clicks while it shows the last one
+        await pilot.click("#apply")
+        await settle(pilot)
+        assert "not a value: 'lots' (examples: 250, 250W, 60%)" in screen_text(app)
+        assert not [c for c in client.calls if c[0] == "set_override"]
+        await pilot.pause(0.3)
+        await pilot.click("#clear")
+        await settle(pilot)
+        assert ("clear_override", ("gpu0/power_limit",)) in client.calls
+
+
+async def test_hold_dialog_holds_a_policy():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot, 5)
+        await pilot.press("h")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, HoldDialog)
+        dialog.query_one("#policy", Select).value = "quiet"
+        dialog.query_one("#reason", Input).value = "meeting"
+        dialog.query_one("#timeout", Input).value = "1h"
+        dialog.query_one("#detached", Checkbox).value = True
+        await pilot.click("#hold")
+        await settle(pilot)
+        assert ("hold_policy", ("quiet", "meeting", 3600.0, True)) in client.calls
+        assert not isinstance(app.screen, HoldDialog)
+
+
+async def test_help_opens_and_closes():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await settle(pilot)
+        assert isinstance(app.screen, HelpScreen)
+        assert "override a knob, or clear an override" in screen_text(app)
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_reload_refusal_is_notified():
+    client = FakeClient()
+    client.refuse["reload"] = errors.DaemonError("policies/x.yaml:3: unknown key 'rulez'")
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+r")
+        await settle(pilot, 5)
+        assert [(n.title, n.message, n.severity) for n in app._notifications] == [
+            ("refused", "policies/x.yaml:3: unknown key 'rulez'", "error")]
+
+
+async def test_quitting_closes_the_client():
+    client = FakeClient()
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("q")
+    assert ("close", ()) in client.calls
