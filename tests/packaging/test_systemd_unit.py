@@ -110,7 +110,7 @@ def test_unit_keeps_what_the_daemon_needs() -> None:
     assert s["Type"] == ["notify"]
     assert s["WatchdogSec"] and s["NotifyAccess"] == ["main"]
     assert s["ExecStart"] == ["/usr/bin/aithermd run"]
-    assert s["ExecStopPost"] == ["/usr/bin/aithermd restore --state-dir /var/lib/aithermd"]
+    assert s["ExecStopPost"] == ["/usr/bin/aithermd restore"]
     assert s["StateDirectory"] == ["aithermd"]
     assert s["ProtectSystem"] == ["strict"] and s["ProtectHome"] == ["yes"] and s["PrivateTmp"] == ["yes"]
     assert s["NoNewPrivileges"] == ["yes"]

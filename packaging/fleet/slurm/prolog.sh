@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# aithermd Slurm prolog (slurm.conf: Prolog=/usr/lib/aithermd/slurm/prolog.sh).
+# Holds the job's policy on this node (detached: the epilog is another process) and starts an energy
+# window; the epilog releases both and records the job's joules per GPU. Fails open: a node without a
+# running aithermd still runs jobs (set AITHERMD_SLURM_STRICT=1 to refuse them).
+set -uo pipefail
+here=$(dirname "$(readlink -f "$0")")
+# shellcheck source=aithermd-slurm.sh
+. "$here/aithermd-slurm.sh"
+
+job=$(job_id) || exit 0
+umask 077
+mkdir -p "$AITHERMD_SLURM_STATE_DIR" || { say "cannot create $AITHERMD_SLURM_STATE_DIR"; exit 0; }
+policy=$(job_policy)
+status=0
+
+if [ -n "$policy" ]; then
+    if cookie=$(aithermctl --bus "$AITHERMD_BUS" hold "$policy" --reason "slurm job $job" --detach); then
+        printf '%s\n' "$policy" >"$AITHERMD_SLURM_STATE_DIR/$job.policy"
+        printf '%s\n' "$cookie" >"$AITHERMD_SLURM_STATE_DIR/$job.hold"
+        say "holding policy $policy (cookie $cookie)"
+    else
+        say "could not hold policy $policy; the job runs under the active policy"
+        [ "$AITHERMD_SLURM_STRICT" = 1 ] && status=1
+    fi
+fi
+
+if reply=$(daemon_call StartEnergyWindow sd "slurm-$job" "$AITHERMD_SLURM_WINDOW_TIMEOUT"); then
+    # busctl prints the reply as: t 42
+    window=${reply#t }
+    printf '%s\n' "$window" >"$AITHERMD_SLURM_STATE_DIR/$job.window"
+    say "energy window $window started"
+else
+    say "could not start an energy window; the job's energy will not be recorded"
+fi
+
+exit "$status"
