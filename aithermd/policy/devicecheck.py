@@ -15,8 +15,14 @@ from aithermd.model import Device
 from aithermd.policy import selectors
 from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
-from aithermd.policy.schema import (CpuPowerLimitRule, FanRule, GpuMatch, GpuPowerLimitRule, MetricCondition,
-                                    MixCurve)
+from aithermd.policy.schema import (
+    CpuPowerLimitRule,
+    FanRule,
+    GpuMatch,
+    GpuPowerLimitRule,
+    MetricCondition,
+    MixCurve,
+)
 
 WILD = set("*?[")
 

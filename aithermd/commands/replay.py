@@ -1,0 +1,128 @@
+"""``aithermd replay --trace FILE --policy NAME|FILE [--gpu-profile DUMP] [--json]``: the real engine over a
+recorded ``nvidia-smi --query-gpu=... --format=csv`` trace.
+
+GPU limits and thresholds come from ``--gpu-profile`` (an ``nvidia-smi -q`` dump, text or XML: trace GPU i
+takes the dump's GPU i, or GPU 0 when the dump has fewer), else from the shipped profile matching the
+trace's ``name`` column. Output: a timeline (time, device, old → new, rule) and a summary; with ``--json``
+exactly one JSON document on stdout (:func:`aithermd.policy.replay.replay`).
+
+Exit status: 0 success; 1 malformed trace (with its line number) or invalid policy; 2 usage error,
+unreadable file, unknown policy, or a GPU with no profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from aithermd import log
+
+HELP = "run the policy engine over a recorded nvidia-smi trace"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", required=True, metavar="FILE", help="nvidia-smi --query-gpu CSV log")
+    parser.add_argument("--policy", required=True, metavar="NAME|FILE", help="a policy name or a policy file")
+    parser.add_argument("--gpu-profile", metavar="DUMP", help="nvidia-smi -q dump (text or -x XML) for limits")
+    parser.add_argument("--policy-dir", action="append", metavar="DIR", default=None,
+                        help="where to look policy names up (default: shipped, then /etc/aithermd/policies.d)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def _err(msg: str) -> None:
+    print(f"aithermd replay: {msg}", file=sys.stderr)
+
+
+def _profiles(args: argparse.Namespace, trace: Any) -> list[Any] | str:
+    """One profile per trace GPU, or an error message (exit 2)."""
+    if args.gpu_profile:
+        from aithermd.sim.smi_dump import load_dump
+        try:
+            dump = load_dump(args.gpu_profile)
+        except OSError as exc:
+            return f"{args.gpu_profile}: cannot read: {exc.strerror or exc}"
+        except Exception as exc:  # noqa: BLE001 - DumpError and parse failures alike
+            return f"{args.gpu_profile}: not an nvidia-smi -q dump: {exc}"
+        if not dump:
+            return f"{args.gpu_profile}: no GPU in this dump"
+        return [dump[i] if i < len(dump) else dump[0] for i in range(len(trace.gpu_ids))]
+    from aithermd.sim.profiles import find_profile
+    out = []
+    for i, name in enumerate(trace.names):
+        if not name:
+            return (f"trace GPU {i} has no 'name' column to find its limits by: give --gpu-profile "
+                    "(an nvidia-smi -q dump of that GPU)")
+        prof = find_profile(name)
+        if prof is None:
+            return f"no shipped GPU profile matches '{name}' (trace GPU {i}): give --gpu-profile DUMP"
+        out.append(prof)
+    return out
+
+
+def _watts(v: float | None) -> str:
+    return "—" if v is None else f"{v:g} W"
+
+
+def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[str]) -> None:
+    out = sys.stdout
+    out.write(f"policy {policy} over {trace_path}: {len(doc['summary']['gpus'])} GPU(s), "
+              f"{doc['summary']['duration_s']:.0f} s\n\n")
+    out.write(f"{'t (s)':>9}  {'device':<7} {'knob':<12} {'old → new':<21} rule\n")
+    for d in doc["decisions"]:
+        unit = (_watts(d["old"]), _watts(d["new"])) if d["knob"] == "power_limit" else \
+            (f"{d['old']:g} %" if d["old"] is not None else "—", f"{d['new']:g} %")
+        out.write(f"{d['t']:>9.1f}  {d['device']:<7} {d['knob']:<12} {unit[0] + ' → ' + unit[1]:<21} "
+                  f"{d['rule']}\n")
+    if not doc["decisions"]:
+        out.write("        (no change)\n")
+    out.write("\nsummary\n")
+    for (gpu, s), name in zip(doc["summary"]["gpus"].items(), names, strict=False):
+        states = ", ".join(f"{k} {v:.0f} s" for k, v in s["time_in_state_s"].items()) or "—"
+        mean = "—" if s["mean_power_limit_w"] is None else f"{s['mean_power_limit_w']:.1f} W"
+        out.write(f"  {gpu} {name}: {s['limit_changes']} limit change(s); energy {s['energy_j'] / 1000:.1f} kJ; "
+                  f"mean limit {mean}; above the limit {s['energy_above_limit_j']:.0f} J; "
+                  f"stale {s['stale_s']:.0f} s; states: {states}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    log.setup(level="error")
+    from aithermd.errors import PolicyErrors
+    from aithermd.policy.loader import ADMIN_POLICY_DIR, resolve_policy, shipped_policy_dir
+    from aithermd.policy.replay import replay
+    from aithermd.policy.trace import TraceError, parse_trace
+
+    try:
+        with open(args.trace, encoding="utf-8", errors="strict") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        _err(f"{args.trace}: cannot read: {getattr(exc, 'strerror', None) or exc}")
+        return 2
+    dirs = args.policy_dir or [shipped_policy_dir(), ADMIN_POLICY_DIR]
+    try:
+        policy = resolve_policy(args.policy, dirs)
+    except FileNotFoundError as exc:
+        _err(f"{exc}")
+        return 2
+    except PolicyErrors as exc:
+        for e in exc.errors:
+            print(e.format(), file=sys.stderr)
+        return 1
+    for w in policy.warnings:
+        _err(f"warning: {w}")
+    try:
+        trace = parse_trace(text, args.trace)
+    except TraceError as exc:
+        _err(f"malformed trace: {exc}")
+        return 1
+    profiles = _profiles(args, trace)
+    if isinstance(profiles, str):
+        _err(profiles)
+        return 2
+    doc = replay(trace, profiles, policy)
+    if args.json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+    else:
+        print_text(doc, policy.name, args.trace, [p.name for p in profiles])
+    return 0

@@ -1,0 +1,234 @@
+"""``nvidia-smi --query-gpu=... --format=csv`` traces, in their real variants.
+
+- a header names the fields, with or without units (``power.draw [W]``; ``--format=csv,nounits``);
+  any order and subset; values with or without units (``33.09 W``), ``[N/A]``/``[Not Supported]`` as unknown;
+- with an ``index``/``uuid``/``pci.bus_id`` column each row names its GPU, and a sample ends when a GPU
+  repeats; without one, each sample lists the GPUs in order, and rows less than half a period after a
+  sample's first row belong to that sample (the period is the median step between samples);
+- ``timestamp`` as nvidia-smi prints it (``2026/01/03 15:36:53.507``) or ISO 8601; without it samples are
+  taken 1 s apart. Gaps in time are kept; time must not go backwards.
+
+Malformed input raises :class:`TraceError` with the 1-based line number.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aithermd.errors import AithermError
+
+ID_COLUMNS = ("index", "uuid", "pci.bus_id", "gpu_bus_id")
+# fields read as numbers (a value that is neither a number nor an unknown marker is malformed); every other
+# column is kept as text
+NUMERIC = frozenset({"power.draw", "power.limit", "enforced.power.limit", "power.default_limit",
+                     "power.min_limit", "power.max_limit", "temperature.gpu", "temperature.memory",
+                     "utilization.gpu", "utilization.memory", "fan.speed", "clocks.sm", "clocks.mem",
+                     "clocks.gr", "memory.used", "memory.total", "memory.free"})
+ALIASES = {"power.draw.average": "power.draw", "power.draw.instant": "power.draw", "gpu_name": "name",
+           "clocks.current.sm": "clocks.sm", "clocks.current.memory": "clocks.mem",
+           "clocks.current.graphics": "clocks.gr", "gpu_bus_id": "pci.bus_id",
+           "enforced.power.limit": "enforced.power.limit", "power.management.limit": "power.limit"}
+UNKNOWN = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]",
+           "[insufficient permissions]", "[not available]", ""}
+FAILED = {"[unknown error]", "[gpu is lost]"}
+_TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\d{2})(\.\d+)?\s*(Z|[+-]\d{2}:?\d{2})?\s*$")
+MIN_STEP_S = 0.04  # rows closer than this are taken as one sample when estimating the period
+
+
+class TraceError(AithermError):
+    """A malformed trace: ``line`` (1-based) and ``message``."""
+
+    def __init__(self, line: int, message: str, path: str = "") -> None:
+        self.line, self.message, self.path = line, message, path
+        super().__init__(f"{path + ':' if path else 'line '}{line}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRow:
+    """One GPU in one sample: numeric fields (None = unknown), text fields, failed fields, the source line."""
+
+    values: dict[str, float | None]
+    text: dict[str, str]
+    failed: frozenset[str]
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSample:
+    t: float  # s since the first sample
+    t_wall: float  # local wall-clock time (s since the epoch); 0-based when the trace has no timestamp
+    gpus: tuple[GpuRow | None, ...]  # by GPU order in the trace; None where a sample lacks that GPU
+    line: int
+
+
+@dataclass(frozen=True)
+class Trace:
+    fields: tuple[str, ...]  # normalized field names, in column order
+    gpu_ids: tuple[str, ...]  # per GPU: its index/uuid value, or its position
+    names: tuple[str | None, ...]  # per GPU: the ``name`` column, when present
+    samples: list[TraceSample] = field(repr=False)
+    period_s: float = 1.0
+
+
+def normalize(header: str) -> tuple[str, str | None]:
+    """``"power.draw [W]"`` → ``("power.draw", "W")``; aliases folded."""
+    text = header.strip()
+    unit = None
+    m = re.match(r"^(.*?)\s*\[(.*)\]\s*$", text)
+    if m:
+        text, unit = m.group(1), m.group(2)
+    text = text.strip().lower()
+    return ALIASES.get(text, text), unit
+
+
+_DAYS: dict[tuple[int, int, int], float] = {}
+
+
+def parse_time(text: str, line: int) -> float:
+    """A timestamp → local epoch seconds. Raises TraceError."""
+    m = _TS.match(text)
+    if not m:
+        raise TraceError(line, f"timestamp '{text.strip()}' is not 'YYYY/MM/DD HH:MM:SS[.fff]' or ISO 8601")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+    key = (y, mo, d)
+    base = _DAYS.get(key)
+    if base is None:
+        try:
+            base = time.mktime((y, mo, d, 0, 0, 0, 0, 0, -1))
+        except (OverflowError, ValueError) as exc:
+            raise TraceError(line, f"timestamp '{text.strip()}': {exc}") from None
+        if len(_DAYS) < 4096:
+            _DAYS[key] = base
+    if h > 23 or mi > 59 or s > 60:
+        raise TraceError(line, f"timestamp '{text.strip()}' has an impossible time of day")
+    return base + h * 3600 + mi * 60 + s + (float(m.group(7)) if m.group(7) else 0.0)
+
+
+def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
+    """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker."""
+    text = raw.strip()
+    low = text.lower()
+    if low in UNKNOWN:
+        return None, low in FAILED
+    head = text.split(" ", 1)[0].rstrip("%")
+    try:
+        value = float(head)
+    except ValueError:
+        raise TraceError(line, f"{column}: '{text}' is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise TraceError(line, f"{column}: '{text}' is not a finite number")
+    return value, False
+
+
+def _rows(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
+    for lineno, row in enumerate(csv.reader(lines), start=1):
+        if not row or (len(row) == 1 and not row[0].strip()) or row[0].lstrip().startswith("#"):
+            continue
+        yield lineno, row
+
+
+def parse_trace(text: str, path: str = "") -> Trace:
+    """Parse a whole trace. Raises TraceError (line number and what is wrong)."""
+    try:
+        return _parse(text.splitlines())
+    except TraceError as exc:
+        raise TraceError(exc.line, exc.message, path) from None
+    except csv.Error as exc:
+        raise TraceError(0, f"CSV: {exc}", path) from None
+
+
+def _parse(lines: list[str]) -> Trace:
+    rows = _rows(lines)
+    first = next(rows, None)
+    if first is None:
+        raise TraceError(1, "empty trace: expected a header line (nvidia-smi --query-gpu=... --format=csv)")
+    hline, header = first
+    fields = tuple(normalize(h)[0] for h in header)
+    known = [f for f in fields if "." in f or f in ("timestamp", "index", "uuid", "name", "pstate")]
+    if not known or any(re.match(r"^-?\d", f) for f in fields):
+        raise TraceError(hline, "no header line: the first line must name the fields "
+                                "(nvidia-smi --query-gpu=... --format=csv)")
+    if len(set(fields)) != len(fields):
+        dup = next(f for f in fields if fields.count(f) > 1)
+        raise TraceError(hline, f"column '{dup}' appears twice")
+    if not {"power.draw", "utilization.gpu", "temperature.gpu"} & set(fields):
+        raise TraceError(hline, "none of power.draw, utilization.gpu, temperature.gpu is in the header")
+    id_col = next((fields.index(c) for c in ID_COLUMNS if c in fields), None)
+    ts_col = fields.index("timestamp") if "timestamp" in fields else None
+    numeric = [(i, f) for i, f in enumerate(fields) if f in NUMERIC]
+    texts = [(i, f) for i, f in enumerate(fields) if f not in NUMERIC and f != "timestamp"]
+    parsed: list[tuple[float | None, str | None, GpuRow]] = []
+    last_t = None
+    for lineno, row in rows:
+        if len(row) != len(fields):
+            raise TraceError(lineno, f"expected {len(fields)} fields as in the header, found {len(row)}")
+        t = parse_time(row[ts_col], lineno) if ts_col is not None else None
+        if t is not None and last_t is not None and t < last_t - 1e-3:
+            raise TraceError(lineno, "time goes backwards")
+        if t is not None:
+            last_t = t
+        values: dict[str, float | None] = {}
+        failed = set()
+        for i, f in numeric:
+            v, bad = _number(row[i], f, lineno)
+            values[f] = v
+            if bad:
+                failed.add(f)
+        gpu_row = GpuRow(values, {f: row[i].strip() for i, f in texts}, frozenset(failed), lineno)
+        parsed.append((t, row[id_col].strip() if id_col is not None else None, gpu_row))
+    if not parsed:
+        raise TraceError(hline + 1, "no samples after the header")
+    return _group(fields, parsed, id_col is not None, ts_col is not None)
+
+
+def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool) -> Trace:
+    groups: list[list[tuple[float | None, str | None, GpuRow]]] = []
+    order: dict[str, int] = {}
+    period = 1.0
+    if by_id:
+        current: list = []
+        seen: set[str] = set()
+        for item in parsed:
+            if item[1] in seen:
+                groups.append(current)
+                current, seen = [], set()
+            seen.add(item[1])
+            order.setdefault(item[1], len(order))
+            current.append(item)
+        groups.append(current)
+    elif timed:
+        steps = [b[0] - a[0] for a, b in zip(parsed, parsed[1:], strict=False) if b[0] - a[0] >= MIN_STEP_S]
+        period = statistics.median(steps) if steps else 1.0
+        current = [parsed[0]]
+        for item in parsed[1:]:
+            if item[0] - current[0][0] < period / 2:
+                current.append(item)
+            else:
+                groups.append(current)
+                current = [item]
+        groups.append(current)
+    else:
+        groups = [[item] for item in parsed]
+    n_gpus = len(order) if by_id else max(len(g) for g in groups)
+    t0 = groups[0][0][0] if timed else 0.0
+    samples = []
+    for k, g in enumerate(groups):
+        gpus: list[GpuRow | None] = [None] * n_gpus
+        for pos, (_t, ident, row) in enumerate(g):
+            gpus[order[ident] if by_id else pos] = row
+        t_abs = g[0][0] if timed else float(k)
+        samples.append(TraceSample(t=t_abs - t0, t_wall=t_abs, gpus=tuple(gpus), line=g[0][2].line))
+    if timed and by_id and len(samples) > 1:
+        steps = [b.t - a.t for a, b in zip(samples, samples[1:], strict=False) if b.t - a.t >= MIN_STEP_S]
+        period = statistics.median(steps) if steps else 1.0
+    ids = tuple(sorted(order, key=order.get)) if by_id else tuple(str(i) for i in range(n_gpus))
+    names = []
+    for i in range(n_gpus):
+        name = next((s.gpus[i].text.get("name") for s in samples if s.gpus[i] is not None), None)
+        names.append(name or None)
+    return Trace(fields, ids, tuple(names), samples, period)
