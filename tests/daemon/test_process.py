@@ -1,0 +1,133 @@
+"""``aithermd run`` as a real process on a copy of a recorded machine, with the shipped policies."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+from aithermd.actuate.journal import JOURNAL_FILE
+
+from .proc import NotifySocket, copy_machine, json_lines, knob_files, restore, run_args, start
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def machine(tmp_path):
+    root = copy_machine(tmp_path)
+    return root, tmp_path / "state", knob_files(root)
+
+
+def test_run_takes_the_fans_under_control_and_sigterm_puts_them_back(machine, tmp_path):
+    root, state, original = machine
+    assert any(v.strip() not in ("1",) for k, v in original.items() if k.endswith("_enable"))
+    notify = NotifySocket(tmp_path)
+    proc = start(run_args(root, state, "--tick", "0.2"), env={"NOTIFY_SOCKET": str(notify.path)})
+    try:
+        ready = notify.wait_for("READY=1")
+        assert "STATUS=policy balanced" in ready
+        controlled = knob_files(root)
+        manual = [k for k, v in controlled.items() if k.endswith("_enable") and v.strip() == "1"]
+        assert len(manual) >= 6, controlled  # the nct6798's six fans
+        assert (state / JOURNAL_FILE).exists()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        notify.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert knob_files(root) == original
+    assert not (state / JOURNAL_FILE).exists()
+    acts = [e for e in json_lines(err) if e["event"] == "actuation"]
+    assert acts, err
+    for e in acts:
+        assert {"device", "knob", "old", "new", "unit", "rule"} <= set(e)
+        assert isinstance(e["new"], float) and isinstance(e["old"], float)
+        assert e["knob"].startswith("hwmon:nct6798-isa-0290/pwm") and e["rule"].startswith("balanced/")
+
+
+def test_kill_9_at_random_points_then_restore_puts_every_pwm_and_mode_back(machine):
+    root, state, original = machine
+    seed = int(os.environ.get("AITHERMD_KILL_SEED", "5"))
+    rng = random.Random(seed)
+    written = 0
+    for round_ in range(12):
+        proc = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 2.5))  # from interpreter start-up through steady state
+        proc.kill()
+        proc.wait(timeout=30)
+        if knob_files(root) != original:
+            written += 1
+        if round_ % 3 == 2:
+            # the next start restores the dirty journal itself; then a clean stop
+            again = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL)
+            time.sleep(1.5)
+            again.send_signal(signal.SIGTERM)
+            assert again.wait(timeout=60) == 0
+        else:
+            result = restore(state)
+            assert result.returncode == 0, result.stderr
+        assert knob_files(root) == original, f"seed {seed}, round {round_}"
+        assert not (state / JOURNAL_FILE).exists()
+    assert written >= 6  # most kills landed after the daemon had taken the fans
+
+
+def test_dry_run_writes_nothing(machine, tmp_path):
+    root, state, original = machine
+    notify = NotifySocket(tmp_path)
+    proc = start(run_args(root, state, "--tick", "0.1", "--dry-run"), env={"NOTIFY_SOCKET": str(notify.path)})
+    try:
+        notify.wait_for("READY=1")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        notify.close()
+    assert proc.returncode == 0
+    assert knob_files(root) == original and not state.exists() or not (state / JOURNAL_FILE).exists()
+    acts = [e for e in json_lines(err) if e["event"] == "actuation"]
+    assert acts and all(e["dry_run"] is True for e in acts)
+
+
+def test_sighup_with_a_broken_policy_keeps_the_old_ones(machine, tmp_path):
+    root, state, _ = machine
+    mine = tmp_path / "policies"
+    mine.mkdir(mode=0o755)
+    from aithermd.policy.loader import shipped_policy_dir
+    text = (shipped_policy_dir() / "quiet.yaml").read_text()
+    (mine / "mine.yaml").write_text(text)
+    notify = NotifySocket(tmp_path)
+    log = tmp_path / "stderr.log"
+    with open(log, "w") as sink:
+        proc = start(run_args(root, state, "--tick", "0.1", "--policy-dir", str(mine), "--policy", "mine"),
+                     env={"NOTIFY_SOCKET": str(notify.path)}, stderr=sink)
+    try:
+        assert "policy mine" in notify.wait_for("READY=1")
+        (mine / "mine.yaml").write_text(text + "\nrules:\n  - kind: fan\n    name: x\n    bogus_key: 1\n")
+        proc.send_signal(signal.SIGHUP)
+        for _ in range(600):  # until the reload was tried (next tick), up to 60 s on a loaded machine
+            if "reload_refused" in log.read_text():
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None  # still running
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        notify.close()
+        if proc.poll() is None:
+            proc.kill()
+    err = log.read_text()
+    assert proc.returncode == 0, err
+    lines = json_lines(err)
+    failed = [e for e in lines if e["event"] == "reload_failed"]
+    assert failed and all(e["error"].startswith(f"{mine / 'mine.yaml'}:") for e in failed)
+    assert all(isinstance(e["line"], int) for e in failed)
+    assert any(e["event"] == "reload_refused" for e in lines)
+    acts = [e for e in lines if e["event"] == "actuation"]
+    assert acts and all(e["rule"].startswith("mine/") for e in acts)
