@@ -33,6 +33,12 @@ from aithermd.world import Engine, World
 BAD = frozenset({Status.FAILED, Status.IMPLAUSIBLE, Status.STALE})
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Fetch a background hop's outcome so asyncio never warns it was not retrieved."""
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(frozen=True)
 class Wanted:
     backend: Backend
@@ -66,6 +72,9 @@ class Cycle:
         self.clock, self.worker, self.tick_s, self.dry_run = clock, worker, tick_s, dry_run
         self.before_sample = before_sample
         self.processes = processes
+        self.hop_budget_s = max(tick_s, 0.5)
+        self._busy: asyncio.Future[Any] | None = None
+        self._hop_faulted = False
         self.state: Any = engine.initial_state()
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
@@ -119,11 +128,17 @@ class Cycle:
         samples = [self._sample(b, t_wall, events) for b in world.inline]
         threaded = world.threaded
         procs: Any = frozenset()
+        hop_ok = True
         if threaded or world.needs_processes:
-            more, ev, procs = await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._off_loop, threaded, t_wall, world.needs_processes)
-            samples += more
-            events += ev
+            result = await self._hop(self._off_loop, threaded, t_wall, world.needs_processes)
+            if result is None:
+                hop_ok = False
+                samples += self._unanswered(threaded, t_wall, events)
+            else:
+                more, ev, procs = result
+                samples += more
+                events += ev
+                self._hop_faulted = False
         readings: dict[str, Reading] = {}
         knobs: dict[str, KnobValue] = {}
         attrs: dict[str, Mapping[str, Any]] = {}
@@ -141,7 +156,7 @@ class Cycle:
         events += self.operator.expire(t_wall)
         decided = self._evaluate(world, t_mono, t_wall, readings, knobs, attrs, procs, events)
         if decided:
-            events += await self._actuate(world, knobs, lost, t_wall)
+            events += await self._actuate(world, knobs, lost, t_wall, hop_ok)
         degraded.update(self.applier.faults)
         degraded.update(self.applier.stepped_back)
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
@@ -225,36 +240,73 @@ class Cycle:
                 and world.knobs[k].device_id not in lost]
         return wanted, back
 
-    async def _actuate(self, world: World, knobs: dict[str, KnobValue], lost: set[str],
-                       t_wall: float) -> list[Event]:
+    async def _actuate(self, world: World, knobs: dict[str, KnobValue], lost: set[str], t_wall: float,
+                       hop_ok: bool) -> list[Event]:
         wanted, back = self.arbitrate(world, lost)
         inline = [w for w in wanted if w.backend in world.inline]
         threaded = [w for w in wanted if w.backend not in world.inline]
         back_inline = [b for b in back if world.owner[b] in world.inline]
-        events = self._apply(world, inline, back_inline, knobs, t_wall)
+        events, after = self._apply(world, inline, back_inline, knobs, t_wall)
+        knobs.update(after)
         back_threaded = [b for b in back if world.owner[b] not in world.inline]
-        if threaded or back_threaded:
-            events += await asyncio.get_running_loop().run_in_executor(
-                self.worker, self._apply, world, threaded, back_threaded, knobs, t_wall)
+        if hop_ok and (threaded or back_threaded):
+            result = await self._hop(self._apply, world, threaded, back_threaded, dict(knobs), t_wall)
+            if result is not None:
+                events += result[0]
+                knobs.update(result[1])
         return events
 
-    def _apply(self, world: World, wanted: list[Wanted], back: list[str], knobs: dict[str, KnobValue],
-               t_wall: float) -> list[Event]:
+    def _apply(self, world: World, wanted: list[Wanted], back: list[str], knobs: Mapping[str, KnobValue],
+               t_wall: float) -> tuple[list[Event], dict[str, KnobValue]]:
+        """Hand back, then write; returns the events and the knobs' values read back afterwards."""
         events: list[Event] = []
+        after: dict[str, KnobValue] = {}
         for knob_id in back:
             events += self.applier.give_back(world.owner[knob_id], world.knobs[knob_id], t_wall)
             try:
-                knobs[knob_id] = world.owner[knob_id].read_knob(knob_id)
+                after[knob_id] = world.owner[knob_id].read_knob(knob_id)
             except Exception:  # noqa: BLE001 - the next sample tells
                 pass
         for w in wanted:
             knob = world.knobs[w.knob_id]
-            after, ev = self.applier.apply(w.backend, knob, knob.device_id, w.decision, w.value,
+            value, ev = self.applier.apply(w.backend, knob, knob.device_id, w.decision, w.value,
                                            knobs.get(w.knob_id), t_wall)
-            if after is not None:
-                knobs[w.knob_id] = after
+            if value is not None:
+                after[w.knob_id] = value
             events += ev
-        return events
+        return events, after
+
+    # -- the worker thread -----------------------------------------------------------------------------
+    async def _hop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the worker thread; None when the worker is still busy with an earlier hop, or
+        this one took longer than :attr:`hop_budget_s` (it finishes in the background; a hung NVML call
+        never stalls the loop by more than the budget)."""
+        if self._busy is not None and not self._busy.done():
+            return None
+        future = asyncio.get_running_loop().run_in_executor(self.worker, fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), self.hop_budget_s)
+        except TimeoutError:
+            self._busy = future
+            future.add_done_callback(_retrieve)
+            return None
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for a hop still running in the background, so that a late write
+        cannot land after the final restore."""
+        if self._busy is not None and not self._busy.done():
+            await asyncio.wait({self._busy}, timeout=timeout_s)
+
+    def _unanswered(self, threaded: tuple[Backend, ...], t_wall: float, events: list[Event]) -> list[Sample]:
+        """Samples for threaded backends that did not answer: every channel failed (fans to full)."""
+        why = f"no answer within {self.hop_budget_s:g} s"
+        if not self._hop_faulted:
+            self._hop_faulted = True
+            events.append(self._fault(t_wall, ",".join(getattr(b, "kind", "?") for b in threaded) or "worker",
+                                      f"worker thread busy: {why}"))
+        t = self.clock.monotonic()
+        return [Sample(t, {c: Reading(c, None, Status.FAILED, why) for c in self._channels.get(id(b), ())})
+                for b in threaded]
 
     def _fault(self, t_wall: float, subject: str, message: str, **data: Any) -> Event:
         self._log.error("fault", subject=subject, message=message, **data)

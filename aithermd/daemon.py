@@ -187,10 +187,10 @@ class Daemon:
             # can keep the journaled knobs from being restored.
             if watchdog is not None:
                 watchdog.cancel()
+            await self.cycle.drain(STOP_TIMEOUT_S)
             if not s.dry_run:
-                try:
-                    report = await loop.run_in_executor(
-                        worker, lambda: restore_journal(journal, backends=backends))
+                try:  # a fresh thread: the worker may be stuck in a hung NVML call
+                    report = await asyncio.to_thread(restore_journal, journal, backends=backends)
                 except Exception as exc:  # noqa: BLE001 - JournalError: the journal stays for 'restore'
                     code = 1
                     _guard(self._log.error, "restore_failed", error=str(exc))
@@ -208,7 +208,7 @@ class Daemon:
                 await self._stop_services()
             except Exception:  # noqa: BLE001
                 pass
-            worker.shutdown(wait=True)
+            worker.shutdown(wait=False)
             self._close(backends, own_backends)
             self.notifier.close()
         return code
