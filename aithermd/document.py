@@ -4,7 +4,8 @@ Shape (issue 2, exact)::
 
     {"devices": [{"id", "kind": "hwmon"|"powercap"|"cpu"|"gpu", "name", "chip" (hwmon only),
                   "channels": [{"id", "attribute", "label", "value", "unit", "status"}],
-                  "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not"}]}]}
+                  "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable",
+                             "why_not"}]}]}
 
 ``label`` is the channel's label, or its attribute name when it has none (as lm-sensors prints it);
 ``value`` is a number in the channel's unit, or None with a non-ok ``status``. Knob values are in daemon
@@ -52,8 +53,9 @@ def knob_entry(knob: Knob, value: KnobValue | None) -> dict[str, Any]:
     }
 
 
-def device_entry(device: Device, readings: Mapping[str, Reading],
-                 knobs: Mapping[str, KnobValue]) -> dict[str, Any]:
+def device_entry(
+    device: Device, readings: Mapping[str, Reading], knobs: Mapping[str, KnobValue]
+) -> dict[str, Any]:
     entry: dict[str, Any] = {"id": device.id, "kind": str(device.kind), "name": device.name}
     if device.kind == DeviceKind.HWMON:
         entry["chip"] = device.chip
@@ -62,9 +64,12 @@ def device_entry(device: Device, readings: Mapping[str, Reading],
     return entry
 
 
-def sensors_document(devices: Iterable[Device], readings: Mapping[str, Reading],
-                     knobs: Mapping[str, KnobValue],
-                     attrs: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+def sensors_document(
+    devices: Iterable[Device],
+    readings: Mapping[str, Reading],
+    knobs: Mapping[str, KnobValue],
+    attrs: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The document for ``devices`` with ``readings`` (by channel id) and ``knobs`` (by knob id).
 
     ``attrs`` (per-device non-numeric facts, e.g. GPU ``pstate``) are added as a device's ``"attrs"`` only
@@ -97,16 +102,33 @@ def render_table(doc: Mapping[str, Any]) -> str:
     (label, value, attribute, status when not ok) and per knob (value, range, writable or why not)."""
     lines: list[str] = []
     for dev in doc.get("devices", []):
-        lines.append(dev["id"] if dev.get("name") in (None, "", dev["id"]) else f"{dev['id']}  ({dev['name']})")
-        rows = [(c["label"], _fmt(c["value"], c["unit"]), c["attribute"],
-                 "" if c["status"] == "ok" else f"[{c['status']}]") for c in dev.get("channels", [])]
+        lines.append(
+            dev["id"] if dev.get("name") in (None, "", dev["id"]) else f"{dev['id']}  ({dev['name']})"
+        )
+        rows = [
+            (
+                c["label"],
+                _fmt(c["value"], c["unit"]),
+                c["attribute"],
+                "" if c["status"] == "ok" else f"[{c['status']}]",
+            )
+            for c in dev.get("channels", [])
+        ]
         for k in dev.get("knobs", []):
             span = ""
             if k["min"] is not None or k["max"] is not None:
                 span = f"{_fmt(k['min'], '').strip() or '?'}–{_fmt(k['max'], k['unit'])}"
-            note = "writable" if k["writable"] else f"read-only: {k['why_not']}" if k["why_not"] else "read-only"
-            rows.append((k["id"].rsplit("/", 1)[-1], _fmt(k["value"], k["unit"]), k["kind"],
-                         f"{span}  {note}".strip()))
+            note = (
+                "writable" if k["writable"] else f"read-only: {k['why_not']}" if k["why_not"] else "read-only"
+            )
+            rows.append(
+                (
+                    k["id"].rsplit("/", 1)[-1],
+                    _fmt(k["value"], k["unit"]),
+                    k["kind"],
+                    f"{span}  {note}".strip(),
+                )
+            )
         if rows:
             w0 = max(len(r[0]) for r in rows) + 1
             w1 = max(len(r[1]) for r in rows)

@@ -31,6 +31,7 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
         backends.append(CpuBackend())
     if nvml is not None:
         from aithermd.backends.nvml import NvmlBackend  # written with the NVML backend
+
         backends.append(NvmlBackend(nvml=nvml))
     return backends
 
@@ -50,8 +51,9 @@ def discover(backends: list[Backend]) -> list[Device]:
             continue
         for device in found:
             if device.id in seen:
-                logger.warning("duplicate device id dropped", device=device.id,
-                               backend=getattr(backend, "kind", "?"))
+                logger.warning(
+                    "duplicate device id dropped", device=device.id, backend=getattr(backend, "kind", "?")
+                )
                 continue
             seen.add(device.id)
             devices.append(device)

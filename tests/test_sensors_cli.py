@@ -21,8 +21,13 @@ UMOCKDEV = shutil.which("umockdev-run")
 
 
 def sensors(*args: str, prefix: tuple[str, ...] = (), cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "aithermd", "sensors", *args],
-                          capture_output=True, text=True, timeout=60, cwd=cwd)
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "aithermd", "sensors", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
 
 
 def check_shape(doc: dict) -> None:
@@ -55,8 +60,9 @@ def test_json_with_sysfs_root_agrees_with_lm_sensors(machine):
 @pytest.mark.parametrize("machine", MACHINES)
 def test_json_under_umockdev_with_default_root_agrees_with_lm_sensors(machine):
     machine_dir = MACHINES_DIR / machine
-    result = sensors("--json", "--interval", "0",
-                     prefix=(UMOCKDEV, "-d", str(machine_dir / "machine.umockdev"), "--"))
+    result = sensors(
+        "--json", "--interval", "0", prefix=(UMOCKDEV, "-d", str(machine_dir / "machine.umockdev"), "--")
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     check_shape(doc)
@@ -69,8 +75,11 @@ def test_table_is_grouped_by_device():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     heads = [line for line in lines if line and not line.startswith(" ")]
-    assert heads == ["hwmon:k10temp-pci-00c3  (k10temp)", "hwmon:amdgpu-pci-0700  (amdgpu)",
-                     "hwmon:nct6798-isa-0290  (nct6798)"]
+    assert heads == [
+        "hwmon:k10temp-pci-00c3  (k10temp)",
+        "hwmon:amdgpu-pci-0700  (amdgpu)",
+        "hwmon:nct6798-isa-0290  (nct6798)",
+    ]
     tctl = next(line for line in lines if line.strip().startswith("Tctl:"))
     assert "32.6 °C" in tctl and "temp1" in tctl
     assert any("pwm2" in line and "34.5 %" in line and "writable" in line for line in lines)

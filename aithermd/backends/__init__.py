@@ -21,14 +21,18 @@ def open_backend(locator: dict[str, Any]) -> Backend:
     root = {"sysfs_root": locator["sysfs_root"]} if "sysfs_root" in locator else {}
     if kind == "hwmon":
         from aithermd.backends.hwmon import HwmonBackend
+
         return HwmonBackend(**root)
     if kind == "powercap":
         from aithermd.backends.powercap import RaplBackend
+
         return RaplBackend(**root)
     if kind == "cpu":
         from aithermd.backends.cpu import CpuBackend
+
         return CpuBackend()
     if kind == "nvml":
         from aithermd.backends.nvml import open_from_locator  # written with the NVML backend
+
         return open_from_locator(locator)
     raise ValueError(f"unknown backend {kind!r} in locator {locator!r}; known: {', '.join(BACKENDS)}")

@@ -41,8 +41,14 @@ _MDIO = re.compile(r"[^:]+:\s*((?:0[xX])?[0-9a-fA-F]+)")
 _SCSI = re.compile(r"\s*([+-]?\d+):\s*[+-]?\d+:\s*([+-]?\d+):\s*[+-]?\d+")
 
 ADAPTERS = {
-    "isa": "ISA adapter", "pci": "PCI adapter", "spi": "SPI adapter", "virtual": "Virtual device",
-    "acpi": "ACPI interface", "hid": "HID adapter", "mdio": "MDIO adapter", "scsi": "SCSI adapter",
+    "isa": "ISA adapter",
+    "pci": "PCI adapter",
+    "spi": "SPI adapter",
+    "virtual": "Virtual device",
+    "acpi": "ACPI interface",
+    "hid": "HID adapter",
+    "mdio": "MDIO adapter",
+    "scsi": "SCSI adapter",
 }
 
 
@@ -68,11 +74,14 @@ class ChipName:
 
 
 def _int(text: str, base: int = 10) -> int:
-    return int(text.replace(" ", ""), 0 if base == 16 and text.lower().lstrip("+-").startswith("0x") else base)
+    return int(
+        text.replace(" ", ""), 0 if base == 16 and text.lower().lstrip("+-").startswith("0x") else base
+    )
 
 
-def chip_name(prefix: str, dev_name: str | None, subsystem: str | None,
-              i2c_adapter_name: str | None = None) -> ChipName | None:
+def chip_name(
+    prefix: str, dev_name: str | None, subsystem: str | None, i2c_adapter_name: str | None = None
+) -> ChipName | None:
     """The chip name for a hwmon device called ``prefix`` whose parent device directory is ``dev_name``
     (None: no ``device`` link, a virtual chip) on bus ``subsystem`` (basename of the ``subsystem`` link, or
     None when there is none). ``i2c_adapter_name`` is the name of i2c adapter ``N`` for an i2c chip.
@@ -88,7 +97,9 @@ def chip_name(prefix: str, dev_name: str | None, subsystem: str | None,
         return ChipName(prefix, "spi", int(m[2]), int(m[1]), adapter=ADAPTERS["spi"])
     if subsystem in (None, "pci") and (m := _PCI.match(dev_name)):
         domain, bus, slot, fn = (int(g, 16) for g in m.groups())
-        return ChipName(prefix, "pci", (domain << 16) + (bus << 8) + (slot << 3) + fn, adapter=ADAPTERS["pci"])
+        return ChipName(
+            prefix, "pci", (domain << 16) + (bus << 8) + (slot << 3) + fn, adapter=ADAPTERS["pci"]
+        )
     if subsystem in (None, "platform", "of_platform"):
         m = _PLATFORM.match(dev_name)
         return ChipName(prefix, "isa", int(m[1]) if m else 0, adapter=ADAPTERS["isa"])
@@ -128,8 +139,10 @@ def chip_name_for(io: SysfsIO, sysfs_root: str, hwmon_dir: str, prefix: str) -> 
     adapter = None
     if subsystem in (None, "i2c") and (m := _I2C.match(dev_name)):
         adapter = read_optional_text(
-            io, os.path.join(sysfs_root, "class", "i2c-adapter", f"i2c-{int(m[1])}", "device", "name"))
+            io, os.path.join(sysfs_root, "class", "i2c-adapter", f"i2c-{int(m[1])}", "device", "name")
+        )
         if adapter is None:
-            adapter = read_optional_text(io, os.path.join(sysfs_root, "class", "i2c-adapter",
-                                                          f"i2c-{int(m[1])}", "name"))
+            adapter = read_optional_text(
+                io, os.path.join(sysfs_root, "class", "i2c-adapter", f"i2c-{int(m[1])}", "name")
+            )
     return chip_name(prefix, dev_name, subsystem, adapter)

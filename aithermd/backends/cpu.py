@@ -66,16 +66,27 @@ class CpuBackend:
             self._has_freq = False
 
         def ch(attribute: str, quantity: Quantity, label: str | None = None) -> Channel:
-            return Channel(id=f"{DEVICE_ID}/{attribute}", device_id=DEVICE_ID, attribute=attribute,
-                           quantity=quantity, unit=UNITS[quantity], label=label)
+            return Channel(
+                id=f"{DEVICE_ID}/{attribute}",
+                device_id=DEVICE_ID,
+                attribute=attribute,
+                quantity=quantity,
+                unit=UNITS[quantity],
+                label=label,
+            )
 
         channels = [ch("utilization", Quantity.UTILIZATION, "CPU utilization")]
         channels += [ch(f"cpu{n}", Quantity.UTILIZATION, f"CPU {n}") for n in range(count)]
         channels += [ch(f"load{m}", Quantity.LOAD, f"load average {m} min") for m in (1, 5, 15)]
         if self._has_freq:
             channels.append(ch("frequency", Quantity.CLOCK, "CPU frequency"))
-        self._device = Device(id=DEVICE_ID, kind=DeviceKind.CPU, name=f"CPU ({count} logical)",
-                              channels=tuple(channels), info={"logical_cpus": count})
+        self._device = Device(
+            id=DEVICE_ID,
+            kind=DeviceKind.CPU,
+            name=f"CPU ({count} logical)",
+            channels=tuple(channels),
+            info={"logical_cpus": count},
+        )
         return [self._device]
 
     def sample(self) -> Sample:
@@ -83,13 +94,17 @@ class CpuBackend:
         t = self.clock.monotonic()
         readings: dict[str, Reading] = {}
 
-        def put(attribute: str, value: float | None, status: Status = Status.STALE, detail: str | None = None) -> None:
+        def put(
+            attribute: str, value: float | None, status: Status = Status.STALE, detail: str | None = None
+        ) -> None:
             """A value reads ok; None reads ``status`` (stale: no CPU time passed since the last sample)."""
             cid = f"{DEVICE_ID}/{attribute}"
             if value is not None:
                 readings[cid] = Reading(cid, value)
             else:
-                readings[cid] = Reading(cid, None, status, detail or "no CPU time passed since the last sample")
+                readings[cid] = Reading(
+                    cid, None, status, detail or "no CPU time passed since the last sample"
+                )
 
         try:
             now = [_fields(t) for t in ps.cpu_times(percpu=True)]
@@ -118,8 +133,12 @@ class CpuBackend:
         if self._has_freq:
             try:
                 freq = ps.cpu_freq()
-                put("frequency", float(freq.current) if freq is not None else None, Status.FAILED,
-                    None if freq is not None else "psutil.cpu_freq() returned None")
+                put(
+                    "frequency",
+                    float(freq.current) if freq is not None else None,
+                    Status.FAILED,
+                    None if freq is not None else "psutil.cpu_freq() returned None",
+                )
             except (OSError, NotImplementedError, RuntimeError) as exc:
                 put("frequency", None, Status.FAILED, str(exc))
         return Sample(t=t, readings=readings)

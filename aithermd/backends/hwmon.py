@@ -28,14 +28,30 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends.chipname import chip_name_for
+from aithermd.backends.fast import ok_reading as _ok_reading
 from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.pwm import PwmKnob
 from aithermd.backends.sysfs import (
-    Attribute, Nonsense, SysfsIO, classify_oserror, read_optional_int, read_optional_text,
+    Attribute,
+    SysfsIO,
+    classify_oserror,
+    read_optional_int,
+    read_optional_text,
 )
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from aithermd.errors import UnknownKnob
 from aithermd.model import (
-    UNITS, Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Sample, Status,
+    UNITS,
+    Channel,
+    Device,
+    DeviceKind,
+    Knob,
+    KnobKind,
+    KnobValue,
+    Quantity,
+    Reading,
+    Sample,
+    Status,
 )
 
 KINDS: dict[str, tuple[Quantity, Callable[[float], float]]] = {
@@ -57,17 +73,11 @@ PLAUSIBLE: dict[Quantity, tuple[float, float]] = {
 THRESHOLDS = ("min", "max", "crit", "lcrit", "emergency", "cap")
 _ORDER = {kind: i for i, kind in enumerate(KINDS)}
 _CHANNEL_FILE = re.compile(r"(in|fan|temp|power|energy|curr)(\d+)_(input|average)$")
-_KNOWN_FILE = re.compile(r"(in|fan|temp|power|energy|curr|humidity|intrusion)\d+_\w+$|beep_enable$|cpu\d*_vid$")
+_KNOWN_FILE = re.compile(
+    r"(in|fan|temp|power|energy|curr|humidity|intrusion)\d+_\w+$|beep_enable$|cpu\d*_vid$"
+)
 _PWM_FILE = re.compile(r"pwm(\d+)$")
-_MODES = {0: "full", 1: "manual"}
 _GONE = (errno.ENODEV, errno.ENOENT)
-
-
-def pwm_mode(enable: int | None) -> str | None:
-    """``pwmN_enable`` → ``"full"`` (0), ``"manual"`` (1), ``"auto"`` (≥2), None without the file."""
-    if enable is None:
-        return None
-    return _MODES.get(enable, "auto")
 
 
 class _Input:
@@ -79,21 +89,17 @@ class _Input:
         self.unit = channel.unit
 
 
-class _Pwm:
-    __slots__ = ("knob", "pwm", "enable")
-
-    def __init__(self, knob: Knob, pwm: Attribute, enable: Attribute | None) -> None:
-        self.knob, self.pwm, self.enable = knob, pwm, enable
-
-
-def _map_write_error(exc: OSError, what: str) -> BackendError:
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NoPermission(f"{what}: {exc.strerror} (needs root)")
-    if exc.errno == errno.EINVAL:
-        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
-    if exc.errno in _GONE:
-        return DeviceLost(f"{what}: {exc.strerror}")
-    return BackendError(f"{what}: {exc.strerror or exc}")
+def _nonsense(inp: _Input, raw: bytes) -> str:
+    """Why a read that did not fail is implausible (the slow path of :meth:`HwmonBackend.sample`)."""
+    if not raw:
+        return "empty read"
+    if raw[-1:] != b"\n":
+        return f"torn read {raw[:32]!r}"
+    try:
+        value = inp.convert(int(raw))
+    except ValueError:
+        return f"not a number {raw[:32]!r}"
+    return f"{value:g} {inp.unit} out of range"
 
 
 class HwmonBackend:
@@ -102,13 +108,16 @@ class HwmonBackend:
 
     kind = "hwmon"
 
-    def __init__(self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None
+    ) -> None:
         self.sysfs_root = sysfs_root
         self.io = io or SysfsIO()
         self.clock = clock or RealClock()
         self._devices: list[Device] = []
         self._inputs: list[_Input] = []
-        self._pwms: dict[str, _Pwm] = {}
+        self._pwms: dict[str, PwmKnob] = {}
+        self._input_counts: dict[str, int] = {}
 
     # -- discovery -------------------------------------------------------------------------------------
     def discover(self) -> list[Device]:
@@ -119,11 +128,16 @@ class HwmonBackend:
             names = self.io.listdir(class_dir)
         except OSError:
             names = []
-        found = [p for p in (self._probe(os.path.join(class_dir, n)) for n in sorted(names, key=natural_key)) if p]
+        found = [
+            p for p in (self._probe(os.path.join(class_dir, n)) for n in sorted(names, key=natural_key)) if p
+        ]
         found.sort(key=lambda p: (p[0], str(p[1])))
         ids = unique_ids(f"hwmon:{chip}" for _, chip, _, _ in found)
-        self._devices = [self._build(dev_id, chip, attr_dir, bus_path)
-                         for dev_id, (_, chip, attr_dir, bus_path) in zip(ids, found, strict=True)]
+        self._devices = [
+            self._build(dev_id, chip, attr_dir, bus_path)
+            for dev_id, (_, chip, attr_dir, bus_path) in zip(ids, found, strict=True)
+        ]
+        self._input_counts = {d.id: len(d.channels) for d in self._devices}
         return list(self._devices)
 
     def _probe(self, hwmon_dir: str) -> tuple[Any, Any, str, str] | None:
@@ -163,33 +177,59 @@ class HwmonBackend:
         files = set(io.listdir(attr_dir))
         channels: list[Channel] = []
         for kind, nr, suffix in sorted(
-                {(m[1], int(m[2]), m[3]) for f in files if (m := _CHANNEL_FILE.match(f))},
-                key=lambda k: (_ORDER[k[0]], k[1], k[2] != "input")):
+            {(m[1], int(m[2]), m[3]) for f in files if (m := _CHANNEL_FILE.match(f))},
+            key=lambda k: (_ORDER[k[0]], k[1], k[2] != "input"),
+        ):
             attribute = f"{kind}{nr}"
             if suffix == "average" and f"{attribute}_input" in files:
                 continue
             quantity, convert = KINDS[kind]
             channel = Channel(
-                id=f"{dev_id}/{attribute}", device_id=dev_id, attribute=attribute, quantity=quantity,
-                unit=UNITS[quantity], label=read_optional_text(io, os.path.join(attr_dir, f"{attribute}_label"))
-                if f"{attribute}_label" in files else None,
-                thresholds=self._thresholds(attr_dir, files, attribute, quantity, convert))
+                id=f"{dev_id}/{attribute}",
+                device_id=dev_id,
+                attribute=attribute,
+                quantity=quantity,
+                unit=UNITS[quantity],
+                label=read_optional_text(io, os.path.join(attr_dir, f"{attribute}_label"))
+                if f"{attribute}_label" in files
+                else None,
+                thresholds=self._thresholds(attr_dir, files, attribute, quantity, convert),
+            )
             channels.append(channel)
-            self._inputs.append(_Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")),
-                                       convert))
-        knobs = [self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
-                 for f in sorted(files, key=natural_key) if (m := _PWM_FILE.match(f))]
-        return Device(id=dev_id, kind=DeviceKind.HWMON, name=chip.prefix, channels=tuple(channels),
-                      knobs=tuple(knobs), chip=str(chip),
-                      info={"adapter": chip.adapter, "bus_path": bus_path, "driver": chip.prefix})
+            self._inputs.append(
+                _Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")), convert)
+            )
+        knobs = [
+            self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
+            for f in sorted(files, key=natural_key)
+            if (m := _PWM_FILE.match(f))
+        ]
+        return Device(
+            id=dev_id,
+            kind=DeviceKind.HWMON,
+            name=chip.prefix,
+            channels=tuple(channels),
+            knobs=tuple(knobs),
+            chip=str(chip),
+            info={"adapter": chip.adapter, "bus_path": bus_path, "driver": chip.prefix},
+        )
 
-    def _thresholds(self, attr_dir: str, files: set[str], attribute: str, quantity: Quantity,
-                    convert: Callable[[float], float]) -> dict[str, float]:
+    def _thresholds(
+        self,
+        attr_dir: str,
+        files: set[str],
+        attribute: str,
+        quantity: Quantity,
+        convert: Callable[[float], float],
+    ) -> dict[str, float]:
         lo, hi = PLAUSIBLE[quantity]
         out: dict[str, float] = {}
         for key in THRESHOLDS:
             name = f"{attribute}_{key}"
-            if name in files and (raw := read_optional_int(self.io, os.path.join(attr_dir, name))) is not None:
+            if (
+                name in files
+                and (raw := read_optional_int(self.io, os.path.join(attr_dir, name))) is not None
+            ):
                 value = convert(raw)
                 if lo <= value <= hi:
                     out[key] = value
@@ -197,129 +237,83 @@ class HwmonBackend:
             del out["min"], out["max"]
         return out
 
-    def _pwm_knob(self, dev_id: str, attr_dir: str, files: set[str], nr: int, channels: list[Channel]) -> Knob:
+    def _pwm_knob(
+        self, dev_id: str, attr_dir: str, files: set[str], nr: int, channels: list[Channel]
+    ) -> Knob:
         io = self.io
         pwm = Attribute(io, os.path.join(attr_dir, f"pwm{nr}"))
-        enable = Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if f"pwm{nr}_enable" in files else None
+        enable = (
+            Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if f"pwm{nr}_enable" in files else None
+        )
         why_not = None
         if not io.writable(pwm.path):
             why_not = f"pwm{nr} not writable (needs root)"
         elif enable is not None and not io.writable(enable.path):
             why_not = f"pwm{nr}_enable not writable (needs root)"
         fan = f"{dev_id}/fan{nr}"
-        knob = Knob(id=f"{dev_id}/pwm{nr}", device_id=dev_id, kind=KnobKind.PWM, unit=UNITS[Quantity.DUTY],
-                    min=0.0, max=100.0, writable=why_not is None, why_not=why_not,
-                    fan_channel=fan if any(c.id == fan for c in channels) else None)
-        self._pwms[knob.id] = _Pwm(knob, pwm, enable)
+        knob = Knob(
+            id=f"{dev_id}/pwm{nr}",
+            device_id=dev_id,
+            kind=KnobKind.PWM,
+            unit=UNITS[Quantity.DUTY],
+            min=0.0,
+            max=100.0,
+            writable=why_not is None,
+            why_not=why_not,
+            fan_channel=fan if any(c.id == fan for c in channels) else None,
+        )
+        self._pwms[knob.id] = PwmKnob(knob, pwm, enable)
         return knob
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:
-        """Read every channel and pwm knob once through kept-open descriptors; never raises for a file."""
+        """Read every channel and pwm knob once through kept-open descriptors; never raises for a file.
+
+        A device whose every input is gone (ENODEV/ENOENT) is listed in ``Sample.lost``."""
         t = self.clock.monotonic()
         readings: dict[str, Reading] = {}
-        tried: dict[str, int] = {}
         gone: dict[str, int] = {}
-        for inp in self._inputs:
-            tried[inp.device_id] = tried.get(inp.device_id, 0) + 1
+        for inp in self._inputs:  # the hot path: one pread, one int(), one range check
             try:
                 raw = inp.attr.read()
+                if raw[-1:] == b"\n":
+                    value = inp.convert(int(raw))
+                    if inp.lo <= value <= inp.hi:
+                        readings[inp.id] = _ok_reading(inp.id, value)
+                        continue
             except OSError as exc:
                 if exc.errno in _GONE:
                     gone[inp.device_id] = gone.get(inp.device_id, 0) + 1
                 status, detail = classify_oserror(exc)
                 readings[inp.id] = Reading(inp.id, None, status, detail)
                 continue
-            if raw[-1:] != b"\n":
-                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE,
-                                           "empty read" if not raw else f"torn read {raw[:32]!r}")
-                continue
-            try:
-                value = inp.convert(int(raw))
             except ValueError:
-                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, f"not a number {raw[:32]!r}")
-                continue
-            if inp.lo <= value <= inp.hi:
-                readings[inp.id] = Reading(inp.id, value)
-            else:
-                readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, f"{value:g} {inp.unit} out of range")
-        knobs = {knob_id: self._read_pwm(p) for knob_id, p in self._pwms.items()}
-        lost = frozenset(d for d, n in gone.items() if n == tried[d])
+                pass
+            readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, _nonsense(inp, raw))
+        knobs = {knob_id: p.read() for knob_id, p in self._pwms.items()}
+        lost = frozenset(d for d, n in gone.items() if n == self._input_counts[d])
         return Sample(t=t, readings=readings, knobs=knobs, lost=lost)
 
-    def _read_pwm(self, p: _Pwm) -> KnobValue:
-        try:
-            raw = p.pwm.read_int()
-            enable = p.enable.read_int() if p.enable is not None else None
-        except OSError as exc:
-            return KnobValue(p.knob.id, None, None, classify_oserror(exc)[0])
-        except Nonsense:
-            return KnobValue(p.knob.id, None, None, Status.IMPLAUSIBLE)
-        if not 0 <= raw <= units.PWM_MAX:
-            return KnobValue(p.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
-        return KnobValue(p.knob.id, units.pwm_to_pct(raw), pwm_mode(enable))
-
     # -- knobs -----------------------------------------------------------------------------------------
-    def _pwm(self, knob_id: str) -> _Pwm:
+    def _pwm(self, knob_id: str) -> PwmKnob:
         try:
             return self._pwms[knob_id]
         except KeyError:
             raise UnknownKnob(knob_id) from None
 
     def read_knob(self, knob_id: str) -> KnobValue:
-        return self._read_pwm(self._pwm(knob_id))
+        return self._pwm(knob_id).read()
 
     def write_knob(self, knob_id: str, value: float) -> None:
-        """Set duty ``value`` % (0–100): ``pwmN_enable`` := 1 (manual) first when it is not, then ``pwmN``.
-        Raises OutOfRange, NoPermission, DeviceLost or BackendError."""
-        p = self._pwm(knob_id)
-        if not (0.0 <= value <= 100.0) or math.isnan(value):
-            raise OutOfRange(f"{knob_id}: duty {value} % outside 0–100 %")
-        if p.enable is not None:
-            try:
-                current = p.enable.read_int()
-            except (OSError, Nonsense):
-                current = None
-            if current != 1:
-                self._write(p.enable, 1, f"{knob_id}: set manual mode (enable := 1)")
-        self._write(p.pwm, units.pct_to_pwm(value), f"{knob_id} := {value:g} %")
-
-    def _write(self, attr: Attribute, value: int, what: str) -> None:
-        try:
-            attr.write_int(value)
-        except OSError as exc:
-            raise _map_write_error(exc, what) from exc
+        """Set duty ``value`` % (0–100), switching ``pwmN_enable`` to manual first (see :class:`PwmKnob`)."""
+        self._pwm(knob_id).write(value)
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
-        """``{"pwm": 0–255, "enable": int | None}`` as found (raw hwmon units)."""
-        p = self._pwm(knob_id)
-        try:
-            raw = p.pwm.read_int()
-            enable = p.enable.read_int() if p.enable is not None else None
-        except OSError as exc:
-            raise _map_write_error(exc, f"{knob_id}: cannot read the original") from exc
-        except Nonsense as exc:
-            raise BackendError(f"{knob_id}: cannot read the original: {exc}") from exc
-        return {"pwm": raw, "enable": enable}
+        """``{"pwm": 0–255, "enable": int | None}`` as found."""
+        return self._pwm(knob_id).save()
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        """Put back what :meth:`save_knob` returned: manual → enable then pwm; automatic → pwm (best effort,
-        the driver owns it) then enable; no enable file → pwm."""
-        p = self._pwm(knob_id)
-        enable = saved.get("enable")
-        pwm = saved.get("pwm")
-        if enable is None or enable == 1 or p.enable is None:
-            if enable == 1 and p.enable is not None:
-                self._write(p.enable, 1, f"{knob_id}: restore enable 1")
-            if pwm is not None:
-                self._write(p.pwm, int(pwm), f"{knob_id}: restore pwm {pwm}")
-            return
-        if pwm is not None:
-            try:
-                p.pwm.write_int(int(pwm))
-            except OSError:
-                pass
-        self._write(p.enable, int(enable), f"{knob_id}: restore enable {enable}")
+        self._pwm(knob_id).restore(saved)
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "hwmon", "sysfs_root": self.sysfs_root}
@@ -328,9 +322,7 @@ class HwmonBackend:
         for inp in self._inputs:
             inp.attr.close()
         for p in self._pwms.values():
-            p.pwm.close()
-            if p.enable is not None:
-                p.enable.close()
+            p.close()
         self._inputs, self._pwms, self._devices = [], {}, []
 
     def __enter__(self) -> HwmonBackend:

@@ -1,4 +1,6 @@
-"""powercap/RAPL backend: zones under ``class/powercap/intel-rapl*`` (Documentation/power/powercap/powercap.rst).
+"""powercap/RAPL backend: zones under ``class/powercap/intel-rapl*``.
+
+Source: Documentation/power/powercap/powercap.rst and the intel_rapl driver.
 
 Each zone (and subzone) is a device ``powercap:<name>`` named by its ``name`` file (``package-0``, ``core``,
 ``uncore``, ``dram``, ``psys``); repeated names get ``#2`` in bus order (``intel-rapl:0:0`` before
@@ -27,12 +29,27 @@ from typing import Any
 from aithermd import units
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.sysfs import (
-    Attribute, Nonsense, SysfsIO, classify_oserror, read_optional_int, read_optional_text,
+    Attribute,
+    Nonsense,
+    SysfsIO,
+    classify_oserror,
+    read_optional_int,
+    read_optional_text,
 )
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange, UnknownKnob
 from aithermd.model import (
-    UNITS, Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Sample, Status,
+    UNITS,
+    Channel,
+    Device,
+    DeviceKind,
+    Knob,
+    KnobKind,
+    KnobValue,
+    Quantity,
+    Reading,
+    Sample,
+    Status,
 )
 
 CONSTRAINT_KINDS = {"long_term": KnobKind.PL1, "short_term": KnobKind.PL2}
@@ -81,7 +98,9 @@ class RaplBackend:
 
     kind = "powercap"
 
-    def __init__(self, sysfs_root: str = "/sys", clock: Clock | None = None, io: SysfsIO | None = None) -> None:
+    def __init__(
+        self, sysfs_root: str = "/sys", clock: Clock | None = None, io: SysfsIO | None = None
+    ) -> None:
         self.sysfs_root = sysfs_root
         self.clock = clock or RealClock()
         self.io = io or SysfsIO()
@@ -138,11 +157,21 @@ class RaplBackend:
         except OSError as exc:
             why_not = ROOT_ONLY if exc.errno in (errno.EACCES, errno.EPERM) else classify_oserror(exc)[1]
             energy.close()
-        self._zones.append(_Zone(dev_id, energy, why_not,
-                                 read_optional_int(io, os.path.join(path, "max_energy_range_uj"))))
+        self._zones.append(
+            _Zone(dev_id, energy, why_not, read_optional_int(io, os.path.join(path, "max_energy_range_uj")))
+        )
         channels = (
-            Channel(f"{dev_id}/power", dev_id, "power", Quantity.POWER, UNITS[Quantity.POWER], f"{name} power"),
-            Channel(f"{dev_id}/energy", dev_id, "energy", Quantity.ENERGY, UNITS[Quantity.ENERGY], f"{name} energy"),
+            Channel(
+                f"{dev_id}/power", dev_id, "power", Quantity.POWER, UNITS[Quantity.POWER], f"{name} power"
+            ),
+            Channel(
+                f"{dev_id}/energy",
+                dev_id,
+                "energy",
+                Quantity.ENERGY,
+                UNITS[Quantity.ENERGY],
+                f"{name} energy",
+            ),
         )
         info: dict[str, Any] = {"zone": base, "parent": parent}
         if why_not:
@@ -158,8 +187,9 @@ class RaplBackend:
                     info[f"{kind}_time_window_s"] = units.us_to_s(window)
                 knobs.append(self._limit(dev_id, kind, prefix, window is not None))
             n += 1
-        return Device(id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs),
-                      info=info)
+        return Device(
+            id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs), info=info
+        )
 
     def _limit(self, dev_id: str, kind: KnobKind, prefix: str, has_window: bool) -> Knob:
         io = self.io
@@ -167,12 +197,19 @@ class RaplBackend:
         lo = read_optional_int(io, prefix + "min_power_uw")
         limit = Attribute(io, prefix + "power_limit_uw")
         writable = io.writable(limit.path)
-        knob = Knob(id=f"{dev_id}/{kind}", device_id=dev_id, kind=kind, unit=UNITS[Quantity.POWER],
-                    min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
-                    max=units.uw_to_w(hi) if hi is not None and hi > 0 else None,
-                    writable=writable,
-                    why_not=None if writable else f"{os.path.basename(limit.path)} not writable (needs root)")
-        self._limits[knob.id] = _Limit(knob, limit, Attribute(io, prefix + "time_window_us") if has_window else None)
+        knob = Knob(
+            id=f"{dev_id}/{kind}",
+            device_id=dev_id,
+            kind=kind,
+            unit=UNITS[Quantity.POWER],
+            min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
+            max=units.uw_to_w(hi) if hi is not None and hi > 0 else None,
+            writable=writable,
+            why_not=None if writable else f"{os.path.basename(limit.path)} not writable (needs root)",
+        )
+        self._limits[knob.id] = _Limit(
+            knob, limit, Attribute(io, prefix + "time_window_us") if has_window else None
+        )
         return knob
 
     # -- sampling --------------------------------------------------------------------------------------
@@ -207,13 +244,19 @@ class RaplBackend:
         power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
         if zone.prev_raw is None:
             zone.prev_raw, zone.prev_t, zone.total_uj = raw, t, raw
-            return (Reading(power_id, None, Status.STALE, "first energy read: power needs two"),
-                    Reading(energy_id, units.uj_to_j(raw)))
+            return (
+                Reading(power_id, None, Status.STALE, "first energy read: power needs two"),
+                Reading(energy_id, units.uj_to_j(raw)),
+            )
         delta = energy_increase_uj(zone.prev_raw, raw, zone.max_range)
         dt = t - zone.prev_t
         if delta is None:
-            power = Reading(power_id, None, Status.IMPLAUSIBLE,
-                            "energy_uj went backwards and max_energy_range_uj is unknown")
+            power = Reading(
+                power_id,
+                None,
+                Status.IMPLAUSIBLE,
+                "energy_uj went backwards and max_energy_range_uj is unknown",
+            )
             delta = 0
         elif dt <= 0:
             power = Reading(power_id, None, Status.STALE, "no time passed since the last energy read")
@@ -246,9 +289,15 @@ class RaplBackend:
         DeviceLost or BackendError."""
         lim = self._lim(knob_id)
         k = lim.knob
-        if math.isnan(value) or value <= 0 or (k.max is not None and value > k.max) or (
-                k.min is not None and value < k.min):
-            raise OutOfRange(f"{knob_id}: {value} W outside ({k.min or 0:g}, {k.max if k.max is not None else '∞'}] W")
+        if (
+            math.isnan(value)
+            or value <= 0
+            or (k.max is not None and value > k.max)
+            or (k.min is not None and value < k.min)
+        ):
+            raise OutOfRange(
+                f"{knob_id}: {value} W outside ({k.min or 0:g}, {k.max if k.max is not None else '∞'}] W"
+            )
         try:
             lim.limit.write_int(units.w_to_uw(value))
         except OSError as exc:

@@ -9,7 +9,8 @@ Failure classes (kernel sysfs and hwmon ABI, Documentation/hwmon/sysfs-interface
 may fail with an errno"):
 
 - an ``OSError`` (``EIO``, ``ENODATA``, ``ENXIO``, ``EAGAIN``, ``ENODEV``, ``EACCES``, ``ENOENT``, ...)
-  → :attr:`Status.FAILED`, detail ``"EIO: Input/output error"``; ``EOPNOTSUPP`` → :attr:`Status.NOT_SUPPORTED`;
+  → :attr:`Status.FAILED`, detail ``"EIO: Input/output error"``;
+  ``EOPNOTSUPP`` → :attr:`Status.NOT_SUPPORTED`;
 - an empty read, a torn read (every sysfs ``show()`` ends its text with ``"\\n"``; a read without it was cut
   short) or text that is not a number → :attr:`Status.IMPLAUSIBLE`.
 """
@@ -117,24 +118,26 @@ class Attribute:
     ``ESTALE`` it closes, re-opens and retries once. A failed open is retried on the next read.
     """
 
-    __slots__ = ("path", "fd", "io")
+    __slots__ = ("path", "fd", "io", "_pread")
 
     def __init__(self, io: SysfsIO, path: str) -> None:
         self.io = io
         self.path = path
         self.fd = -1
+        self._pread = io.pread
 
     def read(self) -> bytes:
-        if self.fd < 0:
-            self.fd = self.io.open(self.path)
         try:
-            return self.io.pread(self.fd, READ_SIZE)
+            return self._pread(self.fd, READ_SIZE)  # fd -1 (not open yet) fails with EBADF: opened below
         except OSError as exc:
-            if exc.errno not in _REOPEN:
+            if self.fd < 0:
+                self.fd = self.io.open(self.path)
+            elif exc.errno in _REOPEN:
+                self.close()
+                self.fd = self.io.open(self.path)
+            else:
                 raise
-            self.close()
-            self.fd = self.io.open(self.path)
-            return self.io.pread(self.fd, READ_SIZE)
+            return self._pread(self.fd, READ_SIZE)
 
     def read_int(self) -> int:
         """The attribute as an integer; raises ``OSError`` or :class:`Nonsense`."""

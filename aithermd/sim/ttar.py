@@ -44,23 +44,23 @@ def parse(text: str, name: str = "<ttar>") -> list[Entry]:
             i += 1
             continue
         if line.startswith("Directory: "):
-            entries.append(Entry("dir", line[len("Directory: "):]))
+            entries.append(Entry("dir", line[len("Directory: ") :]))
             i += 1
         elif line.startswith("Path: "):
-            path = line[len("Path: "):]
+            path = line[len("Path: ") :]
             i += 1
             if i >= len(lines):
                 raise fail(f"{path}: archive ends after Path")
             head = lines[i]
             if head.startswith("SymlinkTo: "):
-                entries.append(Entry("link", path, target=head[len("SymlinkTo: "):]))
+                entries.append(Entry("link", path, target=head[len("SymlinkTo: ") :]))
                 i += 1
             elif head.startswith("Lines: "):
                 try:
-                    count = int(head[len("Lines: "):])
+                    count = int(head[len("Lines: ") :])
                 except ValueError:
                     raise fail(f"{path}: bad line count {head!r}") from None
-                body = lines[i + 1:i + 1 + count]
+                body = lines[i + 1 : i + 1 + count]
                 if len(body) < count:
                     raise fail(f"{path}: {count} lines announced, {len(body)} present")
                 i += 1 + count
@@ -78,7 +78,7 @@ def parse(text: str, name: str = "<ttar>") -> list[Entry]:
             if not entries:
                 raise fail("Mode before any entry")
             last = entries[-1]
-            entries[-1] = Entry(last.kind, last.path, last.data, last.target, int(line[len("Mode: "):], 8))
+            entries[-1] = Entry(last.kind, last.path, last.data, last.target, int(line[len("Mode: ") :], 8))
             i += 1
         else:
             raise fail(f"unexpected line {line!r}")
@@ -101,10 +101,10 @@ def extract(archive: str | os.PathLike[str], dest: str | os.PathLike[str], strip
         if strip:
             if not (rel + "/").startswith(strip.rstrip("/") + "/"):
                 continue
-            rel = rel[len(strip.rstrip("/")):].lstrip("/")
+            rel = rel[len(strip.rstrip("/")) :].lstrip("/")
             if not rel:
                 continue
-        out = (root / rel)
+        out = root / rel
         if os.path.isabs(rel) or ".." in Path(rel).parts:
             raise ValueError(f"{archive}: {entry.path} leaves the destination")
         out.parent.mkdir(parents=True, exist_ok=True)

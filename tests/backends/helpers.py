@@ -35,8 +35,11 @@ def lm_sensors_reference(machine: str) -> dict[str, dict[str, tuple[str, float]]
 
 def document_view(doc: dict) -> dict[str, dict[str, tuple[str, float | None]]]:
     """The same view of an aithermd ``sensors`` document (hwmon devices only)."""
-    return {d["chip"]: {c["label"]: (c["attribute"], c["value"]) for c in d["channels"]}
-            for d in doc["devices"] if d["kind"] == "hwmon"}
+    return {
+        d["chip"]: {c["label"]: (c["attribute"], c["value"]) for c in d["channels"]}
+        for d in doc["devices"]
+        if d["kind"] == "hwmon"
+    }
 
 
 def assert_agrees(view: dict, reference: dict) -> None:

@@ -40,8 +40,15 @@ def test_cpu_utilization_load_and_frequency():
     ps = FakePsutil()
     backend = CpuBackend(psutil_module=ps)
     (dev,) = backend.discover()
-    assert [c.attribute for c in dev.channels] == ["utilization", "cpu0", "cpu1", "load1", "load5", "load15",
-                                                  "frequency"]
+    assert [c.attribute for c in dev.channels] == [
+        "utilization",
+        "cpu0",
+        "cpu1",
+        "load1",
+        "load5",
+        "load15",
+        "frequency",
+    ]
     # cpu0: 30 busy of 100 s; cpu1: 0 busy of 100 s (iowait counts as idle)
     ps.times = [Times(30, 0, 15, 145, 10, 0, 0, 0, 0, 0), Times(1, 0, 1, 190, 8, 0, 0, 0, 0, 0)]
     r = backend.sample().readings
@@ -83,7 +90,11 @@ def test_inventory_discovers_every_backend_and_skips_a_broken_one():
             raise OSError("boom")
 
     devices = discover([*backends, Broken()])
-    assert [d.id for d in devices][:3] == ["hwmon:acpitz-acpi-0", "hwmon:BAT0-acpi-0", "hwmon:k10temp-pci-00c3"]
+    assert [d.id for d in devices][:3] == [
+        "hwmon:acpitz-acpi-0",
+        "hwmon:BAT0-acpi-0",
+        "hwmon:k10temp-pci-00c3",
+    ]
     assert len(devices) == 9
     for b in backends:
         b.close()
@@ -92,20 +103,62 @@ def test_inventory_discovers_every_backend_and_skips_a_broken_one():
 def test_document_shape_and_fallbacks():
     ch = Channel("hwmon:x-isa-0000/temp1", "hwmon:x-isa-0000", "temp1", Quantity.TEMPERATURE, "°C")
     ch2 = Channel("hwmon:x-isa-0000/fan1", "hwmon:x-isa-0000", "fan1", Quantity.FAN, "RPM", label="CPU fan")
-    knob = Knob("hwmon:x-isa-0000/pwm1", "hwmon:x-isa-0000", KnobKind.PWM, "%", 0.0, 100.0, writable=False,
-                why_not="pwm1 not writable (needs root)")
+    knob = Knob(
+        "hwmon:x-isa-0000/pwm1",
+        "hwmon:x-isa-0000",
+        KnobKind.PWM,
+        "%",
+        0.0,
+        100.0,
+        writable=False,
+        why_not="pwm1 not writable (needs root)",
+    )
     hw = Device("hwmon:x-isa-0000", DeviceKind.HWMON, "x", (ch, ch2), (knob,), chip="x-isa-0000")
     cpu = Device("cpu", DeviceKind.CPU, "CPU", ())
     readings = {ch.id: Reading(ch.id, None, Status.FAILED, "EIO")}
     doc = sensors_document([hw, cpu], readings, {knob.id: KnobValue(knob.id, 40.0, "auto")})
-    assert doc == {"devices": [
-        {"id": "hwmon:x-isa-0000", "kind": "hwmon", "name": "x", "chip": "x-isa-0000", "channels": [
-            {"id": ch.id, "attribute": "temp1", "label": "temp1", "value": None, "unit": "°C", "status": "failed"},
-            {"id": ch2.id, "attribute": "fan1", "label": "CPU fan", "value": None, "unit": "RPM",
-             "status": "stale"}],
-         "knobs": [{"id": knob.id, "kind": "pwm", "value": 40.0, "unit": "%", "min": 0.0, "max": 100.0,
-                    "default": None, "writable": False, "why_not": "pwm1 not writable (needs root)"}]},
-        {"id": "cpu", "kind": "cpu", "name": "CPU", "channels": [], "knobs": []}]}
+    assert doc == {
+        "devices": [
+            {
+                "id": "hwmon:x-isa-0000",
+                "kind": "hwmon",
+                "name": "x",
+                "chip": "x-isa-0000",
+                "channels": [
+                    {
+                        "id": ch.id,
+                        "attribute": "temp1",
+                        "label": "temp1",
+                        "value": None,
+                        "unit": "°C",
+                        "status": "failed",
+                    },
+                    {
+                        "id": ch2.id,
+                        "attribute": "fan1",
+                        "label": "CPU fan",
+                        "value": None,
+                        "unit": "RPM",
+                        "status": "stale",
+                    },
+                ],
+                "knobs": [
+                    {
+                        "id": knob.id,
+                        "kind": "pwm",
+                        "value": 40.0,
+                        "unit": "%",
+                        "min": 0.0,
+                        "max": 100.0,
+                        "default": None,
+                        "writable": False,
+                        "why_not": "pwm1 not writable (needs root)",
+                    }
+                ],
+            },
+            {"id": "cpu", "kind": "cpu", "name": "CPU", "channels": [], "knobs": []},
+        ]
+    }
     with_attrs = sensors_document([cpu], {}, {}, attrs={"cpu": {"governor": "performance"}})
     assert with_attrs["devices"][0]["attrs"] == {"governor": "performance"}
     table = render_table(doc)
@@ -115,15 +168,36 @@ def test_document_shape_and_fallbacks():
 
 
 def test_ttar_parse_special_lines(tmp_path):
-    text = "\n".join([
-        "# comment", "Directory: a", "Mode: 755", "# ttar - - -",
-        "Path: a/f", "Lines: 2", "one", "twoNULLBYTEEOF", "Mode: 444", "# ttar - - -",
-        "Path: a/link", "SymlinkTo: f", "# ttar - - -", "Path: a/empty", "Lines: 0", "Mode: 644", ""])
+    text = "\n".join(
+        [
+            "# comment",
+            "Directory: a",
+            "Mode: 755",
+            "# ttar - - -",
+            "Path: a/f",
+            "Lines: 2",
+            "one",
+            "twoNULLBYTEEOF",
+            "Mode: 444",
+            "# ttar - - -",
+            "Path: a/link",
+            "SymlinkTo: f",
+            "# ttar - - -",
+            "Path: a/empty",
+            "Lines: 0",
+            "Mode: 644",
+            "",
+        ]
+    )
     archive = tmp_path / "x.ttar"
     archive.write_text(text)
     entries = ttar.read(archive)
-    assert [(e.kind, e.path) for e in entries] == [("dir", "a"), ("file", "a/f"), ("link", "a/link"),
-                                                  ("file", "a/empty")]
+    assert [(e.kind, e.path) for e in entries] == [
+        ("dir", "a"),
+        ("file", "a/f"),
+        ("link", "a/link"),
+        ("file", "a/empty"),
+    ]
     assert entries[1].data == b"one\ntwo\0" and entries[1].mode == 0o444
     ttar.extract(archive, tmp_path / "out")
     assert (tmp_path / "out" / "a" / "link").is_symlink()

@@ -73,20 +73,27 @@ def test_enodev_that_persists_fails_the_channel():
 
 
 def test_device_whose_every_file_is_gone_is_lost():
-    backend, _ = backend_with({"hwmon2/temp1_input": [OSError(errno.ENODEV, "x")],
-                               "hwmon2/temp2_input": [OSError(errno.ENODEV, "x")],
-                               "hwmon2/temp3_input": [OSError(errno.ENODEV, "x")]})
+    backend, _ = backend_with(
+        {
+            "hwmon2/temp1_input": [OSError(errno.ENODEV, "x")],
+            "hwmon2/temp2_input": [OSError(errno.ENODEV, "x")],
+            "hwmon2/temp3_input": [OSError(errno.ENODEV, "x")],
+        }
+    )
     sample = backend.sample()
     assert sample.lost == frozenset({"hwmon:k10temp-pci-00c3"})
     assert sample.readings[f"{NCT}/temp1"].value == 28.0
     backend.close()
 
 
-@pytest.mark.parametrize(("raw", "detail"), [
-    (b"", "empty read"),
-    (b"330", "torn read"),  # cut short: no newline
-    (b"3x000\n", "not a number"),
-])
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        (b"", "empty read"),
+        (b"330", "torn read"),  # cut short: no newline
+        (b"3x000\n", "not a number"),
+    ],
+)
 def test_empty_torn_and_garbled_reads_are_implausible(raw, detail):
     backend, _ = backend_with({VICTIM_FILE: [raw]})
     sample = backend.sample()
@@ -97,14 +104,17 @@ def test_empty_torn_and_garbled_reads_are_implausible(raw, detail):
     backend.close()
 
 
-@pytest.mark.parametrize(("file", "raw", "channel"), [
-    (VICTIM_FILE, b"-128000\n", VICTIM),          # −128 °C: 8-bit "no diode"
-    (VICTIM_FILE, b"255000\n", VICTIM),           # 255 °C: all ones
-    (VICTIM_FILE, b"-273150\n", VICTIM),          # absolute zero
-    (VICTIM_FILE, b"3000000000\n", VICTIM),       # millions of °C
-    ("hwmon1/fan1_input", b"65535\n", f"{NCT}/fan1"),  # 16-bit all ones
-    ("hwmon1/in0_input", b"1500000000\n", f"{NCT}/in0"),
-])
+@pytest.mark.parametrize(
+    ("file", "raw", "channel"),
+    [
+        (VICTIM_FILE, b"-128000\n", VICTIM),  # −128 °C: 8-bit "no diode"
+        (VICTIM_FILE, b"255000\n", VICTIM),  # 255 °C: all ones
+        (VICTIM_FILE, b"-273150\n", VICTIM),  # absolute zero
+        (VICTIM_FILE, b"3000000000\n", VICTIM),  # millions of °C
+        ("hwmon1/fan1_input", b"65535\n", f"{NCT}/fan1"),  # 16-bit all ones
+        ("hwmon1/in0_input", b"1500000000\n", f"{NCT}/in0"),
+    ],
+)
 def test_nonsense_values_are_implausible(file, raw, channel):
     backend, _ = backend_with({file: [raw]})
     sample = backend.sample()
@@ -148,8 +158,9 @@ def test_each_file_is_opened_once_and_read_once_per_sample():
 
 
 def test_pwm_read_fault_gives_the_knob_a_status():
-    backend, _ = backend_with({"hwmon1/pwm2": [OSError(errno.EIO, "Input/output error")],
-                               "hwmon1/pwm3": [b"300\n"]})
+    backend, _ = backend_with(
+        {"hwmon1/pwm2": [OSError(errno.EIO, "Input/output error")], "hwmon1/pwm3": [b"300\n"]}
+    )
     knobs = backend.sample().knobs
     assert knobs[f"{NCT}/pwm2"].status == Status.FAILED and knobs[f"{NCT}/pwm2"].value is None
     assert knobs[f"{NCT}/pwm3"].status == Status.IMPLAUSIBLE

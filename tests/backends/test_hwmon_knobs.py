@@ -6,7 +6,8 @@ import errno
 
 import pytest
 
-from aithermd.backends.hwmon import HwmonBackend, pwm_mode
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.backends.pwm import pwm_mode
 from aithermd.errors import DeviceLost, NoPermission, OutOfRange, UnknownKnob
 
 from .faults import FaultIO
@@ -90,8 +91,15 @@ def test_duty_outside_0_100_is_refused(x570, value):
     assert io.writes == []
 
 
-@pytest.mark.parametrize(("code", "error"), [(errno.EACCES, NoPermission), (errno.EPERM, NoPermission),
-                                             (errno.EINVAL, OutOfRange), (errno.ENODEV, DeviceLost)])
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (errno.EACCES, NoPermission),
+        (errno.EPERM, NoPermission),
+        (errno.EINVAL, OutOfRange),
+        (errno.ENODEV, DeviceLost),
+    ],
+)
 def test_write_errors_map_to_backend_errors(x570, code, error):
     backend, io, _ = x570
     io.write_faults["pwm1_enable"] = OSError(code, "x")
@@ -120,3 +128,13 @@ def test_read_only_pwm_says_why(tmp_path):
 
 def test_pwm_modes():
     assert [pwm_mode(v) for v in (None, 0, 1, 2, 5)] == [None, "full", "manual", "auto", "auto"]
+
+
+def test_fast_constructors_build_the_same_objects():
+    from aithermd.backends.fast import ok_knob as _ok_knob
+    from aithermd.backends.fast import ok_reading as _ok_reading
+    from aithermd.model import KnobValue, Reading
+
+    assert _ok_reading("a/temp1", 33.0) == Reading("a/temp1", 33.0)
+    assert repr(_ok_reading("a/temp1", 33.0)) == repr(Reading("a/temp1", 33.0))
+    assert _ok_knob("a/pwm1", 40.0, "auto") == KnobValue("a/pwm1", 40.0, "auto")

@@ -45,7 +45,13 @@ def test_zones_are_named_by_their_name_file(procfs_root):
     pkg = devices["powercap:package-0"]
     assert [c.id for c in pkg.channels] == ["powercap:package-0/power", "powercap:package-0/energy"]
     pl1, pl2 = pkg.knobs
-    assert (pl1.id, pl1.kind, pl1.max, pl1.unit, pl1.writable) == ("powercap:package-0/pl1", "pl1", 95.0, "W", True)
+    assert (pl1.id, pl1.kind, pl1.max, pl1.unit, pl1.writable) == (
+        "powercap:package-0/pl1",
+        "pl1",
+        95.0,
+        "W",
+        True,
+    )
     assert (pl2.id, pl2.kind, pl2.max) == ("powercap:package-0/pl2", "pl2", None)  # max_power_uw 0: unknown
     assert pkg.info["pl1_time_window_s"] == pytest.approx(0.999424)
     assert devices["powercap:core"].knobs[0].max is None  # empty constraint_0_max_power_uw
@@ -64,8 +70,12 @@ def test_duplicate_zone_names_get_numbered_in_bus_order(node_root):
     (pc / "intel-rapl:1" / "name").write_text("package-1\n")
     backend = RaplBackend(str(node_root), clock=FakeClock())
     devices = backend.discover()
-    assert [d.id for d in devices] == ["powercap:package-0", "powercap:core", "powercap:package-1",
-                                       "powercap:core#2"]
+    assert [d.id for d in devices] == [
+        "powercap:package-0",
+        "powercap:core",
+        "powercap:package-1",
+        "powercap:core#2",
+    ]
     assert devices[3].info["parent"] == "powercap:package-1"
     assert devices[3].name == "core"
     backend.close()
@@ -76,7 +86,9 @@ def test_zones_under_devices_virtual_powercap(node_root, tmp_path):
     virt = root / "devices" / "virtual" / "powercap" / "intel-rapl"
     virt.mkdir(parents=True)
     shutil.copytree(node_root / "class" / "powercap" / "intel-rapl:0", virt / "intel-rapl:0")
-    shutil.copytree(node_root / "class" / "powercap" / "intel-rapl:0:0", virt / "intel-rapl:0" / "intel-rapl:0:0")
+    shutil.copytree(
+        node_root / "class" / "powercap" / "intel-rapl:0:0", virt / "intel-rapl:0" / "intel-rapl:0:0"
+    )
     backend = RaplBackend(str(root), clock=FakeClock())
     assert [d.id for d in backend.discover()] == ["powercap:package-0", "powercap:core"]
     backend.close()
@@ -91,8 +103,13 @@ def test_energy_increase_across_wrap():
 def test_power_right_across_a_wrap_with_a_real_recording(node_root):
     """Replay the recorded laptop package energy (µJ per ~100 ms interval) into energy_uj, starting just
     below max_energy_range_uj so the counter wraps, and compare with energy / measured interval."""
-    rows = [line.split() for line in (TTAR / "laptop-rapl-msr-package0-energy-delta-100ms-idle-stress-idle.log")
-            .read_text().splitlines() if line.strip()]
+    rows = [
+        line.split()
+        for line in (TTAR / "laptop-rapl-msr-package0-energy-delta-100ms-idle-stress-idle.log")
+        .read_text()
+        .splitlines()
+        if line.strip()
+    ]
     assert len(rows) == 200
     energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
     counter = MAX_RANGE - 3_000_000
@@ -102,7 +119,7 @@ def test_power_right_across_a_wrap_with_a_real_recording(node_root):
     backend.discover()
     start = backend.sample().readings["powercap:package-0/energy"].value
     wraps, total_uj = 0, 0
-    for (t0, _, _), (t1, delta, _) in zip(rows, rows[1:]):
+    for (t0, _, _), (t1, delta, _) in zip(rows, rows[1:], strict=False):
         dt = (int(t1) - int(t0)) / 1e6
         before = counter
         counter = (counter + int(delta)) % MAX_RANGE

@@ -35,16 +35,28 @@ def test_node_exporter_tree(tmp_path):
     # hwmon4 has no name, bogus.0 only unknown attributes, both asus chips only pwm1_enable: libsensors
     # skips all of them, and so does aithermd.
     assert list(devices) == [
-        "hwmon:coretemp-isa-0000", "hwmon:coretemp-isa-0001", "hwmon:mt7996_phy0_0-isa-0000",
-        "hwmon:mt7996_phy0_1-isa-0000", "hwmon:mt7996_phy0_2-isa-0000", "hwmon:nct6779-virtual-0"]
+        "hwmon:coretemp-isa-0000",
+        "hwmon:coretemp-isa-0001",
+        "hwmon:mt7996_phy0_0-isa-0000",
+        "hwmon:mt7996_phy0_1-isa-0000",
+        "hwmon:mt7996_phy0_2-isa-0000",
+        "hwmon:nct6779-virtual-0",
+    ]
     assert values(devices, sample, "hwmon:coretemp-isa-0001") == {
-        ("Physical id 0", "temp1"): 55.0, ("Core 0", "temp2"): 54.0, ("Core 1", "temp3"): 52.0,
-        ("Core 2", "temp4"): 53.0, ("Core 3", "temp5"): 50.0}
+        ("Physical id 0", "temp1"): 55.0,
+        ("Core 0", "temp2"): 54.0,
+        ("Core 1", "temp3"): 52.0,
+        ("Core 2", "temp4"): 53.0,
+        ("Core 3", "temp5"): 50.0,
+    }
     core = devices["hwmon:coretemp-isa-0000"].channels[0]
     assert dict(core.thresholds) == {"max": 84.0, "crit": 100.0}
     nct = devices["hwmon:nct6779-virtual-0"]
     assert values(devices, sample, nct.id) == {
-        (None, "in0"): 0.792, (None, "in1"): 1.024, (None, "fan2"): 1098.0}
+        (None, "in0"): 0.792,
+        (None, "in1"): 1.024,
+        (None, "fan2"): 1098.0,
+    }
     assert nct.knobs == ()  # pwm1_enable without pwm1 is no knob
     assert dict(nct.channels[0].thresholds) == {"min": 0.0, "max": 1.744}
     assert dict(nct.channels[1].thresholds) == {}  # in1_min = in1_max = 0: unconfigured
@@ -55,8 +67,10 @@ def test_procfs_nvme_tree_once_linked_into_class_hwmon(tmp_path):
     root = tmp_path / "sys"
     assert read(root)[0] == {}  # no class/hwmon in this tree: nothing to find
     (root / "class" / "hwmon").mkdir()
-    os.symlink("../../devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/hwmon3",
-               root / "class" / "hwmon" / "hwmon3")
+    os.symlink(
+        "../../devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/hwmon3",
+        root / "class" / "hwmon" / "hwmon3",
+    )
     devices, sample = read(root)
     assert list(devices) == ["hwmon:nvme-isa-0000"]  # device link to nvme0, no subsystem link: as libsensors
     got = values(devices, sample, "hwmon:nvme-isa-0000")
@@ -69,8 +83,10 @@ def test_telegraf_tree_hwmon_directories_in_class(tmp_path):
     ttar.extract(TTAR / "telegraf-temp-hwmon-with-device-sysfs.ttar", tmp_path)
     devices, sample = read(tmp_path / "sys")
     assert list(devices) == ["hwmon:nvme-isa-0000", "hwmon:nvme-isa-0000#2", "hwmon:k10temp-pci-00c3"]
-    assert values(devices, sample, "hwmon:k10temp-pci-00c3") == {("Tctl", "temp1"): 31.875,
-                                                               ("Tccd1", "temp3"): 30.75}
+    assert values(devices, sample, "hwmon:k10temp-pci-00c3") == {
+        ("Tctl", "temp1"): 31.875,
+        ("Tccd1", "temp3"): 30.75,
+    }
     assert devices["hwmon:nvme-isa-0000#2"].info["bus_path"] == "class/nvme1"  # hwmon1/device → ../../nvme1/
 
 
@@ -98,13 +114,22 @@ def test_amdgpu_rx6900xt(tmp_path):
     devices, sample = read(amdgpu_tree(tmp_path, "amdgpu-rx6900xt-drm-card-hwmon-sysfs.ttar", "0000:0b:00.0"))
     dev = devices["hwmon:amdgpu-pci-0b00"]
     assert values(devices, sample, dev.id) == {
-        ("vddgfx", "in0"): 0.775, (None, "fan1"): 0.0, ("edge", "temp1"): 56.0, ("junction", "temp2"): 59.0,
-        ("mem", "temp3"): 54.0, ("PPT", "power1"): 36.0}
+        ("vddgfx", "in0"): 0.775,
+        (None, "fan1"): 0.0,
+        ("edge", "temp1"): 56.0,
+        ("junction", "temp2"): 59.0,
+        ("mem", "temp3"): 54.0,
+        ("PPT", "power1"): 36.0,
+    }
     assert dict(dev.channels[-1].thresholds) == {"cap": 289.0}
     assert dict(dev.channels[3].thresholds) == {"crit": 110.0, "emergency": 115.0}
     (pwm,) = dev.knobs
-    assert (pwm.id, pwm.fan_channel, pwm.min, pwm.max) == ("hwmon:amdgpu-pci-0b00/pwm1",
-                                                           "hwmon:amdgpu-pci-0b00/fan1", 0.0, 100.0)
+    assert (pwm.id, pwm.fan_channel, pwm.min, pwm.max) == (
+        "hwmon:amdgpu-pci-0b00/pwm1",
+        "hwmon:amdgpu-pci-0b00/fan1",
+        0.0,
+        100.0,
+    )
     assert sample.knobs[pwm.id].value == 0.0 and sample.knobs[pwm.id].mode == "auto"
 
 
