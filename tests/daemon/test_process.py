@@ -131,3 +131,42 @@ def test_sighup_with_a_broken_policy_keeps_the_old_ones(machine, tmp_path):
     assert any(e["event"] == "reload_refused" for e in lines)
     acts = [e for e in lines if e["event"] == "actuation"]
     assert acts and all(e["rule"].startswith("mine/") for e in acts)
+
+
+def gpu_state(path) -> list[tuple]:
+    """Each fake GPU's control state: power limit (W) and every fan's (auto, target %)."""
+    from aithermd.sim.fake_nvml import FakeNvml
+    fake = FakeNvml.open(path)
+    return [(fake.power_limit_w(i), tuple((fake.fan_auto(i, f), fake.fan_target_pct(i, f))
+                                         for f in range(fake.fan_count(i)))) for i in range(len(fake.gpus))]
+
+
+def test_kill_9_on_the_fake_nvml_then_restore_puts_every_gpu_back(machine, tmp_path):
+    import sys
+    from pathlib import Path
+
+    from aithermd.sim.fake_nvml import FakeNvml
+    root, state, original = machine
+    profiles = Path(__file__).resolve().parents[2] / "aithermd" / "data" / "gpu-profiles"
+    nvml_state = tmp_path / "nvml-state.json"
+    FakeNvml.from_dumps([profiles / "rtx4090-nvidia-smi-q-x-driver535.xml",
+                         profiles / "rtx3090-nvidia-smi-q-x-driver-v13.xml"],
+                        state_path=nvml_state, fan_count=2)
+    gpus_before = gpu_state(nvml_state)
+    policies = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "daemon"
+    script = Path(__file__).with_name("gpu_daemon.py")
+    args = [sys.executable, str(script), str(root), str(state), str(nvml_state), str(policies)]
+    rng = random.Random(int(os.environ.get("AITHERMD_KILL_SEED", "7")))
+    touched = 0
+    for round_ in range(8):
+        proc = start(args, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 3.0))
+        proc.kill()
+        proc.wait(timeout=30)
+        if gpu_state(nvml_state) != gpus_before:
+            touched += 1
+        result = restore(state)
+        assert result.returncode == 0, result.stderr
+        assert gpu_state(nvml_state) == gpus_before, f"round {round_}"
+        assert knob_files(root) == original, f"round {round_}"
+    assert touched >= 4
