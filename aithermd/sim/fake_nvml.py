@@ -78,7 +78,8 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions):
     of control state, for :meth:`open` in another process. ``privileged``: whether writes are allowed (root);
     False makes every Set* call fail with ``NVML_ERROR_NO_PERMISSION``. ``driver_version``: defaults to the
     first profile's (entry points newer than its branch are absent). ``missing_functions``: more C names to
-    leave out. ``fan_count``: fans per GPU (default: as many as the dump showed, 0 or 1).
+    leave out. ``fan_count``: fans per GPU, one number for all or one per GPU (None: as many as the dump
+    showed, 0 or 1).
     ``driver_loaded`` False makes ``nvmlInit`` fail with ``NVML_ERROR_DRIVER_NOT_LOADED``.
     """
 
@@ -90,15 +91,16 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions):
         privileged: bool = True,
         driver_version: str | None = None,
         missing_functions: Iterable[str] = (),
-        fan_count: int | None = None,
+        fan_count: int | Sequence[int | None] | None = None,
         driver_loaded: bool = True,
         _gpus: list[FakeGpu] | None = None,
     ) -> None:
         profiles = list(profiles)
         if _gpus is None:
+            counts = list(fan_count) if isinstance(fan_count, Sequence) else [fan_count] * len(profiles)
             _gpus = [
-                FakeGpu.from_profile(p, bus, fan_count)
-                for p, bus in zip(profiles, unique_bus_ids(profiles), strict=True)
+                FakeGpu.from_profile(p, bus, n)
+                for p, bus, n in zip(profiles, unique_bus_ids(profiles), counts, strict=True)
             ]
         self.gpus: list[FakeGpu] = _gpus
         first = next((g.profile.driver_version for g in self.gpus if g.profile.driver_version), None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,7 +203,7 @@ class StateFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
 
     def changed(self) -> bool:
         """True when another writer changed the file since this object last read or wrote it."""
@@ -210,25 +211,30 @@ class StateFile:
             st = os.stat(self.path)
         except OSError:
             return False
-        return (st.st_mtime_ns, st.st_size) != self._seen
+        return self._key(st) != self._seen
 
-    def _mark(self) -> None:
-        st = os.stat(self.path)
-        self._seen = (st.st_mtime_ns, st.st_size)
+    @staticmethod
+    def _key(st: os.stat_result) -> tuple[int, int, int]:
+        return (st.st_ino, st.st_mtime_ns, st.st_size)  # every write is a new file (rename): a new inode
 
     def read(self) -> dict[str, Any]:
         """The file's content. Raises OSError, ValueError (not JSON or wrong format)."""
-        data = json.loads(self.path.read_text(encoding="utf-8"))
+        with open(self.path, encoding="utf-8") as f:
+            key = self._key(os.fstat(f.fileno()))
+            data = json.loads(f.read())
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{self.path}: not a fake NVML state file (format {FORMAT!r})")
-        self._mark()
+        self._seen = key
         return data
 
     def write(self, data: dict[str, Any]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data))
+            f.flush()
+            key = self._key(os.fstat(f.fileno()))
         os.replace(tmp, self.path)
-        self._mark()
+        self._seen = key
 
 
 def dump_state(
