@@ -90,3 +90,20 @@ def test_missing_root_is_a_clear_error(tmp_path):
     assert result.returncode == 2
     assert result.stdout == ""
     assert "not a directory" in result.stderr
+
+
+@pytest.mark.parametrize(("interval", "status", "value"), [("0.05", "ok", 0.0), ("0", "stale", None)])
+def test_rapl_power_needs_two_samples(tmp_path, interval, status, value):
+    from aithermd.sim import ttar
+
+    ttar.extract(ROOT / "tests" / "fixtures" / "ttar" / "node-exporter-sys-class-powercap-intel-rapl.ttar",
+                 tmp_path)
+    result = sensors("--json", "--interval", interval, "--sysfs-root", str(tmp_path / "sys"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    check_shape(doc)
+    pkg = next(d for d in doc["devices"] if d["id"] == "powercap:package-0")
+    power = next(c for c in pkg["channels"] if c["attribute"] == "power")
+    assert (power["status"], power["value"]) == (status, value)  # the recorded counter does not move
+    pl1 = next(k for k in pkg["knobs"] if k["kind"] == "pl1")
+    assert (pl1["id"], pl1["value"], pl1["unit"], pl1["max"]) == ("powercap:package-0/pl1", 4090.0, "W", 95.0)

@@ -7,8 +7,13 @@ and ``energyN`` (µJ) with an ``_input`` file (power: ``_input``, else ``_averag
 ``min``, ``max``, ``crit``, ``lcrit``, ``emergency``, ``cap`` are read once at discovery. Attributes live in
 the hwmon class directory or, in the older layout (applesmc, old i2c drivers), in its ``device/``.
 
+Chips: as libsensors, a ``class/hwmon`` entry needs a ``name`` and at least one known attribute; chips are
+ordered by the bus path of their device (never by ``hwmonN``) and a repeated name gets ``#2``. Unlike
+libsensors, a chip with only ``pwmN`` knobs, or on a bus libsensors does not know, is kept.
+
 Knobs: ``pwmN`` (0–255, shown as duty %) with ``pwmN_enable`` (0 full speed, 1 manual, ≥2 automatic; some
-drivers have none). A write switches the channel to manual first.
+drivers have none), handled by :class:`aithermd.backends.pwm.PwmKnob`: a write switches to manual first.
+``Knob.fan_channel`` is ``fanN`` of the same chip when it has one.
 
 Plausibility (decided here; a reading outside gets :attr:`Status.IMPLAUSIBLE` and value None):
 temperature −100…200 °C (catches −128/−127 °C "no diode", 255 °C all-ones, −273 °C, millions of °C);

@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from aithermd.backends.powercap import ROOT_ONLY, RaplBackend, energy_increase_uj
 from aithermd.clock import FakeClock
@@ -223,3 +225,26 @@ def test_not_writable_limit_says_why(node_root):
     assert knob.writable is False
     assert knob.why_not == "constraint_0_power_limit_uw not writable (needs root)"
     backend.close()
+
+
+@given(start=st.integers(0, MAX_RANGE - 1),
+       steps=st.lists(st.tuples(st.integers(0, MAX_RANGE // 4), st.floats(0.001, 5.0)),
+                      min_size=1, max_size=30))
+def test_power_is_energy_over_interval_for_any_counter_path(start, steps):
+    """Property: whatever the start and the increases (each less than a full range), power is the true
+    increase over the measured interval and the energy total never goes backwards."""
+    from aithermd.backends.powercap import _Zone
+    from aithermd.backends.sysfs import Attribute, SysfsIO
+
+    backend = RaplBackend("unused", clock=FakeClock())
+    zone = _Zone("powercap:package-0", Attribute(SysfsIO(), "unused"), None, MAX_RANGE)
+    t, counter = 0.0, start
+    backend._account(zone, counter, t)
+    last_total = start
+    for delta, dt in steps:
+        counter = (counter + delta) % MAX_RANGE
+        t += dt
+        power, energy = backend._account(zone, counter, t)
+        assert power.value == pytest.approx(delta / 1e6 / dt)
+        assert energy.value * 1e6 == pytest.approx(last_total + delta)
+        last_total += delta
