@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not open NVIDIA GPUs")
     parser.add_argument("--log-format", choices=("auto", "json", "console"), help="default auto")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
+    from aithermd.sim.runner import add_arguments as add_simulate_arguments  # --simulate and its flags
+    add_simulate_arguments(parser)
 
 
 FLAGS = ("policy", "policy_dirs", "state_dir", "sysfs_root", "tick_s", "dry_run", "bus", "metrics_listen",
@@ -65,4 +67,7 @@ def run(args: argparse.Namespace) -> int:
             print(err.format(), file=sys.stderr)
         return 1
     log.setup(settings.log_level, settings.log_format)
+    if getattr(args, "simulate", False):
+        from aithermd.sim.runner import run_simulated
+        return run_simulated(settings, args)
     return asyncio.run(Daemon(settings).run(handle_signals=True))

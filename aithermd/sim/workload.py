@@ -145,10 +145,20 @@ class TraceWorkload:
 def load_trace(path: str | Path) -> TraceWorkload:
     """A :class:`TraceWorkload` from an ``nvidia-smi --query-gpu=... --format=csv`` log.
 
-    Parsing is :mod:`aithermd.policy.trace`'s (every real variant: units or not, any column order, with or
-    without an index column, many GPUs). Raises its error (file:line and what is wrong) for a malformed
-    trace, ``ValueError`` when the trace has no ``utilization.gpu`` column, ``OSError`` when unreadable.
+    Parsing is :func:`aithermd.policy.trace.parse_trace`'s (every real variant: units or not, any column
+    order, with or without an index column, many GPUs). Raises its ``TraceError`` (file:line and what is
+    wrong) for a malformed trace, and one naming the file when the trace has no ``utilization.gpu`` column;
+    ``OSError`` when the file cannot be read.
     """
-    from aithermd.sim import trace_adapter
+    from aithermd.policy.trace import TraceError, parse_trace
 
-    return TraceWorkload.from_rows(trace_adapter.utilization_rows(Path(path)), source=str(path))
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    trace = parse_trace(text, str(path))
+    if "utilization.gpu" not in trace.fields:
+        raise TraceError(1, "no utilization.gpu column: the simulator replays GPU utilization "
+                            "(nvidia-smi --query-gpu=timestamp,utilization.gpu,... --format=csv)", str(path))
+    rows = [(sample.t, [None if row is None else row.values.get("utilization.gpu") for row in sample.gpus])
+            for sample in trace.samples]
+    if not rows:
+        raise TraceError(1, "the trace has no samples", str(path))
+    return TraceWorkload.from_rows(rows, source=str(path))

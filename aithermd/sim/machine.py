@@ -1,0 +1,258 @@
+"""The simulated workstation: real GPUs (fake NVML built from real dumps) on a real board, moved by physics.
+
+:class:`SimulatedMachine` owns a directory of its own holding the board's sysfs tree (``sys/``) and the
+fake NVML's state file (``nvml-state.json``). Each :meth:`SimulatedMachine.step` advances simulated time:
+
+1. reads what the daemon set — GPU power limits and fan targets/modes through the fake NVML, pwm and
+   RAPL limits through the board's files;
+2. asks the workload for utilization, runs each GPU through :func:`aithermd.sim.gpu_model.gpu_step`
+   (draw = min(limit, demand), throughput with diminishing returns, the driver's thermal slowdown) and the
+   lumped thermal model (:mod:`aithermd.sim.thermal`) with its fans and the case air as intake;
+3. writes the results: ``set_dynamic``/``add_energy`` on the fake NVML, temperatures, RPMs and RAPL energy
+   in the board's files.
+
+GPU thermal constants come from each card's default power limit (see :func:`gpu_thermal_params`).
+:meth:`summary` totals energy, work, work per joule, time per workload phase, limit changes, fan duty
+changes and peak temperatures.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aithermd.gpu_profile import GpuProfile
+from aithermd.sim import gpu_model, thermal
+from aithermd.sim.board import Board
+from aithermd.sim.fake_nvml import FakeNvml
+from aithermd.sim.gpu_model import GpuParams
+from aithermd.sim.profiles import shipped_profiles
+from aithermd.sim.workload import CycleWorkload, Workload
+
+# The default machine: an RTX 4090 (max limit 600 W above its 450 W default: raising pays) and an RTX 6000
+# Ada (max = default = 300 W: "raise" can only mean "return from a relaxed limit").
+DEFAULT_PROFILES = ("rtx4090", "rtx6000-ada")
+NVML_STATE = "nvml-state.json"
+
+
+def default_profiles() -> list[GpuProfile]:
+    """The shipped profiles of :data:`DEFAULT_PROFILES`, in order."""
+    shipped = shipped_profiles()
+    return [shipped[slug] for slug in DEFAULT_PROFILES]
+
+
+def gpu_thermal_params(profile: GpuProfile, idle_w: float) -> thermal.ThermalParams:
+    """A card's cooler from its default limit (the cooler is sized for it).
+
+    With fans: the default limit settles 28 K above the intake air at 100 % fan (an RTX 4090 at 450 W runs
+    about 65–70 °C in a warm case with its fans near 70 %), idle power 12 K above it with the fans stopped
+    (the dump's 40 °C at 27 W on the 4090), time constant 90 s (1–2 minutes to heat up under load, as
+    traces show). Passively cooled cards (no fans: datacenter boards) rely on the case airflow and run
+    hotter: 35 K at full case fans.
+    """
+    default = profile.default_power_limit_w or profile.power_limit_w or 300.0
+    rise = 28.0 if profile.fan_speeds_pct else 35.0
+    return thermal.ThermalParams.from_design_point(power_w=default, rise_at_full_fan_k=rise,
+                                                   rise_passive_at_w=idle_w, passive_rise_k=12.0,
+                                                   time_constant_s=90.0)
+
+
+CPU_THREADS = 24  # a 12-core, 24-thread Ryzen 9 on the X570 board
+CpuTimes = namedtuple("CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice")
+CpuFreq = namedtuple("CpuFreq", "current min max")
+
+
+class SimPsutil:
+    """The parts of :mod:`psutil` the CPU backend calls, answering for the simulated CPU: per-CPU times
+    that advance with simulated time at the workload's utilization, a load average that follows it, and a
+    frequency between base and boost. Pass it as ``CpuBackend(psutil_module=...)``. Two reads at the same
+    simulated instant still see one jiffy (10 ms, ``USER_HZ`` 100) of idle time pass, as on a real CPU,
+    where some time always passes between two reads."""
+
+    def __init__(self, threads: int = CPU_THREADS) -> None:
+        self.threads = threads
+        self._busy_s = 0.0
+        self._idle_s = 0.0
+        self.util_pct = 0.0
+        self._load = 0.0
+        self._last_read: tuple[float, float] | None = None
+
+    def advance(self, dt_s: float, util_pct: float) -> None:
+        util = min(100.0, max(0.0, util_pct)) / 100.0
+        self.util_pct = util * 100.0
+        self._busy_s += util * dt_s
+        self._idle_s += (1.0 - util) * dt_s
+        self._load += (util * self.threads - self._load) * min(1.0, dt_s / 60.0)  # the kernel's 1-min EMA
+
+    def cpu_times(self, percpu: bool = False) -> list[CpuTimes] | CpuTimes:
+        if (self._busy_s, self._idle_s) == self._last_read:
+            self._idle_s += 0.01
+        self._last_read = (self._busy_s, self._idle_s)
+        one = CpuTimes(self._busy_s * 0.85, 0.0, self._busy_s * 0.15, self._idle_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        if not percpu:
+            return CpuTimes(*(v * self.threads for v in one))
+        return [one] * self.threads
+
+    def getloadavg(self) -> tuple[float, float, float]:
+        return (self._load, self._load, self._load)
+
+    def cpu_freq(self, percpu: bool = False) -> CpuFreq:
+        return CpuFreq(3800.0 + 800.0 * self.util_pct / 100.0, 2200.0, 4600.0)
+
+    def cpu_count(self, logical: bool = True) -> int:
+        return self.threads if logical else self.threads // 2
+
+
+@dataclass
+class SimGpu:
+    """The physics state of one simulated card, with its running totals."""
+
+    profile: GpuProfile
+    params: GpuParams
+    cooling: thermal.ThermalParams
+    temp_c: float
+    fans: int
+    slowdown: bool = False
+    spinning: bool = False
+    energy_j: float = 0.0
+    work: float = 0.0
+    peak_temp_c: float = 0.0
+    slowdown_s: float = 0.0
+    limit_changes: list[tuple[float, float, float]] = field(default_factory=list)  # (t_s, old_w, new_w)
+    last_limit_w: float | None = None
+    fan_duty_pct: float = 0.0
+
+
+class SimulatedMachine:
+    """A workstation under ``root`` (created if missing; must not hold a machine yet).
+
+    ``profiles``: the GPUs (default :func:`default_profiles`); ``workload``: the load (default the 2/6/2
+    minute :class:`CycleWorkload`); ``seed`` makes noise reproducible. Raises ``FileExistsError`` when
+    ``root`` already holds a machine, ``ValueError`` for a profile without a power limit.
+    """
+
+    def __init__(self, root: str | Path, *, profiles: Sequence[GpuProfile] | None = None,
+                 workload: Workload | None = None, seed: int = 0) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.profiles = list(profiles) if profiles is not None else default_profiles()
+        self.workload: Workload = workload if workload is not None else CycleWorkload(seed=seed)
+        self.board = Board.create(self.root, seed=seed)
+        self.psutil = SimPsutil()
+        self.nvml_state_path = self.root / NVML_STATE
+        self.nvml = FakeNvml(self.profiles, state_path=self.nvml_state_path)
+        self.t_s = 0.0
+        self.phase_s: dict[str, float] = {}
+        self.fan_changes: list[tuple[float, str, int]] = []  # (t_s, pwm file, raw value) in manual mode
+        self._last_pwm: dict[str, int] = {}
+        self.peak_cpu_c = 0.0
+        self.peak_case_c = 0.0
+        self.cpu_energy_j = 0.0
+        self.gpus: list[SimGpu] = []
+        for i, prof in enumerate(self.profiles):
+            params = GpuParams.from_profile(prof)
+            self.gpus.append(SimGpu(profile=prof, params=params, cooling=gpu_thermal_params(prof, params.idle_w),
+                                    temp_c=prof.temp_c if prof.temp_c is not None else 35.0,
+                                    fans=len(prof.fan_speeds_pct), last_limit_w=self.nvml.power_limit_w(i)))
+
+    @property
+    def sysfs_root(self) -> Path:
+        return self.board.sysfs_root
+
+    def step(self, dt_s: float) -> None:
+        """Advance the machine by ``dt_s`` simulated seconds (> 0). Raises ``ValueError`` otherwise."""
+        if dt_s <= 0:
+            raise ValueError(f"dt_s must be > 0, got {dt_s}")
+        t = self.t_s
+        phase = self.workload.phase(t)
+        self.phase_s[phase] = self.phase_s.get(phase, 0.0) + dt_s
+        gpu_heat = 0.0
+        air = self.board.case_air_c
+        for i, g in enumerate(self.gpus):
+            gpu_heat += self._step_gpu(i, g, t, dt_s, air)
+        cpu_util = self.workload.cpu_util_pct(t)
+        self.psutil.advance(dt_s, cpu_util)
+        state = self.board.step(dt_s, cpu_util_pct=cpu_util, gpu_heat_w=gpu_heat)
+        self.cpu_energy_j += state.cpu_power_w * dt_s
+        self.peak_cpu_c = max(self.peak_cpu_c, state.cpu_c)
+        self.peak_case_c = max(self.peak_case_c, state.case_air_c)
+        self.t_s = t + dt_s
+        self._watch_fans()
+
+    def _step_gpu(self, i: int, g: SimGpu, t: float, dt_s: float, air_c: float) -> float:
+        limit = self.nvml.power_limit_w(i)
+        if limit != g.last_limit_w:
+            g.limit_changes.append((t, g.last_limit_w or 0.0, limit or 0.0))
+            g.last_limit_w = limit
+        enforced = self.nvml.enforced_power_limit_w(i) or limit or g.params.peak_w
+        util = self.workload.gpu_util_pct(i, t)
+        out = gpu_model.gpu_step(g.params, util_pct=util, limit_w=enforced, temp_c=g.temp_c,
+                                 was_slowdown=g.slowdown)
+        g.slowdown = out.slowdown
+        auto = gpu_model.firmware_fan_pct(g.temp_c, spinning=g.spinning, target_temp_c=g.profile.target_temp_c or 84.0)
+        g.spinning = auto > 0
+        duties = [auto if self.nvml.fan_auto(i, f) else float(self.nvml.fan_target_pct(i, f)) for f in range(g.fans)]
+        airflow = sum(duties) / len(duties) if duties else self.board.case_fan_duty_pct()
+        g.temp_c = thermal.step_temperature_c(g.cooling, g.temp_c, power_w=out.power_w, duty_pct=airflow,
+                                              air_c=air_c, dt_s=dt_s)
+        g.energy_j += out.power_w * dt_s
+        g.work += out.throughput * dt_s
+        g.peak_temp_c = max(g.peak_temp_c, g.temp_c)
+        g.slowdown_s += dt_s if out.slowdown else 0.0
+        g.fan_duty_pct = airflow
+        self.nvml.set_dynamic(
+            i, temp_c=round(g.temp_c), power_draw_w=out.power_w, gpu_util_pct=util,
+            memory_util_pct=util * 0.6, sm_clock_mhz=out.sm_clock_mhz,
+            memory_temp_c=(round(g.temp_c + 6) if g.profile.memory_temp_c is not None else None),
+            clock_event_reasons=out.reasons, fan_speed_pct=auto if g.fans else None)
+        self.nvml.add_energy(i, out.power_w * dt_s)
+        return out.power_w
+
+    def _watch_fans(self) -> None:
+        """Record pwm values the daemon set in manual mode (for "how often does a fan change")."""
+        for key, fan in self.board.fans.items():
+            mode = fan.enable.read_int() if fan.enable is not None else 1
+            raw = fan.pwm.read_int()
+            if mode != 1 or raw is None:
+                self._last_pwm.pop(key, None)
+                continue
+            if self._last_pwm.get(key) != raw:
+                self.fan_changes.append((self.t_s, key, raw))
+                self._last_pwm[key] = raw
+
+    def summary(self) -> dict[str, Any]:
+        """Totals so far: ``duration_s``, ``energy_j`` (GPUs + CPU package), ``work`` (seconds of full-speed
+        training, summed over GPUs), ``work_per_kj``, ``phase_s`` (time per workload phase) and per GPU
+        ``energy_j``, ``work``, ``work_per_kj``, ``peak_temp_c``, ``slowdown_temp_c``, ``slowdown_s``,
+        ``limit_changes`` [(t_s, old_w, new_w)], ``final_limit_w``; ``peak_cpu_c``, ``peak_case_c``,
+        ``fan_changes`` (count of pwm changes in manual mode)."""
+        gpus = {}
+        for i, g in enumerate(self.gpus):
+            gpus[f"gpu{i}"] = {
+                "name": g.profile.name, "energy_j": round(g.energy_j, 1), "work": round(g.work, 2),
+                "work_per_kj": round(1000.0 * g.work / g.energy_j, 4) if g.energy_j else 0.0,
+                "peak_temp_c": round(g.peak_temp_c, 1), "slowdown_temp_c": g.params.slowdown_temp_c,
+                "slowdown_s": g.slowdown_s, "limit_changes": [list(c) for c in g.limit_changes],
+                "final_limit_w": self.nvml.power_limit_w(i),
+                "default_limit_w": g.profile.default_power_limit_w, "max_limit_w": g.profile.max_power_limit_w,
+            }
+        gpu_energy = sum(g.energy_j for g in self.gpus)
+        work = sum(g.work for g in self.gpus)
+        return {
+            "duration_s": round(self.t_s, 3), "energy_j": round(gpu_energy + self.cpu_energy_j, 1),
+            "gpu_energy_j": round(gpu_energy, 1), "cpu_energy_j": round(self.cpu_energy_j, 1),
+            "work": round(work, 2), "work_per_kj": round(1000.0 * work / gpu_energy, 4) if gpu_energy else 0.0,
+            "phase_s": {k: round(v, 1) for k, v in self.phase_s.items()}, "gpus": gpus,
+            "peak_cpu_c": round(self.peak_cpu_c, 1), "peak_case_c": round(self.peak_case_c, 1),
+            "fan_changes": len(self.fan_changes),
+        }
+
+    def close(self) -> None:
+        """Release files and the fake NVML; the directory stays (see the runner for its removal)."""
+        self.board.close()
+        close = getattr(self.nvml, "close", None)
+        if close is not None:
+            close()

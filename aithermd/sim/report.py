@@ -1,0 +1,67 @@
+"""Text for people watching a simulation: live progress lines and the final summary. Pure (dict → str).
+
+Work is counted in seconds of full-speed training on each card (1 s at 100 % utilization with no power
+cap = 1.0), so it adds up across cards of one model and compares policies on the same machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def clock(t_s: float) -> str:
+    """``m:ss`` (or ``h:mm:ss``) of simulated time."""
+    t = int(round(t_s))
+    h, rem = divmod(t, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def _num(value: Any, fmt: str = "g") -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def actuation_line(a: Mapping[str, Any]) -> str:
+    """One actuation as ``  2:05  gpu0/power_limit  450 → 600 W  ai-training/raise``."""
+    return (f"  {clock(a['t_s']):>7}  {a['knob']:<28} {_num(a.get('old'))} → {_num(a.get('new'))} "
+            f"{a.get('unit') or ''}  {a.get('rule') or ''}").rstrip()
+
+
+def progress_line(t_s: float, phase: str, gpus: Mapping[str, Mapping[str, Any]]) -> str:
+    """A status line: time, workload phase, then per GPU limit, draw and temperature."""
+    parts = [f"{name} {_num(g.get('limit_w'), '.0f')} W limit, {_num(g.get('power_w'), '.0f')} W, "
+             f"{_num(g.get('temp_c'), '.0f')} °C" for name, g in gpus.items()]
+    return f"[{clock(t_s):>7}] {phase:<8} | " + " | ".join(parts)
+
+
+def format_summary(data: Mapping[str, Any]) -> str:
+    """The summary of one run (the dict of :func:`aithermd.sim.runner.print_summary`) as text."""
+    lines = [f"aithermd simulation summary — policy {data.get('policy')}, "
+             f"{clock(data['duration_s'])} simulated",
+             "workload: " + ", ".join(f"{k} {clock(v)}" for k, v in data.get("phase_s", {}).items()), ""]
+    lines.append(f"{'':6}{'model':<32}{'energy kJ':>10}{'work':>9}{'work/kJ':>9}{'peak °C':>9}"
+                 f"{'slowdown °C':>13}{'limit W (default/max)':>24}{'changes':>9}")
+    for name, g in data.get("gpus", {}).items():
+        limits = f"{_num(g.get('final_limit_w'))} ({_num(g.get('default_limit_w'))}/{_num(g.get('max_limit_w'))})"
+        lines.append(f"{name:<6}{g['name'][:31]:<32}{g['energy_j'] / 1000:>10.1f}{g['work']:>9.1f}"
+                     f"{g['work_per_kj']:>9.3f}{g['peak_temp_c']:>9.1f}{_num(g.get('slowdown_temp_c')):>13}"
+                     f"{limits:>24}{len(g['limit_changes']):>9}")
+    lines.append(f"{'GPUs':<38}{data['gpu_energy_j'] / 1000:>10.1f}{data['work']:>9.1f}"
+                 f"{data['work_per_kj']:>9.3f}")
+    lines.append(f"{'CPU package (RAPL)':<38}{data['cpu_energy_j'] / 1000:>10.1f}{'':>18}{data['peak_cpu_c']:>9.1f}")
+    lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
+    lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training")
+    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith("/power_limit")
+               or "/pl" in str(a.get("knob", ""))]
+    lines += ["", f"power-limit changes ({len(changes)}):"]
+    lines += [actuation_line(a) for a in changes] or ["  none"]
+    states = data.get("policy_states_s") or {}
+    if states:
+        lines += ["", "time per policy state:"]
+        for key, per in states.items():
+            lines.append(f"  {key}: " + ", ".join(f"{s} {clock(v)}" for s, v in per.items()))
+    fans = [a for a in data.get("actuations", ()) if a not in changes]
+    lines += ["", f"fan and other knob changes: {len(fans)} "
+              f"(board pwm changes seen by the machine: {data.get('fan_changes', 0)})"]
+    return "\n".join(lines) + "\n"

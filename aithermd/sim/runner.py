@@ -1,0 +1,298 @@
+"""``aithermd run --simulate``: the whole daemon, its real code paths, on a simulated workstation.
+
+:func:`run_simulation` builds a :class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own,
+a simulated clock, and the daemon with the machine's sysfs root, the real hwmon/powercap backends, the
+real NVML backend over the fake NVML, and a CPU backend that reads the simulated CPU. Before each sample
+the machine's physics advance to the tick's simulated time. Simulated time moves only while the daemon
+sleeps between ticks: ``speedup`` K makes each simulated second take 1/K s of wall time (0 = no waiting).
+
+State: ``--simulate`` uses a temporary state directory unless one is given, so a simulation can never
+leave a journal that a real ``aithermd restore`` would apply to real hardware. The machine's own files
+(board tree, fake NVML state) live in a temporary directory, inside the state directory when one is
+given, so that after a crash ``aithermd restore --state-dir DIR`` finds every knob the journal names.
+Both are removed after a clean run that created them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from aithermd.model import Event, Snapshot
+from aithermd.sim import report
+
+if TYPE_CHECKING:  # the machine pulls in the fake NVML and pynvml: only when a simulation runs
+    from aithermd.sim.machine import SimulatedMachine
+    from aithermd.sim.workload import Workload
+
+MAX_STEP_S = 1.0  # physics substep: ticks longer than this are integrated in pieces
+
+
+class SimClock:
+    """Simulated monotonic and wall time, moved only by :meth:`advance` (the daemon's sleep)."""
+
+    def __init__(self, start: float = 1000.0, wall_start: float | None = None) -> None:
+        self._t = start
+        self._wall_offset = (time.time() if wall_start is None else wall_start) - start
+
+    def monotonic(self) -> float:
+        return self._t
+
+    def wall(self) -> float:
+        return self._t + self._wall_offset
+
+    def advance(self, seconds: float) -> None:
+        if seconds > 0:
+            self._t += seconds
+
+
+def sim_sleep(clock: SimClock, speedup: float) -> Callable[[float], Any]:
+    """The daemon's sleep: wait ``s / speedup`` of wall time (none when ``speedup`` is 0), then move the
+    simulated clock by ``s``. A cancelled sleep (stop requested) moves nothing."""
+
+    async def sleep(seconds: float) -> None:
+        await asyncio.sleep(seconds / speedup if speedup > 0 else 0)
+        clock.advance(seconds)
+
+    return sleep
+
+
+@dataclass
+class Recorder:
+    """What the daemon published, kept for the summary: actuations, policy states over time."""
+
+    actuations: list[dict[str, Any]] = field(default_factory=list)
+    state_s: dict[str, dict[str, float]] = field(default_factory=dict)  # "policy/device" → state → s
+    _last: tuple[float, dict[str, str]] | None = None
+    t0: float = 0.0
+
+    def __call__(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
+        for ev in events:
+            if ev.kind == "actuation":
+                self.actuations.append({"t_s": round(snapshot.t_mono - self.t0, 1), "knob": ev.subject,
+                                        **{k: ev.data.get(k) for k in ("old", "new", "unit", "rule")}})
+        flat = {f"{policy}/{dev}": state for policy, devs in snapshot.policy.states.items()
+                for dev, state in devs.items()}
+        if self._last is not None:
+            dt = snapshot.t_mono - self._last[0]
+            for key, state in self._last[1].items():
+                per = self.state_s.setdefault(key, {})
+                per[state] = per.get(state, 0.0) + dt
+        self._last = (snapshot.t_mono, flat)
+
+
+@dataclass
+class SimOptions:
+    """What ``--simulate`` was asked: ``duration_s`` (None = until stopped), ``speedup`` (0 = no
+    waiting), ``trace`` (nvidia-smi CSV), ``gpu_profiles`` (dumps added to the default GPUs … or replacing
+    them, see :func:`machine_profiles`), ``seed``, ``state_dir`` (None = temporary)."""
+
+    duration_s: float | None = None
+    speedup: float = 1.0
+    trace: Path | None = None
+    gpu_profiles: Sequence[Path] = ()
+    seed: int = 0
+    state_dir: Path | None = None
+    json_summary: bool = False
+
+
+def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
+    """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order), or None for the default pair.
+    Raises :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump."""
+    from aithermd.sim.profiles import load_profiles
+
+    return load_profiles(paths) if paths else None
+
+
+def make_workload(opts: SimOptions) -> Workload:
+    """The trace's utilization (``--trace``), else the default idle → training → idle cycle."""
+    from aithermd.sim.workload import CycleWorkload, load_trace
+
+    return load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed)
+
+
+@dataclass
+class Places:
+    """Where a run keeps its files, and what to delete after a clean run."""
+
+    state_dir: Path
+    machine_dir: Path
+    remove: tuple[Path, ...]
+
+
+def make_places(state_dir: Path | None) -> Places:
+    """A temporary state directory (unless given) and a fresh machine directory (inside the given state
+    directory, else inside the temporary one)."""
+    if state_dir is None:
+        base = Path(tempfile.mkdtemp(prefix="aithermd-sim-"))
+        (base / "state").mkdir()
+        return Places(base / "state", base / "machine", (base,))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    machine = Path(tempfile.mkdtemp(prefix="sim-machine-", dir=state_dir))
+    return Places(state_dir, machine, (machine,))
+
+
+def cleanup(places: Places) -> None:
+    for path in places.remove:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def print_summary(machine: SimulatedMachine, recorder: Recorder, policy: str, out: TextIO, *,
+                  as_json: bool = False) -> dict[str, Any]:
+    """Write the run's summary to ``out`` (text, or one JSON document) and return it as a dict."""
+    data = {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
+            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()} for k, d in recorder.state_s.items()}}
+    if as_json:
+        out.write(json.dumps(data, indent=1) + "\n")
+    else:
+        out.write(report.format_summary(data))
+    return data
+
+
+def build_backends(machine: SimulatedMachine, clock: SimClock) -> list[Any]:
+    """The daemon's backends on the simulated machine: the real hwmon and powercap backends on its sysfs
+    root, the real NVML backend over the real ``pynvml`` bindings with the fake NVML beneath, and the real
+    CPU backend reading the simulated CPU. Every one that measures time uses the simulated clock."""
+    from aithermd.backends.cpu import CpuBackend
+    from aithermd.backends.hwmon import HwmonBackend
+    from aithermd.backends.nvml import NvmlBackend
+    from aithermd.backends.powercap import RaplBackend
+
+    root = str(machine.sysfs_root)
+    return [HwmonBackend(root), RaplBackend(root, clock=clock),
+            CpuBackend(psutil_module=machine.psutil, clock=clock),
+            NvmlBackend(nvml=machine.nvml.bindings(), clock=clock)]
+
+
+class Stepper:
+    """``before_sample``: advance the machine to the tick's simulated time in steps of at most
+    :data:`MAX_STEP_S`, printing a progress line each simulated ``progress_s``."""
+
+    def __init__(self, machine: SimulatedMachine, t0: float, out: TextIO | None, progress_s: float = 30.0) -> None:
+        self.machine, self.t0, self.out, self.progress_s = machine, t0, out, progress_s
+        self._next_progress = 0.0
+
+    def __call__(self, t_mono: float) -> None:
+        target = t_mono - self.t0
+        while self.machine.t_s < target - 1e-9:
+            self.machine.step(min(MAX_STEP_S, target - self.machine.t_s))
+        if self.out is not None and self.machine.t_s >= self._next_progress:
+            self._next_progress += self.progress_s
+            m = self.machine
+            gpus = {f"gpu{i}": {"limit_w": m.nvml.power_limit_w(i), "power_w": m.nvml.gpu(i).power_mw / 1000.0,
+                                "temp_c": g.temp_c} for i, g in enumerate(m.gpus)}
+            self.out.write(report.progress_line(m.t_s, m.workload.phase(m.t_s), gpus) + "\n")
+            self.out.flush()
+
+
+def live_actuations(recorder: Recorder, out: TextIO) -> Callable[[Snapshot, Sequence[Event]], None]:
+    """A hub listener printing each power-limit change as it happens (fan changes are only counted)."""
+    seen = [0]
+
+    def listener(snapshot: Snapshot, events: Sequence[Event]) -> None:
+        new = recorder.actuations[seen[0]:]
+        seen[0] = len(recorder.actuations)
+        for a in new:
+            if str(a["knob"]).endswith("/power_limit") or "/pl" in str(a["knob"]):
+                out.write(report.actuation_line(a) + "\n")
+        out.flush()
+
+    return listener
+
+
+async def simulate(settings: Any, opts: SimOptions, out: TextIO) -> int:
+    """Run the daemon on a fresh simulated machine until ``opts.duration_s`` simulated seconds passed (or
+    it is stopped), then print the summary. Returns the daemon's exit code."""
+    from aithermd.daemon import Daemon
+    from aithermd.sim.machine import SimulatedMachine
+
+    places = make_places(opts.state_dir)
+    workload = make_workload(opts)
+    machine = SimulatedMachine(places.machine_dir, profiles=machine_profiles(opts.gpu_profiles),
+                               workload=workload, seed=opts.seed)
+    clock = SimClock()
+    recorder = Recorder(t0=clock.monotonic())
+    settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
+    daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock),
+                    sleep=sim_sleep(clock, opts.speedup),
+                    before_sample=Stepper(machine, clock.monotonic(), None if opts.json_summary else out))
+    daemon.hub.add_listener(recorder)
+    if not opts.json_summary:
+        daemon.hub.add_listener(live_actuations(recorder, out))
+    duration = opts.duration_s
+    until = (lambda: machine.t_s >= duration) if duration is not None else None
+    code = 1
+    try:
+        code = await daemon.run(until=until, handle_signals=True)
+    finally:
+        if daemon.cycle is not None:
+            print_summary(machine, recorder, daemon.operator.active if daemon.operator else settings.policy,
+                          out, as_json=opts.json_summary)
+        machine.close()
+        if code == 0:
+            cleanup(places)
+    return code
+
+
+def add_arguments(parser: Any) -> None:
+    """The ``--simulate`` flags of ``aithermd run``."""
+    group = parser.add_argument_group("simulated workstation (--simulate)")
+    group.add_argument("--simulate", action="store_true",
+                       help="run on a simulated workstation (real daemon, simulated GPUs and board)")
+    group.add_argument("--duration", dest="sim_duration_s", type=float, metavar="S",
+                       help="stop after S simulated seconds and print a summary (default: until stopped)")
+    group.add_argument("--speedup", dest="sim_speedup", type=float, default=1.0, metavar="K",
+                       help="simulated time runs K times faster than wall time (0: as fast as possible)")
+    group.add_argument("--trace", dest="sim_trace", type=Path, metavar="FILE",
+                       help="GPU utilization from an nvidia-smi --query-gpu CSV log instead of the default "
+                            "idle → training → idle cycle")
+    group.add_argument("--gpu-profile", dest="sim_gpu_profiles", action="append", type=Path, default=[],
+                       metavar="DUMP", help="simulate the GPUs of this nvidia-smi -q dump instead of the "
+                                            "default RTX 4090 + RTX 6000 Ada (repeatable)")
+    group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
+    group.add_argument("--summary-json", dest="sim_json", action="store_true",
+                       help="print the summary as one JSON document (and no progress lines)")
+
+
+def options_from_args(args: Any) -> SimOptions:
+    """SimOptions from ``aithermd run`` arguments. Raises ValueError for a negative speedup or duration."""
+    duration, speedup = args.sim_duration_s, args.sim_speedup
+    if duration is not None and duration <= 0:
+        raise ValueError(f"--duration must be > 0 s, not {duration:g}")
+    if speedup < 0:
+        raise ValueError(f"--speedup must be >= 0, not {speedup:g}")
+    return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
+                      gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
+                      state_dir=args.state_dir, json_summary=args.sim_json)
+
+
+def run_simulated(settings: Any, args: Any, out: TextIO | None = None) -> int:
+    """``aithermd run --simulate``: exit 0 after a clean run, 1 when the daemon failed, 2 for bad input
+    (an unreadable trace or dump, a bad flag), each with one line on stderr saying what to do."""
+    import sys
+
+    from aithermd.policy.trace import TraceError
+    from aithermd.sim.smi_dump import DumpError
+
+    out = out or sys.stdout
+    try:
+        opts = options_from_args(args)
+        if opts.trace is not None:
+            make_workload(opts)  # fail before anything starts
+        machine_profiles(opts.gpu_profiles)
+    except (ValueError, OSError, TraceError, DumpError) as exc:
+        print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
+        return 2
+    update: dict[str, Any] = {}
+    if getattr(args, "bus", None) is None:
+        update["bus"] = "none"  # a simulation serves no bus unless asked to
+    if getattr(args, "metrics_listen", None) is None:
+        update["metrics_listen"] = "none"
+    return asyncio.run(simulate(settings.model_copy(update=update), opts, out))
