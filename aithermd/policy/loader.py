@@ -128,6 +128,9 @@ def parse_yaml(text: str, where: str) -> Any:
         if "duplicate key" in problem or "found duplicate key" in str(exc):
             problem = "duplicate key" + (f" {exc.problem.split('duplicate key', 1)[1].strip()}"
                                           if exc.problem and "duplicate key" in exc.problem else "")
+        ctx = exc.context_mark
+        if exc.context and ctx is not None and mark is not None and ctx.line != mark.line:
+            problem += f" ({exc.context.strip()} at line {ctx.line + 1}, column {ctx.column + 1})"
         raise PolicyErrors([PolicyError(where, f"YAML: {problem}", line=mark.line + 1 if mark else None,
                                         col=mark.column + 1 if mark else None)]) from None
     except (YAMLError, ValueError, RecursionError) as exc:

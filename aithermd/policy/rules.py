@@ -87,7 +87,8 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             continue
         inputs: dict[str, Any] = {**machine_stats.get(t.scope, {}), **ctx.stats}
         if rule.kind == "fan":
-            fan_sources[t.knob.id] = tuple(c for chans in rule.sources.values() for c in chans)
+            if rule.curve_name is not None:
+                fan_sources[t.knob.id] = tuple(c for chans in rule.sources.values() for c in chans)
             if temps is None:
                 temps, hottest = _temps(rule, inp)
             value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves, fans)

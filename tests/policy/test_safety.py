@@ -1,0 +1,103 @@
+"""The built-in safety layer: critical temperatures, failed sources, stricter-only policy settings."""
+
+from __future__ import annotations
+
+import textwrap
+
+from aithermd.model import Layer, Status
+from aithermd.policy import safety
+from aithermd.policy.engine import evaluate, initial_state
+from aithermd.policy.loader import load_policy_text
+from tests.policy.machines import K10, NCT, PKG, gpu, gpu_values, k10temp, nct, rapl, tick
+
+NONE = load_policy_text("rules: []\n", name="none")
+
+
+def pol(text: str, name: str = "t"):
+    return load_policy_text(textwrap.dedent(text), name=name)
+
+
+def test_gpu_at_slowdown_minus_margin_goes_to_min_limit_and_full_fans():
+    devices = [gpu(0, fans=2), gpu(1)]
+    res = evaluate(NONE, (), tick(devices, 0.0, {**gpu_values(0, 90, 400, temp=85.0),
+                                                 **gpu_values(1, 90, 400, temp=84.9)}), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 150.0
+    assert res.decisions["gpu0/fan0"].value == 100.0 and res.decisions["gpu0/fan1"].value == 100.0
+    assert all(d.layer == Layer.SAFETY for d in res.decisions.values())
+    assert "gpu1/power_limit" not in res.decisions
+    assert res.decisions["gpu0/power_limit"].inputs == {"gpu0/temperature": 85.0, "trigger_c": 85.0}
+
+
+def test_shutdown_threshold_is_used_when_there_is_no_slowdown():
+    devices = [gpu(0, slowdown=None, shutdown=92.0)]
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 0, 30, temp=87.0)), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 150.0
+
+
+def test_safety_latch_releases_below_the_trigger_minus_hysteresis():
+    devices = [gpu(0)]
+    state = initial_state()
+    seen = []
+    for t, temp in enumerate([86, 84, 83, 82.1, 81.9, 84]):
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 0, 30, temp=temp)), state)
+        state = res.state
+        seen.append("gpu0/power_limit" in res.decisions)
+    assert seen == [True, True, True, True, False, False]
+
+
+def test_policy_margin_and_temperature_limit_only_make_safety_stricter():
+    strict = pol("""
+        safety: {margin_c: 15, gpu_temp_limit_c: 70}
+        rules: []
+        """)
+    devices = [gpu(0)]
+    res = evaluate(strict, (), tick(devices, 0.0, gpu_values(0, 0, 30, temp=72.0)), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 150.0
+    assert safety.trigger_c(devices[0], {"slowdown": 90.0}, safety.SafetyParams(15.0, 70.0)) == 70.0
+    assert safety.trigger_c(devices[0], {"slowdown": 80.0}, safety.SafetyParams(15.0, 70.0)) == 65.0
+
+
+def test_a_hold_with_a_larger_margin_tightens_safety_for_everyone():
+    strict = pol("safety: {margin_c: 20}\nrules: []\n", name="strict")
+    devices = [gpu(0)]
+    res = evaluate(NONE, (strict,), tick(devices, 0.0, gpu_values(0, 0, 30, temp=71.0)), initial_state())
+    assert res.decisions["gpu0/power_limit"].layer == Layer.SAFETY
+
+
+def test_hwmon_critical_sends_fans_reading_it_to_full_and_cpu_limits_to_min():
+    p = pol("""
+        curves:
+          cpu: {kind: points, source: Tctl, points: [[40, 20], [80, 60]]}
+        rules:
+          - {name: fans, kind: fan, fans: "*/pwm2", curve: cpu}
+          - {name: cpu, kind: cpu_power_limit, pl1_w: 125}
+        """)
+    devices = [nct(), k10temp(crit=95.0), rapl()]
+    res = evaluate(p, (), tick(devices, 0.0, {f"{K10}/temp1": 91.0}), initial_state())
+    assert res.decisions[f"{NCT}/pwm2"].value == 100.0
+    assert res.decisions[f"{NCT}/pwm2"].rule == "safety/critical-temperature"
+    assert res.decisions[f"{PKG}/pl1"].value == 10.0 and res.decisions[f"{PKG}/pl2"].value == 10.0
+    assert f"{NCT}/pwm1" not in res.decisions  # not fed by Tctl, not decided by the policy
+
+
+def test_failed_gpu_temperature_sends_its_fans_to_full():
+    devices = [gpu(0, fans=1)]
+    for status in (Status.FAILED, Status.IMPLAUSIBLE, Status.STALE):
+        res = evaluate(NONE, (), tick(devices, 0.0, {"gpu0/temperature": status}), initial_state())
+        d = res.decisions["gpu0/fan0"]
+        assert (d.value, d.rule) == (100.0, "safety/failed-source")
+
+
+def test_safety_overrides_a_policy_trying_to_stop_the_fan():
+    p = pol("""
+        rules:
+          - {name: off, kind: fan, fans: "gpu0/fan0", duty_pct: 0}
+        """)
+    res = evaluate(p, (), tick([gpu(0)], 0.0, {"gpu0/temperature": Status.FAILED}), initial_state())
+    assert res.decisions["gpu0/fan0"].value == 100.0
+    assert res.layers["t"]["gpu0/fan0"].value == 0.0  # what the policy asked, before arbitration
+
+
+def test_implausible_critical_reading_is_not_trusted_as_a_temperature():
+    res = evaluate(NONE, (), tick([gpu(0, fans=0)], 0.0, {"gpu0/temperature": float("nan")}), initial_state())
+    assert "gpu0/power_limit" not in res.decisions
