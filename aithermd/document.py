@@ -83,18 +83,14 @@ def sensors_document(
     return {"devices": out}
 
 
+_DECIMALS = {"RPM": 0, "MHz": 0, "V": 3, "A": 3, "W": 2, "": 2}
+
+
 def _fmt(value: float | None, unit: str) -> str:
+    """``value`` with the decimals lm-sensors shows for ``unit`` (°C, %, J: one)."""
     if value is None:
         return "—"
-    if unit in ("RPM",):
-        text = f"{value:.0f}"
-    elif unit in ("V", "A"):
-        text = f"{value:.3f}"
-    elif unit in ("J",):
-        text = f"{value:.1f}"
-    else:
-        text = f"{value:.1f}"
-    return f"{text} {unit}".rstrip()
+    return f"{value:.{_DECIMALS.get(unit, 1)}f} {unit}".rstrip()
 
 
 def render_table(doc: Mapping[str, Any]) -> str:
@@ -117,7 +113,8 @@ def render_table(doc: Mapping[str, Any]) -> str:
         for k in dev.get("knobs", []):
             span = ""
             if k["min"] is not None or k["max"] is not None:
-                span = f"{_fmt(k['min'], '').strip() or '?'}–{_fmt(k['max'], k['unit'])}"
+                low = "?" if k["min"] is None else _fmt(k["min"], k["unit"]).removesuffix(k["unit"]).strip()
+                span = f"{low}–{_fmt(k['max'], k['unit']) if k['max'] is not None else '?'}"
             note = (
                 "writable" if k["writable"] else f"read-only: {k['why_not']}" if k["why_not"] else "read-only"
             )
