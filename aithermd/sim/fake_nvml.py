@@ -41,17 +41,16 @@ from aithermd.sim.fake_nvml_lib import (
     NvmlReturn,
 )
 from aithermd.sim.fake_nvml_readings import NvmlReadingFunctions
+from aithermd.sim.fake_nvml_sim import SimulatorControls
 from aithermd.sim.fake_nvml_state import (
     DEFAULT_DRIVER,
     FakeGpu,
     StateFile,
     dump_state,
     load_gpus,
-    reasons_mask,
     unique_bus_ids,
 )
 from aithermd.sim.profiles import load_profiles
-from aithermd.units import mw_to_w, w_to_mw
 
 
 class _CFunction:
@@ -71,7 +70,7 @@ class _CFunction:
                 return exc.code
 
 
-class FakeNvml(NvmlFunctions, NvmlReadingFunctions):
+class FakeNvml(NvmlFunctions, NvmlReadingFunctions, SimulatorControls):
     """A set of fake GPUs behind NVML's C API.
 
     ``profiles``: the GPUs, in NVML index order. ``state_path``: JSON file written now and on every change
@@ -282,110 +281,6 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions):
     def clear_injections(self) -> None:
         with self._lock:
             self._injections.clear()
-
-    def gpu(self, index: int) -> FakeGpu:
-        return self.gpus[index]
-
-    def lose_gpu(self, index: int) -> None:
-        """The GPU fell off the bus: every call on it fails with GPU_IS_LOST; it stays enumerated."""
-        self._set_flag(index, "lost", True)
-
-    def remove_gpu(self, index: int) -> None:
-        """The GPU vanished: old handles fail with GPU_IS_LOST and it is no longer enumerated."""
-        self._set_flag(index, "removed", True)
-
-    def revive_gpu(self, index: int) -> None:
-        with self._lock:
-            self._sync()
-            self.gpus[index].lost = self.gpus[index].removed = False
-            self._persist()
-
-    def _set_flag(self, index: int, flag: str, value: bool) -> None:
-        with self._lock:
-            self._sync()
-            setattr(self.gpus[index], flag, value)
-            self._persist()
-
-    def set_dynamic(
-        self,
-        index: int,
-        *,
-        temp_c: float | None = None,
-        memory_temp_c: float | None = None,
-        power_draw_w: float | None = None,
-        gpu_util_pct: float | None = None,
-        memory_util_pct: float | None = None,
-        sm_clock_mhz: float | None = None,
-        memory_clock_mhz: float | None = None,
-        clock_event_reasons: Iterable[str] | int | None = None,
-        fan_speed_pct: float | Sequence[float] | None = None,
-        persistence_mode: bool | None = None,
-    ) -> None:
-        """Set what the GPU reads now (daemon units; None leaves a value unchanged). ``fan_speed_pct`` (one
-        value for every fan, or one per fan) is the automatic curve's duty: it moves fans in automatic mode,
-        fans under manual control keep their target. ``clock_event_reasons``: names or the bit mask."""
-        with self._lock:
-            g = self.gpus[index]
-            for name, value in (
-                ("temp_c", temp_c),
-                ("memory_temp_c", memory_temp_c),
-                ("persistence", persistence_mode),
-            ):
-                if value is not None:
-                    setattr(g, name, value)
-            if power_draw_w is not None:
-                g.power_mw = w_to_mw(power_draw_w)
-            for name, value in (
-                ("gpu_util_pct", gpu_util_pct),
-                ("memory_util_pct", memory_util_pct),
-                ("sm_clock_mhz", sm_clock_mhz),
-                ("memory_clock_mhz", memory_clock_mhz),
-            ):
-                if value is not None:
-                    setattr(g, name, int(round(value)))
-            if clock_event_reasons is not None:
-                g.reasons = reasons_mask(clock_event_reasons)
-            if fan_speed_pct is not None:
-                duties = (
-                    [fan_speed_pct] * len(g.fans)
-                    if isinstance(fan_speed_pct, int | float)
-                    else list(fan_speed_pct)
-                )
-                for fan, duty in zip(g.fans, duties, strict=False):
-                    fan.auto_pct = int(round(max(0.0, min(100.0, duty))))
-                    if not fan.manual:
-                        fan.speed_pct = fan.target_pct = fan.auto_pct
-
-    def add_energy(self, index: int, joules: float) -> None:
-        """Advance the GPU's total-energy counter (read in mJ) by ``joules``."""
-        with self._lock:
-            self.gpus[index].energy_mj += int(round(joules * 1000.0))
-
-    def power_limit_w(self, index: int) -> float | None:
-        """The management power limit now in force (W), as last set through NVML or the shared file."""
-        with self._lock:
-            self._sync()
-            mw = self.gpus[index].limit_mw
-            return None if mw is None else mw_to_w(mw)
-
-    def enforced_power_limit_w(self, index: int) -> float | None:
-        with self._lock:
-            self._sync()
-            mw = self.gpus[index].enforced_mw
-            return None if mw is None else mw_to_w(mw)
-
-    def fan_count(self, index: int) -> int:
-        return len(self.gpus[index].fans)
-
-    def fan_target_pct(self, index: int, fan: int) -> int:
-        with self._lock:
-            self._sync()
-            return self.gpus[index].fans[fan].target_pct
-
-    def fan_auto(self, index: int, fan: int) -> bool:
-        with self._lock:
-            self._sync()
-            return not self.gpus[index].fans[fan].manual
 
 
 def _c_name(name: str) -> str:

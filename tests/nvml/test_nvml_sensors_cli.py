@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,9 @@ def test_the_table_shows_gpus_and_a_bad_dump_is_a_clear_error(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "gpu3  (NVIDIA Graphics Device)" in done.stdout
-    assert any("power_limit:" in line and "100.0–450.0 W" in line for line in done.stdout.splitlines())
+    limits = [line for line in done.stdout.splitlines() if line.strip().startswith("power_limit:")]
+    span = re.compile(r"100(\.0+)?–4[58]0(\.0+)? W\s+writable")
+    assert len(limits) == 4 and all(span.search(line) for line in limits)
     bad = tmp_path / "notes.txt"
     bad.write_text("hello\n")
     done = sensors("--json", "--interval", "0", "--sysfs-root", str(MACHINE), "--gpu-profile", str(bad))
