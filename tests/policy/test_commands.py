@@ -1,0 +1,157 @@
+"""``aithermd check``, ``aithermd schema`` and ``aithermd replay``: output, JSON shape and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aithermd.cli import main
+from aithermd.policy.replay import replay
+from aithermd.policy.trace import parse_trace
+from aithermd.sim.smi_dump import load_dump
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures"
+INVALID = FIX / "policies" / "invalid"
+TRACE_4090 = FIX / "traces" / "rtx4090-vlm-workload-padded-10min-idle.csv"
+TRACE_WIN = FIX / "traces" / "windows-training-padded-10min-idle.csv"
+DUMP_4090 = FIX / "nvidia-smi-q" / "rtx4090-nvidia-smi-q-x-driver535.xml"
+DUMP_A100X4 = FIX / "nvidia-smi-q" / "a100-sxm4-x4-nvidia-smi-q.txt"
+NCT_MACHINE = FIX / "sysfs" / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
+
+
+def test_check_valid_files_exit_0(capsys):
+    assert main(["check", *map(str, sorted((ROOT / "policies").glob("*.yaml")))]) == 0
+    out = capsys.readouterr()
+    assert out.out.count(": ok\n") == 3 and out.err == ""
+
+
+def test_check_invalid_exit_1_with_file_line_col_on_stderr(capsys):
+    bad = INVALID / "unknown-key-sustain.yaml"
+    assert main(["check", str(ROOT / "policies" / "quiet.yaml"), str(bad)]) == 1
+    out = capsys.readouterr()
+    assert out.err == (f"{bad}:6:83: error: machines.load.states[1].enter.sustain: unknown key "
+                       "(hint: did you mean 'sustain_s'?)\n")
+    assert "quiet.yaml: ok" in out.out
+
+
+def test_check_unreadable_file_exit_2(capsys, tmp_path):
+    assert main(["check", str(INVALID / "empty.yaml"), str(tmp_path / "missing.yaml")]) == 2
+    assert f"{tmp_path / 'missing.yaml'}: error: cannot read: no such file" in capsys.readouterr().err
+
+
+def test_check_usage_error_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["check"])
+    assert info.value.code == 2
+
+
+@pytest.mark.skipif(not NCT_MACHINE.is_dir(), reason="recorded machine not present")
+def test_check_device_references_against_a_recorded_machine(tmp_path, capsys):
+    p = tmp_path / "refs.yaml"
+    p.write_text("rules:\n"
+                 "  - {name: gpu, kind: gpu_power_limit, gpus: 3, limit: max}\n"
+                 "  - {name: fan, kind: fan, fans: {chip: nct6798-isa-0290}, duty_pct: 50}\n"
+                 "  - {name: fan2, kind: fan, fans: {chip: it8686-isa-0a40}, duty_pct: 50}\n")
+    assert main(["check", str(p)]) == 0
+    capsys.readouterr()
+    assert main(["check", "--sysfs-root", str(NCT_MACHINE), str(p)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{p}:2:46: error: rules[0].gpus: selects no GPU on this machine (GPUs: none)",
+                   f"{p}:4:35: error: rules[2].fans: selects no fan on this machine"]
+    assert main(["check", "--sysfs-root", str(tmp_path / "nope"), str(p)]) == 2
+
+
+def test_schema_is_json_schema_of_the_policy_document(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert set(schema["properties"]) == {"description", "safety", "curves", "machines", "rules"}
+    assert schema["additionalProperties"] is False
+    assert "sustain_s" in schema["$defs"]["MetricCondition"]["properties"]
+
+
+def test_replay_json_shape(capsys):
+    code = main(["replay", "--trace", str(TRACE_4090), "--policy", "ai-training", "--gpu-profile", str(DUMP_4090),
+                 "--json"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"decisions", "summary"}
+    first = doc["decisions"][0]
+    assert set(first) == {"t", "device", "knob", "old", "new", "rule"}
+    assert (first["device"], first["knob"], first["old"]) == ("gpu0", "power_limit", 450.0)
+    assert set(doc["summary"]) == {"duration_s", "gpus"}
+    assert set(doc["summary"]["gpus"]["gpu0"]) == {"limit_changes", "time_in_state_s", "energy_j",
+                                                   "mean_power_limit_w", "energy_above_limit_j", "stale_s"}
+
+
+def test_replay_text_timeline(capsys):
+    assert main(["replay", "--trace", str(TRACE_4090), "--policy", str(ROOT / "policies" / "balanced.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "gpu0    power_limit  450 W → 315 W" in out and "balanced/idle-limit" in out
+    assert "summary" in out
+
+
+def test_replay_without_name_column_or_profile_exits_2(capsys):
+    assert main(["replay", "--trace", str(TRACE_WIN), "--policy", "balanced"]) == 2
+    assert "has no 'name' column" in capsys.readouterr().err
+
+
+def test_replay_unknown_model_exits_2(tmp_path, capsys):
+    t = tmp_path / "t.csv"
+    t.write_text("timestamp, name, power.draw [W]\n2025/06/01 10:00:00.000, NVIDIA Imaginary 9999, 10 W\n")
+    assert main(["replay", "--trace", str(t), "--policy", "balanced"]) == 2
+    assert "no shipped GPU profile matches 'NVIDIA Imaginary 9999'" in capsys.readouterr().err
+
+
+def test_replay_malformed_trace_exits_1_with_line(tmp_path, capsys):
+    t = tmp_path / "t.csv"
+    t.write_text("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, 10 W\n2025/06/01 10:00:01.000, x W\n")
+    assert main(["replay", "--trace", str(t), "--policy", "balanced", "--gpu-profile", str(DUMP_4090)]) == 1
+    assert f"malformed trace: {t}:3: power.draw: 'x W' is not a number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--policy", "nonesuch"], "no policy named 'nonesuch'"),
+    (["--policy", "balanced", "--gpu-profile", "/nonexistent.xml"], "cannot read"),
+])
+def test_replay_usage_problems_exit_2(args, message, capsys):
+    assert main(["replay", "--trace", str(TRACE_4090), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_replay_invalid_policy_exits_1(capsys):
+    assert main(["replay", "--trace", str(TRACE_4090), "--policy", str(INVALID / "misspelt-kind.yaml")]) == 1
+    assert "unknown kind 'gpu_power_limt'" in capsys.readouterr().err
+
+
+def test_replay_missing_trace_exits_2(capsys, tmp_path):
+    assert main(["replay", "--trace", str(tmp_path / "no.csv"), "--policy", "balanced"]) == 2
+
+
+def _trace(lines: list[str]):
+    return parse_trace("timestamp, index, power.draw [W], utilization.gpu [%]\n" + "\n".join(lines) + "\n")
+
+
+def test_energy_above_limit_stale_time_and_profiles_beyond_the_dump():
+    rows = []
+    for k in range(6):
+        stamp = f"2025/06/01 10:00:{k:02d}.000"
+        for g in range(2):
+            power = 500.0 if k >= 1 else 100.0  # 500 W from the second sample on, identical rows: stale
+            rows.append(f"{stamp}, {g}, {power} W, 90 %")
+    trace = _trace(rows)
+    a100 = load_dump(DUMP_A100X4)
+    policy_text = "rules:\n  - {name: cap, kind: gpu_power_limit, limit: 300}\n"
+    from aithermd.policy.loader import load_policy_text
+    doc = replay(trace, [a100[0], a100[1]], load_policy_text(policy_text, name="cap"))
+    s = doc["summary"]["gpus"]["gpu0"]
+    # cap set at t=0; from t=1 to t=5 the trace drew 500 W against a 300 W limit: 5 s × 200 W
+    assert s["energy_above_limit_j"] == pytest.approx(1000.0)
+    assert s["energy_j"] == pytest.approx(2500.0)
+    assert s["stale_s"] == pytest.approx(4.0)
+    assert s["mean_power_limit_w"] == pytest.approx(300.0)
+    assert [(d["t"], d["device"], d["old"], d["new"], d["rule"]) for d in doc["decisions"]] == \
+        [(0.0, "gpu0", 500.0, 300.0, "cap/cap"), (0.0, "gpu1", 500.0, 300.0, "cap/cap")]
