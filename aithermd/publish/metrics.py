@@ -14,15 +14,16 @@ ratio); labels ``gpu_index``/``gpu_uuid``/``gpu_name``, ``chip``/``sensor``/``la
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import _SilentHandler, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from aithermd import __version__
@@ -32,6 +33,7 @@ from aithermd.publish.hub import StateHub
 
 # Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
+CLIENT_TIMEOUT_S = 5.0
 TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 # NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
 CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
@@ -247,6 +249,12 @@ class SnapshotCollector(Collector):
         yield from (decisions, drift, faults)
 
 
+class _ScrapeHandler(_SilentHandler):
+    """prometheus-client's quiet request handler, with a socket timeout."""
+
+    timeout = CLIENT_TIMEOUT_S
+
+
 def parse_listen(listen: str) -> tuple[str, int] | None:
     """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
     if listen.strip().lower() in ("none", ""):
@@ -278,7 +286,22 @@ class MetricsHandle:
         self._tick.observe(seconds)
 
     def serve(self, host: str, port: int) -> None:
-        self._server, self._thread = start_http_server(port, host, registry=self.registry)
+        """Serve ``/metrics`` from one thread with prometheus-client's WSGI app, always in the classic text
+        format (0.0.4: Prometheus accepts it, and it renders in two thirds of the time of OpenMetrics).
+        Requests are handled one at a time (a thread per scrape costs more than the render) and a client
+        gets :data:`CLIENT_TIMEOUT_S` to send its request."""
+        app = make_wsgi_app(self.registry)
+
+        def text_format(environ: dict[str, Any], start_response: Any) -> Any:
+            environ.pop("HTTP_ACCEPT", None)
+            return app(environ, start_response)
+
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("MetricsServer", (WSGIServer,), {"address_family": family})
+        self._server = make_server(host, port, text_format, server_class, handler_class=_ScrapeHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="aithermd-metrics",
+                                        daemon=True)
+        self._thread.start()
         self.address = (host, self._server.server_port)
 
     def stop(self) -> None:

@@ -1,0 +1,87 @@
+"""The HTTP endpoint, listen addresses, and `promtool check metrics`."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import urllib.request
+from dataclasses import replace
+
+import pytest
+from metrics_helpers import samples, value
+
+from aithermd.model import Event, Hold, Layer
+from aithermd.publish import metrics
+from aithermd.publish.hub import StateHub
+from aithermd.publish.reference import reference_snapshot
+
+
+@pytest.mark.parametrize(("listen", "expected"), [
+    ("127.0.0.1:8736", ("127.0.0.1", 8736)),
+    ("[::1]:9", ("::1", 9)),
+    (":8736", ("127.0.0.1", 8736)),
+    ("none", None),
+    ("NONE", None),
+])
+def test_parse_listen(listen, expected):
+    assert metrics.parse_listen(listen) == expected
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1", "host:port", "1.2.3.4:70000", "localhost:-1"])
+def test_a_malformed_listen_address_is_a_value_error(listen):
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        metrics.start(listen, StateHub())
+
+
+def test_the_default_is_loopback_outside_the_prometheus_port_allocations():
+    host, port = metrics.parse_listen(metrics.DEFAULT_METRICS_LISTEN)
+    assert host == "127.0.0.1" and not 9090 <= port <= 9999
+
+
+def test_serves_the_last_snapshot_over_http():
+    hub = StateHub()
+    handle = metrics.start("127.0.0.1:0", hub)
+    try:
+        hub.publish(reference_snapshot(5))
+        host, port = handle.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        assert value(samples(text), "aithermd_gpu_energy_joules_total", gpu_index="1") == 1500.0
+    finally:
+        handle.stop()
+    handle.stop()  # idempotent
+    with pytest.raises(OSError):
+        with socket.create_connection((host, port), timeout=1):
+            pass
+
+
+def test_a_port_in_use_is_an_oserror():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(OSError):
+            metrics.start(f"127.0.0.1:{taken.getsockname()[1]}", StateHub())
+
+
+def _busy_exposition() -> bytes:
+    """Every metric family populated: holds, drift, faults, failsafe, degraded, ticks."""
+    hub = StateHub()
+    handle = metrics.start("none", hub)
+    hub.publish(reference_snapshot(1))
+    snap = reference_snapshot(2, holds=(Hold(1, "quiet", "x", ":1.2"),))
+    decisions = dict(snap.decisions)
+    decisions["gpu0/fan0"] = replace(decisions["gpu0/fan0"], layer=Layer.SAFETY, rule="safety/hot")
+    hub.publish(replace(snap, decisions=decisions, degraded=("gpu1",)),
+                [Event("drift", 1.0, "gpu0/fan0", "x"), Event("fault", 1.0, "gpu1", "lost")])
+    handle.observe_tick(0.002)
+    return metrics.render(handle)
+
+
+def test_promtool_check_metrics_passes():
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (scripts/system-packages.txt: prometheus)")
+    done = subprocess.run(["promtool", "check", "metrics"], input=_busy_exposition(), capture_output=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert done.stdout.strip() == b"" and done.stderr.strip() == b""  # not even a lint warning
