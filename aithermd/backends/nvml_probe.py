@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 from aithermd import units
@@ -28,14 +29,16 @@ from aithermd.model import (
     Quantity,
 )
 
-PLAUSIBLE = {
-    Quantity.TEMPERATURE: (-40.0, 200.0),
-    Quantity.POWER: (0.0, 5000.0),
-    Quantity.ENERGY: (0.0, math.inf),
-    Quantity.UTILIZATION: (0.0, 100.0),
-    Quantity.CLOCK: (0.0, 100_000.0),
-    Quantity.DUTY: (0.0, 100.0),
-}
+PLAUSIBLE = MappingProxyType(
+    {
+        Quantity.TEMPERATURE: (-40.0, 200.0),
+        Quantity.POWER: (0.0, 5000.0),
+        Quantity.ENERGY: (0.0, math.inf),
+        Quantity.UTILIZATION: (0.0, 100.0),
+        Quantity.CLOCK: (0.0, 100_000.0),
+        Quantity.DUTY: (0.0, 100.0),
+    }
+)
 REASONS = (
     ("GpuIdle", "gpu_idle"),
     ("ApplicationsClocksSetting", "applications_clocks_setting"),
@@ -65,11 +68,13 @@ CHANNEL_ORDER = (
     "sm_clock",
     "memory_clock",
 )
-_ROLE_CHANNEL = {
-    "power": (Quantity.POWER, units.mw_to_w),
-    "energy": (Quantity.ENERGY, units.mj_to_j),
-    "memory_temperature": (Quantity.TEMPERATURE, float),
-}
+_ROLE_CHANNEL = MappingProxyType(
+    {
+        "power": (Quantity.POWER, units.mw_to_w),
+        "energy": (Quantity.ENERGY, units.mj_to_j),
+        "memory_temperature": (Quantity.TEMPERATURE, float),
+    }
+)
 
 
 class Lost(Exception):

@@ -9,6 +9,7 @@ the caller (:class:`aithermd.sim.fake_nvml.FakeNvml`). Units are NVML's: mW, mJ,
 from __future__ import annotations
 
 import ctypes
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.sim.fake_nvml_state import FakeGpu
@@ -16,51 +17,55 @@ from aithermd.sim.fake_nvml_state import FakeGpu
 SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION = 0, 1, 2, 3, 4
 NOT_FOUND, INSUFFICIENT_SIZE, DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, GPU_IS_LOST = 6, 7, 9, 13, 15
 ARGUMENT_VERSION_MISMATCH, UNKNOWN = 25, 999
-ERROR_STRINGS = {
-    0: "Success",
-    1: "Uninitialized",
-    2: "Invalid Argument",
-    3: "Not Supported",
-    4: "Insufficient Permissions",
-    5: "Already Initialized",
-    6: "Not Found",
-    7: "Insufficient Size",
-    8: "Insufficient External Power",
-    9: "Driver Not Loaded",
-    10: "Timeout",
-    11: "Interrupt Request Issue",
-    12: "NVML Shared Library Not Found",
-    13: "Function Not Found",
-    14: "Corrupted infoROM",
-    15: "GPU is lost",
-    16: "GPU requires restart",
-    17: "The operating system has blocked the request.",
-    18: "RM has detected an NVML/RM version mismatch.",
-    19: "In use by another client",
-    20: "Insufficient Memory",
-    21: "No data",
-    999: "Unknown Error",
-}
+ERROR_STRINGS = MappingProxyType(
+    {
+        0: "Success",
+        1: "Uninitialized",
+        2: "Invalid Argument",
+        3: "Not Supported",
+        4: "Insufficient Permissions",
+        5: "Already Initialized",
+        6: "Not Found",
+        7: "Insufficient Size",
+        8: "Insufficient External Power",
+        9: "Driver Not Loaded",
+        10: "Timeout",
+        11: "Interrupt Request Issue",
+        12: "NVML Shared Library Not Found",
+        13: "Function Not Found",
+        14: "Corrupted infoROM",
+        15: "GPU is lost",
+        16: "GPU requires restart",
+        17: "The operating system has blocked the request.",
+        18: "RM has detected an NVML/RM version mismatch.",
+        19: "In use by another client",
+        20: "Insufficient Memory",
+        21: "No data",
+        999: "Unknown Error",
+    }
+)
 TEMPERATURE_V1 = 0x100000C  # nvmlTemperature_v1: sizeof(nvmlTemperature_v1_t) | 1 << 24
 FAN_POLICY_AUTO, FAN_POLICY_MANUAL = 0, 1  # NVML_FAN_POLICY_TEMPERATURE_CONTINOUS_SW, NVML_FAN_POLICY_MANUAL
 # field ids (nvml.h NVML_FI_DEV_*) the fake answers, and the oldest driver branch that has them
 FI_MEMORY_TEMP, FI_TOTAL_ENERGY = 82, 83
 FI_POWER_AVERAGE, FI_POWER_INSTANT, FI_POWER_MIN, FI_POWER_MAX, FI_POWER_DEFAULT = 185, 186, 187, 188, 189
 FI_POWER_CURRENT_LIMIT, FI_ENERGY, FI_POWER_REQUESTED_LIMIT = 190, 191, 192
-FIELD_SINCE = {FI_MEMORY_TEMP: 0, FI_TOTAL_ENERGY: 0, **{f: 535 for f in range(185, 193)}}
+FIELD_SINCE = MappingProxyType({FI_MEMORY_TEMP: 0, FI_TOTAL_ENERGY: 0, **{f: 535 for f in range(185, 193)}})
 VT_UINT, VT_ULL = 1, 3  # NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 # entry points newer than some drivers: older branches raise FUNCTION_NOT_FOUND (approximate branch numbers)
-FUNCTION_SINCE = {
-    "nvmlDeviceGetTemperatureV": 555,
-    "nvmlDeviceGetCurrentClocksEventReasons": 535,
-    "nvmlDeviceGetFanControlPolicy_v2": 520,
-    "nvmlDeviceSetFanSpeed_v2": 495,
-    "nvmlDeviceSetDefaultFanSpeed_v2": 495,
-    "nvmlDeviceGetTargetFanSpeed": 495,
-    "nvmlDeviceGetMinMaxFanSpeed": 495,
-    "nvmlDeviceGetNumFans": 460,
-    "nvmlDeviceGetFanSpeed_v2": 460,
-}
+FUNCTION_SINCE = MappingProxyType(
+    {
+        "nvmlDeviceGetTemperatureV": 555,
+        "nvmlDeviceGetCurrentClocksEventReasons": 535,
+        "nvmlDeviceGetFanControlPolicy_v2": 520,
+        "nvmlDeviceSetFanSpeed_v2": 495,
+        "nvmlDeviceSetDefaultFanSpeed_v2": 495,
+        "nvmlDeviceGetTargetFanSpeed": 495,
+        "nvmlDeviceGetMinMaxFanSpeed": 495,
+        "nvmlDeviceGetNumFans": 460,
+        "nvmlDeviceGetFanSpeed_v2": 460,
+    }
+)
 HANDLE_BASE = 0x4E560000
 
 

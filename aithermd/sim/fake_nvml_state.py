@@ -17,8 +17,10 @@ import os
 import re
 import threading
 import uuid as uuidlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.gpu_profile import GpuProfile
@@ -28,17 +30,19 @@ from aithermd.units import w_to_mw
 FORMAT = "aithermd-fake-nvml/1"
 DEFAULT_DRIVER = "550.127.05"
 # nvmlClocksEventReason* bits (nvml.h)
-REASON_BITS: dict[str, int] = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks_setting": 0x100,
-}
+REASON_BITS: Mapping[str, int] = MappingProxyType(
+    {
+        "gpu_idle": 0x1,
+        "applications_clocks_setting": 0x2,
+        "sw_power_cap": 0x4,
+        "hw_slowdown": 0x8,
+        "sync_boost": 0x10,
+        "sw_thermal_slowdown": 0x20,
+        "hw_thermal_slowdown": 0x40,
+        "hw_power_brake_slowdown": 0x80,
+        "display_clocks_setting": 0x100,
+    }
+)
 _UUID_NS = uuidlib.UUID("6f1c5b1e-5a0c-4f43-9d59-61746865726d")  # fixed: the same GPU gets the same UUID
 
 

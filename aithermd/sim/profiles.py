@@ -14,13 +14,14 @@ import re
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.gpu_profile import GpuProfile, GpuSnapshot
 from aithermd.sim.smi_dump import DumpError, load_dump, parse_dump
 
 # slug → (dump file under aithermd/data/gpu-profiles, index of the GPU in that dump)
-SHIPPED: Mapping[str, tuple[str, int]] = {
+SHIPPED: Mapping[str, tuple[str, int]] = MappingProxyType({
     "rtx4090": ("rtx4090-nvidia-smi-q-x-driver535.xml", 0),
     "rtx4080-super": ("rtx4080super-nvidia-smi-q-idle-and-load.txt", 0),
     "rtx5090": ("rtx5090-nvidia-smi-q.txt", 0),
@@ -30,7 +31,7 @@ SHIPPED: Mapping[str, tuple[str, int]] = {
     "a100": ("a100-sxm4-80gb-nvidia-smi-q-x.xml", 0),
     "h100": ("h100-80gb-hbm3-nvidia-smi-q-idle-and-load.txt", 0),
     "h200": ("h200-141gb-nvidia-smi-q-idle-and-load.txt", 0),
-}
+})
 
 _DATA_PACKAGE = "aithermd"
 _DATA_DIR = ("data", "gpu-profiles")

@@ -24,6 +24,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.errors import AithermError
@@ -32,8 +33,8 @@ from aithermd.gpu_profile import GpuProfile, GpuSnapshot
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\s*$")
 _LABEL = re.compile(r"^#\s*(\w[\w -]*?)\s*::")
-_REASON_ALIASES = {"idle": "gpu_idle", "display_clock_setting": "display_clocks_setting",
-                   "user_defined_clocks": "applications_clocks_setting"}
+_REASON_ALIASES = MappingProxyType({"idle": "gpu_idle", "display_clock_setting": "display_clocks_setting",
+                   "user_defined_clocks": "applications_clocks_setting"})
 _REASON_SECTIONS = ("clocks_event_reasons/", "clocks_throttle_reasons/")
 _REASON_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
