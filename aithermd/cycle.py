@@ -182,16 +182,18 @@ class Cycle:
     def _health(self, readings: Mapping[str, Reading], knobs: Mapping[str, KnobValue], lost: set[str],
                 t_wall: float, events: list[Event]) -> set[str]:
         degraded: set[str] = set(lost)
+        ok = Status.OK
         for cid, r in readings.items():
-            if r.status in BAD:
-                degraded.add(cid)
-                if self._bad.get(cid) != r.status:
-                    self._bad[cid] = r.status
-                    events.append(self._fault(t_wall, cid, f"{cid} {r.status}: {r.detail or 'no value'}",
-                                              status=str(r.status), detail=r.detail))
-            elif cid in self._bad:
-                del self._bad[cid]
-                self._log.info("recovered", subject=cid)
+            if r.status is ok or r.status not in BAD:
+                continue
+            degraded.add(cid)
+            if self._bad.get(cid) != r.status:
+                self._bad[cid] = r.status
+                events.append(self._fault(t_wall, cid, f"{cid} {r.status}: {r.detail or 'no value'}",
+                                          status=str(r.status), detail=r.detail))
+        for cid in [c for c in self._bad if c not in degraded]:
+            del self._bad[cid]
+            self._log.info("recovered", subject=cid)
         for kid, kv in knobs.items():
             if kv.status in BAD:
                 degraded.add(kid)
