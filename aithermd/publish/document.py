@@ -23,16 +23,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from aithermd.document import sensors_document
 from aithermd.model import (
     Decision,
     Device,
-    DeviceKind,
     Hold,
     KnobValue,
     PolicyStatus,
     Reading,
     Snapshot,
-    Status,
 )
 
 
@@ -57,30 +56,15 @@ def _plain(value: Any) -> Any:
 def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading],
                     knobs: Mapping[str, KnobValue],
                     attrs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ``devices`` list of the ``aithermd sensors --json`` document (foundation issue shape)."""
-    out: list[dict[str, Any]] = []
-    for dev in devices:
-        channels = []
-        for ch in dev.channels:
-            r = readings.get(ch.id)
-            channels.append({"id": ch.id, "attribute": ch.attribute,
-                             "label": ch.label if ch.label is not None else ch.attribute,
-                             "value": _num(r.value) if r else None, "unit": ch.unit,
-                             "status": str(r.status) if r else str(Status.STALE)})
-        knob_docs = []
-        for k in dev.knobs:
-            kv = knobs.get(k.id)
-            knob_docs.append({"id": k.id, "kind": str(k.kind), "value": _num(kv.value) if kv else None,
-                              "unit": k.unit, "min": k.min, "max": k.max, "default": k.default,
-                              "writable": k.writable, "why_not": k.why_not,
-                              "mode": kv.mode if kv else None})
-        doc: dict[str, Any] = {"id": dev.id, "kind": str(dev.kind), "name": dev.name}
-        if dev.kind is DeviceKind.HWMON:
-            doc["chip"] = dev.chip
-        doc["channels"], doc["knobs"] = channels, knob_docs
-        if attrs.get(dev.id):
-            doc["attrs"] = _plain(attrs[dev.id])
-        out.append(doc)
+    """The ``devices`` list of the ``aithermd sensors --json`` document (:func:`aithermd.document.
+    sensors_document`), each knob with its read-back ``mode`` and device ``attrs`` made JSON-ready."""
+    out = sensors_document(devices, readings, knobs, attrs)["devices"]
+    for dev in out:
+        for knob in dev["knobs"]:
+            kv = knobs.get(knob["id"])
+            knob["mode"] = kv.mode if kv is not None else None
+        if "attrs" in dev:
+            dev["attrs"] = _plain(dev["attrs"])
     return out
 
 
