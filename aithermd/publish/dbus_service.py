@@ -76,9 +76,9 @@ class Daemon1(ServiceInterface):
         return self._documents.text(self._hub.latest)
 
     @method()
-    def GetHistory(self, seconds: DBusDouble) -> DBusStr:  # noqa: N802
+    async def GetHistory(self, seconds: DBusDouble) -> DBusStr:  # noqa: N802
         with mapped_errors():
-            return self._history.text(seconds)
+            return await self._history.text(seconds)
 
     @method()
     def Explain(self, knob_id: DBusStr) -> DBusStr:  # noqa: N802

@@ -176,3 +176,12 @@ async def test_before_the_first_tick_the_snapshot_is_empty(bus_address, polkitd,
         assert PolicyStatus().active == ""
     finally:
         await handle.stop()
+
+
+async def test_a_long_history_is_built_off_the_loop_and_shared(service, client, hub):
+    for seq in range(2, 301):
+        hub.publish(reference_snapshot(seq))
+    replies = await asyncio.gather(*(ok(client, "GetHistory", "d", [900.0]) for _ in range(5)))
+    docs = [json.loads(text) for (text,) in replies]
+    assert all(d == docs[0] for d in docs)
+    assert len(docs[0]["t"]) == 300 and docs[0]["series"]["gpu1/energy"][-1] == 1000.0 + 100.0 * 300
