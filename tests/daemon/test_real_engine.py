@@ -19,8 +19,8 @@ K10 = "hwmon:k10temp-pci-00c3"
 @pytest.fixture
 def machine(tmp_path):
     root = copy_machine(tmp_path)
-    settings = DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", bus="none", metrics_listen="none",
-                              nvml=False)
+    settings = DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", bus="none",
+                              metrics_listen="none", nvml=False)
     return root, settings, knob_files(root)
 
 

@@ -1,0 +1,79 @@
+"""``aithermd restore`` and ``aithermd run`` argument handling, in process through the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from aithermd.actuate.journal import JOURNAL_FILE, Journal
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.cli import main
+
+from .proc import copy_machine, knob_files
+
+
+@pytest.fixture
+def journaled(tmp_path):
+    """A copied machine whose fans were taken (journal written, pwm changed), as after a crash."""
+    root = copy_machine(tmp_path)
+    original = knob_files(root)
+    state = tmp_path / "state"
+    backend = HwmonBackend(str(root))
+    backend.discover()
+    journal = Journal(state)
+    for i in (1, 2, 5):
+        kid = f"hwmon:nct6798-isa-0290/pwm{i}"
+        journal.record(kid, "hwmon:nct6798-isa-0290", backend.locator(), backend.save_knob(kid), 0.0)
+        backend.write_knob(kid, 100.0)
+    backend.close()
+    assert knob_files(root) != original
+    return root, state, original
+
+
+def test_restore_puts_everything_back_and_is_idempotent(journaled, capsys):
+    root, state, original = journaled
+    assert main(["restore", "--state-dir", str(state)]) == 0
+    assert knob_files(root) == original and not (state / JOURNAL_FILE).exists()
+    assert "restored 3 knob(s)" in capsys.readouterr().out
+    assert main(["restore", "--state-dir", str(state)]) == 0
+    assert "nothing to restore" in capsys.readouterr().out
+
+
+def test_restore_with_another_sysfs_root(journaled, tmp_path):
+    root, state, original = journaled
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(moved)]) == 0
+    assert knob_files(moved) == original
+
+
+def test_restore_failure_keeps_the_journal_and_exits_1(journaled, tmp_path, capsys):
+    root, state, _ = journaled
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(tmp_path / "nowhere")]) == 1
+    assert "error: hwmon:nct6798-isa-0290/pwm1" in capsys.readouterr().err
+    assert len(Journal(state).entries()) == 3
+
+
+def test_restore_with_a_corrupt_journal_exits_2(tmp_path, capsys):
+    (tmp_path / JOURNAL_FILE).write_text("nope")
+    assert main(["restore", "--state-dir", str(tmp_path)]) == 2
+    assert "not a journal" in capsys.readouterr().err
+
+
+def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):
+    cfg = tmp_path / "aithermd.yaml"
+    cfg.write_text("tick_s: 1\ntick_s_: 2\n")
+    assert main(["run", "--config", str(cfg)]) == 1
+    expected = f"{cfg}:2:1: error: tick_s_: unknown setting (hint: did you mean 'tick_s'?)"
+    assert expected in capsys.readouterr().err
+
+
+def test_run_with_an_unreadable_config_exits_2(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_run_with_an_unknown_policy_exits_1(tmp_path):
+    root = copy_machine(tmp_path)
+    args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
+            "--metrics-listen", "none", "--no-nvml", "--policy", "no-such-policy", "--log-format", "json"]
+    assert main(args) == 1
