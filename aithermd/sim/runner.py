@@ -101,6 +101,9 @@ class SimOptions:
     seed: int = 0
     state_dir: Path | None = None
     json_summary: bool = False
+    wall_start: float | None = None  # simulated wall clock at the start (None: now); schedules follow it
+    workload: Workload | None = None  # programmatic use: replaces trace/cycle
+    profiles: Sequence[Any] | None = None  # programmatic use: GpuProfiles instead of dumps or the default
 
 
 def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
@@ -115,6 +118,8 @@ def make_workload(opts: SimOptions) -> Workload:
     """The trace's utilization (``--trace``), else the default idle → training → idle cycle."""
     from aithermd.sim.workload import CycleWorkload, load_trace
 
+    if opts.workload is not None:
+        return opts.workload
     return load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed)
 
 
@@ -144,16 +149,12 @@ def cleanup(places: Places) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def print_summary(machine: SimulatedMachine, recorder: Recorder, policy: str, out: TextIO, *,
-                  as_json: bool = False) -> dict[str, Any]:
-    """Write the run's summary to ``out`` (text, or one JSON document) and return it as a dict."""
-    data = {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
+def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> dict[str, Any]:
+    """The run's summary: the machine's totals (:meth:`SimulatedMachine.summary`), ``policy``, every
+    ``actuations`` entry the daemon published (``t_s``, ``knob``, ``old``, ``new``, ``unit``, ``rule``) and
+    ``policy_states_s`` (``"policy/device"`` → state → seconds)."""
+    return {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
             "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()} for k, d in recorder.state_s.items()}}
-    if as_json:
-        out.write(json.dumps(data, indent=1) + "\n")
-    else:
-        out.write(report.format_summary(data))
-    return data
 
 
 def build_backends(machine: SimulatedMachine, clock: SimClock) -> list[Any]:
@@ -207,38 +208,51 @@ def live_actuations(recorder: Recorder, out: TextIO) -> Callable[[Snapshot, Sequ
     return listener
 
 
-async def simulate(settings: Any, opts: SimOptions, out: TextIO) -> int:
+@dataclass
+class SimResult:
+    """A finished simulation: the daemon's exit ``code``, the summary ``data`` (see :func:`print_summary`)
+    and where its files were (``places``; removed after a clean run)."""
+
+    code: int
+    data: dict[str, Any]
+    places: Places
+
+
+async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimResult:
     """Run the daemon on a fresh simulated machine until ``opts.duration_s`` simulated seconds passed (or
-    it is stopped), then print the summary. Returns the daemon's exit code."""
+    it is stopped), then print the summary to ``out`` (None: print nothing)."""
     from aithermd.daemon import Daemon
     from aithermd.sim.machine import SimulatedMachine
 
-    places = make_places(opts.state_dir)
     workload = make_workload(opts)
-    machine = SimulatedMachine(places.machine_dir, profiles=machine_profiles(opts.gpu_profiles),
-                               workload=workload, seed=opts.seed)
-    clock = SimClock()
+    profiles = list(opts.profiles) if opts.profiles is not None else machine_profiles(opts.gpu_profiles)
+    places = make_places(opts.state_dir)
+    machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed)
+    clock = SimClock(wall_start=opts.wall_start)
     recorder = Recorder(t0=clock.monotonic())
+    live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
     daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock),
-                    sleep=sim_sleep(clock, opts.speedup),
-                    before_sample=Stepper(machine, clock.monotonic(), None if opts.json_summary else out))
+                    sleep=sim_sleep(clock, opts.speedup), before_sample=Stepper(machine, clock.monotonic(), live))
     daemon.hub.add_listener(recorder)
-    if not opts.json_summary:
-        daemon.hub.add_listener(live_actuations(recorder, out))
+    if live is not None:
+        daemon.hub.add_listener(live_actuations(recorder, live))
     duration = opts.duration_s
     until = (lambda: machine.t_s >= duration) if duration is not None else None
-    code = 1
+    code, data = 1, {}
     try:
-        code = await daemon.run(until=until, handle_signals=True)
+        code = await daemon.run(until=until, handle_signals=out is not None)
     finally:
         if daemon.cycle is not None:
-            print_summary(machine, recorder, daemon.operator.active if daemon.operator else settings.policy,
-                          out, as_json=opts.json_summary)
+            policy = daemon.operator.active if daemon.operator else settings.policy
+            data = summary_data(machine, recorder, policy)
+            if out is not None:
+                out.write(json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data))
+                out.flush()
         machine.close()
         if code == 0:
             cleanup(places)
-    return code
+    return SimResult(code, data, places)
 
 
 def add_arguments(parser: Any) -> None:
@@ -295,4 +309,8 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None) -> int:
         update["bus"] = "none"  # a simulation serves no bus unless asked to
     if getattr(args, "metrics_listen", None) is None:
         update["metrics_listen"] = "none"
-    return asyncio.run(simulate(settings.model_copy(update=update), opts, out))
+    result = asyncio.run(simulate(settings.model_copy(update=update), opts, out))
+    if result.code != 0:
+        print(f"aithermd run --simulate: the daemon stopped with {result.code}; its files stay in "
+              f"{result.places.state_dir} and {result.places.machine_dir}", file=sys.stderr)
+    return result.code

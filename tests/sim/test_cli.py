@@ -1,0 +1,142 @@
+"""``aithermd run --simulate`` as a newcomer and CI run it: real processes, stdout, exit codes, kill -9."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aithermd.sim.board import Board
+from aithermd.sim.fake_nvml import FakeNvml
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / "tests/fixtures/traces/rtx4090-vlm-workload-padded-10min-idle.csv"
+DUMP = ROOT / "tests/fixtures/nvidia-smi-q/rtx4090-nvidia-smi-q-x-driver535.xml"
+
+
+def aithermd(*args, tmp, **kw):
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    return subprocess.run([sys.executable, "-m", "aithermd", *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=ROOT, **kw)
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    d = tmp_path / "tmp"
+    d.mkdir()
+    return d
+
+
+def test_a_finite_run_prints_its_summary_and_leaves_nothing_behind(tmp):
+    p = aithermd("run", "--simulate", "--duration", "600", "--speedup", "0", "--policy", "ai-training",
+                 "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout
+    assert "[   2:00] training" in out  # progress lines as simulated time passes
+    assert "gpu0/power_limit" in out and "→ 600 W" in out and "ai-training/training-limit" in out
+    assert "aithermd simulation summary — policy ai-training, 10:00 simulated" in out
+    assert "time per policy state:" in out
+    assert list(tmp.iterdir()) == []  # its temporary state and machine are gone
+
+
+def test_json_summary_is_one_document(tmp):
+    p = aithermd("run", "--simulate", "--duration", "300", "--speedup", "0", "--summary-json",
+                 "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    assert data["policy"] == "balanced" and data["duration_s"] == pytest.approx(300, abs=1)
+    assert set(data["gpus"]) == {"gpu0", "gpu1"}
+    assert data["gpus"]["gpu0"]["name"] == "NVIDIA GeForce RTX 4090"
+    assert data["energy_j"] > 0 and data["work"] > 0
+
+
+def test_without_state_dir_the_default_state_dir_is_never_touched(tmp):
+    default = Path("/var/lib/aithermd")
+    before = default.exists() and sorted(default.iterdir())
+    p = aithermd("run", "--simulate", "--duration", "120", "--speedup", "0", "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    after = default.exists() and sorted(default.iterdir())
+    assert before == after
+
+
+def test_a_real_trace_and_a_dump(tmp):
+    p = aithermd("run", "--simulate", "--trace", str(TRACE), "--gpu-profile", str(DUMP), "--duration", "900",
+                 "--speedup", "0", "--policy", "ai-training", "--summary-json", "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    assert list(data["gpus"]) == ["gpu0"]
+    assert data["phase_s"]["training"] > 600
+    assert [c[2] for c in data["gpus"]["gpu0"]["limit_changes"]][-1] == 600.0  # the VLM load raised it
+
+
+def test_a_malformed_trace_is_refused_with_its_line(tmp, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp, utilization.gpu [%]\n2026/01/03 15:36:53.507, 1 %\n2026/01/03 15:36:54.507, lots\n")
+    p = aithermd("run", "--simulate", "--trace", str(bad), "--duration", "10", "--speedup", "0", tmp=tmp)
+    assert p.returncode == 2
+    assert f"{bad}:3" in p.stderr
+    assert list(tmp.iterdir()) == []  # nothing was started
+
+
+def test_a_trace_without_utilization_is_refused(tmp, tmp_path):
+    bad = tmp_path / "power.csv"
+    bad.write_text("timestamp, power.draw [W]\n2026/01/03 15:36:53.507, 30 W\n")
+    p = aithermd("run", "--simulate", "--trace", str(bad), "--duration", "10", "--speedup", "0", tmp=tmp)
+    assert p.returncode == 2 and "utilization.gpu" in p.stderr
+
+
+def test_an_unreadable_dump_is_refused(tmp, tmp_path):
+    p = aithermd("run", "--simulate", "--gpu-profile", str(tmp_path / "missing.txt"), "--duration", "10", tmp=tmp)
+    assert p.returncode == 2 and "missing.txt" in p.stderr
+
+
+def _limits(state: Path) -> list[float]:
+    nvml = FakeNvml.open(state)
+    return [nvml.power_limit_w(i) for i in range(len(nvml.gpus))]
+
+
+@pytest.mark.parametrize("kill_when", ["relaxed", "raised"])
+def test_kill_9_then_restore_puts_gpus_and_board_back(kill_when, tmp, tmp_path):
+    original = Board.create(tmp_path / "pristine")
+    board_before = original.knob_values()
+    original.close()
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--state-dir", str(state),
+                             "--speedup", "50", "--policy", "ai-training", "--log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        want = {"relaxed": lambda lim: lim[0] == 360.0, "raised": lambda lim: lim[0] == 600.0}[kill_when]
+        deadline = time.monotonic() + 60
+        nvml_state = None
+        while time.monotonic() < deadline:
+            found = list(state.glob("sim-machine-*/nvml-state.json"))
+            if found:
+                nvml_state = found[0]
+                try:
+                    if want(_limits(nvml_state)):
+                        break
+                except (OSError, ValueError, KeyError):
+                    pass
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the simulated daemon never got {kill_when}")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert (state / "journal.json").exists()  # it died holding knobs
+    sysfs = nvml_state.parent / "sys"
+    assert any(int((sysfs / k).read_bytes()) != v for k, v in board_before.items())  # the board was changed
+
+    p = subprocess.run([sys.executable, "-m", "aithermd", "restore", "--state-dir", str(state)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert {k: int((sysfs / k).read_bytes()) for k in board_before} == board_before
+    assert _limits(nvml_state) == [450.0, 300.0]
+    nvml = FakeNvml.open(nvml_state)
+    assert all(nvml.fan_auto(i, f) for i in range(2) for f in range(nvml.fan_count(i)))
+    assert not (state / "journal.json").exists()

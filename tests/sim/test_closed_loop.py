@@ -1,0 +1,70 @@
+"""Closed loop: the real daemon, its shipped policies and the simulated workstation, end to end."""
+
+import collections
+
+import pytest
+
+from tests.sim.conftest import POLICIES
+
+STEADY_MINUTES = range(12, 26)  # minutes 12–25 of the long run: training, past the thermal transient
+MAX_CHANGES_PER_MINUTE = 6
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_temperatures_stay_below_the_slowdown_threshold(policy, default_cycle_runs, long_training_runs):
+    for run in (default_cycle_runs[policy], long_training_runs[policy]):
+        for name, gpu in run["gpus"].items():
+            assert gpu["peak_temp_c"] < gpu["slowdown_temp_c"], f"{policy} {name}"
+            assert gpu["slowdown_s"] == 0, f"{policy} {name} hit the driver's thermal slowdown"
+        assert run["peak_cpu_c"] < 90  # k10temp Tctl's throttle point on Zen 2 is 95 °C
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_fan_duty_changes_at_most_6_times_a_minute_in_steady_state(policy, long_training_runs):
+    run = long_training_runs[policy]
+    per_minute: collections.Counter = collections.Counter()
+    fans = set()
+    for a in run["actuations"]:
+        if "/pwm" in a["knob"] or "/fan" in a["knob"]:
+            fans.add(a["knob"])
+            per_minute[(a["knob"], int(a["t_s"] // 60))] += 1
+    assert fans, f"{policy} controls no fan: nothing to test"
+    worst = max(per_minute[(fan, minute)] for fan in fans for minute in STEADY_MINUTES)
+    assert worst <= MAX_CHANGES_PER_MINUTE
+
+
+def test_policies_take_the_board_fans_under_control(long_training_runs):
+    for policy, run in long_training_runs.items():
+        knobs = {a["knob"] for a in run["actuations"]}
+        assert any(k.startswith("hwmon:nct6798-isa-0290/pwm") for k in knobs), policy
+
+
+def test_balanced_does_more_work_per_joule_than_the_stock_default_limit(default_cycle_runs):
+    balanced, stock = default_cycle_runs["balanced"], default_cycle_runs["stock"]
+    assert balanced["work_per_kj"] > stock["work_per_kj"]
+    assert balanced["gpu_energy_j"] < stock["gpu_energy_j"]
+
+
+def test_ai_training_does_more_work_per_hour_where_the_maximum_exceeds_the_default(default_cycle_runs):
+    run, stock = default_cycle_runs["ai-training"], default_cycle_runs["stock"]
+    gpu = run["gpus"]["gpu0"]
+    assert gpu["max_limit_w"] > gpu["default_limit_w"]
+    per_hour = 3600.0 / run["duration_s"]
+    assert gpu["work"] * per_hour > stock["gpus"]["gpu0"]["work"] * 3600.0 / stock["duration_s"] * 1.03
+    assert any(c[2] == gpu["max_limit_w"] for c in gpu["limit_changes"])  # it went to the maximum
+
+
+@pytest.mark.parametrize("policy", ["balanced", "ai-training"])
+def test_limits_rise_under_load_and_relax_when_idle(policy, default_cycle_runs):
+    changes = default_cycle_runs[policy]["gpus"]["gpu0"]["limit_changes"]
+    relaxed = [c for c in changes if c[2] < 450]
+    raised = [c for c in changes if c[2] >= 450 and c[1] < c[2]]
+    assert relaxed and raised
+    assert any(120 <= c[0] <= 120 + 40 for c in raised)  # within its sustain window (+ a tick) of the load
+    assert any(c[0] >= 480 for c in relaxed)  # and back down after the load ends
+
+
+def test_policy_states_are_reported(default_cycle_runs):
+    states = default_cycle_runs["ai-training"]["policy_states_s"]
+    assert set(states["ai-training/gpu0"]) == {"idle", "training"}
+    assert sum(states["ai-training/gpu0"].values()) == pytest.approx(600, abs=2)
