@@ -202,7 +202,7 @@ class NvmlFunctions:
         info.busId = gpu.bus_id.encode()
         info.busIdLegacy = f"{int(dom, 16) & 0xFFFF:04X}:{bus}:{rest}".encode()
         info.domain, info.bus, info.device = int(dom, 16), int(bus, 16), int(dev, 16)
-        info.pciDeviceId = int(gpu.profile.extra.get("pci_device_id", "0") or "0", 16)
+        info.pciDeviceId = int(gpu.profile.extra.get("pci_device_id", "0").removeprefix("0x"), 16)
         return SUCCESS
 
     # ---- temperatures (°C) ----

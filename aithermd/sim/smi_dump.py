@@ -244,6 +244,7 @@ def _fields(cap: _Capture) -> dict[str, Any]:
     extra = {k: v for k, v in (("product_brand", _pick(f, "product_brand")),
                                ("vbios_version", _pick(f, "vbios_version")),
                                ("board_part_number", _pick(f, "board_part_number")),
+                               ("pci_device_id", _pick(f, "pci/device_id", "pci/pci_device_id")),
                                ("mig_mode", _pick(f, "mig_mode/current", "mig_mode/current_mig")),
                                ("capture", cap.label or None)) if v}
     if tlimit is not None:

@@ -37,6 +37,7 @@ def test_identity_and_pci(nv, workstation):
     assert nv.nvmlDeviceGetName(h1) == "NVIDIA H100 80GB HBM3"
     pci = nv.nvmlDeviceGetPciInfo_v3(h1)
     assert (pci.busId, pci.domain, pci.bus, pci.device) == ("00000000:00:09.0", 0, 0, 9)
+    assert pci.pciDeviceId == 0x233010DE
     uuids = [nv.nvmlDeviceGetUUID(h) for h in (h0, h1)]
     assert all(
         re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in uuids
