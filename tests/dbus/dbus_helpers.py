@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,10 @@ def run_client(address: str, calls: list, *, uid: int | None = NOBODY) -> list[d
 async def run_client_async(address: str, calls: list, *, uid: int | None = NOBODY) -> list[dict]:
     """:func:`run_client` without blocking the event loop the service runs on."""
     return await asyncio.to_thread(run_client, address, calls, uid=uid)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
