@@ -227,6 +227,18 @@ class DbusHandle:
                  removers: Sequence[Any] = ()) -> None:
         self.bus, self.interface, self.tracker, self.windows = bus, interface, tracker, windows
         self._removers = list(removers)
+        self._watch = asyncio.ensure_future(self._watch_bus(bus)) if bus is not None else None
+
+    async def _watch_bus(self, bus: DaemonBus) -> None:
+        """Warn once when the bus goes away under us (dbus-daemon restarted or died)."""
+        try:  # shielded: cancelling this watcher must not cancel the bus's own disconnect future
+            await asyncio.shield(bus.wait_for_disconnect())
+            error = None
+        except Exception as exc:  # noqa: BLE001 - how it ended is only reported
+            error = f"{type(exc).__name__}: {exc}"
+        if self.bus is bus:  # not our own stop()
+            structlog.get_logger("aithermd.dbus").warning("dbus_lost", error=error,
+                                                          hint="restart aithermd to serve D-Bus again")
 
     @property
     def unique_name(self) -> str | None:
@@ -240,6 +252,9 @@ class DbusHandle:
         if self.interface is not None:
             self.interface.close()
         bus, self.bus = self.bus, None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if bus is None or not bus.connected:
             return
         if self.tracker is not None:
@@ -251,7 +266,7 @@ class DbusHandle:
         bus.unexport(wire.OBJECT_PATH)
         bus.disconnect()
         try:
-            await asyncio.wait_for(bus.wait_for_disconnect(), 2.0)
+            await asyncio.wait_for(asyncio.shield(bus.wait_for_disconnect()), 2.0)
         except Exception:  # noqa: BLE001 - the socket is gone either way
             pass
 

@@ -36,3 +36,25 @@ async def test_stop_releases_the_name_and_is_idempotent(bus_address, polkitd, co
                        path="/org/freedesktop/DBus", interface="org.freedesktop.DBus")
     assert reply.body == [False]
     hub.publish(hub.latest)  # listeners are gone: publishing after stop is harmless
+
+
+async def test_losing_the_bus_is_reported_and_publishing_goes_on(control, hub, capsys):
+    import asyncio
+    import subprocess
+
+    from aithermd.publish.reference import reference_snapshot
+
+    address, pid = subprocess.run(["dbus-daemon", "--session", "--print-address", "--fork", "--print-pid"],
+                                  capture_output=True, text=True, check=True).stdout.split()
+    handle = await dbus_service.start(address, control, hub, snapshot_interval_s=0.0)
+    try:
+        subprocess.run(["kill", "-9", pid], check=True)
+        for _ in range(100):
+            if not handle.bus.connected:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
+        hub.publish(reference_snapshot(2))  # emitting on a dead bus raises nothing
+        assert "dbus_lost" in capsys.readouterr().out
+    finally:
+        await handle.stop()
