@@ -22,24 +22,20 @@ from aithermd.model import (
     EMPTY,
     Decision,
     Device,
-    DeviceKind,
     KnobKind,
     KnobValue,
     Layer,
     Reading,
-    Status,
     _empty,
 )
-from aithermd.policy import arbiter, safety
-from aithermd.policy.conditions import CPU_KEY, Ctx
+from aithermd.policy import arbiter, safety, sampling
+from aithermd.policy.conditions import Ctx
 from aithermd.policy.curves import CurveState, FanState
 from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
 from aithermd.policy.references import all_conditions
 from aithermd.policy.rules import run_rule
 from aithermd.policy.schema import ProcessCondition
 from aithermd.policy.windows import Window
-
-HORIZON_PAD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -79,6 +75,8 @@ class EngineState:
     fans: Mapping[str, FanState] = field(default_factory=_empty)
     latched: frozenset[str] = frozenset()
     plans: tuple[Plan, ...] = ()
+    sampler: sampling.Sampler | None = None
+    safety: safety.SafetyPlan | None = None
     t_mono: float | None = None
 
 
@@ -105,47 +103,6 @@ def _plan(policy: Any, devices: tuple[Device, ...], cache: tuple[Plan, ...]) -> 
         if p.policy is policy and (p.devices is devices or p.devices == devices):
             return p
     return compile_plan(policy, devices)
-
-
-def _ok(r: Reading | None) -> float | None:
-    if r is None or r.status != Status.OK or r.value is None or r.value != r.value:
-        return None
-    return float(r.value)
-
-
-def _sample(key: str, inp: EngineInput, knobs: Mapping[str, Any]) -> float | None:
-    if key == CPU_KEY["cpu.power_w"]:
-        parts = [_ok(inp.readings.get(f"{d.id}/power")) for d in inp.devices
-                 if d.kind == DeviceKind.POWERCAP and d.id.split(":", 1)[-1].startswith("package")]
-        return None if not parts or any(p is None for p in parts) else sum(parts)  # type: ignore[arg-type]
-    if key.endswith("/power_pct"):
-        dev = key.rsplit("/", 1)[0]
-        power = _ok(inp.readings.get(f"{dev}/power"))
-        kv = inp.knobs.get(f"{dev}/power_limit")
-        limit = kv.value if kv is not None and kv.status == Status.OK else None
-        if limit is None:
-            knob = knobs.get(f"{dev}/power_limit")
-            limit = knob.default if knob is not None else None
-        return None if power is None or not limit else 100.0 * power / limit
-    return _ok(inp.readings.get(key))
-
-
-def _update_windows(plans: Sequence[Plan], inp: EngineInput, prev: Mapping[str, Window]
-                    ) -> tuple[dict[str, Window], set[str]]:
-    needs: dict[str, float] = {}
-    for p in plans:
-        for k, h in p.needs.items():
-            needs[k] = max(needs.get(k, 0.0), h)
-    knobs = plans[0].knobs if plans else {}
-    out, ok = {}, set()
-    for key, horizon in needs.items():
-        w = prev.get(key) or Window()
-        v = _sample(key, inp, knobs)
-        if v is not None:
-            w = w.push(inp.t_mono, v, horizon + HORIZON_PAD_S)
-            ok.add(key)
-        out[key] = w
-    return out, ok
 
 
 def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) -> MachineState:
@@ -207,7 +164,9 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     policies = [p for p in (active, *holds) if p is not None]
     plans = tuple(_plan(p, inp.devices, state.plans) for p in dict.fromkeys(policies))
     by_policy = {p.policy: p for p in plans}
-    windows, ok = _update_windows(plans, inp, state.windows)
+    sampler = state.sampler if state.sampler is not None and state.sampler.matches(plans) \
+        else sampling.build(plans)
+    windows, ok = sampling.update(sampler, inp.t_mono, inp.readings, inp.knobs, state.windows)
     knobs = {k.id: k for d in inp.devices for k in d.knobs}
     layers: list[dict[str, Decision]] = []
     new_policies: dict[str, PolicyState] = {}
@@ -227,7 +186,10 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
         gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
                               if p.document.safety.gpu_temp_limit_c is not None), default=None))
-    safe, latched = safety.evaluate(inp.devices, inp.readings, params, fan_sources, state.latched)
+    sp = state.safety if state.safety is not None and state.safety.params == params and \
+        (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
+        else safety.plan(inp.devices, params)
+    safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched)
     override = arbiter.override_decisions(overrides, knobs)
     merged = arbiter.merge([*layers, override, safe], knobs)
     fans = dict(state.fans)
@@ -237,7 +199,8 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     for kid in [k for k in fans if k not in merged]:
         del fans[kid]
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
-                            fans=MappingProxyType(fans), latched=latched, plans=plans, t_mono=inp.t_mono)
+                            fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
+                            safety=sp, t_mono=inp.t_mono)
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs

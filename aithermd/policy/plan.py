@@ -155,11 +155,7 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                         targets.append(Target(k, None, ("w", rule.pl2_w)))
             rules.append(CRule(rule.name, "cpu_power_limit", when, tuple(targets), rule))
         else:
-            crule = _fan_rule(rule, i, comp, devices, when)
-            for chans in crule.sources.values():
-                for c in chans:
-                    comp.needs.setdefault(c, 0.0)
-            rules.append(crule)
+            rules.append(_fan_rule(rule, i, comp, devices, when))
     knobs = {k.id: k for d in devices for k in d.knobs}
     return Plan(policy, devices, tuple(machines), tuple(rules), comp.needs, comp.uses_processes, knobs)
 

@@ -46,23 +46,41 @@ def _ok(r: Reading | None) -> bool:
     return r is not None and r.status == Status.OK and r.value is not None and r.value == r.value
 
 
-def critical_channels(devices: Sequence[Device], readings: Mapping[str, Reading], params: SafetyParams,
+@dataclass(frozen=True)
+class SafetyPlan:
+    """What :func:`evaluate` needs from one device tuple, computed once: each temperature channel with a
+    trigger, the knobs by id, and the devices by id."""
+
+    devices: tuple[Device, ...]
+    params: SafetyParams
+    triggers: tuple[tuple[str, float], ...]
+    knobs: Mapping[str, Knob]
+    by_id: Mapping[str, Device]
+
+
+def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
+    triggers = []
+    for d in devices:
+        for c in d.channels:
+            if c.quantity == Quantity.TEMPERATURE:
+                trig = trigger_c(d, c.thresholds, params)
+                if trig is not None:
+                    triggers.append((c.id, trig))
+    return SafetyPlan(tuple(devices), params, tuple(triggers), {k.id: k for d in devices for k in d.knobs},
+                      {d.id: d for d in devices})
+
+
+def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading],
                       latched: frozenset[str]) -> dict[str, tuple[float, float]]:
     """Channel id → (temperature, trigger) for every critical temperature, with release hysteresis."""
     out = {}
-    for d in devices:
-        for c in d.channels:
-            if c.quantity != Quantity.TEMPERATURE:
-                continue
-            trig = trigger_c(d, c.thresholds, params)
-            if trig is None:
-                continue
-            r = readings.get(c.id)
-            if not _ok(r):
-                continue
-            value = float(r.value)  # type: ignore[union-attr, arg-type]
-            if value >= trig or (c.id in latched and value > trig - RELEASE_C):
-                out[c.id] = (value, trig)
+    for cid, trig in sp.triggers:
+        r = readings.get(cid)
+        if not _ok(r):
+            continue
+        value = float(r.value)  # type: ignore[union-attr, arg-type]
+        if value >= trig or (cid in latched and value > trig - RELEASE_C):
+            out[cid] = (value, trig)
     return out
 
 
@@ -73,20 +91,20 @@ def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dic
                     reason=reason, requested=value, inputs=inputs)
 
 
-def evaluate(devices: Sequence[Device], readings: Mapping[str, Reading], params: SafetyParams,
-             fan_sources: Mapping[str, Iterable[str]], latched: frozenset[str]
-             ) -> tuple[dict[str, Decision], frozenset[str]]:
+def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mapping[str, Iterable[str]],
+             latched: frozenset[str]) -> tuple[dict[str, Decision], frozenset[str]]:
     """Safety decisions per knob id and the channels latched critical (the next call's ``latched``).
 
-    ``fan_sources``: fan knob id → the temperature channel ids its curve reads (from the policies)."""
+    ``sp``: :func:`plan` of the devices; ``fan_sources``: fan knob id → the temperature channel ids its curve
+    reads (from the policies)."""
     decisions: dict[str, Decision] = {}
-    critical = critical_channels(devices, readings, params, latched)
-    by_id = {d.id: d for d in devices}
+    devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
+    critical = critical_channels(sp, readings, latched)
     fans_of: dict[str, list[str]] = {}
-    for fan, sources in fan_sources.items():
-        for ch in sources:
-            fans_of.setdefault(ch, []).append(fan)
-    knobs = {k.id: k for d in devices for k in d.knobs}
+    if critical:
+        for fan, sources in fan_sources.items():
+            for ch in sources:
+                fans_of.setdefault(ch, []).append(fan)
 
     for ch_id, (value, trig) in critical.items():
         dev = by_id.get(ch_id.rsplit("/", 1)[0])

@@ -86,31 +86,38 @@ def normalize(header: str) -> tuple[str, str | None]:
     return ALIASES.get(text, text), unit
 
 
-_DAYS: dict[tuple[int, int, int], float] = {}
-
-
-def parse_time(text: str, line: int) -> float:
-    """A timestamp → local epoch seconds. Raises TraceError."""
+def parse_time(text: str, line: int, cache: dict[str, float] | None = None) -> float:
+    """A timestamp → local epoch seconds. ``cache`` (per parse) maps the text up to the second to its value.
+    Raises TraceError."""
+    text = text.strip()
+    head, rest = text[:19], text[19:]
+    if cache is not None:
+        base = cache.get(head)
+        if base is not None and (not rest or rest[0] == "." and rest[1:].strip().isdigit()):
+            return base + (float(rest) if rest else 0.0)
     m = _TS.match(text)
     if not m:
         raise TraceError(line, f"timestamp '{text.strip()}' is not 'YYYY/MM/DD HH:MM:SS[.fff]' or ISO 8601")
     y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    key = (y, mo, d)
-    base = _DAYS.get(key)
-    if base is None:
-        try:
-            base = time.mktime((y, mo, d, 0, 0, 0, 0, 0, -1))
-        except (OverflowError, ValueError) as exc:
-            raise TraceError(line, f"timestamp '{text.strip()}': {exc}") from None
-        if len(_DAYS) < 4096:
-            _DAYS[key] = base
     if h > 23 or mi > 59 or s > 60:
         raise TraceError(line, f"timestamp '{text.strip()}' has an impossible time of day")
-    return base + h * 3600 + mi * 60 + s + (float(m.group(7)) if m.group(7) else 0.0)
+    try:
+        base = time.mktime((y, mo, d, h, mi, s, 0, 0, -1))
+    except (OverflowError, ValueError) as exc:
+        raise TraceError(line, f"timestamp '{text.strip()}': {exc}") from None
+    if cache is not None and len(head) == 19 and not m.group(8) and len(cache) < 100_000:
+        cache[head] = base
+    return base + (float(m.group(7)) if m.group(7) else 0.0)
 
 
 def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
     """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker."""
+    try:
+        value = float(raw.split(None, 1)[0])
+        if value - value == 0.0:  # finite
+            return value, False
+    except (ValueError, IndexError):
+        pass
     text = raw.strip()
     low = text.lower()
     if low in UNKNOWN:
@@ -164,10 +171,11 @@ def _parse(lines: list[str]) -> Trace:
     texts = [(i, f) for i, f in enumerate(fields) if f not in NUMERIC and f != "timestamp"]
     parsed: list[tuple[float | None, str | None, GpuRow]] = []
     last_t = None
+    stamps: dict[str, float] = {}
     for lineno, row in rows:
         if len(row) != len(fields):
             raise TraceError(lineno, f"expected {len(fields)} fields as in the header, found {len(row)}")
-        t = parse_time(row[ts_col], lineno) if ts_col is not None else None
+        t = parse_time(row[ts_col], lineno, stamps) if ts_col is not None else None
         if t is not None and last_t is not None and t < last_t - 1e-3:
             raise TraceError(lineno, "time goes backwards")
         if t is not None:
