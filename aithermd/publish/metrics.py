@@ -38,7 +38,7 @@ TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 # NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
 CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
                        "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                       "display_clock_setting")
+                       "display_clocks_setting")  # the names of aithermd.backends.nvml_probe.REASONS
 
 _GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name"]
 _HWMON_LABELS = ["chip", "sensor", "label"]
