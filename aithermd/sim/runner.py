@@ -54,11 +54,19 @@ class SimClock:
 
 
 def sim_sleep(clock: SimClock, speedup: float) -> Callable[[float], Any]:
-    """The daemon's sleep: wait ``s / speedup`` of wall time (none when ``speedup`` is 0), then move the
-    simulated clock by ``s``. A cancelled sleep (stop requested) moves nothing."""
+    """The daemon's sleep: move the simulated clock by ``s`` once the wall clock has caught up with
+    simulated time / ``speedup`` (paced from the first sleep, so the time ticks take counts too; no
+    waiting when ``speedup`` is 0). A cancelled sleep (stop requested) moves nothing."""
+    anchor: list[float] = []
 
     async def sleep(seconds: float) -> None:
-        await asyncio.sleep(seconds / speedup if speedup > 0 else 0)
+        if speedup > 0:
+            if not anchor:
+                anchor.extend((time.monotonic(), clock.monotonic()))
+            due = anchor[0] + (clock.monotonic() + seconds - anchor[1]) / speedup
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+        else:
+            await asyncio.sleep(0)
         clock.advance(seconds)
 
     return sleep

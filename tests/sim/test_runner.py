@@ -1,0 +1,118 @@
+"""The runner's parts: simulated clock and sleep, physics stepping, recording, places, flags, report text."""
+
+import argparse
+import asyncio
+from types import MappingProxyType
+
+import pytest
+
+from aithermd.model import Event, PolicyStatus, Snapshot
+from aithermd.sim import report, runner
+from aithermd.sim.machine import SimulatedMachine
+
+
+def test_sim_clock_moves_only_when_told():
+    c = runner.SimClock(start=10.0, wall_start=1000.0)
+    assert (c.monotonic(), c.wall()) == (10.0, 1000.0)
+    c.advance(2.5)
+    c.advance(-1)  # never backwards
+    assert (c.monotonic(), c.wall()) == (12.5, 1002.5)
+
+
+def test_sleep_without_speedup_advances_the_simulated_clock_at_once():
+    c = runner.SimClock(start=0.0)
+    sleep = runner.sim_sleep(c, 0)
+    asyncio.run(sleep(1.0))
+    asyncio.run(sleep(0.5))
+    assert c.monotonic() == 1.5
+
+
+def test_a_cancelled_sleep_moves_nothing():
+    c = runner.SimClock(start=0.0)
+    sleep = runner.sim_sleep(c, 0.001)  # a 1000 s wait in wall time
+
+    async def go():
+        task = asyncio.ensure_future(sleep(1.0))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(go())
+    assert c.monotonic() == 0.0
+
+
+def test_stepper_integrates_long_ticks_in_one_second_steps(tmp_path):
+    m = SimulatedMachine(tmp_path / "m")
+    seen = []
+    step = m.step
+    m.step = lambda dt: (seen.append(dt), step(dt))  # type: ignore[method-assign]
+    stepper = runner.Stepper(m, t0=100.0, out=None)
+    stepper(100.0)
+    stepper(102.5)
+    assert seen == [1.0, 1.0, 0.5] and m.t_s == 2.5
+    m.close()
+
+
+def snap(t, states):
+    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=PolicyStatus(active="p", states=MappingProxyType(states)))
+
+
+def test_recorder_times_states_and_keeps_actuations():
+    rec = runner.Recorder(t0=100.0)
+    rec(snap(100.0, {"p": {"gpu0": "idle"}}), [])
+    rec(snap(101.0, {"p": {"gpu0": "idle"}}), [])
+    ev = Event(kind="actuation", t_wall=0, subject="gpu0/power_limit", message="",
+               data={"old": 450.0, "new": 600.0, "unit": "W", "rule": "p/raise"})
+    rec(snap(102.0, {"p": {"gpu0": "training"}}), [ev, Event(kind="fault", t_wall=0, subject="x", message="")])
+    rec(snap(105.0, {"p": {"gpu0": "training"}}), [])
+    assert rec.state_s == {"p/gpu0": {"idle": 2.0, "training": 3.0}}
+    assert rec.actuations == [{"t_s": 2.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 600.0, "unit": "W",
+                               "rule": "p/raise"}]
+
+
+def test_places_keep_the_machine_inside_a_given_state_dir(tmp_path, monkeypatch):
+    given = runner.make_places(tmp_path / "state")
+    assert given.state_dir == tmp_path / "state" and given.machine_dir.parent == given.state_dir
+    assert given.remove == (given.machine_dir,)  # the state dir itself is the caller's
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    temp = runner.make_places(None)
+    assert temp.state_dir.parent == temp.machine_dir.parent == temp.remove[0]
+    assert temp.remove[0].parent == tmp_path / "t"
+    runner.cleanup(temp)
+    assert list((tmp_path / "t").iterdir()) == []
+
+
+def args(**kw):
+    base = dict(sim_duration_s=None, sim_speedup=1.0, sim_trace=None, sim_gpu_profiles=[], sim_seed=0,
+                state_dir=None, sim_json=False)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_options_from_flags():
+    o = runner.options_from_args(args(sim_duration_s=600, sim_speedup=20))
+    assert (o.duration_s, o.speedup, o.state_dir) == (600, 20, None)
+    for bad in (dict(sim_duration_s=0), dict(sim_speedup=-1)):
+        with pytest.raises(ValueError):
+            runner.options_from_args(args(**bad))
+
+
+def test_flags_parse():
+    p = argparse.ArgumentParser()
+    p.add_argument("--state-dir")
+    runner.add_arguments(p)
+    a = p.parse_args(["--simulate", "--duration", "60", "--speedup", "0", "--gpu-profile", "a", "--gpu-profile",
+                      "b", "--trace", "t.csv"])
+    assert a.simulate and a.sim_duration_s == 60 and a.sim_speedup == 0
+    assert [str(x) for x in a.sim_gpu_profiles] == ["a", "b"] and str(a.sim_trace) == "t.csv"
+
+
+def test_report_text():
+    assert report.clock(0) == "0:00" and report.clock(129) == "2:09" and report.clock(3725) == "1:02:05"
+    line = report.actuation_line({"t_s": 129, "knob": "gpu0/power_limit", "old": 360.0, "new": 600.0,
+                                  "unit": "W", "rule": "ai-training/training-limit"})
+    assert "2:09" in line and "360 → 600 W" in line and line.endswith("ai-training/training-limit")
+    prog = report.progress_line(150, "training", {"gpu0": {"limit_w": 600, "power_w": 540.2, "temp_c": 66.6}})
+    assert prog == "[   2:30] training | gpu0 600 W limit, 540 W, 67 °C"
