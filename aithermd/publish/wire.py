@@ -32,12 +32,13 @@ ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
 # Methods: name → (in signature, out signature). JSON documents are strings.
 METHODS: dict[str, tuple[str, str]] = {
     "GetSnapshot": ("", "s"),  # JSON: sensors document + per knob "requested", "reason"; "policy": {...}
-    "GetHistory": ("d", "s"),  # seconds → JSON {"t": [wall s...], "series": {channel_or_knob_id: [v|null...]}}
+    # seconds → JSON {"t": [wall s...], "series": {channel_or_knob_id: [v|null...]}, "units": {id: unit}}
+    "GetHistory": ("d", "s"),
     "Explain": ("s", "s"),  # knob id ("" = all) → JSON {knob_id: {"value","requested","rule","reason","inputs"}}
     "ListPolicies": ("", "s"),  # JSON [{"name","path","description","active"}]
     "GetPolicy": ("s", "s"),  # name → JSON {"name","path","source" (YAML text),"description"}
-    "StartEnergyWindow": ("sd", "t"),  # name, timeout_s → window id
-    "StopEnergyWindow": ("t", "s"),  # id → JSON {"name","duration_s","joules": {device_id: J}}
+    "StartEnergyWindow": ("sd", "t"),  # name, timeout_s (0 = one day) → window id
+    "StopEnergyWindow": ("t", "s"),  # id → JSON {"id","name","duration_s","joules": {device_id: J},"total_j"}
     "SetActivePolicy": ("s", ""),
     "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
     "ReleasePolicy": ("u", ""),
@@ -50,7 +51,7 @@ METHODS: dict[str, tuple[str, str]] = {
 PROPERTIES: dict[str, str] = {
     "Version": "s",
     "ActivePolicy": "s",
-    "Holds": "s",  # JSON [{"cookie","policy","reason","owner","detached","expires"}]
+    "Holds": "s",  # JSON [{"cookie","policy","reason","owner","detached","expires","uid","created"}]
     "PolicyStates": "s",  # JSON {policy: {scope: state}}
     "DegradedDevices": "as",
     "DryRun": "b",
