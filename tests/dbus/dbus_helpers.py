@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
@@ -40,12 +43,30 @@ async def polkit_allow(bus: MessageBus, actions: list[str]) -> None:
 NOBODY = 65534
 
 
+@functools.cache
+def _runnable_as(uid: int) -> str | None:
+    """None when this Python and the tests can run as ``uid``; else why not."""
+    if os.geteuid() != 0:
+        return "running a client as another uid needs root"
+    probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable,
+                            "-c", f"import dbus_fast; open({str(HERE / 'client_call.py')!r}).close()"],
+                           capture_output=True, text=True, cwd="/")
+    return None if probe.returncode == 0 else f"uid {uid} cannot run {sys.executable}: {probe.stderr[-300:]}"
+
+
+def _skip_unless_runnable_as(uid: int) -> None:
+    why = _runnable_as(uid)
+    if why is not None:
+        pytest.skip(why)
+
+
 def run_client(address: str, calls: list, *, uid: int | None = NOBODY) -> list[dict]:
     """Make ``calls`` ([member, signature, body]) from another process, as ``uid`` (None: as root).
 
     Returns the JSON lines it printed: first {"unique_name", "uid"}, then one per call."""
     cmd = [sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls)]
     if uid is not None:
+        _skip_unless_runnable_as(uid)
         cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
     assert done.returncode == 0, done.stderr
