@@ -11,9 +11,14 @@ HELP = "print the JSON Schema of policy files"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compact", action="store_true", help="one line instead of indented")
+    parser.add_argument("--markdown", action="store_true", help="the reference as Markdown (policies/README.md)")
 
 
 def run(args: argparse.Namespace) -> int:
     from aithermd.policy.schema import json_schema
+    if args.markdown:
+        from aithermd.policy.schemadoc import markdown
+        print(markdown(json_schema()), end="")
+        return 0
     print(json.dumps(json_schema(), indent=None if args.compact else 2, ensure_ascii=False))
     return 0

@@ -155,3 +155,21 @@ def test_energy_above_limit_stale_time_and_profiles_beyond_the_dump():
     assert s["mean_power_limit_w"] == pytest.approx(300.0)
     assert [(d["t"], d["device"], d["old"], d["new"], d["rule"]) for d in doc["decisions"]] == \
         [(0.0, "gpu0", 500.0, 300.0, "cap/cap"), (0.0, "gpu1", 500.0, 300.0, "cap/cap")]
+
+
+def test_readme_reference_is_the_generated_one_and_its_examples_are_valid(capsys):
+    import re
+
+    from aithermd.policy.loader import load_policy_text
+    from aithermd.policy.schema import json_schema
+    from aithermd.policy.schemadoc import BEGIN, END, markdown
+    readme = (ROOT / "policies" / "README.md").read_text()
+    assert readme.split(BEGIN, 1)[1].split(END, 1)[0] == "\n" + markdown(json_schema())
+    assert main(["schema", "--markdown"]) == 0
+    assert capsys.readouterr().out == markdown(json_schema())
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    full = [b for b in blocks if b.startswith(("description:", "rules:", "machines:", "curves:"))
+            and "NAME" not in b]
+    assert len(full) >= 4
+    for block in full:
+        load_policy_text(block, name="readme")
