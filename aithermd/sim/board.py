@@ -185,9 +185,8 @@ class Board:
         self.energy = {zone: self._open(root / zone / "energy_uj") for zone in (RAPL_PKG, RAPL_CORE)}
         self.energy_range_uj = {zone: int((root / zone / "max_energy_range_uj").read_text().split()[0])
                                 for zone in (RAPL_PKG, RAPL_CORE)}
-        self.pl = {f"{zone}/constraint_{i}_power_limit_uw": self._open(root / zone / f"constraint_{i}_power_limit_uw")
-                   for zone in (RAPL_PKG, RAPL_CORE) for i in (0, 1)
-                   if (root / zone / f"constraint_{i}_power_limit_uw").exists()}
+        names = [f"{zone}/constraint_{i}_power_limit_uw" for zone in (RAPL_PKG, RAPL_CORE) for i in (0, 1)]
+        self.pl = {name: self._open(root / name) for name in names if (root / name).exists()}
         self.case_air_c = self.temps["systin"].read_int() / 1000.0  # type: ignore[operator]
         self.cpu_sink_c = self.temps["tdie"].read_int() / 1000.0 - CPU_R_JUNCTION_K_PER_W * CPU_IDLE_W  # type: ignore[operator]
         self.amdgpu_c = self.temps["edge"].read_int() / 1000.0  # type: ignore[operator]
@@ -204,7 +203,8 @@ class Board:
             raise FileExistsError(f"{dest / 'sys'} exists: a board needs a directory of its own")
         dest.mkdir(parents=True, exist_ok=True)
         if archive is None:
-            with resources.as_file(resources.files("aithermd").joinpath("data", "boards", DEFAULT_BOARD)) as path:
+            shipped = resources.files("aithermd").joinpath("data", "boards", DEFAULT_BOARD)
+            with resources.as_file(shipped) as path:
                 ttar.extract(path, dest)
         else:
             ttar.extract(archive, dest)
@@ -246,7 +246,8 @@ class Board:
 
     def case_fan_duty_pct(self) -> float:
         """Mean duty of the connected chassis fans (what a passively cooled GPU's airflow follows)."""
-        duties = [self.fans[f"nct6798/pwm{n}"].duty_pct for n in CASE_FANS if self.fans[f"nct6798/pwm{n}"].connected]
+        fans = [self.fans[f"nct6798/pwm{n}"] for n in CASE_FANS]
+        duties = [f.duty_pct for f in fans if f.connected]
         return sum(duties) / len(duties) if duties else 0.0
 
     def step(self, dt_s: float, *, cpu_util_pct: float, gpu_heat_w: float) -> BoardState:
@@ -265,7 +266,8 @@ class Board:
             fan.duty_pct = fan_duty_pct(fan, auto_duty_pct(source, fan.auto_floor_pct))
         cpu_fan = self.fans[f"nct6798/pwm{CPU_FAN}"].duty_pct
         self.cpu_sink_c = thermal.step_temperature_c(
-            CPU_THERMAL, self.cpu_sink_c, power_w=self.cpu_power_w, duty_pct=cpu_fan, air_c=self.case_air_c, dt_s=dt_s)
+            CPU_THERMAL, self.cpu_sink_c, power_w=self.cpu_power_w, duty_pct=cpu_fan, air_c=self.case_air_c,
+            dt_s=dt_s)
         self.amdgpu_c = thermal.step_temperature_c(
             AMDGPU_THERMAL, self.amdgpu_c, power_w=AMDGPU_POWER_W, duty_pct=self.fans["amdgpu/pwm1"].duty_pct,
             air_c=self.case_air_c, dt_s=dt_s)
@@ -298,7 +300,8 @@ class Board:
         for zone, share in ((RAPL_PKG, 1.0), (RAPL_CORE, 0.7)):
             counter = self.energy[zone]
             span = self.energy_range_uj[zone] + 1
-            counter.write_int(((counter.read_int() or 0) + round(share * self.cpu_power_w * dt_s * 1e6)) % span)
+            added_uj = round(share * self.cpu_power_w * dt_s * 1e6)
+            counter.write_int(((counter.read_int() or 0) + added_uj) % span)
 
     def close(self) -> None:
         for f in self._files:

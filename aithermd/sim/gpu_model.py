@@ -31,7 +31,8 @@ The driver's own slowdown: at or above the GPU's slowdown temperature (``nvidia-
 Temp", NVML ``NVML_TEMPERATURE_THRESHOLD_SLOWDOWN``) the hardware cuts clocks by half or more (clock event
 reasons ``HW_SLOWDOWN`` and ``HW_THERMAL_SLOWDOWN``); here the dynamic power budget halves at the threshold
 and shrinks linearly to nothing at the shutdown temperature (the driver keeps cutting clocks while the card
-heats further), and stays halved until the temperature is ``slowdown_hysteresis_c`` below the threshold. A power-bound card reports
+heats further), and stays halved until the temperature is ``slowdown_hysteresis_c`` below the threshold.
+A power-bound card reports
 ``SW_POWER_CAP``; a card with no work reports ``GPU_IDLE``.
 """
 
@@ -94,7 +95,9 @@ class GpuParams:
             slowdown = profile.target_temp_c + 3.0
         else:
             slowdown = 90.0
-        shutdown = profile.shutdown_temp_c if profile.shutdown_temp_c and profile.shutdown_temp_c > slowdown else None
+        shutdown = profile.shutdown_temp_c
+        if not shutdown or shutdown <= slowdown:
+            shutdown = None
         return cls(idle_w=idle, peak_w=peak_demand_ratio * default, slowdown_temp_c=slowdown,
                    max_clock_mhz=profile.max_sm_clock_mhz or 2000.0, shutdown_temp_c=shutdown)
 

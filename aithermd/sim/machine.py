@@ -91,7 +91,8 @@ class SimPsutil:
         if (self._busy_s, self._idle_s) == self._last_read:
             self._idle_s += 0.01
         self._last_read = (self._busy_s, self._idle_s)
-        one = CpuTimes(self._busy_s * 0.85, 0.0, self._busy_s * 0.15, self._idle_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        busy = self._busy_s
+        one = CpuTimes(busy * 0.85, 0.0, busy * 0.15, self._idle_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         if not percpu:
             return CpuTimes(*(v * self.threads for v in one))
         return [one] * self.threads
@@ -154,7 +155,8 @@ class SimulatedMachine:
         self.gpus: list[SimGpu] = []
         for i, prof in enumerate(self.profiles):
             params = GpuParams.from_profile(prof)
-            self.gpus.append(SimGpu(profile=prof, params=params, cooling=gpu_thermal_params(prof, params.idle_w),
+            cooling = gpu_thermal_params(prof, params.idle_w)
+            self.gpus.append(SimGpu(profile=prof, params=params, cooling=cooling,
                                     temp_c=prof.temp_c if prof.temp_c is not None else 35.0,
                                     fans=len(prof.fan_speeds_pct), last_limit_w=self.nvml.power_limit_w(i)))
 
@@ -192,9 +194,11 @@ class SimulatedMachine:
         out = gpu_model.gpu_step(g.params, util_pct=util, limit_w=enforced, temp_c=g.temp_c,
                                  was_slowdown=g.slowdown)
         g.slowdown = out.slowdown
-        auto = gpu_model.firmware_fan_pct(g.temp_c, spinning=g.spinning, target_temp_c=g.profile.target_temp_c or 84.0)
+        auto = gpu_model.firmware_fan_pct(g.temp_c, spinning=g.spinning,
+                                          target_temp_c=g.profile.target_temp_c or 84.0)
         g.spinning = auto > 0
-        duties = [auto if self.nvml.fan_auto(i, f) else float(self.nvml.fan_target_pct(i, f)) for f in range(g.fans)]
+        duties = [auto if self.nvml.fan_auto(i, f) else float(self.nvml.fan_target_pct(i, f))
+                  for f in range(g.fans)]
         airflow = sum(duties) / len(duties) if duties else self.board.case_fan_duty_pct()
         g.temp_c = thermal.step_temperature_c(g.cooling, g.temp_c, power_w=out.power_w, duty_pct=airflow,
                                               air_c=air_c, dt_s=dt_s)
@@ -237,14 +241,16 @@ class SimulatedMachine:
                 "peak_temp_c": round(g.peak_temp_c, 1), "slowdown_temp_c": g.params.slowdown_temp_c,
                 "slowdown_s": g.slowdown_s, "limit_changes": [list(c) for c in g.limit_changes],
                 "final_limit_w": self.nvml.power_limit_w(i),
-                "default_limit_w": g.profile.default_power_limit_w, "max_limit_w": g.profile.max_power_limit_w,
+                "default_limit_w": g.profile.default_power_limit_w,
+                "max_limit_w": g.profile.max_power_limit_w,
             }
         gpu_energy = sum(g.energy_j for g in self.gpus)
         work = sum(g.work for g in self.gpus)
         return {
             "duration_s": round(self.t_s, 3), "energy_j": round(gpu_energy + self.cpu_energy_j, 1),
             "gpu_energy_j": round(gpu_energy, 1), "cpu_energy_j": round(self.cpu_energy_j, 1),
-            "work": round(work, 2), "work_per_kj": round(1000.0 * work / gpu_energy, 4) if gpu_energy else 0.0,
+            "work": round(work, 2),
+            "work_per_kj": round(1000.0 * work / gpu_energy, 4) if gpu_energy else 0.0,
             "phase_s": {k: round(v, 1) for k, v in self.phase_s.items()}, "gpus": gpus,
             "peak_cpu_c": round(self.peak_cpu_c, 1), "peak_case_c": round(self.peak_case_c, 1),
             "fan_changes": len(self.fan_changes),

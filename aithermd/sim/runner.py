@@ -162,7 +162,8 @@ def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> 
     ``actuations`` entry the daemon published (``t_s``, ``knob``, ``old``, ``new``, ``unit``, ``rule``) and
     ``policy_states_s`` (``"policy/device"`` → state → seconds)."""
     return {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
-            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()} for k, d in recorder.state_s.items()}}
+            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()}
+                                for k, d in recorder.state_s.items()}}
 
 
 def build_backends(machine: SimulatedMachine, clock: SimClock) -> list[Any]:
@@ -184,7 +185,8 @@ class Stepper:
     """``before_sample``: advance the machine to the tick's simulated time in steps of at most
     :data:`MAX_STEP_S`, printing a progress line each simulated ``progress_s``."""
 
-    def __init__(self, machine: SimulatedMachine, t0: float, out: TextIO | None, progress_s: float = 30.0) -> None:
+    def __init__(self, machine: SimulatedMachine, t0: float, out: TextIO | None,
+                 progress_s: float = 30.0) -> None:
         self.machine, self.t0, self.out, self.progress_s = machine, t0, out, progress_s
         self._next_progress = 0.0
 
@@ -195,8 +197,8 @@ class Stepper:
         if self.out is not None and self.machine.t_s >= self._next_progress:
             self._next_progress += self.progress_s
             m = self.machine
-            gpus = {f"gpu{i}": {"limit_w": m.nvml.power_limit_w(i), "power_w": m.nvml.gpu(i).power_mw / 1000.0,
-                                "temp_c": g.temp_c} for i, g in enumerate(m.gpus)}
+            gpus = {f"gpu{i}": {"limit_w": m.nvml.power_limit_w(i), "temp_c": g.temp_c,
+                                "power_w": m.nvml.gpu(i).power_mw / 1000.0} for i, g in enumerate(m.gpus)}
             self.out.write(report.progress_line(m.t_s, m.workload.phase(m.t_s), gpus) + "\n")
             self.out.flush()
 
@@ -241,7 +243,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimRe
     live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
     daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock),
-                    sleep=sim_sleep(clock, opts.speedup), before_sample=Stepper(machine, clock.monotonic(), live))
+                    sleep=sim_sleep(clock, opts.speedup),
+                    before_sample=Stepper(machine, clock.monotonic(), live))
     daemon.hub.add_listener(recorder)
     if live is not None:
         daemon.hub.add_listener(live_actuations(recorder, live))
@@ -255,7 +258,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimRe
             policy = daemon.operator.active if daemon.operator else settings.policy
             data = summary_data(machine, recorder, policy)
             if out is not None:
-                out.write(json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data))
+                text = json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data)
+                out.write(text)
                 out.flush()
         machine.close()
         if code == 0:

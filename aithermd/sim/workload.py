@@ -127,14 +127,16 @@ class TraceWorkload:
         return TRAINING if row is not None and max(row) >= self.busy_pct else IDLE
 
     @classmethod
-    def from_rows(cls, rows: Sequence[tuple[float, Sequence[float | None]]], *, source: str = "") -> TraceWorkload:
+    def from_rows(cls, rows: Sequence[tuple[float, Sequence[float | None]]], *,
+                  source: str = "") -> TraceWorkload:
         """From ``(t_s, [util % per GPU])`` rows (times from any origin); a missing value (None) repeats the
         GPU's previous one (0 at the start)."""
         times: list[float] = []
         utils: list[tuple[float, ...]] = []
         last: list[float] = []
         for t, row in rows:
-            values = [(last[i] if i < len(last) else 0.0) if v is None else float(v) for i, v in enumerate(row)]
+            values = [(last[i] if i < len(last) else 0.0) if v is None else float(v)
+                      for i, v in enumerate(row)]
             last = values
             times.append(float(t))
             utils.append(tuple(values))

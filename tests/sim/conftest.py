@@ -1,7 +1,6 @@
 """Shared runs of the daemon on the simulated workstation (in process, no waiting: ~2 s per 10 minutes)."""
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -19,7 +18,8 @@ def run_daemon(tmp_path, policy: str, duration_s: float, workload: Workload | No
     settings = DaemonSettings(policy=policy, policy_pinned=True, bus="none", metrics_listen="none",
                               log_level="error")
     opts = SimOptions(duration_s=duration_s, speedup=0, seed=SEED, wall_start=NOON,
-                      workload=workload or CycleWorkload(seed=SEED), state_dir=tmp_path / f"state-{policy}", **kw)
+                      workload=workload or CycleWorkload(seed=SEED),
+                      state_dir=tmp_path / f"state-{policy}", **kw)
     result = asyncio.run(simulate(settings, opts, None))
     assert result.code == 0, f"{policy}: the daemon exited {result.code}"
     return result
@@ -48,6 +48,7 @@ def default_cycle_runs(tmp_path_factory) -> dict[str, dict]:
 def long_training_runs(tmp_path_factory) -> dict[str, dict]:
     """25 minutes of training between idle spells, per shipped policy: long enough to reach steady state."""
     base = tmp_path_factory.mktemp("long")
-    load: Callable[[], Workload] = lambda: CycleWorkload(idle_before_s=120, training_s=1500, idle_after_s=300,
-                                                         seed=SEED)
+    def load() -> Workload:
+        return CycleWorkload(idle_before_s=120, training_s=1500, idle_after_s=300, seed=SEED)
+
     return {policy: run_daemon(base, policy, 1920, load()).data for policy in POLICIES}

@@ -65,7 +65,8 @@ def test_without_state_dir_the_default_state_dir_is_never_touched(tmp):
 
 def test_a_real_trace_and_a_dump(tmp):
     p = aithermd("run", "--simulate", "--trace", str(TRACE), "--gpu-profile", str(DUMP), "--duration", "900",
-                 "--speedup", "0", "--policy", "ai-training", "--summary-json", "--log-level", "error", tmp=tmp)
+                 "--speedup", "0", "--policy", "ai-training", "--summary-json", "--log-level", "error",
+                 tmp=tmp)
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(p.stdout)
     assert list(data["gpus"]) == ["gpu0"]
@@ -75,7 +76,8 @@ def test_a_real_trace_and_a_dump(tmp):
 
 def test_a_malformed_trace_is_refused_with_its_line(tmp, tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("timestamp, utilization.gpu [%]\n2026/01/03 15:36:53.507, 1 %\n2026/01/03 15:36:54.507, lots\n")
+    bad.write_text("timestamp, utilization.gpu [%]\n"
+                   "2026/01/03 15:36:53.507, 1 %\n2026/01/03 15:36:54.507, lots\n")
     p = aithermd("run", "--simulate", "--trace", str(bad), "--duration", "10", "--speedup", "0", tmp=tmp)
     assert p.returncode == 2
     assert f"{bad}:3" in p.stderr
@@ -90,7 +92,8 @@ def test_a_trace_without_utilization_is_refused(tmp, tmp_path):
 
 
 def test_an_unreadable_dump_is_refused(tmp, tmp_path):
-    p = aithermd("run", "--simulate", "--gpu-profile", str(tmp_path / "missing.txt"), "--duration", "10", tmp=tmp)
+    p = aithermd("run", "--simulate", "--gpu-profile", str(tmp_path / "missing.txt"), "--duration", "10",
+                 tmp=tmp)
     assert p.returncode == 2 and "missing.txt" in p.stderr
 
 

@@ -36,7 +36,8 @@ def test_nvml_reads_what_the_physics_did(machine):
         e0 = nvml.nvmlDeviceGetTotalEnergyConsumption(h)
         run(machine, 300)  # 2 min idle, 3 min training
         assert nvml.nvmlDeviceGetUtilizationRates(h).gpu >= 30
-        assert nvml.nvmlDeviceGetPowerUsage(h) == pytest.approx(450_000, rel=0.01)  # held at the default limit
+        # held at the default limit
+        assert nvml.nvmlDeviceGetPowerUsage(h) == pytest.approx(450_000, rel=0.01)
         assert nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU) > idle_temp + 15
         e1 = nvml.nvmlDeviceGetTotalEnergyConsumption(h)
         assert (e1 - e0) / 1000 == pytest.approx(machine.gpus[0].energy_j, rel=0.01)

@@ -78,8 +78,8 @@ def test_throughput_has_diminishing_returns_in_power():
     work = [o.throughput for o in out]
     per_joule = [o.throughput / o.power_w for o in out]
     assert work == sorted(work) and work[-1] == pytest.approx(1.0)
-    gains = [b - a for a, b in zip(work, work[1:])]
-    assert all(g2 < g1 for g1, g2 in zip(gains, gains[1:]))  # each 100 W buys less
+    gains = [b - a for a, b in zip(work, work[1:], strict=False)]
+    assert all(g2 < g1 for g1, g2 in zip(gains, gains[1:], strict=False))  # each 100 W buys less
     assert per_joule == sorted(per_joule, reverse=True)  # lower limit, more work per joule
 
 
@@ -122,7 +122,8 @@ def test_params_from_a_profile():
                       slowdown_temp_c=None, target_temp_c=84.0, max_sm_clock_mhz=3120)
     p = GpuParams.from_profile(prof)
     assert (p.idle_w, p.peak_w, p.slowdown_temp_c, p.max_clock_mhz) == (26.84, 540.0, 87.0, 3120)
-    busy = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=350, power_draw_w=183.0, slowdown_temp_c=90)
+    busy = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=350, power_draw_w=183.0,
+                      slowdown_temp_c=90)
     assert GpuParams.from_profile(busy).idle_w == pytest.approx(21.0)
     assert GpuParams.from_profile(busy).slowdown_temp_c == 90
     with pytest.raises(ValueError):

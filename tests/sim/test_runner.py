@@ -54,7 +54,8 @@ def test_stepper_integrates_long_ticks_in_one_second_steps(tmp_path):
 
 
 def snap(t, states):
-    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=PolicyStatus(active="p", states=MappingProxyType(states)))
+    status = PolicyStatus(active="p", states=MappingProxyType(states))
+    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=status)
 
 
 def test_recorder_times_states_and_keeps_actuations():
@@ -63,11 +64,12 @@ def test_recorder_times_states_and_keeps_actuations():
     rec(snap(101.0, {"p": {"gpu0": "idle"}}), [])
     ev = Event(kind="actuation", t_wall=0, subject="gpu0/power_limit", message="",
                data={"old": 450.0, "new": 600.0, "unit": "W", "rule": "p/raise"})
-    rec(snap(102.0, {"p": {"gpu0": "training"}}), [ev, Event(kind="fault", t_wall=0, subject="x", message="")])
+    fault = Event(kind="fault", t_wall=0, subject="x", message="")
+    rec(snap(102.0, {"p": {"gpu0": "training"}}), [ev, fault])
     rec(snap(105.0, {"p": {"gpu0": "training"}}), [])
     assert rec.state_s == {"p/gpu0": {"idle": 2.0, "training": 3.0}}
-    assert rec.actuations == [{"t_s": 2.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 600.0, "unit": "W",
-                               "rule": "p/raise"}]
+    assert rec.actuations == [{"t_s": 2.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 600.0,
+                               "unit": "W", "rule": "p/raise"}]
 
 
 def test_places_keep_the_machine_inside_a_given_state_dir(tmp_path, monkeypatch):
@@ -103,8 +105,8 @@ def test_flags_parse():
     p = argparse.ArgumentParser()
     p.add_argument("--state-dir")
     runner.add_arguments(p)
-    a = p.parse_args(["--simulate", "--duration", "60", "--speedup", "0", "--gpu-profile", "a", "--gpu-profile",
-                      "b", "--trace", "t.csv"])
+    a = p.parse_args(["--simulate", "--duration", "60", "--speedup", "0", "--gpu-profile", "a",
+                      "--gpu-profile", "b", "--trace", "t.csv"])
     assert a.simulate and a.sim_duration_s == 60 and a.sim_speedup == 0
     assert [str(x) for x in a.sim_gpu_profiles] == ["a", "b"] and str(a.sim_trace) == "t.csv"
 
