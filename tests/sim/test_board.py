@@ -149,3 +149,34 @@ def test_knob_values_lists_what_the_daemon_may_write(board):
     assert knobs[f"{NCT}/pwm2"] == 88 and knobs[f"{NCT}/pwm2_enable"] == 5
     assert knobs[f"{RAPL_PKG}/constraint_0_power_limit_uw"] == 4_090_000_000
     assert not any("temp" in k or "fan" in k.rsplit("/", 1)[-1] for k in knobs)
+
+
+def test_a_reader_racing_the_writer_never_sees_an_empty_or_torn_value(board):
+    import threading
+
+    paths = [board.sysfs_root / RAPL_PKG / "energy_uj", board.sysfs_root / NCT / "temp1_input",
+             board.sysfs_root / NCT / "fan1_input", board.sysfs_root / NCT / "pwm2"]
+    fds = [os.open(p, os.O_RDONLY) for p in paths]
+    bad: list[bytes] = []
+    reads = [0]
+    done = threading.Event()
+
+    def reader():
+        while not done.is_set():
+            for fd in fds:
+                raw = os.pread(fd, 4096, 0)
+                reads[0] += 1
+                if not raw.endswith(b"\n") or not raw.strip().isdigit():
+                    bad.append(raw)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(400):
+            board.step(1.0, cpu_util_pct=100 if i % 50 < 25 else 0, gpu_heat_w=600)
+    finally:
+        done.set()
+        t.join()
+        for fd in fds:
+            os.close(fd)
+    assert reads[0] > 0 and bad == []
