@@ -110,21 +110,32 @@ async def run_child(command: Sequence[str]) -> int:
     """Run ``command`` with our stdio; SIGTERM, SIGHUP and SIGQUIT are forwarded, SIGINT is left to the
     terminal (it reaches the child's process group already). Returns its exit code, 128+N for signal N,
     127 not found, 126 not executable."""
-    try:
-        proc = await asyncio.create_subprocess_exec(*command)
-    except FileNotFoundError:
-        _note(f"{command[0]}: command not found")
-        return 127
-    except PermissionError:
-        _note(f"{command[0]}: permission denied")
-        return 126
     loop = asyncio.get_running_loop()
     forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    procs: list[asyncio.subprocess.Process] = []
+    early: list[int] = []  # signals that came before the child existed
+
+    def forward(sig: int) -> None:
+        if not procs:
+            early.append(sig)
+        elif procs[0].returncode is None:
+            procs[0].send_signal(sig)
+
     for sig in forwarded:
-        loop.add_signal_handler(sig, lambda s=sig: proc.returncode is None and proc.send_signal(s))
+        loop.add_signal_handler(sig, forward, sig)
     loop.add_signal_handler(signal.SIGINT, lambda: None)
     try:
-        rc = await proc.wait()
+        try:
+            procs.append(await asyncio.create_subprocess_exec(*command))
+        except FileNotFoundError:
+            _note(f"{command[0]}: command not found")
+            return 127
+        except PermissionError:
+            _note(f"{command[0]}: permission denied")
+            return 126
+        for sig in early:
+            procs[0].send_signal(sig)
+        rc = await procs[0].wait()
     finally:
         for sig in (*forwarded, signal.SIGINT):
             loop.remove_signal_handler(sig)

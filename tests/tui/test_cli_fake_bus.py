@@ -1,0 +1,193 @@
+"""The CLI as a process, over a private bus, against the scripted daemon: text and --json output, exit codes,
+one-line errors, and holds that end however the command ends."""
+
+import asyncio
+import json
+import os
+import signal
+
+from cli_helpers import ctl, start
+
+from aithermd.publish import wire
+
+
+async def test_status_json_is_exactly_the_daemon_document(fake_daemon, private_bus):
+    rc, out, err = await ctl(private_bus, "status", "--json")
+    assert rc == 0 and err == ""
+    assert out == json.dumps(fake_daemon.doc, ensure_ascii=False) + "\n"
+    assert json.loads(out) == fake_daemon.doc
+
+
+async def test_status_text_summarises_gpus_packages_fans(fake_daemon, private_bus):
+    rc, out, _ = await ctl(private_bus, "status")
+    assert rc == 0
+    assert out.splitlines()[0] == "policy ai-training"
+    assert "  gpu0  NVIDIA GeForce RTX 4090" in out
+    assert ("     71 °C  power 498.3 W of limit 520 W (150–600 W, default 450 W)  util 99%  fans 62% 62%"
+            in out)
+    assert "limit set by ai-training/raise-under-load: gpu0 utilization ≥ 90 % for 60 s" in out
+    assert "clock events: sw_power_cap" in out
+    assert "package-0  power   87.4 W  PL1 125 W  PL2 241 W  64 °C" in out
+    assert "nct6798-isa-0290 fan1   678 RPM  duty  40%  ai-training/case-fans" in out
+
+
+async def test_policy_verbs(fake_daemon, private_bus):
+    rc, out, _ = await ctl(private_bus, "policy", "list")
+    assert rc == 0 and out.splitlines()[0].startswith("* ai-training  Raise GPU power limits")
+    rc, out, _ = await ctl(private_bus, "policy", "list", "--json")
+    assert [p["name"] for p in json.loads(out)] == ["ai-training", "balanced", "quiet"]
+    rc, out, _ = await ctl(private_bus, "policy", "show", "quiet")
+    assert rc == 0 and "relax_to: 250" in out
+    rc, _, err = await ctl(private_bus, "policy", "set", "balanced")
+    assert rc == 0 and "active policy is now balanced" in err
+    assert fake_daemon.doc["policy"]["active"] == "balanced"
+    rc, _, err = await ctl(private_bus, "policy", "set", "turbo")
+    assert rc == wire.EXIT_USAGE
+    assert err == "aithermctl: no policy 'turbo' (policies: aithermctl policy list)\n"
+    fake_daemon.reload_error = "/etc/aithermd/policies/x.yaml:3: unknown key 'rulez'"
+    rc, _, err = await ctl(private_bus, "policy", "reload")
+    assert rc == wire.EXIT_FAILURE and "x.yaml:3: unknown key 'rulez'" in err and err.count("\n") == 1
+
+
+async def test_hold_detached_prints_the_cookie_and_release_ends_it(fake_daemon, private_bus):
+    rc, out, _ = await ctl(private_bus, "hold", "quiet", "--reason", "meeting", "--timeout", "15m", "--detach")
+    cookie = int(out)
+    assert rc == 0 and fake_daemon.holds[0]["cookie"] == cookie
+    assert fake_daemon.calls[-1][:2] == ("HoldPolicy", ["quiet", "meeting", 900.0, True])
+    rc, _, _ = await ctl(private_bus, "release", str(cookie))
+    assert rc == 0 and fake_daemon.holds == []
+    rc, _, err = await ctl(private_bus, "release", str(cookie))
+    assert rc == wire.EXIT_USAGE and f"no hold with cookie {cookie}" in err
+
+
+async def test_hold_without_detach_holds_until_interrupted(fake_daemon, private_bus):
+    proc = await start(private_bus, "hold", "quiet", "--reason", "demo")
+    cookie = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+    assert [h["cookie"] for h in fake_daemon.holds] == [cookie]
+    assert fake_daemon.holds[0]["detached"] is False
+    await asyncio.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert await asyncio.wait_for(proc.wait(), 20) == 0
+    assert fake_daemon.holds == []
+    assert ("ReleasePolicy", [cookie]) in [c[:2] for c in fake_daemon.calls]
+
+
+async def test_run_passes_the_exit_code_and_releases_the_hold(fake_daemon, private_bus):
+    rc, out, err = await ctl(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo hi; exit 7")
+    assert rc == 7 and out == "hi\n"
+    (hold,) = [c for c in fake_daemon.calls if c[0] == "HoldPolicy"]
+    assert hold[1] == ["quiet", "aithermctl run sh -c 'echo hi; exit 7'", 0.0, False]
+    assert fake_daemon.holds == []
+    assert "holding quiet" in err
+
+
+async def test_run_releases_the_hold_when_the_child_is_killed(fake_daemon, private_bus):
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo $$; exec sleep 60")
+    child = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+    assert len(fake_daemon.holds) == 1
+    os.kill(child, signal.SIGKILL)
+    assert await asyncio.wait_for(proc.wait(), 20) == 128 + signal.SIGKILL
+    assert fake_daemon.holds == []
+
+
+async def test_run_forwards_sigterm_and_releases(fake_daemon, private_bus):
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
+    assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.wait_for(proc.wait(), 20) == 128 + signal.SIGTERM
+    assert fake_daemon.holds == []
+
+
+async def test_run_killed_itself_leaves_no_hold_because_it_is_not_detached(fake_daemon, private_bus):
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo $$; exec sleep 60")
+    child = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+    try:
+        assert fake_daemon.holds[0]["detached"] is False
+        proc.kill()  # aithermctl dies: its bus connection closes and the daemon ends the hold
+        for _ in range(100):
+            if not fake_daemon.holds:
+                break
+            await asyncio.sleep(0.05)
+        assert fake_daemon.holds == []
+    finally:
+        os.kill(child, signal.SIGKILL)
+        await proc.wait()
+
+
+async def test_run_of_a_missing_command_is_127_and_releases(fake_daemon, private_bus):
+    rc, _, err = await ctl(private_bus, "run", "--policy", "quiet", "--", "no-such-command-here")
+    assert rc == 127 and "no-such-command-here: command not found" in err
+    assert fake_daemon.holds == []
+
+
+async def test_override_set_clear_and_refusals(fake_daemon, private_bus):
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "400W", "--for", "15m")
+    assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 900.0)}
+    assert "gpu0/power_limit overridden to 400 for 900 s" in err
+    rc, _, _ = await ctl(private_bus, "override", "clear", "gpu0/power_limit")
+    assert rc == 0 and fake_daemon.overrides == {}
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "9999")
+    assert rc == wire.EXIT_USAGE and err == (
+        "aithermctl: gpu0/power_limit: 9999 W is outside 150–600 (limits: aithermctl explain KNOB)\n")
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "lots")
+    assert rc == wire.EXIT_USAGE and "not a value: 'lots'" in err
+    fake_daemon.deny.add("SetOverride")
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "400")
+    assert rc == wire.EXIT_NOT_AUTHORIZED
+    assert err.startswith("aithermctl: not authorized to override a knob") and err.count("\n") == 1
+
+
+async def test_explain_gives_a_paragraph_per_knob(fake_daemon, private_bus):
+    rc, out, _ = await ctl(private_bus, "explain")
+    assert rc == 0
+    paragraphs = out.strip().split("\n\n")
+    assert len(paragraphs) == len(fake_daemon.explained)
+    first = " ".join(paragraphs[0].split())
+    assert first.startswith("gpu0/power_limit is 520 W, set by the active policy (ai-training/raise-under-load): "
+                            "gpu0 utilization ≥ 90 % for 60 s (mean 98.7 %).")
+    assert "Range 150 W to 600 W, default 450 W." in first
+    fan = " ".join(next(p for p in paragraphs if p.startswith("gpu0/fan0")).split())
+    assert "set by a safety rule (safety/critical)" in fan
+    assert "It asked for 140.0%, clamped to the knob's limits." in fan
+    rc, out, _ = await ctl(private_bus, "explain", "gpu1/power_limit", "--json")
+    assert list(json.loads(out)) == ["gpu1/power_limit"]
+    rc, _, err = await ctl(private_bus, "explain", "gpu7/fan0")
+    assert rc == wire.EXIT_USAGE and "no knob 'gpu7/fan0'" in err
+
+
+async def test_energy_reports_joules_duration_and_mean_power(fake_daemon, private_bus):
+    rc, out, err = await ctl(private_bus, "energy", "--", "sh", "-c", "sleep 0.3; echo done; exit 3")
+    assert rc == 3 and out == "done\n"
+    lines = err.splitlines()
+    assert lines[0].startswith("energy while sh -c 'sleep 0.3; echo done; exit 3' ran")
+    gpu0 = next(line for line in lines if line.strip().startswith("gpu0"))
+    assert gpu0.split()[2] == "J" and gpu0.endswith("500.0 W mean")  # the fake draws 500 W
+    assert any(line.strip().startswith("all GPUs") for line in lines)
+    (start_call,) = [c for c in fake_daemon.calls if c[0] == "StartEnergyWindow"]
+    assert start_call[1] == ["sh", 7 * 86400.0]
+    rc, out, _ = await ctl(private_bus, "energy", "--json", "--", "true")
+    assert rc == 0 and set(json.loads(out)["joules"]) == {"gpu0", "gpu1", "powercap:package-0"}
+
+
+async def test_doctor_reports_bus_and_daemon(fake_daemon, private_bus, tmp_path):
+    rc, out, _ = await ctl(private_bus, "doctor", "--sysfs-root", str(tmp_path))
+    assert rc == 0
+    assert "ok    bus" in out and "connected to the bus at" in out
+    assert "aithermd 0.1.0-fake, policy ai-training, 7 devices" in out
+    assert "gpu1/fan0" in out and "read-only: NVML_ERROR_NO_PERMISSION: needs root" in out
+    assert "no RAPL zones" in out
+
+
+async def test_not_running_is_exit_3_with_what_to_do(private_bus):
+    rc, out, err = await ctl(private_bus, "status")
+    assert (rc, out) == (wire.EXIT_NOT_RUNNING, "")
+    assert err == (f"aithermctl: aithermd is not running on the bus at {private_bus} "
+                   f"(start it: aithermd run --bus {private_bus})\n")
+    rc, out, _ = await ctl(private_bus, "doctor")
+    assert rc == wire.EXIT_FAILURE and "FAIL  daemon" in out and "aithermd is not running on the bus at" in out
+
+
+async def test_usage_errors_are_exit_2(private_bus):
+    assert (await ctl(private_bus, "run", "--policy", "quiet"))[0] == wire.EXIT_USAGE
+    assert (await ctl(private_bus, "override", "gpu0/power_limit"))[0] == wire.EXIT_USAGE
+    assert (await ctl(private_bus, "hold", "quiet", "--reason", "x", "--timeout", "soon"))[0] == wire.EXIT_USAGE
