@@ -26,7 +26,8 @@ HELP = "validate policy files"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="policy files (YAML)")
     machine = parser.add_mutually_exclusive_group()
-    machine.add_argument("--sysfs-root", metavar="DIR", help="also check device references against this sysfs tree")
+    machine.add_argument("--sysfs-root", metavar="DIR",
+                         help="also check device references against this sysfs tree")
     machine.add_argument("--simulate", action="store_true",
                          help="also check device references against the simulated workstation")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")

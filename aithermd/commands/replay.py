@@ -25,9 +25,9 @@ HELP = "run the policy engine over a recorded nvidia-smi trace"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", required=True, metavar="FILE", help="nvidia-smi --query-gpu CSV log")
     parser.add_argument("--policy", required=True, metavar="NAME|FILE", help="a policy name or a policy file")
-    parser.add_argument("--gpu-profile", metavar="DUMP", help="nvidia-smi -q dump (text or -x XML) for limits")
+    parser.add_argument("--gpu-profile", metavar="DUMP", help="nvidia-smi -q dump (text or XML) for limits")
     parser.add_argument("--policy-dir", action="append", metavar="DIR", default=None,
-                        help="where to look policy names up (default: shipped, then /etc/aithermd/policies.d)")
+                        help="where to look names up (default: shipped, then /etc/aithermd/policies.d)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
@@ -81,7 +81,8 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
     for (gpu, s), name in zip(doc["summary"]["gpus"].items(), names, strict=False):
         states = ", ".join(f"{k} {v:.0f} s" for k, v in s["time_in_state_s"].items()) or "—"
         mean = "—" if s["mean_power_limit_w"] is None else f"{s['mean_power_limit_w']:.1f} W"
-        out.write(f"  {gpu} {name}: {s['limit_changes']} limit change(s); energy {s['energy_j'] / 1000:.1f} kJ; "
+        out.write(f"  {gpu} {name}: {s['limit_changes']} limit change(s); "
+                  f"energy {s['energy_j'] / 1000:.1f} kJ; "
                   f"mean limit {mean}; above the limit {s['energy_above_limit_j']:.0f} J; "
                   f"stale {s['stale_s']:.0f} s; states: {states}\n")
 

@@ -11,7 +11,7 @@ HELP = "print the JSON Schema of policy files"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compact", action="store_true", help="one line instead of indented")
-    parser.add_argument("--markdown", action="store_true", help="the reference as Markdown (policies/README.md)")
+    parser.add_argument("--markdown", action="store_true", help="the reference as Markdown")
 
 
 def run(args: argparse.Namespace) -> int:

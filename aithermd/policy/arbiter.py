@@ -34,7 +34,7 @@ def clamped(knob: Knob, decision: Decision) -> Decision:
 
 
 def override_decisions(overrides: Mapping[str, float], knobs: Mapping[str, Knob]) -> dict[str, Decision]:
-    """Operator overrides (knob id → value in daemon units) as OVERRIDE decisions; unknown knobs are ignored."""
+    """Operator overrides (knob id → value, daemon units) as OVERRIDE decisions; unknown knobs are ignored."""
     out = {}
     for knob_id, value in overrides.items():
         knob = knobs.get(knob_id)

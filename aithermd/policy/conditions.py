@@ -242,7 +242,8 @@ class Compiler:
                 self._need(k, cond.window_s)
             return Metric(key, cond, keys)
         if isinstance(cond, AllCondition):
-            return All(key, cond.sustain_s, [self.compile(c, f"{key}.all[{i}]") for i, c in enumerate(cond.all)])
+            return All(key, cond.sustain_s,
+                       [self.compile(c, f"{key}.all[{i}]") for i, c in enumerate(cond.all)])
         if isinstance(cond, AnyCondition):
             return AnyOf(key, cond.sustain_s,
                          [self.compile(c, f"{key}.any[{i}]") for i, c in enumerate(cond.any)])

@@ -19,7 +19,7 @@ from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
 
 @dataclass(frozen=True, slots=True)
 class CurveState:
-    """Per curve instance: ``ref_c`` (hysteresis reference), PID ``integral`` (°C·s), ``prev_err`` and ``t``."""
+    """Per curve instance: ``ref_c`` (hysteresis reference), PID ``integral`` (°C·s), ``prev_err``, ``t``."""
 
     ref_c: float | None = None
     integral: float = 0.0

@@ -4,7 +4,7 @@ No clock reads, no I/O: times come in :class:`EngineInput`, history lives in :cl
 
 1. update the time-weighted windows the policies need (:mod:`aithermd.policy.windows`);
 2. per policy (the active one, then the holds): step its state machines, then run its rules in order — for
-   each knob the first rule whose ``when`` holds decides it (fan curves through :mod:`aithermd.policy.curves`);
+   each knob the first rule whose ``when`` holds decides it (fans through :mod:`aithermd.policy.curves`);
 3. the built-in safety layer (:mod:`aithermd.policy.safety`) and operator overrides;
 4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob.
 
@@ -40,7 +40,7 @@ from aithermd.policy.windows import Window
 
 @dataclass(frozen=True)
 class EngineInput:
-    """One tick's facts: monotonic and wall-clock time (s), devices, readings and knob values by id, per-device
+    """One tick's facts: monotonic and wall-clock time (s), devices, readings and knob values by id, device
     attributes, and the running processes' names/command lines (only filled when :func:`needs_processes`)."""
 
     t_mono: float
@@ -85,7 +85,8 @@ class EngineResult:
     decisions: Mapping[str, Decision]
     state: EngineState
     states: Mapping[str, Mapping[str, str]]
-    layers: Mapping[str, Mapping[str, Decision]] = field(default_factory=_empty)  # per layer, before arbitration
+    # per layer ("safety", "override", or a policy name): the decisions before arbitration
+    layers: Mapping[str, Mapping[str, Decision]] = field(default_factory=_empty)
 
 
 def initial_state() -> EngineState:

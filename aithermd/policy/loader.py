@@ -217,13 +217,14 @@ def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False) -> 
 
 def resolve_policy(name_or_file: str, dirs: Sequence[Path] | None = None, *,
                    strict_permissions: bool = False) -> Policy:
-    """A policy by file path (anything with a ``/`` or a YAML suffix) or by name in ``dirs`` (default: shipped,
-    then admin). Raises PolicyErrors; FileNotFoundError when no such name or file exists."""
+    """A policy by file path (anything with a ``/`` or a YAML suffix) or by name in ``dirs`` (default:
+    shipped, then admin). Raises PolicyErrors; FileNotFoundError when no such name or file exists."""
     if "/" in name_or_file or name_or_file.endswith(SUFFIXES) or os.path.exists(name_or_file):
         if not os.path.exists(name_or_file):
             raise FileNotFoundError(name_or_file)
         return load_policy_file(name_or_file, strict_permissions=strict_permissions)
     files = policy_files(dirs if dirs is not None else [shipped_policy_dir(), ADMIN_POLICY_DIR])
     if name_or_file not in files:
-        raise FileNotFoundError(f"no policy named '{name_or_file}' (known: {', '.join(sorted(files)) or 'none'})")
+        known = ", ".join(sorted(files)) or "none"
+        raise FileNotFoundError(f"no policy named '{name_or_file}' (known: {known})")
     return load_policy_file(files[name_or_file], strict_permissions=strict_permissions)

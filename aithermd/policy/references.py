@@ -29,7 +29,7 @@ def _suggest(word: str, choices: list[str]) -> str | None:
 
 
 def walk_conditions(cond: Any, loc: tuple[Any, ...]) -> Iterator[tuple[Any, tuple[Any, ...]]]:
-    """Every condition node under ``cond`` (itself included) with its loc (tags included, as pydantic does)."""
+    """Every condition node under ``cond`` (itself included) with its loc (tags included, like pydantic)."""
     if cond is None:
         return
     here = (*loc, cond.TAG)
@@ -125,7 +125,8 @@ def check_references(doc: PolicyDocument) -> list[Problem]:
         for i, st in enumerate(machine.states):
             loc = ("machines", mname, "states", i)
             if st.name in names:
-                problems.append(((*loc, "name"), f"state '{st.name}' appears twice in machine '{mname}'", None))
+                problems.append(((*loc, "name"), f"state '{st.name}' appears twice in machine '{mname}'",
+                                 None))
             names.setdefault(st.name, i)
             if i == 0 and st.exit is not None:
                 problems.append(((*loc, "exit"), "the first state has no state below it to exit to", None))

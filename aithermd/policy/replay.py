@@ -1,4 +1,4 @@
-"""Replay: the real engine over a recorded nvidia-smi trace, on GPUs described by real ``nvidia-smi -q`` dumps.
+"""Replay: the real engine over a recorded nvidia-smi trace, on GPUs described by ``nvidia-smi -q`` dumps.
 
 Each trace GPU becomes ``gpu<N>`` (N = its order in the trace) with the profile's limits and thresholds; its
 power limit starts at the profile's current limit. Every sample is one engine tick. A knob the policy stops
@@ -148,7 +148,8 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
                         "gpus": {d.id: t.as_dict() for d, t in zip(devices, totals, strict=True)}}}
 
 
-def _account(tot: GpuTotals, row: Any, prev_row: Any, dt: float, limit: float | None, state: str | None) -> None:
+def _account(tot: GpuTotals, row: Any, prev_row: Any, dt: float, limit: float | None,
+             state: str | None) -> None:
     if dt <= 0:
         return
     if state is not None:

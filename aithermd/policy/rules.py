@@ -40,7 +40,8 @@ def _temps(rule: CRule, inp: Any) -> tuple[dict[str, float], float | None]:
         if not values:
             continue
         fn = rule.agg.get(leaf, "max")
-        temps[leaf] = max(values) if fn == "max" else min(values) if fn == "min" else sum(values) / len(values)
+        temps[leaf] = (max(values) if fn == "max" else min(values) if fn == "min"
+                       else sum(values) / len(values))
     return temps, (max(temps.values()) if temps else None)
 
 

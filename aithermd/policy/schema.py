@@ -16,7 +16,7 @@ parsing by :func:`aithermd.policy.loader.check_references`. Units: °C, W, %, s.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -59,7 +59,7 @@ def _gpu_shortcut(value: Any) -> Any:
 
 
 GpuSelector = Annotated[GpuMatch, BeforeValidator(
-    _gpu_shortcut, json_schema_input_type=Union[Literal["all"], int, list[int], GpuMatch])]
+    _gpu_shortcut, json_schema_input_type=Literal["all"] | int | list[int] | GpuMatch)]
 
 
 class FanMatch(Model):
@@ -169,7 +169,10 @@ def _condition_tag(value: Any) -> str | None:
 
 
 Condition = Annotated[
-    Annotated[MetricCondition, Tag("metric")] | Annotated[AllCondition, Tag("all")] | Annotated[AnyCondition, Tag("any")] | Annotated[NotCondition, Tag("not")] | Annotated[ScheduleCondition, Tag("schedule")] | Annotated[ProcessCondition, Tag("process")] | Annotated[StateCondition, Tag("state")],
+    Annotated[MetricCondition, Tag("metric")] | Annotated[AllCondition, Tag("all")]
+    | Annotated[AnyCondition, Tag("any")] | Annotated[NotCondition, Tag("not")]
+    | Annotated[ScheduleCondition, Tag("schedule")] | Annotated[ProcessCondition, Tag("process")]
+    | Annotated[StateCondition, Tag("state")],
     Discriminator(_condition_tag, custom_error_type="condition_kind",
                   custom_error_message="a condition needs one of the keys: " + ", ".join(CONDITION_TAGS)),
 ]
@@ -194,7 +197,7 @@ class SourceAgg(Model):
 
 
 Source = Annotated[SourceAgg, BeforeValidator(
-    lambda v: {"max": [v]} if isinstance(v, str) else v, json_schema_input_type=Union[str, SourceAgg])]
+    lambda v: {"max": [v]} if isinstance(v, str) else v, json_schema_input_type=str | SourceAgg)]
 
 
 class PointsCurve(Model):
@@ -239,9 +242,9 @@ class MixCurve(Model):
 Curve = Annotated[PointsCurve | PidCurve | MixCurve, Field(discriminator="kind")]
 CurveRef = Annotated[
     Annotated[Name, Tag("name")] | Annotated[Curve, Tag("inline")],
-    Discriminator(lambda v: "name" if isinstance(v, str) else "inline" if isinstance(v, dict | BaseModel) else None,
-                  custom_error_type="curve_ref",
-                  custom_error_message="expected a curve name or an inline curve {kind: points|pid|mix, ...}"),
+    Discriminator(lambda v: "name" if isinstance(v, str) else "inline" if isinstance(v, dict | BaseModel)
+                  else None, custom_error_type="curve_ref",
+                  custom_error_message="expected a curve name or an inline curve {kind: points|pid|mix}"),
 ]
 
 
@@ -295,7 +298,7 @@ class FanRule(RuleBase):
 
     kind: Literal["fan"]
     fans: Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinstance(v, str | list) else v,
-                                              json_schema_input_type=Union[str, list[str], FanMatch])]
+                                              json_schema_input_type=str | list[str] | FanMatch)]
     curve: CurveRef | None = None
     duty_pct: Pct | None = None
     min_duty_pct: Pct = 0.0
@@ -315,7 +318,7 @@ Rule = Annotated[GpuPowerLimitRule | CpuPowerLimitRule | FanRule, Field(discrimi
 
 
 class Safety(Model):
-    """Stricter safety only: a larger margin under each device's threshold, a lower GPU temperature ceiling."""
+    """Stricter safety only: a larger margin under each device's threshold, a lower GPU temperature cap."""
 
     margin_c: Annotated[float, Field(ge=BUILTIN_MARGIN_C, le=60)] = BUILTIN_MARGIN_C
     gpu_temp_limit_c: Annotated[float, Field(gt=0, le=120)] | None = None

@@ -36,7 +36,8 @@ def _type(s: dict[str, Any]) -> str:
 
 def _limits(s: dict[str, Any]) -> str:
     out = []
-    for key, sym in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<")):
+    bounds = (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"), ("exclusiveMaximum", "<"))
+    for key, sym in bounds:
         if key in s:
             out.append(f"{sym} {s[key]:g}")
     if "minItems" in s:

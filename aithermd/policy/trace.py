@@ -36,7 +36,8 @@ ALIASES = {"power.draw.average": "power.draw", "power.draw.instant": "power.draw
 UNKNOWN = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]",
            "[insufficient permissions]", "[not available]", ""}
 FAILED = {"[unknown error]", "[gpu is lost]"}
-_TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\d{2})(\.\d+)?\s*(Z|[+-]\d{2}:?\d{2})?\s*$")
+_TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\d{2})(\.\d+)?"
+                 r"\s*(Z|[+-]\d{2}:?\d{2})?\s*$")
 MIN_STEP_S = 0.04  # rows closer than this are taken as one sample when estimating the period
 
 

@@ -1,14 +1,14 @@
 """Value types of the policy language: names, patterns, percentages, times of day and power values.
 
 Power values (GPU limits) are watts (``300``, ``"300 W"``), a percentage of the card's default (``"80%"``),
-or ``default``, ``min``, ``max`` (the card's own constraints, from NVML ``nvmlDeviceGetPowerManagementLimitConstraints``
-and ``...DefaultLimit``).
+or ``default``, ``min``, ``max`` (the card's own constraints, from NVML
+``nvmlDeviceGetPowerManagementLimitConstraints`` and ``nvmlDeviceGetPowerManagementDefaultLimit``).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator
 
@@ -26,8 +26,8 @@ def _listify(value: Any) -> Any:
 
 
 # one pattern or a list of them; always a list once parsed
-Globs = Annotated[list[Glob], BeforeValidator(_listify, json_schema_input_type=Union[str, list[str]])]
-Ints = Annotated[list[int], BeforeValidator(_listify, json_schema_input_type=Union[int, list[int]])]
+Globs = Annotated[list[Glob], BeforeValidator(_listify, json_schema_input_type=str | list[str])]
+Ints = Annotated[list[int], BeforeValidator(_listify, json_schema_input_type=int | list[int])]
 HHMM = Annotated[str, Field(pattern=r"^(([01]?\d|2[0-3]):[0-5]\d|24:00)$")]
 
 _POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$")
@@ -69,7 +69,7 @@ def _check_power(value: Any) -> float | str:
     return value
 
 
-PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_input_type=Union[float, str]),
+PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_input_type=float | str),
                        Field(json_schema_extra={"examples": [300, "300 W", "80%", "default", "min", "max"]})]
 
 

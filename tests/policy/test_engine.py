@@ -9,7 +9,18 @@ import pytest
 from aithermd.model import Layer, Status
 from aithermd.policy.engine import evaluate, initial_state, needs_processes
 from aithermd.policy.loader import load_policy_text
-from tests.policy.machines import NCT, PKG, datacenter_gpu, gpu, gpu_values, k10temp, nct, rapl, tick, workstation
+from tests.policy.machines import (
+    NCT,
+    PKG,
+    datacenter_gpu,
+    gpu,
+    gpu_values,
+    k10temp,
+    nct,
+    rapl,
+    tick,
+    workstation,
+)
 
 
 def pol(text: str, name: str = "t"):

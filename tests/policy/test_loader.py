@@ -9,8 +9,15 @@ import pytest
 
 from aithermd.errors import PolicyErrors
 from aithermd.policy import loader
-from aithermd.policy.loader import (ADMIN_POLICY_DIR, load_policies, load_policy_file, load_policy_text,
-                                    permission_problems, resolve_policy, shipped_policy_dir)
+from aithermd.policy.loader import (
+    ADMIN_POLICY_DIR,
+    load_policies,
+    load_policy_file,
+    load_policy_text,
+    permission_problems,
+    resolve_policy,
+    shipped_policy_dir,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = ROOT / "tests" / "fixtures" / "policies" / "valid"
