@@ -34,7 +34,7 @@ from aithermd.publish import wire
 from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import DEFAULT_MAX_IN_FLIGHT, BusUnavailable, CallTracker, DaemonBus, connect
 from aithermd.publish.dbus_control import PrivilegedCalls, mapped_errors
-from aithermd.publish.document import DocumentCache, decision_changes, hold_document
+from aithermd.publish.document import DocumentCache, decision_changes, hold_document, plain
 from aithermd.publish.energy import EnergyWindows
 from aithermd.publish.history import History
 from aithermd.publish.hub import StateHub
@@ -48,7 +48,7 @@ DBusTwoStr = Annotated[list[str], DBusSignature("ss")]
 
 def _event_json(e: HubEvent) -> str:
     return json.dumps({"kind": e.kind, "t_wall": e.t_wall, "subject": e.subject, "message": e.message,
-                       "data": dict(e.data)}, default=str, separators=(",", ":"))
+                       "data": plain(e.data)}, default=str, separators=(",", ":"))
 
 
 class Daemon1(ServiceInterface):

@@ -42,12 +42,12 @@ def _num(value: float | None) -> float | None:
     return value
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Mappings, tuples, sets and enums made JSON-ready."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (tuple, list, frozenset, set)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, float):
         return _num(value)
     return value
@@ -64,7 +64,7 @@ def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading]
             kv = knobs.get(knob["id"])
             knob["mode"] = kv.mode if kv is not None else None
         if "attrs" in dev:
-            dev["attrs"] = _plain(dev["attrs"])
+            dev["attrs"] = plain(dev["attrs"])
     return out
 
 
@@ -76,7 +76,7 @@ def hold_document(hold: Hold) -> dict[str, Any]:
 
 def policy_document(status: PolicyStatus) -> dict[str, Any]:
     return {"active": status.active, "holds": [hold_document(h) for h in status.holds],
-            "states": _plain(status.states)}
+            "states": plain(status.states)}
 
 
 def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
