@@ -108,6 +108,8 @@ def _plan(policy: Any, devices: tuple[Device, ...], cache: tuple[Plan, ...]) -> 
 
 def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) -> MachineState:
     states, now = m.states, ctx.now
+    if prev is not None and prev.index >= len(states):  # the policy was reloaded with fewer states
+        prev = None
     if prev is None:
         prev = MachineState(0, now, settled=states[0].enter is None)
     i, settled = prev.index, prev.settled

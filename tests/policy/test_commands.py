@@ -173,3 +173,21 @@ def test_readme_reference_is_the_generated_one_and_its_examples_are_valid(capsys
     assert len(full) >= 4
     for block in full:
         load_policy_text(block, name="readme")
+
+
+def test_check_against_the_simulated_workstation(capsys):
+    valid = FIX / "policies" / "valid" / "fan-curves.yaml"
+    assert main(["check", "--simulate", *map(str, sorted((ROOT / "policies").glob("*.yaml")))]) == 0
+    capsys.readouterr()
+    assert main(["check", "--simulate", "-q", str(valid)]) == 1
+    assert capsys.readouterr().err == f"{valid}:27:11: error: rules[0].fans: selects no fan on this machine\n"
+
+
+def test_check_only_warns_about_permissions(tmp_path, capsys):
+    import os
+    f = tmp_path / "open.yaml"
+    f.write_text("rules: []\n")
+    os.chmod(f, 0o666)
+    assert main(["check", str(f)]) == 0
+    err = capsys.readouterr().err
+    assert f"{f}: warning: file {f} is writable by every user (the daemon running as root refuses it)" in err

@@ -348,3 +348,30 @@ def test_nan_and_missing_readings_never_crash():
               (2.0, {})]
     results = run(p, devices, series)
     assert all(r.decisions.get("gpu0/power_limit") is None for r in results)
+
+
+def test_a_reloaded_policy_keeps_its_states_and_survives_fewer_states():
+    three = pol("""
+        machines:
+          m:
+            per: machine
+            states:
+              - {name: a}
+              - {name: b, enter: {metric: cpu.utilization_pct, stat: last, above: 30}}
+              - {name: c, enter: {metric: cpu.utilization_pct, stat: last, above: 70}}
+        rules: []
+        """)
+    two = pol("""
+        machines:
+          m:
+            per: machine
+            states:
+              - {name: a}
+              - {name: b, enter: {metric: cpu.utilization_pct, stat: last, above: 30}}
+        rules: []
+        """)
+    devices = [gpu(0), *workstation(0)]
+    res = evaluate(three, (), tick(devices, 0.0, {"cpu/utilization": 90.0}), initial_state())
+    assert res.states["t"]["machine"] == "c"
+    res = evaluate(two, (), tick(devices, 1.0, {"cpu/utilization": 90.0}), res.state)
+    assert res.states["t"]["machine"] == "b"
