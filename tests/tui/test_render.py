@@ -1,0 +1,66 @@
+"""Plain-text output of the CLI: explain paragraphs, energy report, policies, holds."""
+
+from conftest import load
+
+from aithermctl.errors import DaemonError, DaemonNotRunning, NotAuthorized, Rejected, from_dbus
+from aithermctl.render import energy_text, explain_paragraph, holds_lines, policies_text, status_text
+from aithermd.publish import wire
+
+
+def test_explain_paragraph_for_a_policy_decision(snapshot_doc):
+    knob = snapshot_doc["devices"][0]["knobs"][0]
+    text = " ".join(explain_paragraph("gpu0/power_limit", load("explain.json")["gpu0/power_limit"], knob).split())
+    assert text == ("gpu0/power_limit is 520 W, set by the active policy (ai-training/raise-under-load): gpu0 "
+                    "utilization ≥ 90 % for 60 s (mean 98.7 %). Inputs: gpu0/utilization (mean 98.7, "
+                    "window_s 60); sustain (elapsed_s 60, need_s 60). Range 150 W to 600 W, default 450 W.")
+
+
+def test_explain_paragraph_for_a_knob_nobody_set_and_a_read_only_knob():
+    entry = {"value": 30.0, "requested": None, "layer": "default", "rule": "", "reason": "", "inputs": {}}
+    knob = {"unit": "%", "min": 30.0, "max": 100.0, "writable": False, "why_not": "NVML_ERROR_NO_PERMISSION"}
+    text = " ".join(explain_paragraph("gpu1/fan0", entry, knob).split())
+    assert text == ("gpu1/fan0 is 30%, set by no rule (the value found at start is kept). Range 30% to 100%. "
+                    "Read-only here: NVML_ERROR_NO_PERMISSION.")
+
+
+def test_energy_text_gives_mean_power_per_device_and_gpu_total():
+    text = energy_text(load("energy.json"), "python train.py")
+    lines = text.splitlines()
+    assert lines[0] == "energy while python train.py ran, 12s (12.500 s):"
+    assert lines[1].split() == ["gpu0", "6201.3", "J", "496.1", "W", "mean"]
+    assert lines[3].split()[:2] == ["powercap:package-0", "1080.2"]
+    assert lines[-1].split() == ["all", "GPUs", "6503.2", "J", "520.3", "W", "mean"]
+
+
+def test_policies_mark_the_active_one():
+    assert policies_text(load("policies.json")).splitlines()[1] == \
+        "  balanced     Relax power limits when idle; moderate fan curves."
+
+
+def test_holds_lines_say_how_each_hold_ends():
+    holds = [{"cookie": 3, "policy": "quiet", "reason": "call", "owner": ":1.9", "detached": False,
+              "expires": 1090.0},
+             {"cookie": 4, "policy": "ai-training", "reason": "", "owner": "detached", "detached": True,
+              "expires": None}]
+    assert holds_lines(holds, now=1000.0) == [
+        "  cookie 3: quiet — call (until :1.9 leaves, 1m 30s left)",
+        "  cookie 4: ai-training — no reason (detached)"]
+
+
+def test_status_text_of_a_machine_without_gpus():
+    text = status_text(load("snapshot_nogpu.json"))
+    assert "GPUs" not in text and "policy balanced" in text
+    assert "failed" in text and text.rstrip().endswith("Degraded: hwmon:nct6798-isa-0290/fan2")
+
+
+def test_dbus_errors_map_to_classes_and_exit_codes():
+    assert isinstance(from_dbus("org.freedesktop.DBus.Error.ServiceUnknown", "", "GetSnapshot", "system"),
+                      DaemonNotRunning)
+    err = from_dbus(wire.ERROR_NOT_AUTHORIZED, "denied", "Reload", "system")
+    assert isinstance(err, NotAuthorized) and err.exit_code == 4 and "allow io.github.aithermd.reload" in str(err)
+    err = from_dbus("org.freedesktop.DBus.Error.AccessDenied", "bus policy", "HoldPolicy", "system")
+    assert isinstance(err, NotAuthorized) and "hold a policy" in str(err)
+    err = from_dbus(wire.ERROR_UNKNOWN_KNOB, "no knob 'x'\nsecond line", "SetOverride", "system")
+    assert isinstance(err, Rejected) and err.exit_code == 2 and "\n" not in str(err)
+    assert isinstance(from_dbus(wire.ERROR_BUSY, "", "Reload", "system"), DaemonError)
+    assert "update aithermd" in str(from_dbus("org.freedesktop.DBus.Error.UnknownMethod", "x", "Explain", "s"))
