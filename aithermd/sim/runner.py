@@ -1,10 +1,14 @@
 """``aithermd run --simulate``: the whole daemon, its real code paths, on a simulated workstation.
 
-:func:`run_simulation` builds a :class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own,
-a simulated clock, and the daemon with the machine's sysfs root, the real hwmon/powercap backends, the
-real NVML backend over the fake NVML, and a CPU backend that reads the simulated CPU. Before each sample
+:func:`simulate` (``run_simulated`` for the command line) builds a
+:class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own, a simulated clock, and the
+daemon (:class:`aithermd.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`: the real
+hwmon/powercap backends, the real NVML backend over the fake NVML, and the real CPU backend reading the
+simulated CPU. Before each sample
 the machine's physics advance to the tick's simulated time. Simulated time moves only while the daemon
 sleeps between ticks: ``speedup`` K makes each simulated second take 1/K s of wall time (0 = no waiting).
+Without ``--bus``/``--metrics-listen`` a simulation serves neither (``none``); given, they are served as by
+a real daemon (``aithermctl demo`` runs the daemon this way on a private bus).
 
 State: ``--simulate`` uses a temporary state directory unless one is given, so a simulation can never
 leave a journal that a real ``aithermd restore`` would apply to real hardware. The machine's own files
