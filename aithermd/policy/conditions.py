@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.model import Device
@@ -30,12 +31,12 @@ from aithermd.policy.schema import (
 )
 from aithermd.policy.windows import Window
 
-GPU_ATTR = {
+GPU_ATTR = MappingProxyType({
     "gpu.utilization_pct": "utilization", "gpu.memory_utilization_pct": "memory_utilization",
     "gpu.power_w": "power", "gpu.power_pct": "power_pct", "gpu.temperature_c": "temperature",
     "gpu.memory_temperature_c": "memory_temperature",
-}
-CPU_KEY = {"cpu.utilization_pct": "cpu/utilization", "cpu.power_w": "cpu/package_power"}
+})
+CPU_KEY = MappingProxyType({"cpu.utilization_pct": "cpu/utilization", "cpu.power_w": "cpu/package_power"})
 
 
 @dataclass(slots=True)

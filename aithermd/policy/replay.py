@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.gpu_profile import GpuProfile
@@ -19,7 +20,7 @@ from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValu
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.trace import Trace
 
-FIELD_CHANNEL = {  # trace field → (channel attribute, quantity, unit)
+FIELD_CHANNEL = MappingProxyType({  # trace field → (channel attribute, quantity, unit)
     "temperature.gpu": ("temperature", Quantity.TEMPERATURE, "°C"),
     "temperature.memory": ("memory_temperature", Quantity.TEMPERATURE, "°C"),
     "utilization.gpu": ("utilization", Quantity.UTILIZATION, "%"),
@@ -27,7 +28,7 @@ FIELD_CHANNEL = {  # trace field → (channel attribute, quantity, unit)
     "power.draw": ("power", Quantity.POWER, "W"),
     "clocks.sm": ("sm_clock", Quantity.CLOCK, "MHz"),
     "clocks.mem": ("memory_clock", Quantity.CLOCK, "MHz"),
-}
+})
 CHANGE_EPS = 1e-6
 
 

@@ -7,6 +7,7 @@ already decided by an earlier rule of the same policy keeps that decision: the f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from aithermd.model import Decision, Layer, Status
@@ -14,7 +15,7 @@ from aithermd.policy import curves as fc
 from aithermd.policy.conditions import Ctx
 from aithermd.policy.plan import CRule, Target, power_value
 
-_TEXT = {"default": "the default", "min": "the minimum", "max": "the maximum"}
+_TEXT = MappingProxyType({"default": "the default", "min": "the minimum", "max": "the maximum"})
 
 
 def _limit_text(spec: tuple[str, float], watts: float) -> str:

@@ -11,11 +11,13 @@ A policy file is one YAML mapping (see ``policies/README.md``)::
 Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
 distinguishing key (``metric``, ``all``, ``any``, ``not``, ``schedule``, ``process``, ``state``), which keeps
 them short to write by hand. Cross references (curve names, states, cycles in ``mix``) are checked after
-parsing by :func:`aithermd.policy.loader.check_references`. Units: °C, W, %, s.
+parsing by :func:`aithermd.policy.references.check_references`. Units: °C, W, %, s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -72,7 +74,7 @@ class FanMatch(Model):
 
 
 # ----- conditions ------------------------------------------------------------------------------------
-METRICS: dict[str, str] = {
+METRICS: Mapping[str, str] = MappingProxyType({
     "gpu.utilization_pct": "GPU utilization, %",
     "gpu.memory_utilization_pct": "GPU memory-controller utilization, %",
     "gpu.power_w": "GPU power draw, W",
@@ -82,7 +84,7 @@ METRICS: dict[str, str] = {
     "cpu.utilization_pct": "CPU utilization (all cores), %",
     "cpu.power_w": "CPU package power (sum of RAPL package zones), W",
     "temperature_c": "a temperature channel named by `sensor` (id or label pattern; several → max), °C",
-}
+})
 Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 

@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from aithermd.errors import AithermError
 
@@ -29,13 +30,14 @@ NUMERIC = frozenset({"power.draw", "power.limit", "enforced.power.limit", "power
                      "power.min_limit", "power.max_limit", "temperature.gpu", "temperature.memory",
                      "utilization.gpu", "utilization.memory", "fan.speed", "clocks.sm", "clocks.mem",
                      "clocks.gr", "memory.used", "memory.total", "memory.free"})
-ALIASES = {"power.draw.average": "power.draw", "power.draw.instant": "power.draw", "gpu_name": "name",
-           "clocks.current.sm": "clocks.sm", "clocks.current.memory": "clocks.mem",
-           "clocks.current.graphics": "clocks.gr", "gpu_bus_id": "pci.bus_id",
-           "enforced.power.limit": "enforced.power.limit", "power.management.limit": "power.limit"}
-UNKNOWN = {"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]",
-           "[insufficient permissions]", "[not available]", ""}
-FAILED = {"[unknown error]", "[gpu is lost]"}
+ALIASES = MappingProxyType({
+    "power.draw.average": "power.draw", "power.draw.instant": "power.draw", "gpu_name": "name",
+    "clocks.current.sm": "clocks.sm", "clocks.current.memory": "clocks.mem",
+    "clocks.current.graphics": "clocks.gr", "gpu_bus_id": "pci.bus_id",
+    "enforced.power.limit": "enforced.power.limit", "power.management.limit": "power.limit"})
+UNKNOWN = frozenset({"[n/a]", "n/a", "[not supported]", "not supported", "[unknown error]", "[gpu is lost]",
+                     "[insufficient permissions]", "[not available]", ""})
+FAILED = frozenset({"[unknown error]", "[gpu is lost]"})
 _TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\d{2})(\.\d+)?"
                  r"\s*(Z|[+-]\d{2}:?\d{2})?\s*$")
 MIN_STEP_S = 0.04  # rows closer than this are taken as one sample when estimating the period

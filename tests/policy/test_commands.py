@@ -191,3 +191,22 @@ def test_check_only_warns_about_permissions(tmp_path, capsys):
     assert main(["check", str(f)]) == 0
     err = capsys.readouterr().err
     assert f"{f}: warning: file {f} is writable by every user (the daemon running as root refuses it)" in err
+
+
+def test_replay_two_gpus_without_index_on_a_one_gpu_dump(tmp_path, capsys):
+    t = tmp_path / "two.csv"
+    rows = ["timestamp, utilization.gpu [%], power.draw [W]"]
+    for s in range(120):
+        for g in range(2):
+            util = 90 if (g == 0 and 10 <= s < 80) else 0
+            rows.append(f"2025/06/01 10:{s // 60:02d}:{s % 60:02d}.{g * 4:03d}, {util} %, {300 if util else 30} W")
+    t.write_text("\n".join(rows) + "\n")
+    assert main(["replay", "--trace", str(t), "--policy", "ai-training", "--gpu-profile", str(DUMP_4090),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["summary"]["gpus"]) == {"gpu0", "gpu1"}
+    gpu0 = [(d["old"], d["new"]) for d in doc["decisions"] if d["device"] == "gpu0"]
+    gpu1 = [(d["old"], d["new"]) for d in doc["decisions"] if d["device"] == "gpu1"]
+    assert gpu0 == [(450.0, 600.0)]  # loaded from 10 s: raised at 30 s; the idle minute never completes
+    assert gpu1 == [(450.0, 360.0)]  # idle all along: relaxed once its 60 s idle window held
+    assert doc["summary"]["gpus"]["gpu1"]["time_in_state_s"] == {"idle": pytest.approx(119.0, abs=0.1)}
