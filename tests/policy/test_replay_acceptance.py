@@ -132,3 +132,11 @@ def test_windows_run_on_an_rtx3090(policy, load_value, idle_value, enter, exit_)
     assert sum(states.values()) == pytest.approx(doc["summary"]["duration_s"], abs=0.01)
     # the source froze for ~60 identical rows near the end of the run (a stuck logger)
     assert 55 <= summary["stale_s"] <= 80
+
+
+def test_ai_training_on_a_datacenter_gpu_raises_by_returning_from_the_relaxed_limit():
+    h100 = (WINDOWS[0], FIX / "nvidia-smi-q" / "h100-80gb-hbm3-nvidia-smi-q-idle-and-load.txt")
+    doc = run(h100, "ai-training")
+    steps = [(d["old"], d["new"]) for d in doc["decisions"] if d["knob"] == "power_limit"]
+    # max == default == 700 W on an H100: idle relaxes to 80 % (560 W), load returns to 700 W, never above
+    assert steps == [(700.0, 560.0), (560.0, 700.0), (700.0, 560.0)]

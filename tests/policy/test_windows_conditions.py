@@ -82,3 +82,16 @@ def _wall(weekday_offset: int, hh: int, mm: int) -> float:
 def test_schedule_with_days_and_midnight_wrap(spec, day, hh, mm, expected):
     node = Schedule("s", ScheduleCondition.model_validate({"schedule": spec}))
     assert node.eval(ctx(t_wall=_wall(day, hh, mm))) is expected
+
+
+def test_below_is_strict_and_above_inclusive_at_the_threshold():
+    from aithermd.policy.conditions import Metric
+    from aithermd.policy.schema import MetricCondition
+    w = filled([(0, 10.0), (1, 10.0)])
+    c = ctx(now=1.0)
+    c.windows, c.ok = {"cpu/utilization": w}, {"cpu/utilization"}
+    below = Metric("b", MetricCondition(metric="cpu.utilization_pct", stat="last", below=10), ["cpu/utilization"])
+    above = Metric("a", MetricCondition(metric="cpu.utilization_pct", stat="last", above=10), ["cpu/utilization"])
+    assert below.eval(c) is False and above.eval(c) is True
+    c.ok = set()  # the reading failed this tick: unknown, neither
+    assert below.eval(c) is None and above.eval(c) is None
