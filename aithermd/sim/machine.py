@@ -231,7 +231,8 @@ class SimulatedMachine:
         """Totals so far: ``duration_s``, ``energy_j`` (GPUs + CPU package), ``work`` (seconds of full-speed
         training, summed over GPUs), ``work_per_kj``, ``phase_s`` (time per workload phase) and per GPU
         ``energy_j``, ``work``, ``work_per_kj``, ``peak_temp_c``, ``slowdown_temp_c``, ``slowdown_s``,
-        ``limit_changes`` [(t_s, old_w, new_w)], ``final_limit_w``; ``peak_cpu_c``, ``peak_case_c``,
+        ``limit_changes`` [(t_s, old_w, new_w)], ``final_limit_w`` (the limit now: after a daemon's exit, the
+        one it restored); ``peak_cpu_c``, ``peak_case_c``,
         ``fan_changes`` (count of pwm changes in manual mode)."""
         gpus = {}
         for i, g in enumerate(self.gpus):
