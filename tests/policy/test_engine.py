@@ -375,3 +375,23 @@ def test_a_reloaded_policy_keeps_its_states_and_survives_fewer_states():
     assert res.states["t"]["machine"] == "c"
     res = evaluate(two, (), tick(devices, 1.0, {"cpu/utilization": 90.0}), res.state)
     assert res.states["t"]["machine"] == "b"
+
+
+def test_sustain_timers_inside_any_keep_running_while_another_branch_holds():
+    p = pol("""
+        rules:
+          - name: r
+            kind: gpu_power_limit
+            when:
+              all:
+                - {metric: cpu.utilization_pct, stat: last, above: 50, sustain_s: 3}
+                - any:
+                    - {metric: gpu.utilization_pct, stat: last, above: 50}
+                    - {metric: gpu.utilization_pct, stat: last, above: 60, sustain_s: 2}
+            limit: max
+        """)
+    devices = [gpu(0), *workstation(0)]
+    # cpu busy from t=0; gpu busy from t=0: the all holds once the cpu timer reaches 3 s
+    series = [(float(t), {"cpu/utilization": 90.0, "gpu0/utilization": 90.0}) for t in range(5)]
+    assert [("gpu0/power_limit" in r.decisions) for r in run(p, devices, series)] == \
+        [False, False, False, True, True]
