@@ -1,0 +1,126 @@
+"""Narrow reads for the services beside the control loop: one input at a time for the fast lane, and the
+NVML enumeration that hotplug checks before it rediscovers GPUs.
+
+- :func:`hwmon_reader`: one hwmon input file (``tempN_input``) of an :class:`HwmonBackend`, through a
+  descriptor of its own (kept open, one ``pread``), converted and range-checked exactly as the backend's
+  sample does (kernel hwmon sysfs ABI). Safe on the event loop: a plain sysfs attribute answers in
+  microseconds (slow chips are never offered: they live in :mod:`aithermd.slow`).
+- :class:`NvmlQuick`: one GPU's temperature (°C) and power draw (W) — two NVML calls
+  (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
+  thread, never on the loop.
+- :func:`nvml_enumeration`: the (index, UUID) of every GPU NVML enumerates now (``nvmlDeviceGetCount``,
+  ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetUUID``), to tell whether a rediscovery would renumber.
+
+Every reader answers None for a value it cannot read (failed, lost, nonsense): the fast lane then leaves
+that input to the main tick, whose health checks report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aithermd import units
+from aithermd.backends.sysfs import Attribute
+
+
+class HwmonQuick:
+    """One hwmon input through its own kept-open descriptor; ``read()`` → value in the channel's unit
+    or None. ``close()`` releases the descriptor."""
+
+    __slots__ = ("channel_id", "_attr", "_convert", "_lo", "_hi", "_pread")
+
+    def __init__(self, channel_id: str, attr: Attribute, convert: Callable[[float], float], lo: float,
+                 hi: float) -> None:
+        self.channel_id, self._attr, self._convert, self._lo, self._hi = channel_id, attr, convert, lo, hi
+
+    def read(self) -> float | None:
+        try:
+            raw = self._attr.read()
+        except OSError:
+            return None
+        if raw[-1:] != b"\n":
+            return None
+        try:
+            value = self._convert(int(raw))
+        except ValueError:
+            return None
+        return value if self._lo <= value <= self._hi else None
+
+    def close(self) -> None:
+        self._attr.close()
+
+
+def hwmon_reader(backend: Any, channel_id: str) -> HwmonQuick | None:
+    """A reader of ``channel_id`` of ``backend`` (an :class:`~aithermd.backends.hwmon.HwmonBackend` or
+    subclass), or None when the backend is not one or does not read that channel."""
+    from aithermd.backends.hwmon import HwmonBackend
+
+    if not isinstance(backend, HwmonBackend):
+        return None
+    for inp in backend._inputs:  # noqa: SLF001 - same package: the backend's own discovery result
+        if inp.id == channel_id:
+            return HwmonQuick(channel_id, Attribute(backend.io, inp.attr.path), inp.convert, inp.lo, inp.hi)
+    return None
+
+
+class NvmlQuick:
+    """Temperature and power of GPU ``device_id`` of an :class:`~aithermd.backends.nvml.NvmlBackend`.
+
+    ``read()`` must run on the backend's worker (``await quick.aread(timeout_s)`` from the loop);
+    it returns ``(temperature °C | None, power W | None)``."""
+
+    def __init__(self, backend: Any, device_id: str) -> None:
+        self.backend = backend
+        self.device_id = device_id
+        self._gpu = backend._gpus[device_id]  # noqa: SLF001 - same package
+
+    def read(self) -> tuple[float | None, float | None]:
+        gpu = self._gpu
+        temp = power = None
+        try:
+            if gpu.temp_fn is not None:
+                temp = float(gpu.temp_fn())
+        except Exception:  # noqa: BLE001 - NVMLError, Lost: left to the main tick
+            temp = None
+        try:
+            power = units.mw_to_w(gpu.call("nvmlDeviceGetPowerUsage"))
+        except Exception:  # noqa: BLE001
+            power = None
+        return temp, power
+
+    async def aread(self, timeout_s: float) -> tuple[float | None, float | None]:
+        """``read()`` on the NVML worker; raises BackendTimeout past ``timeout_s``."""
+        return await self.backend.worker.call(self.read, timeout_s=timeout_s)
+
+
+def nvml_reader(backend: Any, device_id: str) -> NvmlQuick | None:
+    """An :class:`NvmlQuick` for ``device_id``, or None when ``backend`` is not an NVML backend that
+    discovered it."""
+    gpus = getattr(backend, "_gpus", None)
+    if getattr(backend, "kind", None) != "nvml" or not isinstance(gpus, dict) or device_id not in gpus:
+        return None
+    return NvmlQuick(backend, device_id)
+
+
+def nvml_enumeration(backend: Any) -> list[tuple[int, str]]:
+    """``[(device index, UUID)]`` of the GPUs NVML enumerates now, numbered as the backend would number
+    them (its ``index_base`` added). Runs on the backend's worker (blocking the calling thread); raises
+    the NVML error when enumeration itself fails."""
+    nv = backend.nvml
+
+    def enumerate_now() -> list[tuple[int, str]]:
+        base = backend.index_base() if callable(backend.index_base) else backend.index_base
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            try:
+                uuid = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
+            except nv.NVMLError:
+                continue  # lost at enumeration: discovery skips it too
+            out.append((base + i, uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+        return out
+
+    return backend.worker.run(enumerate_now)
+
+
+__all__ = ["HwmonQuick", "NvmlQuick", "hwmon_reader", "nvml_enumeration", "nvml_reader"]
