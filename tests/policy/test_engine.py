@@ -383,15 +383,13 @@ def test_sustain_timers_inside_any_keep_running_while_another_branch_holds():
           - name: r
             kind: gpu_power_limit
             when:
-              all:
-                - {metric: cpu.utilization_pct, stat: last, above: 50, sustain_s: 3}
-                - any:
-                    - {metric: gpu.utilization_pct, stat: last, above: 50}
-                    - {metric: gpu.utilization_pct, stat: last, above: 60, sustain_s: 2}
+              any:
+                - {metric: cpu.utilization_pct, stat: last, above: 50}
+                - {metric: gpu.utilization_pct, stat: last, above: 50, sustain_s: 2}
             limit: max
         """)
     devices = [gpu(0), *workstation(0)]
-    # cpu busy from t=0; gpu busy from t=0: the all holds once the cpu timer reaches 3 s
-    series = [(float(t), {"cpu/utilization": 90.0, "gpu0/utilization": 90.0}) for t in range(5)]
-    assert [("gpu0/power_limit" in r.decisions) for r in run(p, devices, series)] == \
-        [False, False, False, True, True]
+    # both hold from t=0; the cpu branch stops at t=3: the gpu branch has held since t=0, so the rule holds
+    cpu = [90.0, 90.0, 90.0, 0.0, 0.0]
+    series = [(float(t), {"cpu/utilization": c, "gpu0/utilization": 90.0}) for t, c in enumerate(cpu)]
+    assert [("gpu0/power_limit" in r.decisions) for r in run(p, devices, series)] == [True] * 5
