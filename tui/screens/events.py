@@ -13,8 +13,7 @@ from textual.widgets import DataTable
 from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 
-KINDS = ("all", "decision", "drift", "fault", "hotplug")
-STYLES = {"fault": "bold red", "drift": "yellow", "hotplug": "cyan", "decision": "green"}
+STYLES = {"fault": "bold red", "drift": "yellow", "hotplug": "cyan", "decision": "green", "connection": "magenta"}
 
 
 def event_row(kind: str, event: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -43,7 +42,10 @@ class EventsScreen(DataScreen):
         self.query_one(DataTable).border_title = f"Events ({self._kind}; f: filter)"
 
     def action_filter(self) -> None:
-        self._kind = KINDS[(KINDS.index(self._kind) + 1) % len(KINDS)]
+        """Cycle through all, then each kind seen so far (in order of first appearance)."""
+        state: TuiState = self.app.state  # type: ignore[attr-defined]
+        kinds = ["all", *dict.fromkeys(kind for kind, _ in state.events)]
+        self._kind = kinds[(kinds.index(self._kind) + 1) % len(kinds)] if self._kind in kinds else "all"
         self._title()
         self.query_one(DataTable).clear()
         self._shown = 0

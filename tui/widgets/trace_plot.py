@@ -10,23 +10,48 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
+HOLD_S = 15.0  # the daemon rate-limits SnapshotUpdated: bridge sample gaps up to this long
 
 
 def bucket(points: Sequence[tuple[float, float | None]], columns: int, t_end: float, span_s: float,
-           pick: str = "max") -> list[float | None]:
+           pick: str = "max", hold_s: float = 0.0) -> list[float | None]:
     """Resample ``(t, v)`` points into ``columns`` equal time buckets ending at ``t_end``; each bucket
-    keeps the max (or the last) of its values, None when it has none."""
+    keeps the max (or the last) of its values, None when it has none. An empty bucket less than ``hold_s``
+    after a real value keeps that value (samples sparser than the columns draw as steps, not stripes); a
+    None point is a gap and is never bridged."""
     out: list[float | None] = [None] * columns
     if columns <= 0:
         return out
     start = t_end - span_s
+    width_s = span_s / columns
+    filled = [False] * columns
+    last: tuple[float, float | None] | None = None
     for t, v in points:
-        if v is None or t < start:
+        if t < start:
+            last = (t, v)
             continue
-        col = min(columns - 1, int((t - start) / span_s * columns))
-        if out[col] is None or pick == "last" or (pick == "max" and v > out[col]):
+        col = min(columns - 1, int((t - start) / width_s))
+        _hold(out, filled, last, start, width_s, col, hold_s)
+        last = (t, v)
+        if v is None:
+            continue
+        if not filled[col] or pick == "last" or (pick == "max" and v > out[col]):
             out[col] = v
+            filled[col] = True
+    _hold(out, filled, last, start, width_s, columns, hold_s)
     return out
+
+
+def _hold(out: list[float | None], filled: list[bool], last: tuple[float, float | None] | None,
+          start: float, width_s: float, upto: int, hold_s: float) -> None:
+    """Fill empty columns before ``upto`` with the last value while within ``hold_s`` of it."""
+    if last is None or last[1] is None or hold_s <= 0:
+        return
+    first = max(0, int((last[0] - start) / width_s) + 1)
+    for col in range(first, upto):
+        if filled[col] or start + col * width_s - last[0] > hold_s:
+            break
+        out[col] = last[1]
 
 
 def plot_lines(values: Sequence[float | None], line: Sequence[float | None] | None, height: int,
@@ -83,6 +108,6 @@ class TracePlot(Widget):
         width, height = self.content_size.width, self.content_size.height
         if width <= 0 or height <= 0:
             return Text()
-        values = bucket(self._points, width, self._t_end, self._span_s)
-        line = bucket(self._line, width, self._t_end, self._span_s, "last") if self._line else None
+        values = bucket(self._points, width, self._t_end, self._span_s, hold_s=HOLD_S)
+        line = bucket(self._line, width, self._t_end, self._span_s, "last", HOLD_S) if self._line else None
         return Text("\n").join(plot_lines(values, line, height, self._ymax))

@@ -1,0 +1,128 @@
+"""``aithermctl demo``: a private D-Bus, aithermd on the simulated workstation, and the TUI on top.
+
+Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs and board in a temporary
+directory), its own temporary state directory, no metrics endpoint, on a private ``dbus-daemon``. On exit
+(quitting the TUI, Ctrl-C, SIGTERM) the daemon is stopped, then the bus, then the directory is removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aithermd.publish import wire
+
+DEFAULT_SPEEDUP = 5.0  # the default idle → training → idle cycle takes 2 minutes of wall time
+
+
+def daemon_command(address: str, state_dir: str, policy: str | None, speedup: float | None) -> list[str]:
+    """The ``aithermd run --simulate`` command line (the ``aithermd`` script next to this Python, else
+    ``python -m aithermd``)."""
+    script = Path(sys.executable).with_name("aithermd")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aithermd"]
+    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", "none", "--state-dir", state_dir,
+            "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}"]
+    if policy:
+        cmd += ["--policy", policy]
+    return cmd
+
+
+def start_bus(directory: str) -> tuple[subprocess.Popen[str], str]:
+    """A private ``dbus-daemon`` listening in ``directory``; returns it and its address."""
+    if shutil.which("dbus-daemon") is None:
+        raise RuntimeError("dbus-daemon is not installed (apt install dbus-daemon)")
+    bus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={directory}/bus",
+                            "--print-address", "--nofork", "--nopidfile"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    assert bus.stdout is not None
+    address = bus.stdout.readline().strip()
+    if not address:
+        bus.kill()
+        raise RuntimeError("dbus-daemon did not start")
+    return bus, address
+
+
+async def wait_for_daemon(address: str, daemon: subprocess.Popen[bytes], timeout_s: float = 30.0) -> bool:
+    """True once the daemon owns its bus name; False when it exits first or ``timeout_s`` passes."""
+    from aithermctl.client import DaemonClient
+    from aithermctl.errors import ClientError
+
+    client = DaemonClient(address, timeout_s=5.0)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and daemon.poll() is None:
+            with contextlib.suppress(ClientError):
+                if await client.name_has_owner(wire.BUS_NAME):
+                    return True
+            await asyncio.sleep(0.1)
+        return False
+    finally:
+        await client.close()
+
+
+def stop(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout_s``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    tmp = tempfile.mkdtemp(prefix="aithermctl-demo-")
+    log = Path(tmp, "aithermd.log")
+    bus = daemon = None
+    try:
+        try:
+            bus, address = start_bus(tmp)
+        except RuntimeError as exc:
+            print(f"aithermctl: demo: {exc}", file=sys.stderr)
+            return wire.EXIT_FAILURE
+        with log.open("wb") as sink:
+            daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
+                                                     args.speedup),
+                                      stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True)
+        if not asyncio.run(wait_for_daemon(address, daemon)):
+            print(f"aithermctl: demo: the simulated aithermd did not come up; its log:\n{_tail(log)}",
+                  file=sys.stderr)
+            return wire.EXIT_FAILURE
+        if args.no_tui:
+            print(f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
+                  f"  log: {log}\nCtrl-C stops it.", flush=True)
+            while daemon.poll() is None:
+                time.sleep(0.5)
+            print(f"aithermctl: demo: aithermd exited ({daemon.returncode}); its log:\n{_tail(log)}",
+                  file=sys.stderr)
+            return wire.EXIT_FAILURE
+        from aithermctl.tui_main import run_tui
+        return run_tui(address)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        stop(daemon)
+        stop(bus, 5.0)
+        shutil.rmtree(tmp, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
