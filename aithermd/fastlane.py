@@ -1,0 +1,257 @@
+"""The fast lane: a ≥ 10 Hz path that watches only the critical inputs between main ticks.
+
+With a 1–5 s main tick a temperature can cross its critical threshold just after a sample and stay
+unanswered for a whole period. After each main tick :meth:`FastLane.rearm` picks the few inputs worth
+watching from the published snapshot:
+
+- every temperature within ``near_c`` of its safety trigger (the device's own threshold − margin, exactly
+  as the safety layer computes it: hwmon ``crit``/``emergency``, NVML ``slowdown``/``shutdown``; the
+  engine's plan with the policies' margins when there is one);
+- every temperature of a GPU whose power draw is above its power limit (enforced limit where NVML reports
+  one): it heats fastest, so it is watched whatever its temperature.
+
+Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread`` per hwmon file through a
+descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.quick`) —
+every ``1 / rate_hz`` s. When one reaches its trigger the lane applies the safety layer's own decisions for
+it (power limits to their minimum, the device's fans and the fans whose curve reads it to full) through the
+loop's :class:`~aithermd.actuate.applier.Applier` (journal first, write, read back), under the loop's tick
+lock so it never interleaves with a tick. The next main tick sees the same temperature, its safety layer
+latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
+With nothing to watch the lane sleeps until the next re-arm (no cost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from aithermd.backends.quick import HwmonQuick, NvmlQuick, hwmon_reader, nvml_reader
+from aithermd.clock import Clock, RealClock
+from aithermd.model import Decision, DeviceKind, Event, Reading, Snapshot, Status
+from aithermd.policy import safety
+
+CRITICAL_RULE = "safety/critical-temperature"
+
+
+@dataclass(frozen=True, slots=True)
+class FastLaneOptions:
+    """``rate_hz``: polls per second while something is watched (≥ 10); ``near_c``: how far below its
+    trigger a temperature starts being watched (°C); ``nvml_timeout_s``: longest wait for one GPU's read
+    (s); ``apply_timeout_s``: longest wait for the NVML knobs' writes (s)."""
+
+    rate_hz: float = 20.0
+    near_c: float = 10.0
+    nvml_timeout_s: float = 0.05
+    apply_timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.rate_hz >= 10.0:
+            raise ValueError(f"the fast lane runs at ≥ 10 Hz, not {self.rate_hz}")
+
+
+def fan_sources(plans: Any) -> dict[str, tuple[str, ...]]:
+    """Fan knob id → the temperature channel ids its curve reads, from the engine's compiled plans
+    (``EngineState.plans``); {} when there are none."""
+    out: dict[str, tuple[str, ...]] = {}
+    for plan in plans or ():
+        for rule in getattr(plan, "rules", ()):
+            if getattr(rule, "kind", None) != "fan" or not getattr(rule, "curve_name", None):
+                continue
+            chans = tuple(c for cs in rule.sources.values() for c in cs)
+            for t in rule.targets:
+                out[t.knob.id] = tuple(dict.fromkeys((*out.get(t.knob.id, ()), *chans)))
+    return out
+
+
+class FastLane:
+    """``cycle()`` gives the loop's :class:`~aithermd.cycle.Cycle` (world, applier, worker, engine state);
+    ``lock`` is the tick lock; ``emit(events)`` queues events for the next snapshot; ``paused()`` is true
+    while the machine sleeps (nothing is read or written then)."""
+
+    def __init__(self, cycle: Callable[[], Any], lock: asyncio.Lock, emit: Callable[[list[Event]], None],
+                 options: FastLaneOptions | None = None, *, clock: Clock | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                 paused: Callable[[], bool] = lambda: False) -> None:
+        self.cycle, self.lock, self.emit, self.paused = cycle, lock, emit, paused
+        self.options = options or FastLaneOptions()
+        self.clock = clock or RealClock()
+        self.sleep = sleep
+        self.period_s = 1.0 / self.options.rate_hz
+        self.watch: dict[str, float] = {}  # channel id → trigger °C
+        self.acted: set[str] = set()
+        self.polls = 0
+        self.actions = 0
+        self._hwmon: dict[str, HwmonQuick] = {}
+        self._nvml: dict[str, NvmlQuick] = {}
+        self._base: Mapping[str, Reading] = {}
+        self._plan: Any = None
+        self._devices: Any = None
+        self._armed = asyncio.Event()
+        self._stopped = False
+        self._log = structlog.get_logger("aithermd.fastlane")
+
+    # -- after each main tick --------------------------------------------------------------------------
+    def rearm(self, snapshot: Snapshot, *_: Any) -> None:
+        """Choose the watched inputs from ``snapshot`` (a StateHub listener)."""
+        cycle = self.cycle()
+        world = cycle.world
+        if world.devices is not self._devices:
+            self._close_readers()
+            self._devices = world.devices
+        plan = getattr(cycle.state, "safety", None)
+        if not isinstance(plan, safety.SafetyPlan) or plan.devices != world.devices:
+            plan = safety.plan(world.devices, safety.SafetyParams())
+        self._plan, self._base = plan, snapshot.readings
+        hot = self._hot_gpus(world.devices, snapshot)
+        watch: dict[str, float] = {}
+        for cid, trig in plan.triggers:
+            device_id = cid.rsplit("/", 1)[0]
+            r = snapshot.readings.get(cid)
+            near = r is not None and r.status == Status.OK and r.value is not None \
+                and r.value >= trig - self.options.near_c
+            if (near or device_id in hot) and self._reader(world, cid, device_id):
+                watch[cid] = trig
+        for cid in [c for c in self._hwmon if c not in watch]:
+            self._hwmon.pop(cid).close()
+        for dev in [d for d in self._nvml if f"{d}/temperature" not in watch]:
+            del self._nvml[dev]
+        self.watch = watch
+        self.acted.clear()
+        if watch:
+            self._armed.set()
+        else:
+            self._armed.clear()
+
+    @staticmethod
+    def _hot_gpus(devices: Any, snapshot: Snapshot) -> set[str]:
+        hot = set()
+        for d in devices:
+            if d.kind != DeviceKind.GPU:
+                continue
+            power = snapshot.readings.get(f"{d.id}/power")
+            kv = snapshot.knobs.get(f"{d.id}/power_limit")
+            if power is None or power.value is None or kv is None:
+                continue
+            limit = (kv.extra or {}).get("enforced_w", kv.value)
+            if limit is not None and power.value > limit:
+                hot.add(d.id)
+        return hot
+
+    def _reader(self, world: Any, cid: str, device_id: str) -> bool:
+        if cid in self._hwmon or (cid.endswith("/temperature") and device_id in self._nvml):
+            return True
+        backend = world.device_owner.get(device_id)
+        quick = hwmon_reader(backend, cid)
+        if quick is not None:
+            self._hwmon[cid] = quick
+            return True
+        if cid == f"{device_id}/temperature":
+            gpu = nvml_reader(backend, device_id)
+            if gpu is not None:
+                self._nvml[device_id] = gpu
+                return True
+        return False
+
+    # -- between ticks ---------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Poll at ``rate_hz`` while something is watched; sleep until re-armed otherwise."""
+        while not self._stopped:
+            if not self.watch:
+                self._armed.clear()
+                await self._armed.wait()
+                continue
+            started = self.clock.monotonic()
+            try:
+                await self.poll_once()
+            except Exception:  # noqa: BLE001 - the lane never takes the daemon down
+                self._log.exception("fastlane_failed")
+            await self.sleep(max(0.0, started + self.period_s - self.clock.monotonic()))
+
+    async def poll_once(self) -> bool:
+        """Read the watched inputs once; act on those at or above their trigger. True when it acted."""
+        if self.paused() or not self.watch:
+            return False
+        self.polls += 1
+        fresh: dict[str, float] = {}
+        for cid, quick in self._hwmon.items():
+            value = quick.read()
+            if value is not None:
+                fresh[cid] = value
+        for dev, gpu in list(self._nvml.items()):
+            try:
+                temp, _ = await gpu.aread(self.options.nvml_timeout_s)
+            except Exception:  # noqa: BLE001 - BackendTimeout, a closed worker: the main tick reports
+                continue
+            if temp is not None:
+                fresh[f"{dev}/temperature"] = temp
+        critical = {cid: (v, self.watch[cid]) for cid, v in fresh.items()
+                    if cid in self.watch and v >= self.watch[cid] and cid not in self.acted}
+        if not critical:
+            return False
+        await self._act(critical, fresh)
+        return True
+
+    async def _act(self, critical: Mapping[str, tuple[float, float]], fresh: Mapping[str, float]) -> None:
+        async with self.lock:
+            if self.paused():
+                return
+            cycle = self.cycle()
+            world = cycle.world
+            readings = dict(self._base)
+            readings.update((cid, Reading(cid, v)) for cid, v in fresh.items())
+            decided, _ = safety.evaluate(self._plan, readings, fan_sources(getattr(cycle.state, "plans", ())),
+                                         frozenset())
+            mine = {k: d for k, d in decided.items() if d.rule == CRITICAL_RULE and k in world.knobs
+                    and not critical.keys().isdisjoint(d.inputs)}
+            t_wall = self.clock.wall()
+            inline = [(k, d) for k, d in mine.items() if world.owner[k] in world.inline]
+            threaded = [(k, d) for k, d in mine.items() if world.owner[k] not in world.inline]
+            events = self._apply(cycle, world, inline, t_wall)
+            if threaded:
+                loop = asyncio.get_running_loop()
+                future = loop.run_in_executor(cycle.worker, self._apply, cycle, world, threaded, t_wall)
+                try:
+                    events += await asyncio.wait_for(future, self.options.apply_timeout_s)
+                except Exception as exc:  # noqa: BLE001 - TimeoutError: the worker is busy; the tick acts
+                    self._log.warning("fastlane_nvml_late", knobs=[k for k, _ in threaded], error=repr(exc))
+            self.acted.update(critical)
+            self.actions += 1
+        for cid, (value, trig) in critical.items():
+            message = (f"fast lane: {cid} at {value:g} °C ≥ {trig:g} °C between ticks: safety action on "
+                       f"{len(mine)} knob(s)")
+            data = {"lane": "fast", "value_c": value, "trigger_c": trig, "knobs": sorted(mine)}
+            self._log.error("fastlane_critical", channel=cid, value_c=value, trigger_c=trig,
+                            knobs=data["knobs"])
+            events.insert(0, Event("fault", t_wall, cid, message, data))
+        self.emit(events)
+
+    @staticmethod
+    def _apply(cycle: Any, world: Any, wanted: list[tuple[str, Decision]], t_wall: float) -> list[Event]:
+        events: list[Event] = []
+        for knob_id, d in wanted:
+            backend, knob = world.owner[knob_id], world.knobs[knob_id]
+            try:
+                current = backend.read_knob(knob_id)
+            except Exception:  # noqa: BLE001 - the applier writes anyway and reports
+                current = None
+            _, ev = cycle.applier.apply(backend, knob, knob.device_id, d, knob.clamp(float(d.value)), current,
+                                        t_wall)
+            events += ev
+        return events
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stopped = True
+        self._armed.set()
+        self._close_readers()
+
+    def _close_readers(self) -> None:
+        for quick in self._hwmon.values():
+            quick.close()
+        self._hwmon.clear()
+        self._nvml.clear()
+        self.watch = {}

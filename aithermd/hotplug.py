@@ -1,0 +1,308 @@
+"""Hotplug: devices that appear or vanish while the daemon runs are rediscovered between ticks.
+
+A pyudev ``Monitor`` (libudev's netlink monitor, the events udev rebroadcasts after processing) runs in a
+thread of its own filtered to the ``hwmon``, ``drm``, ``pci`` and ``powercap`` subsystems; each event
+crosses to the event loop with ``call_soon_threadsafe`` and is kept by :class:`Hotplug` until it settles
+(``settle_s`` without a newer event for the same family, so a driver that registers five hwmon devices is
+rediscovered once). A ``remove`` whose sysfs directory still exists waits until it is gone (at most
+``remove_wait_s``). The loop then asks :meth:`Hotplug.due` which backend families to rediscover, and
+:func:`rediscover` rediscovers exactly those backends, in place, off the loop:
+
+- ``hwmon`` events → the hwmon backends (inline and slow); ``powercap`` → RAPL; ``pci``/``drm`` events of an
+  NVIDIA device (PCI vendor 0x10de, or a vendor the event does not name) → NVML. Other PCI/DRM devices are
+  left to the hwmon events their drivers send.
+- Ids never change: hwmon ids come from chip names and bus paths, not ``hwmonN``. NVML numbers GPUs by
+  enumeration index, so before rediscovering NVML the current enumeration (index, UUID) is compared with the
+  known GPUs; when a GPU that stays would get another id (a GPU before it vanished) the rediscovery is
+  skipped: the vanished GPU stays *lost* (reported, its knobs skipped) and the others keep their ids.
+- A knob that vanishes is forgotten — journal entry and applier state — only once rediscovery confirms its
+  device is gone (a merely *lost* device keeps its journal entry, so its original is restored if it comes
+  back); each change is a ``hotplug`` event.
+
+The monitor's own failure (its thread ended: ENOBUFS on the netlink socket, libudev gone) is detected by
+:meth:`Hotplug.check` — called every second by the supervisor task — and the monitor restarted after a
+backoff (1 s doubling to 60 s), followed by a rescan of every family, since events were missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any
+
+import structlog
+
+from aithermd.clock import Clock, RealClock
+from aithermd.model import Device, Event
+
+SUBSYSTEMS = ("hwmon", "drm", "pci", "powercap")
+ACTIONS = frozenset({"add", "remove", "bind", "unbind", "move"})
+NVIDIA_VENDOR = "10de"
+ALL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceEvent:
+    """One udev event: ``action`` (add, remove, bind, unbind, move), ``subsystem``, ``sys_path`` (absolute
+    sysfs path), ``vendor`` (PCI vendor id, lower-case hex, when the event names one)."""
+
+    action: str
+    subsystem: str
+    sys_path: str
+    vendor: str | None = None
+
+    @property
+    def family(self) -> str | None:
+        """The backend family to rediscover (``hwmon``, ``powercap``, ``nvml``), or None."""
+        if self.subsystem == "hwmon":
+            return "hwmon"
+        if self.subsystem == "powercap":
+            return "powercap"
+        if self.subsystem in ("pci", "drm") and self.vendor in (None, NVIDIA_VENDOR):
+            return "nvml"
+        return None
+
+
+def family_of(backend: Any) -> str:
+    """``hwmon`` for ``hwmon`` and ``hwmon-slow`` backends, else the backend's kind."""
+    return str(getattr(backend, "kind", "")).split("-", 1)[0]
+
+
+def event_from_udev(device: Any) -> DeviceEvent:
+    """A :class:`DeviceEvent` from a ``pyudev.Device`` received by a monitor (its uevent properties)."""
+    props = device.properties
+    pci_id = props.get("PCI_ID")
+    if pci_id is None and device.subsystem == "drm":
+        try:
+            parent = device.find_parent("pci")
+            pci_id = parent.properties.get("PCI_ID") if parent is not None else None
+        except Exception:  # noqa: BLE001 - the parent may be gone already (remove)
+            pci_id = None
+    vendor = pci_id.split(":", 1)[0].lower() if pci_id else None
+    return DeviceEvent(str(device.action), str(device.subsystem), str(device.sys_path), vendor)
+
+
+class UdevMonitor:
+    """A pyudev netlink monitor in a daemon thread; ``on_event(DeviceEvent)`` is called on ``loop``.
+    ``alive`` is false once the thread ended; ``error`` says why."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_event: Callable[[DeviceEvent], None],
+                 subsystems: Sequence[str] = SUBSYSTEMS, poll_s: float = 0.5) -> None:
+        self.loop, self.on_event, self.subsystems, self.poll_s = loop, on_event, tuple(subsystems), poll_s
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="aithermd-udev", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        try:
+            import pyudev
+
+            monitor = pyudev.Monitor.from_netlink(pyudev.Context())
+            for subsystem in self.subsystems:
+                monitor.filter_by(subsystem)
+            monitor.start()
+            self.ready.set()
+            while not self._stop.is_set():
+                device = monitor.poll(timeout=self.poll_s)
+                if device is not None and device.action in ACTIONS:
+                    self.loop.call_soon_threadsafe(self.on_event, event_from_udev(device))
+        except BaseException as exc:  # noqa: BLE001 - reported through .error; the supervisor restarts us
+            self.error = exc
+        finally:
+            self.ready.set()
+
+
+class Hotplug:
+    """Collects device events and says which backend families are due for rediscovery.
+
+    ``monitor_factory(loop, on_event)`` builds the monitor (default :class:`UdevMonitor`); ``exists(path)``
+    tells whether a removed device's sysfs directory is still there."""
+
+    def __init__(self, *, monitor_factory: Callable[..., Any] | None = UdevMonitor, settle_s: float = 0.2,
+                 remove_wait_s: float = 5.0, clock: Clock | None = None,
+                 exists: Callable[[str], bool] = os.path.exists, backoff_s: tuple[float, float] = (1.0, 60.0),
+                 ) -> None:
+        self.monitor_factory, self.settle_s, self.remove_wait_s = monitor_factory, settle_s, remove_wait_s
+        self.clock = clock or RealClock()
+        self.exists = exists
+        self.backoff_s = backoff_s
+        self.monitor: Any = None
+        self.restarts = 0
+        self.events_seen = 0
+        self._pending: dict[str, list[tuple[float, DeviceEvent]]] = {}
+        self._retry_at: float | None = None
+        self._delay = backoff_s[0]
+        self._started_at = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._log = structlog.get_logger("aithermd.hotplug")
+
+    # -- events ----------------------------------------------------------------------------------------
+    def submit(self, event: DeviceEvent) -> None:
+        """Keep ``event`` for the next :meth:`due` (on the loop)."""
+        family = event.family
+        self.events_seen += 1
+        self._log.info("uevent", action=event.action, subsystem=event.subsystem, path=event.sys_path,
+                       family=family)
+        if family is not None:
+            self._pending.setdefault(family, []).append((self.clock.monotonic(), event))
+
+    def rescan_all(self) -> None:
+        self._pending.setdefault(ALL, []).append((self.clock.monotonic(), DeviceEvent("rescan", "", "")))
+
+    def due(self) -> set[str]:
+        """The families whose events have settled (``*`` for all); they are taken out."""
+        now = self.clock.monotonic()
+        out: set[str] = set()
+        for family, events in list(self._pending.items()):
+            newest = max(t for t, _ in events)
+            if now - newest < self.settle_s:
+                continue
+            waiting = [e for t, e in events if e.action == "remove" and e.sys_path and self.exists(e.sys_path)
+                       and now - t < self.remove_wait_s]
+            if waiting:
+                continue
+            del self._pending[family]
+            out.add(family)
+        return out
+
+    # -- the monitor and its supervisor ----------------------------------------------------------------
+    async def start(self) -> None:
+        if self.monitor_factory is None:
+            return
+        self._start_monitor()
+        self._task = asyncio.create_task(self._supervise())
+
+    def _start_monitor(self) -> None:
+        self.monitor = self.monitor_factory(asyncio.get_running_loop(), self.submit)
+        self.monitor.start()
+        self._started_at = self.clock.monotonic()
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.check()
+
+    def check(self) -> bool:
+        """Restart the monitor when its thread ended (after the backoff); True when it was restarted."""
+        now = self.clock.monotonic()
+        monitor = self.monitor
+        if monitor is None or monitor.alive:
+            if monitor is not None and now - self._started_at > self.backoff_s[1]:
+                self._delay = self.backoff_s[0]
+            return False
+        if self._retry_at is None:
+            self._log.error("fault", subject="hotplug", message=f"udev monitor failed: {monitor.error!r}; "
+                            f"restarting in {self._delay:g} s")
+            self._retry_at = now + self._delay
+            self._delay = min(self._delay * 2, self.backoff_s[1])
+        if now < self._retry_at:
+            return False
+        self._retry_at = None
+        self.restarts += 1
+        self._start_monitor()
+        self.rescan_all()  # events were missed while it was down
+        self._log.warning("udev_monitor_restarted", restarts=self.restarts)
+        return True
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self.monitor is not None:
+            self.monitor.stop()
+
+
+# -- rediscovery ---------------------------------------------------------------------------------------
+def rebuild(world: Any, found: Mapping[int, Sequence[Device]]) -> Any:
+    """``world`` with the devices of the backends in ``found`` (by ``id(backend)``) replaced, every other
+    backend's devices kept, in backend order; a repeated device id keeps the first."""
+    devices: list[Device] = []
+    knobs: dict[str, Any] = {}
+    owner: dict[str, Any] = {}
+    device_owner: dict[str, Any] = {}
+    for b in world.backends:
+        mine = found.get(id(b))
+        if mine is None:
+            mine = [d for d in world.devices if world.device_owner.get(d.id) is b]
+        for d in mine:
+            if d.id in device_owner:
+                continue
+            device_owner[d.id] = b
+            devices.append(d)
+            for k in d.knobs:
+                knobs[k.id], owner[k.id] = k, b
+    return replace(world, devices=tuple(devices), knobs=MappingProxyType(knobs),
+                   owner=MappingProxyType(owner), device_owner=MappingProxyType(device_owner))
+
+
+def _nvml_keeps_ids(backend: Any, old: Sequence[Device]) -> str | None:
+    """None when rediscovering ``backend`` keeps every surviving GPU's id, else why not."""
+    from aithermd.backends.quick import nvml_enumeration
+
+    now = {uuid: f"gpu{index}" for index, uuid in nvml_enumeration(backend)}
+    moved = [f"{d.id} → {now[d.info['uuid']]}" for d in old
+             if d.info.get("uuid") in now and now[d.info["uuid"]] != d.id]
+    return f"GPU ids would change ({', '.join(moved)})" if moved else None
+
+
+async def rediscover(world: Any, families: set[str], *, applier: Any,
+                     t_wall: float) -> tuple[Any, list[Event]]:
+    """Rediscover the backends of ``families`` (``*``: all) off the loop; returns the new world and the
+    ``hotplug`` events. Vanished knobs are forgotten by ``applier`` and its journal."""
+    log = structlog.get_logger("aithermd.hotplug")
+    found: dict[int, Sequence[Device]] = {}
+    events: list[Event] = []
+    for b in world.backends:
+        if ALL not in families and family_of(b) not in families:
+            continue
+        old = [d for d in world.devices if world.device_owner.get(d.id) is b]
+        try:
+            if family_of(b) == "nvml":
+                why = await asyncio.to_thread(_nvml_keeps_ids, b, old)
+                if why is not None:
+                    log.warning("rediscovery_skipped", backend="nvml", reason=why)
+                    events.append(Event("hotplug", t_wall, "nvml", f"GPUs not rediscovered: {why}; a "
+                                        "vanished GPU stays lost until the daemon restarts", {"reason": why}))
+                    continue
+            found[id(b)] = await asyncio.to_thread(b.discover)
+        except Exception as exc:  # noqa: BLE001 - one family's failure keeps its old devices
+            log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc}")
+            continue
+    if not found:
+        return world, events
+    new = rebuild(world, found)
+    before = {d.id: d for d in world.devices}
+    after = {d.id: d for d in new.devices}
+    for dev_id in [d for d in after if d not in before]:
+        d = after[dev_id]
+        events.append(Event("hotplug", t_wall, dev_id, f"{dev_id} added ({len(d.channels)} channels, "
+                            f"{len(d.knobs)} knobs)", {"action": "added"}))
+    for dev_id in [d for d in before if d not in after]:
+        events.append(Event("hotplug", t_wall, dev_id, f"{dev_id} removed", {"action": "removed"}))
+    for knob_id in [k for k in world.knobs if k not in new.knobs]:
+        if knob_id not in applier.owned and knob_id not in applier.journal:
+            continue
+        applier.forget(knob_id)
+        if knob_id in applier.journal:
+            applier.journal.forget(knob_id)
+        events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} forgotten: its device is gone, its "
+                            "original cannot be restored", {"action": "forgotten"}))
+    for e in events:
+        log.info("hotplug", subject=e.subject, message=e.message)
+    return new, events

@@ -1,0 +1,273 @@
+"""Living with a real machine: the services beside the control loop and the one lock they share with it.
+
+:class:`Live` belongs to one :class:`~aithermd.daemon.Daemon` run. It owns the *tick lock*: the daemon runs
+each tick through :meth:`Live.tick` (which holds the lock, applies what changed between ticks, then runs the
+cycle's tick), and every service that writes between ticks — the fast lane, the resume re-apply — takes the
+same lock, so no write ever interleaves with a tick. Between ticks it applies:
+
+- **hotplug** (:mod:`aithermd.hotplug`): rediscovers the families whose udev events settled and swaps the
+  new world in (a reload waiting for the next tick gets the same devices);
+- **sleep** (:mod:`aithermd.sleep`): on logind's PrepareForSleep(true) the cycle's applier is replaced by
+  a paused one (no write, no hand-back, no drift count: a driver resetting knobs on resume is not a
+  conflict) and a background worker hop is drained; on PrepareForSleep(false), or when no resume comes
+  within ``max_pause_s`` of awake time, every owned knob is re-applied to the last decision and read back,
+  and one ``sleep`` event says what was rewritten, found in place or did not stick;
+- **fast lane** (:mod:`aithermd.fastlane`): re-armed after every tick from the published snapshot.
+
+Events of these services ride on the next snapshot: the cycle publishes through a hub that prepends them.
+:class:`LiveOptions` says which services run; :meth:`LiveOptions.for_daemon` enables them for a real
+machine (``/sys``, real time) and leaves them off for fixture trees and simulated clocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from aithermd.actuate.applier import same_setting
+from aithermd.fastlane import FastLane, FastLaneOptions
+from aithermd.hotplug import Hotplug, rediscover
+from aithermd.model import Event, Layer, Snapshot
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """``hotplug``: run the udev monitor; ``sleep_bus``: ``"system"`` or a D-Bus address where logind is
+    watched (None: not watched); ``inhibit``: hold a delay inhibitor lock; ``fastlane``: its options (None:
+    off); ``settle_s``: quiet time before hotplug events are applied (s); ``max_pause_s``: awake time after
+    PrepareForSleep(true) after which writing resumes anyway (s)."""
+
+    hotplug: bool = False
+    sleep_bus: str | None = None
+    inhibit: bool = True
+    fastlane: FastLaneOptions | None = None
+    settle_s: float = 0.2
+    max_pause_s: float = 120.0
+
+    @classmethod
+    def for_daemon(cls, settings: Any, real_time: bool) -> LiveOptions:
+        """On for a real machine in real time: hotplug when the sysfs root is ``/sys``, logind on the
+        system bus (or the daemon's bus address), the fast lane when the tick is slower than 10 Hz."""
+        if not real_time:
+            return cls()
+        bus = settings.bus if settings.bus == "system" or "=" in settings.bus else None
+        on_sys = Path(settings.sysfs_root).resolve() == Path("/sys")
+        fast = FastLaneOptions() if settings.tick_s > 0.1 else None
+        return cls(hotplug=on_sys, sleep_bus=bus, fastlane=fast)
+
+
+class PausedApplier:
+    """The applier while the machine sleeps: writes and hand-backs are dropped, drift is not counted;
+    everything else is the real applier's."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def apply(self, backend: Any, knob: Any, device_id: str, decision: Any, value: float, current: Any,
+              t_wall: float) -> tuple[Any, list[Event]]:
+        return current, []
+
+    def give_back(self, backend: Any, knob: Any, t_wall: float) -> list[Event]:
+        return []
+
+    def observe(self, knob: Any, kv: Any, t_mono: float, t_wall: float) -> list[Event]:
+        return []
+
+
+class _Hub:
+    """The cycle's hub: publishes through the daemon's hub with the services' queued events first."""
+
+    def __init__(self, real: Any, live: Live) -> None:
+        self.real, self.live = real, live
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
+        queued, self.live.queued = self.live.queued, []
+        self.real.publish(snapshot, [*queued, *events] if queued else events)
+
+
+class Live:
+    """The services of one daemon run (see the module doc). ``daemon`` gives ``cycle``, ``hub``,
+    ``clock`` and ``settings``."""
+
+    def __init__(self, daemon: Any, options: LiveOptions) -> None:
+        self.daemon, self.options = daemon, options
+        self.tick_lock = asyncio.Lock()
+        self.queued: list[Event] = []
+        self.paused_since: float | None = None
+        self.fastlane: FastLane | None = None
+        self.hotplug: Hotplug | None = None
+        self.sleep: Any = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._unlisten: Any = None
+        self._log = structlog.get_logger("aithermd.live")
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_since is not None
+
+    def emit(self, events: Sequence[Event]) -> None:
+        self.queued.extend(events)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        d, o = self.daemon, self.options
+        d.cycle.hub = _Hub(d.cycle.hub, self)
+        if o.fastlane is not None:
+            self.fastlane = FastLane(lambda: self.daemon.cycle, self.tick_lock, self.emit, o.fastlane,
+                                     clock=d.clock, paused=lambda: self.paused)
+            self._unlisten = d.hub.add_listener(self.fastlane.rearm)
+            self._tasks.append(asyncio.create_task(self.fastlane.run()))
+        if o.hotplug:
+            self.hotplug = Hotplug(settle_s=o.settle_s, clock=d.clock)
+            try:
+                await self.hotplug.start()
+            except Exception as exc:  # noqa: BLE001 - the daemon runs on without hotplug
+                self._log.warning("hotplug_unavailable", error=f"{type(exc).__name__}: {exc}")
+                self.hotplug = None
+        if o.sleep_bus is not None:
+            from aithermd.sleep import SleepWatcher
+
+            self.sleep = SleepWatcher(o.sleep_bus, self.suspend, self.resume, inhibit=o.inhibit)
+            await self.sleep.start()
+
+    async def stop(self) -> None:
+        """Stop every service (before the daemon's final restore: nothing writes after this returns)."""
+        if self.fastlane is not None:
+            self.fastlane.stop()
+        if self._unlisten is not None:
+            self._unlisten()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        for service in (self.hotplug, self.sleep):
+            if service is not None:
+                try:
+                    await service.stop()
+                except Exception as exc:  # noqa: BLE001 - stopping goes on
+                    self._log.warning("service_stop_failed", error=f"{type(exc).__name__}: {exc}")
+        async with self.tick_lock:  # a fast-lane write in flight finishes first
+            if self.paused:
+                self.daemon.cycle.applier = self.daemon.cycle.applier.real
+                self.paused_since = None
+
+    # -- the tick --------------------------------------------------------------------------------------
+    async def tick(self, seq: int) -> Snapshot:
+        """Apply what changed between ticks, then run the cycle's tick ``seq``, all under the tick lock."""
+        async with self.tick_lock:
+            d = self.daemon
+            paused_s = None if self.paused_since is None else d.clock.monotonic() - self.paused_since
+            if paused_s is not None and paused_s > self.options.max_pause_s:
+                self._log.warning("resume_assumed", paused_s=round(paused_s, 1),
+                                  message="no PrepareForSleep(false): writing again")
+                await self._resume_locked("no resume announced")
+            if self.hotplug is not None:
+                self.hotplug.check()
+                families = self.hotplug.due()
+                if families:
+                    await self._rediscover(families)
+            return await d.cycle.tick(seq)
+
+    async def _rediscover(self, families: set[str]) -> None:
+        d = self.daemon
+        cycle = d.cycle
+        world, events = await rediscover(cycle.world, families, applier=self._real_applier(),
+                                         t_wall=d.clock.wall())
+        if world is not cycle.world:
+            cycle.world = world
+            pending = getattr(d, "_pending", None)  # a reload waiting for the next tick: same devices
+            if pending is not None:
+                d._pending = replace(pending, backends=world.backends, devices=world.devices,
+                                     knobs=world.knobs, owner=world.owner, device_owner=world.device_owner)
+        self.emit(events)
+
+    def _real_applier(self) -> Any:
+        applier = self.daemon.cycle.applier
+        return applier.real if isinstance(applier, PausedApplier) else applier
+
+    # -- suspend and resume ----------------------------------------------------------------------------
+    async def suspend(self) -> None:
+        """Stop writing: the applier is paused after the tick in flight, a background hop is drained."""
+        d = self.daemon
+        async with self.tick_lock:
+            if self.paused:
+                return
+            d.cycle.applier = PausedApplier(d.cycle.applier)
+            self.paused_since = d.clock.monotonic()
+            await d.cycle.drain(5.0)
+        self._log.info("suspend", message="writes paused until resume")
+        self.emit([Event("sleep", d.clock.wall(), "system", "suspending: writes paused until resume",
+                         {"action": "suspend"})])
+
+    async def resume(self) -> None:
+        async with self.tick_lock:
+            await self._resume_locked("resumed")
+
+    async def _resume_locked(self, why: str) -> None:
+        d = self.daemon
+        cycle = d.cycle
+        real = self._real_applier()
+        cycle.applier = real
+        self.paused_since = None
+        world, t_wall = cycle.world, d.clock.wall()
+        if getattr(real, "dry_run", False):
+            self.emit([Event("sleep", t_wall, "system", f"{why}: dry-run, nothing to re-apply",
+                             {"action": "resume"})])
+            return
+        wanted = [(k, dec) for k, dec in cycle.decisions.items()
+                  if k in real.owned and k in world.knobs and dec.value is not None
+                  and dec.layer != Layer.DEFAULT and k not in real.stepped_back]
+        inline = [w for w in wanted if world.owner[w[0]] in world.inline]
+        threaded = [w for w in wanted if world.owner[w[0]] not in world.inline]
+        results = self._reapply(cycle, world, inline, t_wall)
+        if threaded:
+            future = asyncio.get_running_loop().run_in_executor(cycle.worker, self._reapply, cycle, world,
+                                                                threaded, t_wall)
+            try:
+                results += await asyncio.wait_for(future, 10.0)
+            except Exception as exc:  # noqa: BLE001 - the next tick writes them
+                self._log.warning("resume_nvml_late", error=repr(exc))
+        rewritten = [k for k, status, _ in results if status == "rewritten"]
+        in_place = [k for k, status, _ in results if status == "in_place"]
+        failed = [k for k, status, _ in results if status == "failed"]
+        events = [e for _, _, evs in results for e in evs]
+        message = (f"{why}: {len(rewritten)} setting(s) re-applied, {len(in_place)} found in place, "
+                   f"{len(failed)} did not stick")
+        self._log.info("resume", rewritten=rewritten, in_place=in_place, failed=failed)
+        self.emit([Event("sleep", t_wall, "system", message, {"action": "resume", "rewritten": rewritten,
+                                                              "in_place": in_place, "failed": failed}),
+                   *events])
+
+    @staticmethod
+    def _reapply(cycle: Any, world: Any, wanted: list[tuple[str, Any]],
+                 t_wall: float) -> list[tuple[str, str, list[Event]]]:
+        out: list[tuple[str, str, list[Event]]] = []
+        for knob_id, dec in wanted:
+            backend, knob = world.owner[knob_id], world.knobs[knob_id]
+            value = knob.clamp(float(dec.value))
+            try:
+                before = backend.read_knob(knob_id)
+            except Exception:  # noqa: BLE001
+                before = None
+            after, events = cycle.applier.apply(backend, knob, knob.device_id, dec, value, before, t_wall)
+            try:
+                after = backend.read_knob(knob_id)
+            except Exception:  # noqa: BLE001
+                pass
+            if not same_setting(knob, after, value):
+                status = "failed"
+            else:
+                status = "in_place" if same_setting(knob, before, value) else "rewritten"
+            out.append((knob_id, status, events))
+        return out
