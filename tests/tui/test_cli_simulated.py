@@ -1,0 +1,262 @@
+"""aithermctl against the real daemon: `aithermd run --simulate` on a private bus (one daemon for the
+module), the CLI as a process. Run as root, so polkit always allows (refusals are tested against the
+scripted daemon in test_cli_fake_bus.py and against polkitd in tests/dbus)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aithermd.publish import wire
+
+pytestmark = pytest.mark.slow
+
+
+def ctl(bus: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "aithermctl", "--bus", bus, *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def until(predicate, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def holds(bus: str) -> list[dict]:
+    return json.loads(ctl(bus, "status", "--json").stdout)["policy"]["holds"]
+
+
+def holds_become(bus: str, count: int) -> list[dict]:
+    """The holds, once there are ``count`` (changes take effect at the next tick)."""
+    return until(lambda: (lambda h: h if len(h) == count else None)(holds(bus)) if count else holds(bus) == [])
+
+
+@pytest.fixture(scope="module")
+def sim_bus(tmp_path_factory) -> Iterator[str]:
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("dbus-daemon is not installed")
+    tmp = tmp_path_factory.mktemp("sim")
+    bus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={tmp}/bus", "--print-address",
+                            "--nofork", "--nopidfile"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           text=True)
+    address = bus.stdout.readline().strip()
+    daemon = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", address,
+                               "--metrics-listen", "none", "--state-dir", str(tmp / "state"), "--tick", "0.2",
+                               "--log-format", "json"],
+                              stdout=subprocess.DEVNULL, stderr=(tmp / "daemon.log").open("wb"))
+    try:
+        until(lambda: ctl(address, "status", "--json").returncode == 0, 60)
+        until(lambda: json.loads(ctl(address, "status", "--json").stdout)["seq"] >= 2)
+        yield address
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        bus.terminate()
+        bus.wait(10)
+
+
+def test_status_json_is_the_snapshot_of_the_simulated_workstation(sim_bus):
+    p = ctl(sim_bus, "status", "--json")
+    assert p.returncode == 0 and p.stderr == ""
+    doc = json.loads(p.stdout)
+    assert p.stdout.count("\n") == 1  # exactly one document
+    ids = {d["id"] for d in doc["devices"]}
+    assert {"gpu0", "gpu1", "hwmon:nct6798-isa-0290", "powercap:package-0"} <= ids
+    gpu0 = next(d for d in doc["devices"] if d["id"] == "gpu0")
+    assert {"gpu0/temperature", "gpu0/power", "gpu0/utilization"} <= {c["id"] for c in gpu0["channels"]}
+    knob = next(k for k in gpu0["knobs"] if k["id"] == "gpu0/power_limit")
+    assert knob["unit"] == "W" and {"requested", "reason"} <= set(knob)
+    assert set(doc["policy"]) >= {"active", "holds", "states"}
+
+
+def test_status_text(sim_bus):
+    p = ctl(sim_bus, "status")
+    assert p.returncode == 0
+    assert "gpu0  NVIDIA GeForce RTX 4090" in p.stdout and "gpu1  NVIDIA RTX 6000 Ada Generation" in p.stdout
+    assert "CPU packages" in p.stdout and "package-0" in p.stdout
+    assert "nct6798-isa-0290 fan1" in p.stdout
+
+
+def test_policy_list_show_set(sim_bus):
+    p = ctl(sim_bus, "policy", "list")
+    names = [line[2:].split()[0] for line in p.stdout.splitlines()]
+    assert {"balanced", "ai-training", "quiet"} <= set(names)
+    assert "* balanced" in p.stdout
+    assert "rules:" in ctl(sim_bus, "policy", "show", "quiet").stdout
+    try:
+        assert ctl(sim_bus, "policy", "set", "quiet").returncode == 0
+        until(lambda: json.loads(ctl(sim_bus, "status", "--json").stdout)["policy"]["active"] == "quiet")
+        assert "* quiet" in ctl(sim_bus, "policy", "list").stdout
+    finally:
+        ctl(sim_bus, "policy", "set", "balanced")
+    p = ctl(sim_bus, "policy", "set", "turbo")
+    assert p.returncode == wire.EXIT_USAGE and "policies: aithermctl policy list" in p.stderr
+
+
+def test_hold_detached_and_release(sim_bus):
+    p = ctl(sim_bus, "hold", "ai-training", "--reason", "epoch", "--timeout", "10m", "--detach")
+    cookie = int(p.stdout)
+    (hold,) = holds_become(sim_bus, 1)
+    assert (hold["cookie"], hold["policy"], hold["reason"], hold["detached"]) == (cookie, "ai-training", "epoch",
+                                                                                True)
+    assert ctl(sim_bus, "release", str(cookie)).returncode == 0
+    holds_become(sim_bus, 0)
+    assert ctl(sim_bus, "release", str(cookie)).returncode == wire.EXIT_USAGE
+
+
+def test_run_passes_the_exit_code_and_releases(sim_bus):
+    p = ctl(sim_bus, "run", "--policy", "ai-training", "--", sys.executable, "-c",
+            "import sys; print('running'); sys.exit(5)")
+    assert p.returncode == 5 and p.stdout == "running\n"
+    holds_become(sim_bus, 0)
+
+
+def test_run_releases_its_hold_when_the_child_is_killed(sim_bus):
+    proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "--bus", sim_bus, "run", "--policy",
+                             "ai-training", "--", "sh", "-c", "echo $$; exec sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    (hold,) = holds_become(sim_bus, 1)
+    assert hold["policy"] == "ai-training" and hold["detached"] is False
+    os.kill(child, signal.SIGKILL)
+    assert proc.wait(30) == 128 + signal.SIGKILL
+    holds_become(sim_bus, 0)
+
+
+def test_a_killed_aithermctl_run_leaves_no_hold(sim_bus):
+    proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "--bus", sim_bus, "run", "--policy",
+                             "quiet", "--", "sh", "-c", "echo $$; exec sleep 60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    try:
+        holds_become(sim_bus, 1)
+        proc.kill()  # its bus connection closes: the daemon ends the non-detached hold
+        proc.wait(30)
+        holds_become(sim_bus, 0)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_override_explain_clear(sim_bus):
+    p = ctl(sim_bus, "override", "gpu0/power_limit", "300W", "--for", "10m")
+    assert p.returncode == 0, p.stderr
+    try:
+        def overridden():
+            doc = json.loads(ctl(sim_bus, "status", "--json").stdout)
+            knob = next(k for d in doc["devices"] for k in d["knobs"] if k["id"] == "gpu0/power_limit")
+            return knob["layer"] == "override" and knob["value"] == 300.0
+        until(overridden)
+        text = " ".join(ctl(sim_bus, "explain", "gpu0/power_limit").stdout.split())
+        assert text.startswith("gpu0/power_limit is 300 W, set by an operator override")
+    finally:
+        assert ctl(sim_bus, "override", "clear", "gpu0/power_limit").returncode == 0
+    p = ctl(sim_bus, "override", "gpu0/power_limit", "5000")
+    assert p.returncode == wire.EXIT_USAGE and p.stderr.count("\n") == 1 and "gpu0/power_limit" in p.stderr
+    p = ctl(sim_bus, "override", "gpu9/power_limit", "100")
+    assert p.returncode == wire.EXIT_USAGE
+
+
+def test_explain_all_gives_a_paragraph_per_knob(sim_bus):
+    p = ctl(sim_bus, "explain")
+    explained = json.loads(ctl(sim_bus, "explain", "--json").stdout)
+    paragraphs = p.stdout.strip().split("\n\n")
+    assert p.returncode == 0 and len(paragraphs) == len(explained) > 0
+    assert all(par.split()[0] in explained for par in paragraphs)
+
+
+def test_energy_measures_joules_per_gpu_and_zone(sim_bus):
+    p = ctl(sim_bus, "energy", "--json", "--", "sleep", "1.5")
+    assert p.returncode == 0, p.stderr
+    result = json.loads(p.stdout)
+    assert result["duration_s"] > 1.0
+    assert result["joules"]["gpu0"] > 0 and result["joules"]["gpu1"] > 0
+    assert "powercap:package-0" in result["joules"]
+    p = ctl(sim_bus, "energy", "--", "sh", "-c", "sleep 1; exit 4")
+    assert p.returncode == 4
+    assert p.stderr.splitlines()[0].startswith("energy while sh -c 'sleep 1; exit 4' ran")
+    assert any(line.split()[0] == "gpu0" and line.endswith("W mean") for line in p.stderr.splitlines()[1:])
+
+
+def test_doctor_sees_the_daemon(sim_bus):
+    p = ctl(sim_bus, "doctor")
+    assert "ok    bus" in p.stdout
+    line = next(line for line in p.stdout.splitlines() if line.split()[1] == "daemon")
+    assert line.startswith("ok") and "policy balanced" in line
+
+
+def test_demo_starts_and_cleans_up(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "demo", "--no-tui"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("simulated aithermd on unix:path=")
+        address = first.split(" on ", 1)[1].strip()
+        directory = address.split("unix:path=", 1)[1].split(",")[0].rsplit("/", 1)[0]
+        assert os.path.isdir(directory)
+        assert ctl(address, "status").returncode == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+    assert rc == 130
+    assert not os.path.exists(directory)
+    assert ctl(address, "status").returncode == wire.EXIT_NOT_RUNNING  # the bus is gone too
+
+
+def _start_daemon(address: str, state_dir: str, log) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", address,
+                             "--metrics-listen", "none", "--state-dir", state_dir, "--tick", "0.2",
+                             "--log-format", "json"], stdout=subprocess.DEVNULL, stderr=log)
+
+
+async def _pilot_until(pilot, predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "the TUI did not get there in time"
+        await pilot.pause(0.1)
+
+
+async def test_tui_follows_the_simulated_daemon_and_reconnects_after_a_restart(private_bus, tmp_path):
+    from screen_text import screen_text
+
+    from aithermctl.app import AithermApp
+    from aithermctl.client import DaemonClient
+    from aithermctl.widgets.gpu_card import GpuCard
+
+    log = (tmp_path / "daemon.log").open("wb")
+    daemon = _start_daemon(private_bus, str(tmp_path / "state"), log)
+    app = AithermApp(DaemonClient(private_bus), retry_s=(0.2, 0.5), poll_s=2.0)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _pilot_until(pilot, lambda: len(app.screen.query(GpuCard)) == 2)
+            await _pilot_until(pilot, lambda: "gpu1 · NVIDIA RTX 6000 Ada Generation" in screen_text(app))
+            text = screen_text(app)
+            assert "gpu0 · NVIDIA GeForce RTX 4090" in text and "CPU packages" in text
+            assert screen_text(app).startswith(" ● policy balanced")
+            seq = app.state.doc["seq"]
+            await _pilot_until(pilot, lambda: app.state.doc["seq"] > seq)  # it follows the ticks
+
+            daemon.terminate()
+            daemon.wait(30)
+            await _pilot_until(pilot, lambda: app.state.connected is False)
+            assert "○ aithermd is not running on the bus at" in screen_text(app)
+
+            daemon = _start_daemon(private_bus, str(tmp_path / "state"), log)
+            await _pilot_until(pilot, lambda: app.state.connected is True)
+            await _pilot_until(pilot, lambda: screen_text(app).startswith(" ● policy balanced"))
+            assert any(e.get("message") == "reconnected to aithermd" for _, e in app.state.events)
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
