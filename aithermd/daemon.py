@@ -34,6 +34,7 @@ from aithermd.backends.base import Backend
 from aithermd.clock import Clock, RealClock
 from aithermd.cycle import Cycle
 from aithermd.errors import PolicyErrors
+from aithermd.live import Live, LiveOptions
 from aithermd.model import Snapshot
 from aithermd.notify import Notifier
 from aithermd.operator import Operator
@@ -61,8 +62,11 @@ class Daemon:
     def __init__(self, settings: DaemonSettings, *, clock: Clock | None = None,
                  backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
                  before_sample: Callable[[float], None] | None = None, hub: StateHub | None = None,
-                 engine: Engine | None = None, environ: Mapping[str, str] | None = None) -> None:
+                 engine: Engine | None = None, environ: Mapping[str, str] | None = None,
+                 live: LiveOptions | None = None) -> None:
         self.settings = settings
+        self.live_options = live  # hotplug, sleep, fast lane (aithermd.live); None: as the settings say
+        self.live: Live | None = None
         self.clock = clock or RealClock()
         self.hub = hub or StateHub()
         self.sleep = sleep
@@ -171,6 +175,7 @@ class Daemon:
                            before_sample=self.before_sample)
         self.ticker = Ticker(s.tick_s, self.clock, self.sleep)
         self.notifier = Notifier(self._environ)
+        self.live = Live(self, self.live_options or LiveOptions.for_daemon(s, self.sleep is asyncio.sleep))
         self._log.info("start", policy=self.operator.active, devices=len(world.devices),
                        knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
         loop = asyncio.get_running_loop()
@@ -180,6 +185,7 @@ class Daemon:
         code = 1
         try:
             await self._start_services()
+            await self.live.start()
             await self.ticker.run(self._tick, self._stop, max_ticks, until)
             code = 0
         finally:
@@ -187,6 +193,7 @@ class Daemon:
             # can keep the journaled knobs from being restored.
             if watchdog is not None:
                 watchdog.cancel()
+            await self.live.stop()  # nothing writes between ticks any more
             await self.cycle.drain(STOP_TIMEOUT_S)
             if not s.dry_run:
                 try:  # a fresh thread: the worker may be stuck in a hung NVML call
@@ -253,7 +260,7 @@ class Daemon:
             self.cycle.world = world
             self.operator.policies_changed(set(world.policies), self.settings.policy)
         started = self.clock.monotonic()
-        snapshot = await self.cycle.tick(seq)
+        snapshot = await self.live.tick(seq)  # under the tick lock, after hotplug/resume changes
         self._last_tick_done = self.clock.monotonic()
         for _, handle in self._services:
             observe = getattr(handle, "observe_tick", None)

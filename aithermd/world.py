@@ -89,7 +89,8 @@ def open_backends(settings: DaemonSettings) -> list[Backend]:
             nvml = pynvml
         except ImportError as exc:
             log.warning("nvml_unavailable", error=str(exc))
-    return open_all(str(settings.sysfs_root), nvml=nvml)
+    from aithermd.slow import split_slow  # nvme/drivetemp chips: read in a worker of their own
+    return split_slow(open_all(str(settings.sysfs_root), nvml=nvml))
 
 
 @dataclass(frozen=True)
