@@ -1,0 +1,118 @@
+"""Fixtures for living with real machines: a copy of a recorded board, small policies, a cycle built the way
+the daemon builds it, fake NVML GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.journal import Journal
+from aithermd.clock import FakeClock
+from aithermd.cycle import Cycle
+from aithermd.operator import Operator
+from aithermd.publish.hub import StateHub
+from aithermd.settings import DaemonSettings
+from aithermd.world import Engine, build_world
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+X570 = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
+GPU_DUMPS = [FIXTURES / "nvidia-smi-q" / "rtx3090-nvidia-smi-q-x-driver-v13.xml",
+             FIXTURES / "nvidia-smi-q" / "rtx-a6000-nvidia-smi-q-windows-idle.txt"]
+AMDGPU = "devices/pci0000:00/0000:07:00.0/hwmon/hwmon0"
+NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
+
+POLICIES = {
+    # board fans follow the GPU's edge temperature; GPU limits at 80 %, GPU fans at 40 %
+    "follow": """\
+description: livewith - board fans follow the amdgpu edge temperature
+curves:
+  edge:
+    kind: points
+    source: edge
+    points: [[30, 30], [80, 60]]
+rules:
+  - name: board-fans
+    kind: fan
+    fans: {chip: ["nct*"]}
+    curve: edge
+  - name: limit
+    kind: gpu_power_limit
+    limit: 80%
+  - name: gpu-fans
+    kind: fan
+    fans: {id: ["gpu*/fan*"]}
+    duty_pct: 40
+""",
+    "steady": """\
+description: livewith - board fans at a fixed 60 %
+rules:
+  - name: board-fans
+    kind: fan
+    fans: {chip: ["nct*"]}
+    duty_pct: 60
+""",
+}
+
+
+class SimClock(FakeClock):
+    async def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def clock() -> SimClock:
+    return SimClock()
+
+
+def copy_machine(dest: Path, machine: str = X570) -> Path:
+    root = dest / "sys"
+    shutil.copytree(FIXTURES / "sysfs" / machine / "sys", root, symlinks=True)
+    return root
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    return copy_machine(tmp_path)
+
+
+@pytest.fixture
+def policy_dir(tmp_path) -> Path:
+    d = tmp_path / "policies"
+    d.mkdir()
+    for name, text in POLICIES.items():
+        (d / f"{name}.yaml").write_text(text)
+    return d
+
+
+def settings_for(tmp_path: Path, root: Path, policy_dir: Path, policy: str = "follow",
+                 **kw) -> DaemonSettings:
+    return DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", policy_dirs=[policy_dir],
+                          policy=policy, policy_pinned=True, bus="none", metrics_listen="none", nvml=False,
+                          **kw)
+
+
+def make_cycle(settings: DaemonSettings, backends, clock, hub: StateHub | None = None) -> Cycle:
+    """A cycle as :class:`~aithermd.daemon.Daemon` builds it (real engine, journal, applier, worker)."""
+    engine = Engine.default()
+    world = build_world(settings, backends, engine)
+    hub = hub or StateHub()
+    operator = Operator(settings.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
+                        knobs=lambda: world.knobs, reload=lambda: None, default_policy=settings.policy,
+                        pinned=True)
+    return Cycle(world, applier=Applier(Journal(settings.state_dir)), operator=operator, hub=hub,
+                 engine=engine, clock=clock, worker=ThreadPoolExecutor(max_workers=1), tick_s=settings.tick_s,
+                 dry_run=False)
+
+
+def write(root: Path, rel: str, value: int) -> None:
+    (root / rel).write_text(f"{value}\n")
+
+
+def read(root: Path, rel: str) -> int:
+    return int((root / rel).read_text())

@@ -1,0 +1,156 @@
+"""The fast lane: between 2 s ticks it watches only the inputs near their thresholds (and the GPUs drawing
+more than their limit) and answers a crossing at once with the safety layer's own action, journal first."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.backends.nvml import NvmlBackend
+from aithermd.backends.sysfs import SysfsIO
+from aithermd.fastlane import FastLane, FastLaneOptions
+from aithermd.sim.fake_nvml import FakeNvml
+
+from .conftest import AMDGPU, GPU_DUMPS, NCT, make_cycle, read, settings_for, write
+
+EDGE = "hwmon:amdgpu-pci-0700/temp1"
+AMD_PWM = "hwmon:amdgpu-pci-0700/pwm1"
+
+
+class CountingIO(SysfsIO):
+    def __init__(self):
+        self.preads = 0
+
+    def pread(self, fd, size):
+        self.preads += 1
+        return super().pread(fd, size)
+
+
+def lane_for(cycle, emitted, clock, **kw):
+    return FastLane(lambda: cycle, asyncio.Lock(), emitted.extend, FastLaneOptions(**kw), clock=clock)
+
+
+@pytest.fixture
+def board(tmp_path, root, policy_dir, clock):
+    io = CountingIO()
+    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+                       clock)
+    yield cycle, io
+    cycle.worker.shutdown()
+
+
+async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
+    cycle, io = board
+    lane = lane_for(cycle, [], clock)
+    lane.rearm(await cycle.tick(1))  # edge at 39 °C, its trigger 86 °C (crit 91 − 5)
+    before = io.preads
+    assert lane.watch == {}
+    assert await lane.poll_once() is False
+    assert io.preads == before and lane.polls == 0
+
+
+async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(board, clock, root):
+    cycle, io = board
+    emitted = []
+    lane = lane_for(cycle, emitted, clock)
+    original_amd = read(root, f"{AMDGPU}/pwm1")
+    write(root, f"{AMDGPU}/temp1_input", 80000)  # within 10 °C of the trigger: watched
+    lane.rearm(await cycle.tick(1))
+    assert lane.watch == {EDGE: 86.0}
+    assert await lane.poll_once() is False  # 80 °C: nothing to do (the first poll opens the file)
+    before = io.preads
+    assert await lane.poll_once() is False
+    assert io.preads == before + 1  # one pread of one file, nothing else
+    write(root, f"{AMDGPU}/temp1_input", 90000)
+    assert await lane.poll_once() is True
+    # the GPU chip's own fan and every board fan whose curve reads the edge sensor: full, manual mode
+    assert read(root, f"{AMDGPU}/pwm1") == 255 and read(root, f"{AMDGPU}/pwm1_enable") == 1
+    assert all(read(root, f"{NCT}/pwm{i}") == 255 for i in range(1, 7))
+    journal = cycle.applier.journal.entries()
+    assert journal[AMD_PWM].saved["pwm"] == original_amd  # the original, recorded before the write
+    assert emitted[0].kind == "fault" and emitted[0].subject == EDGE and "90 °C ≥ 86 °C" in emitted[0].message
+    assert {e.subject for e in emitted if e.kind == "actuation"} >= {AMD_PWM, "hwmon:nct6798-isa-0290/pwm3"}
+    # acted once: the next polls leave it to the main tick, which latches the same safety decision
+    assert await lane.poll_once() is False
+    snap = await cycle.tick(2)
+    assert snap.decisions[AMD_PWM].rule == "safety/critical-temperature"
+    lane.rearm(snap)
+    assert lane.acted == set()
+
+
+async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, clock, root):
+    cycle, _ = board
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane = lane_for(cycle, [], clock, rate_hz=20.0)
+    lane.rearm(await cycle.tick(1))
+    start = clock.monotonic()
+    cross_at = start + 0.137  # somewhere between two polls, long before the next 2 s tick
+    acted_at = None
+
+    async def sleep(seconds):  # the clock moves only here; files change at their simulated instant
+        nonlocal acted_at
+        clock.advance(seconds)
+        if clock.monotonic() >= cross_at:
+            write(root, f"{AMDGPU}/temp1_input", 95000)
+        await asyncio.sleep(0)
+
+    lane.sleep = sleep
+    task = asyncio.create_task(lane.run())
+    while acted_at is None and clock.monotonic() < start + 2.0:
+        await asyncio.sleep(0)
+        if lane.actions:
+            acted_at = clock.monotonic()
+    lane.stop()
+    await task
+    assert acted_at is not None and read(root, f"{AMDGPU}/pwm1") == 255
+    assert 0 <= acted_at - cross_at <= 0.1
+
+
+async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_dir, clock):
+    io = CountingIO()
+    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+                       clock)
+    paused = True
+    lane = FastLane(lambda: cycle, asyncio.Lock(), [].extend, clock=clock, paused=lambda: paused)
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane.rearm(await cycle.tick(1))
+    write(root, f"{AMDGPU}/temp1_input", 95000)
+    before = io.preads
+    assert await lane.poll_once() is False
+    assert io.preads == before and read(root, f"{AMDGPU}/pwm1") != 255
+    cycle.worker.shutdown()
+
+
+@pytest.fixture
+def gpus(tmp_path, root, policy_dir, clock):
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
+    yield fake, cycle
+    cycle.worker.shutdown()
+    backend.close()
+
+
+async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_and_full_fans(gpus, clock):
+    fake, cycle = gpus
+    emitted = []
+    lane = lane_for(cycle, emitted, clock)
+    snap = await cycle.tick(1)  # the policy: limits at 80 %, fans at 40 %
+    limit0, limit1 = fake.power_limit_w(0), fake.power_limit_w(1)
+    lane.rearm(snap)
+    assert lane.watch == {}  # cool and under their limits
+    fake.set_dynamic(0, power_draw_w=limit0 + 40.0)  # gpu0 draws more than its limit, at 40 °C
+    lane.rearm(await cycle.tick(2))
+    trigger = cycle.state.safety.triggers
+    assert set(lane.watch) == {"gpu0/temperature"} and lane.watch["gpu0/temperature"] == dict(trigger)[
+        "gpu0/temperature"] == 95.0 - 5.0
+    fake.set_dynamic(0, temp_c=93.0)
+    assert await lane.poll_once() is True
+    knobs = {k.id: k for d in cycle.world.devices for k in d.knobs}
+    assert fake.power_limit_w(0) == knobs["gpu0/power_limit"].min == 100.0
+    assert fake.fan_target_pct(0, 0) == 100 and not fake.fan_auto(0, 0)
+    assert fake.power_limit_w(1) == limit1 and fake.fan_target_pct(1, 0) == 40  # the other GPU untouched
+    assert "gpu0/power_limit" in cycle.applier.journal
+    assert emitted[0].subject == "gpu0/temperature"
