@@ -66,7 +66,7 @@ class DaemonSettings(BaseSettings):
         if value == "none":
             return value
         host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port
             raise ValueError(f"{value!r} is not HOST:PORT or 'none'")
         return value
 

@@ -55,6 +55,10 @@ def test_invalid_file_names_file_line_and_key(tmp_path):
     assert f"{cfg}:3:1: error: bus:" in text
 
 
+def test_port_zero_means_any_free_port():
+    assert load_settings(None, {"metrics_listen": "127.0.0.1:0"}).metrics_listen == "127.0.0.1:0"
+
+
 def test_bad_flag_is_named_as_the_flag(tmp_path):
     with pytest.raises(PolicyErrors, match="--metrics-listen: error: metrics_listen: .*HOST:PORT"):
         load_settings(None, {"metrics_listen": "nocolon"})
