@@ -111,11 +111,13 @@ class _Reader:
 class SlowBackend:
     """Wraps ``factory()`` (a backend over slow sensors, without knobs) so that it is read off the loop.
 
-    ``kind`` is the inner kind + ``-slow``; ``locator()`` is the inner one's. ``sample()`` never does I/O."""
+    ``kind`` is the inner kind + ``-slow``; ``locator()`` is the inner one's (with ``"lane": "slow"`` for
+    an :class:`HwmonSubset`). ``sample()`` never does I/O."""
 
     def __init__(self, factory: Callable[[], Backend], options: SlowOptions | None = None,
-                 clock: Clock | None = None, name: str = "slow") -> None:
+                 clock: Clock | None = None, name: str = "slow", *, start: bool = True) -> None:
         self.factory = factory
+        self.start = start  # False: no reader thread; reads happen when ``reader.read_once()`` is called
         self.options = options or SlowOptions()
         self.clock = clock or RealClock()
         self.name = name
@@ -148,6 +150,8 @@ class SlowBackend:
             return []
         reader = _Reader(inner, self.options, self.clock, self.name)
         self._reader = reader
+        if not self.start:
+            return list(self._devices)
         reader.start()
         if self.options.first_wait_s > 0:
             reader.wait_first(self.options.first_wait_s)
