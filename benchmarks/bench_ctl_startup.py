@@ -44,7 +44,8 @@ def report(name: str, times: list[float]) -> bool:
     p90 = times[min(len(times) - 1, int(0.9 * len(times)))]
     med = statistics.median(times)
     ok = med <= TARGET_S
-    print(f"{name:<28} median {med * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms   max {times[-1] * 1000:6.1f} ms"
+    print(f"{name:<28} median {med * 1000:6.1f} ms   p90 {p90 * 1000:6.1f} ms   "
+          f"max {times[-1] * 1000:6.1f} ms"
           f"   {'ok' if ok else 'OVER'} (target {TARGET_S * 1000:.0f} ms)")
     return ok
 
@@ -68,16 +69,17 @@ def main() -> int:
         print("dbus-daemon missing: status not measured")
         return 0 if ok else 1
     with tempfile.TemporaryDirectory() as tmp:
-        bus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={tmp}/bus", "--print-address",
-                                "--nofork", "--nopidfile"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True)
+        bus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={tmp}/bus",
+                                "--print-address", "--nofork", "--nopidfile"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
         address = bus.stdout.readline().strip()
         daemon = subprocess.Popen([sys.executable, str(ROOT / "tests" / "tui" / "fake_daemon.py"), address],
                                   stdout=subprocess.PIPE, text=True)
         try:
             assert daemon.stdout.readline().strip() == "ready"
             ok &= report("aithermctl status", timed([*cmd, "--bus", address, "status"], runs))
-            ok &= report("aithermctl status --json", timed([*cmd, "--bus", address, "status", "--json"], runs))
+            json_cmd = [*cmd, "--bus", address, "status", "--json"]
+            ok &= report("aithermctl status --json", timed(json_cmd, runs))
         finally:
             daemon.terminate()
             daemon.wait()

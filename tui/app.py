@@ -18,8 +18,14 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from aithermctl.errors import ClientError
-from aithermctl.messages import (ConnectionChanged, EventArrived, HistoryArrived, PolicyInfoArrived,
-                                 RequestDone, SnapshotArrived)
+from aithermctl.messages import (
+    ConnectionChanged,
+    EventArrived,
+    HistoryArrived,
+    PolicyInfoArrived,
+    RequestDone,
+    SnapshotArrived,
+)
 from aithermctl.screens.base import DataScreen
 from aithermctl.screens.dialogs import HelpScreen, HoldDialog, OverrideDialog
 from aithermctl.screens.events import EventsScreen
@@ -95,7 +101,8 @@ class AithermApp(App[int]):
 
     async def _fetch_policy_info(self) -> None:
         try:
-            self.post_message(PolicyInfoArrived(await self.client.list_policies(), await self.client.explain("")))
+            policies = await self.client.list_policies()
+            self.post_message(PolicyInfoArrived(policies, await self.client.explain("")))
         except ClientError:
             pass  # the status line already says what is wrong with the connection
 

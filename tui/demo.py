@@ -104,7 +104,8 @@ def run_demo(args: argparse.Namespace) -> int:
         with log.open("wb") as sink:
             daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
                                                      args.speedup),
-                                      stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True)
+                                      stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                      start_new_session=True)
         if not asyncio.run(wait_for_daemon(address, daemon)):
             print(f"aithermctl: demo: the simulated aithermd did not come up; its log:\n{_tail(log)}",
                   file=sys.stderr)

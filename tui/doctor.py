@@ -49,7 +49,8 @@ async def check_daemon(client: DaemonClient) -> list[Check]:
     for device in doc.get("devices") or ():
         for knob in device.get("knobs") or ():
             if not knob.get("writable", True):
-                out.append(Check("warn", knob["id"], f"read-only: {knob.get('why_not') or 'no reason given'}"))
+                why = knob.get("why_not") or "no reason given"
+                out.append(Check("warn", knob["id"], f"read-only: {why}"))
         for ch in device.get("channels") or ():
             if ch.get("status") not in (None, "ok", "not_supported"):
                 out.append(Check("warn", ch["id"], f"reads {ch.get('status')}"))

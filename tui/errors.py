@@ -1,4 +1,4 @@
-"""What can go wrong between aithermctl and aithermd, as exceptions that carry a readable line and an exit code.
+"""What can go wrong between aithermctl and aithermd: exceptions that carry a readable line and an exit code.
 
 :class:`~aithermctl.client.DaemonClient` maps D-Bus errors (names in :mod:`aithermd.publish.wire`) and
 socket errors to these; the CLI prints ``str(error)`` (one line: what happened and what to do) and exits

@@ -1,4 +1,4 @@
-"""Plain-text output of the CLI verbs: status, explain, policies, holds, energy. Pure: documents in, text out."""
+"""Plain-text output of the CLI verbs: status, explain, policies, holds, energy. Documents in, text out."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) ->
     lines = []
     for h in holds:
         expires = h.get("expires")
-        left = f", {format_duration(max(0.0, expires - now))} left" if isinstance(expires, int | float) else ""
+        left = ""
+        if isinstance(expires, int | float):
+            left = f", {format_duration(max(0.0, expires - now))} left"
         kind = "detached" if h.get("detached") else f"until {h.get('owner') or '?'} leaves"
         lines.append(f"  cookie {h.get('cookie')}: {h.get('policy')} — {h.get('reason') or 'no reason'} "
                      f"({kind}{left})")
@@ -121,7 +123,8 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
     if entry.get("reason"):
         words.append(f": {entry['reason']}")
     text = "".join(words).rstrip(".") + "."
-    if isinstance(requested, int | float) and isinstance(value, int | float) and abs(requested - value) > 0.05:
+    numbers = isinstance(requested, int | float) and isinstance(value, int | float)
+    if numbers and abs(requested - value) > 0.05:
         text += f" It asked for {fmt(requested, unit, 1)}, clamped to the knob's limits."
     if entry.get("inputs"):
         text += f" Inputs: {_inputs_text(entry['inputs'])}."
@@ -135,9 +138,24 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
     return textwrap.fill(text, width=100, subsequent_indent="  ")
 
 
-def explain_text(explained: Mapping[str, Mapping[str, Any]], doc: Doc | None) -> str:
+NO_DECISION: Mapping[str, Any] = {"layer": "default", "rule": "", "reason": "", "inputs": {}}
+
+
+def explain_text(explained: Mapping[str, Mapping[str, Any]], doc: Doc | None, only: str = "") -> str:
+    """A paragraph per knob: ``only`` that one, else every knob of ``doc`` (a knob no decision touched
+    reads as "no rule") and any the daemon explained that ``doc`` lacks."""
     knobs = all_knobs(doc or {})
-    return "\n\n".join(explain_paragraph(k, e, knobs.get(k)) for k, e in explained.items()) + "\n"
+    if only:
+        ids = [only]
+    else:
+        ids = [*knobs, *(k for k in explained if k not in knobs)]
+
+    def entry(knob_id: str) -> Mapping[str, Any]:
+        if knob_id in explained:
+            return explained[knob_id]
+        return {**NO_DECISION, "value": (knobs.get(knob_id) or {}).get("value")}
+
+    return "\n\n".join(explain_paragraph(k, entry(k), knobs.get(k)) for k in ids) + "\n"
 
 
 def policies_text(policies: Sequence[Mapping[str, Any]]) -> str:

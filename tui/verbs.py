@@ -174,7 +174,7 @@ async def explain(client: DaemonClient, args: argparse.Namespace) -> int:
     if args.json:
         _print(json.dumps(explained, indent=1, ensure_ascii=False) + "\n")
         return wire.EXIT_OK
-    _print(render.explain_text(explained, await client.get_snapshot()))
+    _print(render.explain_text(explained, await client.get_snapshot(), args.knob))
     return wire.EXIT_OK
 
 

@@ -18,3 +18,9 @@ async def start(bus: str, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aithermctl", "--bus", bus, *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+async def finish(proc: asyncio.subprocess.Process, timeout: float = 20.0) -> int:
+    """Wait for ``proc`` and drain its pipes (so no transport outlives the test's event loop)."""
+    await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode

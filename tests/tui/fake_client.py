@@ -100,7 +100,8 @@ class FakeClient:
     async def clear_override(self, knob_id: str) -> None:
         await self._call("clear_override", knob_id)
 
-    async def hold_policy(self, policy: str, reason: str, timeout_s: float = 0.0, detached: bool = False) -> int:
+    async def hold_policy(self, policy: str, reason: str, timeout_s: float = 0.0,
+                          detached: bool = False) -> int:
         await self._call("hold_policy", policy, reason, timeout_s, detached)
         return 42
 

@@ -50,8 +50,8 @@ class FakeDaemon:
         self.bus = await MessageBus(bus_address=address).connect()
         self.bus.add_message_handler(self._handle)
         await self.bus.call(Message(
-            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus", interface="org.freedesktop.DBus",
-            member="AddMatch", signature="s",
+            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus",
+            interface="org.freedesktop.DBus", member="AddMatch", signature="s",
             body=["type='signal',sender='org.freedesktop.DBus',member='NameOwnerChanged'"]))
         await self.bus.request_name(wire.BUS_NAME)
         return self

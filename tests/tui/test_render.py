@@ -9,9 +9,10 @@ from aithermd.publish import wire
 
 def test_explain_paragraph_for_a_policy_decision(snapshot_doc):
     knob = snapshot_doc["devices"][0]["knobs"][0]
-    text = " ".join(explain_paragraph("gpu0/power_limit", load("explain.json")["gpu0/power_limit"], knob).split())
-    assert text == ("gpu0/power_limit is 520 W, set by the active policy (ai-training/raise-under-load): gpu0 "
-                    "utilization ≥ 90 % for 60 s (mean 98.7 %). Inputs: gpu0/utilization (mean 98.7, "
+    entry = load("explain.json")["gpu0/power_limit"]
+    text = " ".join(explain_paragraph("gpu0/power_limit", entry, knob).split())
+    assert text == ("gpu0/power_limit is 520 W, set by the active policy (ai-training/raise-under-load): "
+                    "gpu0 utilization ≥ 90 % for 60 s (mean 98.7 %). Inputs: gpu0/utilization (mean 98.7, "
                     "window_s 60); sustain (elapsed_s 60, need_s 60). Range 150 W to 600 W, default 450 W.")
 
 
@@ -57,10 +58,12 @@ def test_dbus_errors_map_to_classes_and_exit_codes():
     assert isinstance(from_dbus("org.freedesktop.DBus.Error.ServiceUnknown", "", "GetSnapshot", "system"),
                       DaemonNotRunning)
     err = from_dbus(wire.ERROR_NOT_AUTHORIZED, "denied", "Reload", "system")
-    assert isinstance(err, NotAuthorized) and err.exit_code == 4 and "allow io.github.aithermd.reload" in str(err)
+    assert isinstance(err, NotAuthorized) and err.exit_code == 4
+    assert "allow io.github.aithermd.reload" in str(err)
     err = from_dbus("org.freedesktop.DBus.Error.AccessDenied", "bus policy", "HoldPolicy", "system")
     assert isinstance(err, NotAuthorized) and "hold a policy" in str(err)
     err = from_dbus(wire.ERROR_UNKNOWN_KNOB, "no knob 'x'\nsecond line", "SetOverride", "system")
     assert isinstance(err, Rejected) and err.exit_code == 2 and "\n" not in str(err)
     assert isinstance(from_dbus(wire.ERROR_BUSY, "", "Reload", "system"), DaemonError)
-    assert "update aithermd" in str(from_dbus("org.freedesktop.DBus.Error.UnknownMethod", "x", "Explain", "s"))
+    old = from_dbus("org.freedesktop.DBus.Error.UnknownMethod", "x", "Explain", "s")
+    assert "update aithermd" in str(old)

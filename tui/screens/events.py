@@ -13,7 +13,8 @@ from textual.widgets import DataTable
 from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 
-STYLES = {"fault": "bold red", "drift": "yellow", "hotplug": "cyan", "decision": "green", "connection": "magenta"}
+STYLES = {"fault": "bold red", "drift": "yellow", "hotplug": "cyan", "decision": "green",
+          "connection": "magenta"}
 
 
 def event_row(kind: str, event: dict[str, Any]) -> tuple[str, str, str, str]:

@@ -49,7 +49,11 @@ def why_text(state: TuiState, width: int) -> Text:
         text.append(f"{knob}", style="bold")
         text.append(f"  {rule}", style="cyan")
         text.append(f"  {entry.get('reason') or ''}\n", style="")
-        for name, elapsed, total in windows(entry.get("inputs") or {}):
+        inputs = entry.get("inputs") or {}
+        plain = [f"{k} {_short(v)}" for k, v in inputs.items() if not isinstance(v, Mapping)]
+        if plain:
+            text.append(f"    {' · '.join(plain)}\n", style="dim")
+        for name, elapsed, total in windows(inputs):
             style = "green" if elapsed >= total else "yellow"
             text.append(f"    {name:<10} ")
             text.append(bar(elapsed / total, bar_w), style=style)
@@ -57,6 +61,10 @@ def why_text(state: TuiState, width: int) -> Text:
     if not text.plain:
         text.append("No state machines and no explanations yet.", style="dim")
     return text
+
+
+def _short(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 class PolicyScreen(DataScreen):

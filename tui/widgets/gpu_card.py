@@ -39,7 +39,8 @@ def card_text(view: GpuView, width: int) -> Text:
         limit_len = len(text.plain) - text.plain.rfind("\n") - 1
         one_line = limit_len + 10 + sum(len(r) + 2 for r in view.reasons) <= width
         text.append("  clocks " if one_line else "\nclocks ", style="dim")
-        text.append(", ".join(view.reasons), style="yellow" if set(view.reasons) - {"idle", "gpu_idle", "none"} else "")
+        worrying = set(view.reasons) - {"idle", "gpu_idle", "none"}
+        text.append(", ".join(view.reasons), style="yellow" if worrying else "")
     for problem in view.problems:
         text.append(f"\n! {problem}", style="bold red")
     return text
