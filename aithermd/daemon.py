@@ -193,7 +193,10 @@ class Daemon:
             # can keep the journaled knobs from being restored.
             if watchdog is not None:
                 watchdog.cancel()
-            await self.live.stop()  # nothing writes between ticks any more
+            try:  # nothing writes between ticks any more
+                await asyncio.wait_for(self.live.stop(), STOP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - the restore below must run whatever happened
+                _guard(self._log.error, "live_stop_failed", error=f"{type(exc).__name__}: {exc}")
             await self.cycle.drain(STOP_TIMEOUT_S)
             if not s.dry_run:
                 try:  # a fresh thread: the worker may be stuck in a hung NVML call
