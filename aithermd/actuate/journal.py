@@ -2,7 +2,7 @@
 
 Before the first write to a knob, its original raw state (``Backend.save_knob``: value and mode in the
 hardware's units) and the locator of the backend that owns it (``Backend.locator()``: backend kind and
-root, e.g. ``{"backend": "hwmon", "sysfs_root": "/sys"}``, or the fake NVML's state file) are written to
+root, e.g. ``{"backend": "hwmon", "sysfs_root": ROOT}``, or the fake NVML's state file) are written to
 ``<state_dir>/journal.json`` atomically: a temporary file in the same directory, fsync, rename over the
 old file, fsync of the directory. A crash at any instant leaves either the old or the new journal, never a
 torn one, and a knob is never written before its original is on disk.
