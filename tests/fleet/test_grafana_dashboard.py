@@ -36,7 +36,8 @@ def test_check_catches_an_unknown_metric_and_variable() -> None:
 def test_every_query_parses(tmp_path: Path) -> None:
     rules = tmp_path / "queries.yml"
     rules.write_text(dashboard_module().rules_file(load()))
-    done = subprocess.run([need_tool("promtool"), "check", "rules", str(rules)], capture_output=True, text=True,
+    done = subprocess.run([need_tool("promtool"), "check", "rules", str(rules)], capture_output=True,
+                          text=True,
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
     n = len(dashboard_module().queries(load()))
@@ -45,19 +46,22 @@ def test_every_query_parses(tmp_path: Path) -> None:
 
 def test_script_check_mode(tmp_path: Path) -> None:
     script = FLEET / "grafana" / "dashboard.py"
-    ok = subprocess.run(["python3", str(script), "check", str(DASHBOARD), "--metrics-source", str(METRICS_SOURCE)],
+    ok = subprocess.run(["python3", str(script), "check", str(DASHBOARD),
+                         "--metrics-source", str(METRICS_SOURCE)],
                         capture_output=True, text=True, timeout=60)
     assert (ok.returncode, ok.stderr) == (0, "")
     broken = tmp_path / "broken.json"
     broken.write_text(DASHBOARD.read_text().replace("aithermd_gpu_power_watts", "aithermd_gpu_powr_watts", 1))
-    bad = subprocess.run(["python3", str(script), "check", str(broken)], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(["python3", str(script), "check", str(broken)], capture_output=True, text=True,
+                         timeout=60)
     assert bad.returncode == 1 and "aithermd_gpu_powr_watts is not a metric" in bad.stderr
 
 
 def test_panels_cover_what_issue_11_asks() -> None:
     exprs = " ".join(e for _, e in dashboard_module().queries(load()))
-    for metric in ("aithermd_gpu_temperature_celsius", "aithermd_gpu_power_watts", "aithermd_gpu_power_limit_watts",
-                   "aithermd_gpu_energy_joules_total", "aithermd_gpu_clock_event_reason", "aithermd_policy_active",
+    for metric in ("aithermd_gpu_temperature_celsius", "aithermd_gpu_power_watts",
+                   "aithermd_gpu_power_limit_watts", "aithermd_gpu_energy_joules_total",
+                   "aithermd_gpu_clock_event_reason", "aithermd_policy_active",
                    "aithermd_policy_holds", "aithermd_drift_total", "aithermd_faults_total",
                    "aithermd_failsafe_active"):
         assert metric in exprs, metric

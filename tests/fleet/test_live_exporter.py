@@ -76,8 +76,9 @@ def check_labels(where: str, expr: str, legend: str, series: dict[str, set[str]]
 
 
 def test_core_series_are_exported(scrape: dict[str, set[str]]) -> None:
-    for name in ("aithermd_gpu_temperature_celsius", "aithermd_gpu_power_watts", "aithermd_gpu_power_limit_watts",
-                 "aithermd_gpu_energy_joules_total", "aithermd_gpu_clock_event_reason", "aithermd_policy_active",
+    for name in ("aithermd_gpu_temperature_celsius", "aithermd_gpu_power_watts",
+                 "aithermd_gpu_power_limit_watts", "aithermd_gpu_energy_joules_total",
+                 "aithermd_gpu_clock_event_reason", "aithermd_policy_active",
                  "aithermd_build_info", "aithermd_tick_duration_seconds_bucket",
                  "aithermd_snapshot_timestamp_seconds", "aithermd_failsafe_active"):
         assert name in scrape, name

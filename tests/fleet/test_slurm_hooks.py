@@ -106,7 +106,8 @@ class Node:
     async def hook(self, name: str, **job: str) -> tuple[int, str]:
         env = {**self.env, **job}
         proc = await asyncio.create_subprocess_exec(
-            str(SLURM / f"{name}.sh"), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            str(SLURM / f"{name}.sh"), env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         return proc.returncode or 0, out.decode()
 
@@ -124,7 +125,8 @@ async def start_bus(home: Path) -> tuple[asyncio.subprocess.Process, str]:
     conf = home / "bus.conf"
     conf.write_text(BUS_CONF.format(socket=home / "bus"))
     proc = await asyncio.create_subprocess_exec("dbus-daemon", f"--config-file={conf}", "--nofork",
-                                                "--nosyslog", "--print-address=1", stdout=asyncio.subprocess.PIPE)
+                                                "--nosyslog", "--print-address=1",
+                                                stdout=asyncio.subprocess.PIPE)
     assert proc.stdout is not None
     address = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip()
     return proc, address
@@ -177,7 +179,8 @@ async def empty_node() -> AsyncIterator[Node]:
 
 
 async def test_prolog_holds_the_commented_policy_and_starts_a_window(node: Node) -> None:
-    rc, out = await node.hook("prolog", SLURM_JOB_ID="42", SLURM_JOB_COMMENT="run 3 aithermd:policy=quiet lr=3e-4")
+    rc, out = await node.hook("prolog", SLURM_JOB_ID="42",
+                              SLURM_JOB_COMMENT="run 3 aithermd:policy=quiet lr=3e-4")
     assert rc == 0, out
     assert node.daemon is not None
     assert node.daemon.calls == [("HoldPolicy", "quiet", "slurm job 42", 0.0, True),
@@ -215,7 +218,8 @@ async def test_job_gpus_narrow_the_record(node: Node) -> None:
     assert rc == 0, out
     record = json.loads(node.log.read_text())
     assert record["job_gpus"] == {"gpu1": 720_000.5}
-    assert node.scontrol_calls()[0][2].startswith(f"AdminComment=aithermd@{socket.gethostname()}: gpu1=720000J ")
+    summary = node.scontrol_calls()[0][2]
+    assert summary.startswith(f"AdminComment=aithermd@{socket.gethostname()}: gpu1=720000J ")
 
 
 async def test_default_policy_when_the_comment_names_none(node: Node) -> None:
@@ -235,7 +239,8 @@ async def test_empty_default_holds_nothing_but_still_measures(node: Node) -> Non
 
 
 async def test_comment_text_cannot_inject(node: Node) -> None:
-    await node.hook("prolog", SLURM_JOB_ID="46", SLURM_JOB_COMMENT="aithermd:policy=quiet;touch${IFS}/tmp/x $(id)")
+    await node.hook("prolog", SLURM_JOB_ID="46",
+                    SLURM_JOB_COMMENT="aithermd:policy=quiet;touch${IFS}/tmp/x $(id)")
     assert node.daemon is not None
     assert node.daemon.calls[0][1] == "quiet"
 

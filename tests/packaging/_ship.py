@@ -23,7 +23,7 @@ def venv_script(name: str) -> Path:
 
 
 def need_tool(name: str) -> str:
-    """The path of a system tool; the test is skipped when it is missing (scripts/system-packages.txt lists it)."""
+    """The path of a system tool; the test is skipped when it is missing (see scripts/system-packages.txt)."""
     found = shutil.which(name)
     if found is None:
         pytest.skip(f"{name} is not installed (see scripts/system-packages.txt)")

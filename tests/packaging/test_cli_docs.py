@@ -77,7 +77,8 @@ printf '%s\\n' "${{COMPREPLY[@]}}"
 
 def fish_complete(script: str, line: str) -> set[str]:
     fish = need_tool("fish")
-    done = subprocess.run([fish, "--no-config", "-c", f"source {COMPLETIONS / 'fish' / script}; complete -C '{line}'"],
+    program = f"source {COMPLETIONS / 'fish' / script}; complete -C '{line}'"
+    done = subprocess.run([fish, "--no-config", "-c", program],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     return {row.split("\t")[0] for row in done.stdout.splitlines() if row}
@@ -138,8 +139,8 @@ def test_every_aithermctl_verb_is_offered_and_documented() -> None:
     assert set(re.findall(r"^\s+'([a-z]+):", zsh, re.M)) == verbs
 
 
-@pytest.mark.parametrize("verb", ["status", "policy", "hold", "release", "run", "override", "explain", "energy",
-                                  "doctor", "demo", "top"])
+@pytest.mark.parametrize("verb", ["status", "policy", "hold", "release", "run", "override", "explain",
+                                  "energy", "doctor", "demo", "top"])
 def test_aithermctl_options_everywhere(verb: str) -> None:
     verbs = aithermctl_verbs()
     want = verbs[verb] - {"--sysfs-root"}  # doctor's is hidden (argparse.SUPPRESS)

@@ -7,7 +7,6 @@ every method; without the policy file the same call is refused, so the file is w
 import asyncio
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""systemd/io.github.aithermd.policy: valid polkit XML, one action per privileged method family, sane defaults."""
+"""systemd/io.github.aithermd.policy: valid polkit XML, one action per privileged method family, sane
+defaults."""
 
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def test_every_action_has_a_description_and_message() -> None:
 
 def test_defaults() -> None:
     got = defaults()
-    admin = {"allow_any": "auth_admin", "allow_inactive": "auth_admin_keep", "allow_active": "auth_admin_keep"}
+    admin = {"allow_any": "auth_admin", "allow_inactive": "auth_admin_keep",
+             "allow_active": "auth_admin_keep"}
     assert got[wire.ACTION_SET_POLICY] == admin
     assert got[wire.ACTION_OVERRIDE] == admin
     assert got[wire.ACTION_RELOAD] == admin

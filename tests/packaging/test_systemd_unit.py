@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from _ship import SYSTEMD, need_tool, venv_script
 
 UNIT = SYSTEMD / "aithermd.service"
@@ -101,7 +100,8 @@ def test_each_setting_left_open_is_justified_in_a_comment(installed_unit: Path) 
     assert unexplained == set(), f"justify these in systemd/aithermd.service and add them here: {unexplained}"
     comments = " ".join(line.lstrip("# ").strip() for line in UNIT.read_text().splitlines()
                         if line.startswith("#"))
-    missing = {name: phrase for name, phrase in JUSTIFIED.items() if name in flagged and phrase not in comments}
+    missing = {name: phrase for name, phrase in JUSTIFIED.items()
+               if name in flagged and phrase not in comments}
     assert missing == {}
 
 

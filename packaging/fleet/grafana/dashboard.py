@@ -7,7 +7,8 @@
                                         write every query as a recording rule for `promtool check rules`
 
 Panels: per node and per GPU temperature, power against limit, energy, clock-event reasons, policy and holds,
-drift, faults and failsafe (issue 11). Only the standard library is used, so CI and admins can run it anywhere.
+drift, faults and failsafe (issue 11). Only the standard library is used, so CI and admins can run it
+anywhere.
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ class Layout:
 def timeseries(title: str, targets: list[dict[str, Any]], unit: str, description: str = "",
                overrides: list[dict[str, Any]] | None = None, **custom: Any) -> dict[str, Any]:
     return {"type": "timeseries", "title": title, "description": description, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": unit, "custom": {"lineWidth": 1, "fillOpacity": 0, **custom}},
+            "fieldConfig": {"defaults": {"unit": unit,
+                                         "custom": {"lineWidth": 1, "fillOpacity": 0, **custom}},
                             "overrides": overrides or []},
-            "options": {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+            "options": {"legend": {"displayMode": "table", "placement": "bottom",
+                                   "calcs": ["lastNotNull", "max"]},
                         "tooltip": {"mode": "multi", "sort": "desc"}}}
 
 
@@ -104,12 +107,13 @@ def limit_overrides(pattern: str) -> list[dict[str, Any]]:
 def build() -> dict[str, Any]:
     lay = Layout()
     lay.row("Fleet")
-    lay.add(stat("Nodes up", f'count(up{{job="$job"}} == 1)', "none",
+    lay.add(stat("Nodes up", 'count(up{job="$job"} == 1)', "none",
                  "Machines whose aithermd exporter Prometheus can scrape."), 4, 4)
     lay.add(stat("GPUs", f"count(aithermd_gpu_temperature_celsius{{{SEL}}})", "none"), 4, 4)
     lay.add(stat("GPU power now", f"sum(aithermd_gpu_power_watts{{{SEL}}})", "watt"), 4, 4)
-    lay.add(stat("GPU energy (range)", f"sum(increase(aithermd_gpu_energy_joules_total{{{SEL}}}[$__range])) / 3.6e6",
-                 "kwatth", "Energy all selected GPUs used over the dashboard's time range.", decimals=2), 4, 4)
+    lay.add(stat("GPU energy (range)",
+                 f"sum(increase(aithermd_gpu_energy_joules_total{{{SEL}}}[$__range])) / 3.6e6", "kwatth",
+                 "Energy all selected GPUs used over the dashboard's time range.", decimals=2), 4, 4)
     lay.add(stat("Knobs in failsafe", f"sum(aithermd_failsafe_active{{{SEL}}}) or vector(0)", "none",
                  "Knobs the safety layer drives now (critical temperature or failed sensor).",
                  thresholds=[(None, "green"), (1, "red")]), 4, 4)
@@ -119,12 +123,14 @@ def build() -> dict[str, Any]:
     lay.row("GPUs: temperature, power against limit, energy")
     lay.add(timeseries("GPU temperature", [
         target(f"aithermd_gpu_temperature_celsius{{{GPU}}}", "{{instance}} gpu{{gpu_index}}"),
-        target(f"aithermd_gpu_memory_temperature_celsius{{{GPU}}}", "{{instance}} gpu{{gpu_index}} memory", "B"),
+        target(f"aithermd_gpu_memory_temperature_celsius{{{GPU}}}", "{{instance}} gpu{{gpu_index}} memory",
+               "B"),
     ], "celsius", "Core and memory temperature per GPU (NVML)."), 12, 8)
     lay.add(timeseries("GPU power against limit", [
         target(f"aithermd_gpu_power_watts{{{GPU}}}", "{{instance}} gpu{{gpu_index}} power"),
         target(f"aithermd_gpu_power_limit_watts{{{GPU}}}", "{{instance}} gpu{{gpu_index}} limit", "B"),
-        target(f"aithermd_gpu_enforced_power_limit_watts{{{GPU}}}", "{{instance}} gpu{{gpu_index}} enforced", "C"),
+        target(f"aithermd_gpu_enforced_power_limit_watts{{{GPU}}}", "{{instance}} gpu{{gpu_index}} enforced",
+               "C"),
     ], "watt", "Draw (solid) against the management limit aithermd sets and the enforced limit (dashed).",
         limit_overrides(".* (limit|enforced)$")), 12, 8)
     lay.add(timeseries("GPU power / limit", [
@@ -135,11 +141,14 @@ def build() -> dict[str, Any]:
         target(f"aithermd_gpu_utilization_ratio{{{GPU}}}", "{{instance}} gpu{{gpu_index}}"),
     ], "percentunit"), 8, 8)
     lay.add(timeseries("GPU energy per node", [
-        target(f"sum by (instance) (increase(aithermd_gpu_energy_joules_total{{{GPU}}}[$__interval])) / 3.6e6",
+        target("sum by (instance) "
+               f"(increase(aithermd_gpu_energy_joules_total{{{GPU}}}[$__interval])) / 3.6e6",
                "{{instance}}", interval="5m"),
-    ], "kwatth", "Energy used by each node's selected GPUs per interval.", drawStyle="bars", fillOpacity=60), 8, 8)
+    ], "kwatth", "Energy used by each node's selected GPUs per interval.", drawStyle="bars",
+        fillOpacity=60), 8, 8)
     lay.add(state_timeline("GPU clock-event reasons", [
-        target(f'max by (instance, gpu_index, reason) (aithermd_gpu_clock_event_reason{{{GPU}, reason!="gpu_idle"}}) == 1',
+        target("max by (instance, gpu_index, reason) "
+               f'(aithermd_gpu_clock_event_reason{{{GPU}, reason!="gpu_idle"}}) == 1',
                "{{instance}} gpu{{gpu_index}} {{reason}}"),
     ], "When NVML reported each clocks-event (throttle) reason: sw_power_cap is a power limit at work; "
        "thermal and hw_slowdown reasons mean heat or the board's power brake."), 24, 8)
@@ -148,7 +157,8 @@ def build() -> dict[str, Any]:
     lay.add(timeseries("CPU package power against PL1/PL2", [
         target(f"aithermd_cpu_package_power_watts{{{SEL}}}", "{{instance}} {{zone}}"),
         target(f"aithermd_rapl_power_limit_watts{{{SEL}}}", "{{instance}} {{zone}} {{constraint}}", "B"),
-    ], "watt", "RAPL power per zone, and its power caps (dashed).", limit_overrides(".* (pl1|pl2|PL1|PL2)$")), 8, 8)
+    ], "watt", "RAPL power per zone, and its power caps (dashed).",
+        limit_overrides(".* (pl1|pl2|PL1|PL2)$")), 8, 8)
     lay.add(timeseries("Board temperatures (hwmon)", [
         target(f"aithermd_temperature_celsius{{{SEL}}}", "{{instance}} {{chip}} {{label}}"),
     ], "celsius"), 8, 8)
@@ -157,7 +167,8 @@ def build() -> dict[str, Any]:
         target(f"aithermd_fan_duty_ratio{{{SEL}}} * 100", "{{instance}} {{knob}} duty %", "B"),
     ], "rpm", "Fan speed (rpm) and the duty aithermd drives (%, right axis).",
         [{"matcher": {"id": "byFrameRefID", "options": "B"},
-          "properties": [{"id": "unit", "value": "percent"}, {"id": "custom.axisPlacement", "value": "right"}]}]),
+          "properties": [{"id": "unit", "value": "percent"},
+                         {"id": "custom.axisPlacement", "value": "right"}]}]),
         8, 8)
 
     lay.row("Policy and health")
@@ -198,8 +209,8 @@ def build() -> dict[str, Any]:
 
     return {
         "title": "aithermd fleet", "uid": "aithermd-fleet", "tags": ["aithermd", "gpu", "power"],
-        "description": "GPU and CPU temperature, power against limit, energy, throttling, policy and health of "
-                       "machines running aithermd.",
+        "description": "GPU and CPU temperature, power against limit, energy, throttling, policy and health "
+                       "of machines running aithermd.",
         "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1, "refresh": "30s",
         "time": {"from": "now-6h", "to": "now"}, "timezone": "",
         "templating": {"list": [
@@ -269,7 +280,8 @@ def check(dashboard: dict[str, Any], metrics: set[str]) -> list[str]:
 
 def rules_file(dashboard: dict[str, Any]) -> str:
     """Every query as a recording rule, so `promtool check rules` parses each one."""
-    rules = [{"record": f"dashboard:query_{i}", "expr": promql(expr)} for i, (_, expr) in enumerate(queries(dashboard))]
+    rules = [{"record": f"dashboard:query_{i}", "expr": promql(expr)}
+             for i, (_, expr) in enumerate(queries(dashboard))]
     return json.dumps({"groups": [{"name": "aithermd-dashboard-queries", "rules": rules}]}, indent=1)
 
 
