@@ -1,0 +1,39 @@
+"""doctor's local checks on a sysfs tree built in a temporary directory."""
+
+import os
+
+from aithermctl.doctor import check_nvml, check_sysfs
+
+
+def _write(path, text=""):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_sysfs_checks_name_chips_pwm_outputs_and_rapl_zones(tmp_path):
+    _write(tmp_path / "class/hwmon/hwmon0/name", "nct6798\n")
+    _write(tmp_path / "class/hwmon/hwmon0/pwm1", "128\n")
+    _write(tmp_path / "class/hwmon/hwmon0/pwm2", "128\n")
+    _write(tmp_path / "class/hwmon/hwmon1/name", "k10temp\n")
+    _write(tmp_path / "class/powercap/intel-rapl:0/name", "package-0\n")
+    _write(tmp_path / "class/powercap/intel-rapl:0/energy_uj", "123\n")
+    _write(tmp_path / "class/powercap/intel-rapl:0/constraint_0_power_limit_uw", "125000000\n")
+    checks = {c.what: c for c in check_sysfs(str(tmp_path))}
+    assert checks["hwmon k10temp"].detail == "readable; no pwm outputs"
+    pwm = checks["hwmon nct6798"]
+    if os.geteuid() == 0:
+        assert (pwm.level, pwm.detail) == ("ok", "2 pwm outputs, all writable")
+    zone = checks["powercap package-0 (intel-rapl:0)"]
+    assert zone.level == "ok" and zone.detail.startswith("energy readable")
+
+
+def test_empty_sysfs_says_what_to_load(tmp_path):
+    checks = check_sysfs(str(tmp_path))
+    assert [(c.level, c.what) for c in checks] == [("warn", "hwmon"), ("warn", "powercap")]
+    assert "sensors-detect" in checks[0].detail and "modprobe intel_rapl_common" in checks[1].detail
+
+
+def test_nvml_that_cannot_load_is_a_warning_with_the_reason():
+    (check,) = check_nvml("libnvidia-ml-does-not-exist.so.1")
+    assert check.level == "warn" and "cannot be loaded" in check.detail
+    assert "GPUs are not managed" in check.detail
