@@ -111,6 +111,11 @@ async def test_plots_show_temperature_power_and_the_limit_from_history():
         await pilot.press("plus", "plus", "plus")
         await settle(pilot)
         assert power.border_subtitle.endswith("· 1 min")
+        assert power.content_size.height == 5 and plots["plot-gpu0-temp"].region.y < power.region.y
+        await pilot.resize_terminal(140, 40)  # wide: temperature and power side by side
+        await settle(pilot)
+        assert plots["plot-gpu0-temp"].region.y == power.region.y
+        assert plots["plot-gpu0-temp"].region.x < power.region.x
 
 
 async def test_policy_screen_shows_policies_holds_states_and_filling_windows():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Grid, VerticalScroll
 from textual.widgets import Static
 
 from aithermctl.document import overview
@@ -22,7 +22,10 @@ class PlotsScreen(DataScreen):
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="plots-body"):
             yield Static("", id="plots-empty")
-            yield Vertical(id="plots")
+            yield Grid(id="plots")
+
+    def on_resize(self) -> None:
+        self.query_one("#plots").set_class(self.size.width >= 120, "wide")  # temperature | power per row
 
     def action_zoom(self, step: int) -> None:
         state: TuiState = self.app.state  # type: ignore[attr-defined]
@@ -49,7 +52,7 @@ class PlotsScreen(DataScreen):
 
     def show_body(self, state: TuiState) -> None:
         plots = self._plots(state)
-        grid = self.query_one("#plots", Vertical)
+        grid = self.query_one("#plots", Grid)
         existing = {w.id: w for w in grid.query(TracePlot)}
         wanted = {p[0] for p in plots}
         for wid, widget in existing.items():
