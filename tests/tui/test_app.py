@@ -298,3 +298,18 @@ async def test_quitting_closes_the_client():
         await settle(pilot)
         await pilot.press("q")
     assert ("close", ()) in client.calls
+
+
+async def test_before_the_first_snapshot_it_says_it_is_waiting():
+    client = FakeClient()
+    client.down = True
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, 5)
+        text = screen_text(app)
+        assert "○ aithermd is not running on the system bus" in text
+        assert "Waiting for aithermd" in text and "CPU packages" not in text
+        client.revive()
+        await pilot.pause(0.1)
+        await settle(pilot)
+        assert "CPU packages" in screen_text(app) and "Waiting" not in screen_text(app)

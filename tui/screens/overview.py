@@ -26,7 +26,9 @@ class OverviewScreen(DataScreen):
         self.query_one("#gpus").set_class(self.size.width >= 120, "wide")
 
     def show_body(self, state: TuiState) -> None:
+        self.query_one(CpuPackages).display = self.query_one(BoardFans).display = state.doc is not None
         if state.doc is None:
+            self.query_one("#no-gpu", Static).update("Waiting for aithermd… (the line above says why)")
             return
         ov = overview(state.doc)
         grid = self.query_one("#gpus", Grid)
