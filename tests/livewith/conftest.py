@@ -49,11 +49,11 @@ rules:
     duty_pct: 40
 """,
     "steady": """\
-description: livewith - board fans at a fixed 60 %
+description: livewith - board fans (and those of a hot-plugged it87 chip) at a fixed 60 %
 rules:
   - name: board-fans
     kind: fan
-    fans: {chip: ["nct*"]}
+    fans: {chip: ["nct*", "it87*"]}
     duty_pct: 60
 """,
 }
