@@ -26,10 +26,15 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(stream=sys.stderr, level=numeric, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _stderr_logger(*_args: object) -> structlog.PrintLogger:
+    """A logger on whatever ``sys.stderr`` is now (not the one at set-up time, which tests may close)."""
+    return structlog.PrintLogger(file=sys.stderr)
 
 
 def get(name: str | None = None) -> structlog.typing.FilteringBoundLogger:

@@ -55,6 +55,6 @@ async def test_losing_the_bus_is_reported_and_publishing_goes_on(control, hub, c
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.05)
         hub.publish(reference_snapshot(2))  # emitting on a dead bus raises nothing
-        assert "dbus_lost" in capsys.readouterr().out
+        assert "dbus_lost" in capsys.readouterr().err
     finally:
         await handle.stop()
