@@ -31,18 +31,20 @@ import structlog
 
 from aithermd.actuate.applier import same_setting
 from aithermd.fastlane import FastLane, FastLaneOptions
-from aithermd.hotplug import Hotplug, rediscover
+from aithermd.hotplug import Hotplug, UdevMonitor, rediscover
 from aithermd.model import Event, Layer, Snapshot
 
 
 @dataclass(frozen=True)
 class LiveOptions:
-    """``hotplug``: run the udev monitor; ``sleep_bus``: ``"system"`` or a D-Bus address where logind is
+    """``hotplug``: apply device events between ticks; ``udev``: take them from a udev monitor (False: only
+    from ``Live.hotplug.submit()``); ``sleep_bus``: ``"system"`` or a D-Bus address where logind is
     watched (None: not watched); ``inhibit``: hold a delay inhibitor lock; ``fastlane``: its options (None:
     off); ``settle_s``: quiet time before hotplug events are applied (s); ``max_pause_s``: awake time after
     PrepareForSleep(true) after which writing resumes anyway (s)."""
 
     hotplug: bool = False
+    udev: bool = True
     sleep_bus: str | None = None
     inhibit: bool = True
     fastlane: FastLaneOptions | None = None
@@ -129,7 +131,8 @@ class Live:
             self._unlisten = d.hub.add_listener(self.fastlane.rearm)
             self._tasks.append(asyncio.create_task(self.fastlane.run()))
         if o.hotplug:
-            self.hotplug = Hotplug(settle_s=o.settle_s, clock=d.clock)
+            self.hotplug = Hotplug(monitor_factory=UdevMonitor if o.udev else None, settle_s=o.settle_s,
+                                   clock=d.clock)
             try:
                 await self.hotplug.start()
             except Exception as exc:  # noqa: BLE001 - the daemon runs on without hotplug
