@@ -32,7 +32,8 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
     if nvml is not None:
         from aithermd.backends.nvml import NvmlBackend  # written with the NVML backend
 
-        backends.append(NvmlBackend(nvml=nvml))
+        # never probe a real GPU by writing: NvmlBackend decides writability from the uid instead
+        backends.append(NvmlBackend(nvml=nvml, probe_writes=False))
     return backends
 
 

@@ -44,7 +44,10 @@ class NvmlBackend:
     """GPUs of one NVML library. ``nvml``: the bindings module (default: ``import pynvml``), or a private
     copy over the fake (``FakeNvml.bindings()``). ``probe_writes``: decide at discovery whether NVML lets this
     process write, by writing back the power limit in force and re-asserting each fan's present mode (no
-    change); False leaves every knob writable until a write fails. ``index_base``: added to the NVML index
+    change) -- used only on the fake NVML: on a real GPU a read-only command must never write, so the real
+    bindings get ``probe_writes=False``, which makes every knob read-only without root ("needs root":
+    NVML's set calls return NVML_ERROR_NO_PERMISSION for other users) and otherwise writable until a write
+    fails. ``index_base``: added to the NVML index
     in device ids (``gpu<base+N>``; a callable is asked at discovery), so a second NVML (fake GPUs beside
     real ones) numbers on."""
 
@@ -330,7 +333,7 @@ def open_from_locator(locator: dict[str, Any]) -> NvmlBackend:
         return NvmlBackend(nvml=FakeNvml.open(path).bindings())
     import pynvml
 
-    return NvmlBackend(nvml=pynvml)
+    return NvmlBackend(nvml=pynvml, probe_writes=False)
 
 
 def gpu_backends(*, live: bool, dumps: Sequence[str | Path] = ()) -> list[NvmlBackend]:
@@ -344,7 +347,7 @@ def gpu_backends(*, live: bool, dumps: Sequence[str | Path] = ()) -> list[NvmlBa
         except ImportError:
             pynvml = None
         if pynvml is not None:
-            backends.append(NvmlBackend(nvml=pynvml))
+            backends.append(NvmlBackend(nvml=pynvml, probe_writes=False))
     if dumps:
         from aithermd.sim.fake_nvml import FakeNvml
 

@@ -14,6 +14,7 @@ caller reports it in ``Sample.lost``); anything else = that reading failed.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
@@ -252,6 +253,8 @@ class GpuProbe:
         default, _ = self.attempt("nvmlDeviceGetPowerManagementDefaultLimit")
         lo, hi = (units.mw_to_w(bounds[0]), units.mw_to_w(bounds[1])) if code is None else (None, None)
         why = None if code is None else self.why(code, "no power limit constraints")
+        if why is None and not self.probe_writes and os.geteuid() != 0:
+            why = self.why(nv.NVML_ERROR_NO_PERMISSION, "setting the power limit needs root")
         if why is None and self.probe_writes and limit_mw is not None:
             # writing the limit in force changes nothing and tells whether NVML lets this process write
             wcode = self.attempt("nvmlDeviceSetPowerManagementLimit", limit_mw)[1]
@@ -311,6 +314,8 @@ class GpuProbe:
                 "nvmlDeviceGetFanControlPolicy_v2 (driver too old to hand the fan back)",
             )
         if not self.probe_writes:
+            if os.geteuid() != 0:
+                return self.why(nv.NVML_ERROR_NO_PERMISSION, "fan control needs root")
             return None
         policy, _ = self.attempt("nvmlDeviceGetFanControlPolicy_v2", fan)
         if policy == nv.NVML_FAN_POLICY_MANUAL:  # re-assert the manual target: no change
