@@ -79,6 +79,7 @@ class Cycle:
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
         self._bad: dict[str, Status] = {}
+        self._seen: set[str] = set()  # channels read at least once
         self._lost: set[str] = set()
         self._failed_backends: set[int] = set()
         self._log = structlog.get_logger("aithermd.cycle")
@@ -183,8 +184,13 @@ class Cycle:
                 t_wall: float, events: list[Event]) -> set[str]:
         degraded: set[str] = set(lost)
         ok = Status.OK
+        seen = self._seen
         for cid, r in readings.items():
             if r.status is ok or r.status not in BAD:
+                seen.add(cid)
+                continue
+            if r.status is Status.STALE and cid not in seen:
+                seen.add(cid)  # a derived value's first read (RAPL power needs two energy reads): not a fault
                 continue
             degraded.add(cid)
             if self._bad.get(cid) != r.status:

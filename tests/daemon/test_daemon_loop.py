@@ -230,3 +230,29 @@ async def test_set_active_policy_unknown_raises(settings, clock):
 
     await d.run(max_ticks=2, until=operate)
     assert errors and "known: balanced, handsoff, quiet" in errors[0]
+
+
+class _WarmingUp(FakeBackend):
+    """temp1 is a derived value (like RAPL power): stale on its first read, then fresh, then stale again
+    on the fourth read (a real staleness)."""
+
+    def sample(self):
+        s = super().sample()
+        from aithermd.model import Reading, Sample, Status
+        cid = self.kid("temp1")
+        if self.samples in (1, 4):
+            readings = dict(s.readings)
+            readings[cid] = Reading(cid, None, Status.STALE, "first read: needs two")
+            return Sample(s.t, readings, s.knobs)
+        return s
+
+
+async def test_a_first_stale_read_is_warming_up_not_a_fault(settings, clock):
+    b = _WarmingUp()
+    d = make(settings, clock, b)
+    degraded = []
+    await d.run(max_ticks=4, until=lambda: degraded.append(d.hub.latest.degraded) and False)
+    faults = [e for e in d.hub.recent_events() if e.kind == "fault"]
+    assert degraded[0] == () and degraded[1] == ()
+    assert b.kid("temp1") in degraded[3]
+    assert [e.subject for e in faults] == [b.kid("temp1")]
