@@ -76,7 +76,8 @@ def _energy_points(s: Snapshot, carried: dict[str, tuple[str, float, float | Non
 class EnergyWindows:
     """Open windows, fed by ``on_publish`` (a :class:`~aithermd.publish.hub.StateHub` listener).
 
-    ``per_uid``: open windows one uid may hold; ``max_windows``: open windows in all.
+    ``per_uid``: open windows one unprivileged uid may hold; root (a Slurm prolog opening one per job) is
+    bounded only by ``max_windows``, open windows in all.
     """
 
     def __init__(self, clock: Clock | None = None, *, per_uid: int = 8, max_windows: int = 256) -> None:
@@ -100,9 +101,10 @@ class EnergyWindows:
             raise InvalidArgument("window name longer than 256 characters")
         self.expire()
         mine = sum(1 for w in self._windows.values() if w.uid == uid)
-        if mine >= self.per_uid or len(self._windows) >= self.max_windows:
-            raise WindowLimit(f"uid {uid} has {mine} open energy windows (limit {self.per_uid}); "
-                              f"stop one or wait for its timeout")
+        limit = self.max_windows if uid == 0 else self.per_uid
+        if mine >= limit or len(self._windows) >= self.max_windows:
+            raise WindowLimit(f"uid {uid} has {mine} open energy windows (limit {limit}, "
+                              f"{self.max_windows} in all); stop one or wait for its timeout")
         now = self._clock.monotonic()
         window = _Window(self._next_id, name, uid, now, now + (timeout_s or DEFAULT_TIMEOUT_S))
         self._next_id += 1

@@ -116,3 +116,13 @@ async def test_the_cap_is_a_named_error(service, client):
     assert reply.error_name == wire.ERROR_LIMIT_EXCEEDED
     reply = await call(client, "StartEnergyWindow", "sd", ["bad", -3.0])
     assert reply.error_name == wire.ERROR_INVALID_ARGUMENT
+
+
+def test_root_is_bounded_only_by_the_total_so_many_concurrent_jobs_each_get_a_window():
+    windows = EnergyWindows(FakeClock(), per_uid=2, max_windows=5)
+    for job in range(5):
+        windows.start(f"slurm job {job}", 0.0, uid=0)
+    with pytest.raises(WindowLimit, match="5 in all"):
+        windows.start("one too many", 0.0, uid=0)
+    with pytest.raises(WindowLimit):
+        windows.start("a user", 0.0, uid=1000)
