@@ -39,11 +39,12 @@ CRITICAL_RULE = "safety/critical-temperature"
 
 @dataclass(frozen=True, slots=True)
 class FastLaneOptions:
-    """``rate_hz``: polls per second while something is watched (≥ 10); ``near_c``: how far below its
-    trigger a temperature starts being watched (°C); ``nvml_timeout_s``: longest wait for one GPU's read
-    (s); ``apply_timeout_s``: longest wait for the NVML knobs' writes (s)."""
+    """``rate_hz``: polls per second while something is watched (≥ 10; the default 12.5 Hz answers a
+    crossing within 80 ms + the write, inside the 100 ms budget; benchmarks/bench_fastlane.py); ``near_c``:
+    how far below its trigger a temperature starts being watched (°C); ``nvml_timeout_s``: longest wait
+    for one GPU's read (s); ``apply_timeout_s``: longest wait for the NVML knobs' writes (s)."""
 
-    rate_hz: float = 20.0
+    rate_hz: float = 12.5
     near_c: float = 10.0
     nvml_timeout_s: float = 0.05
     apply_timeout_s: float = 1.0
