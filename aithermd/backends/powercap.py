@@ -35,9 +35,10 @@ from aithermd.backends.sysfs import (
     classify_oserror,
     read_optional_int,
     read_optional_text,
+    write_error,
 )
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from aithermd.errors import BackendError, OutOfRange, UnknownKnob
 from aithermd.model import (
     UNITS,
     Channel,
@@ -54,6 +55,7 @@ from aithermd.model import (
 
 CONSTRAINT_KINDS = {"long_term": KnobKind.PL1, "short_term": KnobKind.PL2}
 ROOT_ONLY = "energy_uj readable only by root (CVE-2020-8694)"
+LOCKED = "needs root, or the limit is locked by firmware"
 
 
 class _Limit:
@@ -82,15 +84,6 @@ def energy_increase_uj(old: int, new: int, max_range_uj: int | None) -> int | No
         return None
     return new + max_range_uj - old
 
-
-def _write_error(exc: OSError, what: str) -> BackendError:
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NoPermission(f"{what}: {exc.strerror} (needs root, or the limit is locked by firmware)")
-    if exc.errno == errno.EINVAL:
-        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
-    if exc.errno in (errno.ENODEV, errno.ENOENT):
-        return DeviceLost(f"{what}: {exc.strerror}")
-    return BackendError(f"{what}: {exc.strerror or exc}")
 
 
 class RaplBackend:
@@ -301,7 +294,7 @@ class RaplBackend:
         try:
             lim.limit.write_int(units.w_to_uw(value))
         except OSError as exc:
-            raise _write_error(exc, f"{knob_id} := {value:g} W") from exc
+            raise write_error(exc, f"{knob_id} := {value:g} W", denied_hint=LOCKED) from exc
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
         """``{"power_limit_uw": int, "time_window_us": int | None}`` as found (raw powercap units)."""
@@ -310,7 +303,7 @@ class RaplBackend:
             limit = lim.limit.read_int()
             window = lim.window.read_int() if lim.window is not None else None
         except OSError as exc:
-            raise _write_error(exc, f"{knob_id}: cannot read the original") from exc
+            raise write_error(exc, f"{knob_id}: cannot read the original", denied_hint=LOCKED) from exc
         except Nonsense as exc:
             raise BackendError(f"{knob_id}: cannot read the original: {exc}") from exc
         return {"power_limit_uw": limit, "time_window_us": window}
@@ -324,7 +317,7 @@ class RaplBackend:
             if saved.get("power_limit_uw") is not None:
                 lim.limit.write_int(int(saved["power_limit_uw"]))
         except OSError as exc:
-            raise _write_error(exc, f"{knob_id}: restore") from exc
+            raise write_error(exc, f"{knob_id}: restore", denied_hint=LOCKED) from exc
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "powercap", "sysfs_root": self.sysfs_root}

@@ -7,14 +7,13 @@ some drivers (dell_smm, amdgpu on RDNA4) have no ``pwmN_enable``. Values leave h
 
 from __future__ import annotations
 
-import errno
 import math
 from typing import Any
 
 from aithermd import units
 from aithermd.backends.fast import ok_knob
-from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror
-from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
+from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, write_error
+from aithermd.errors import BackendError, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
 
 MANUAL = 1
@@ -27,16 +26,6 @@ def pwm_mode(enable: int | None) -> str | None:
         return None
     return _MODES.get(enable, "auto")
 
-
-def write_error(exc: OSError, what: str) -> BackendError:
-    """The :mod:`aithermd.errors` class for a failed sysfs write."""
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NoPermission(f"{what}: {exc.strerror} (needs root)")
-    if exc.errno == errno.EINVAL:
-        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
-    if exc.errno in (errno.ENODEV, errno.ENOENT):
-        return DeviceLost(f"{what}: {exc.strerror}")
-    return BackendError(f"{what}: {exc.strerror or exc}")
 
 
 class PwmKnob:

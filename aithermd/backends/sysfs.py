@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 
+from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
 from aithermd.model import Status
 
 READ_SIZE = 4096  # one page: a sysfs attribute never holds more (fs/sysfs/file.c)
@@ -174,3 +175,16 @@ def read_optional_text(io: SysfsIO, path: str) -> str | None:
         return io.read_text(path)
     except OSError:
         return None
+
+
+def write_error(exc: OSError, what: str, *, denied_hint: str = "needs root") -> BackendError:
+    """The :mod:`aithermd.errors` class for a failed sysfs write: EACCES/EPERM/EROFS → NoPermission (with
+    ``denied_hint``), EINVAL → OutOfRange (the driver refused the value), ENODEV/ENOENT → DeviceLost, else
+    BackendError."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NoPermission(f"{what}: {exc.strerror} ({denied_hint})")
+    if exc.errno == errno.EINVAL:
+        return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
+    if exc.errno in (errno.ENODEV, errno.ENOENT):
+        return DeviceLost(f"{what}: {exc.strerror}")
+    return BackendError(f"{what}: {exc.strerror or exc}")
