@@ -261,29 +261,30 @@ def _nvml_keeps_ids(backend: Any, old: Sequence[Device]) -> str | None:
     return f"GPU ids would change ({', '.join(moved)})" if moved else None
 
 
-async def rediscover(world: Any, families: set[str], *, applier: Any,
-                     t_wall: float) -> tuple[Any, list[Event]]:
-    """Rediscover the backends of ``families`` (``*``: all) off the loop; returns the new world and the
-    ``hotplug`` events. Vanished knobs are forgotten by ``applier`` and its journal."""
+async def rediscover(world: Any, families: set[str], *, applier: Any, t_wall: float,
+                     timeout_s: float = 10.0) -> tuple[Any, list[Event]]:
+    """Rediscover the backends of ``families`` (``*``: all) off the loop, side by side; returns the new world
+    and the ``hotplug`` events. A backend whose rediscovery fails or takes over ``timeout_s`` keeps its
+    old devices. Vanished knobs are forgotten by ``applier`` and its journal."""
     log = structlog.get_logger("aithermd.hotplug")
     found: dict[int, Sequence[Device]] = {}
     events: list[Event] = []
-    for b in world.backends:
-        if ALL not in families and family_of(b) not in families:
-            continue
+
+    async def one(b: Any) -> None:
         old = [d for d in world.devices if world.device_owner.get(d.id) is b]
         try:
             if family_of(b) == "nvml":
-                why = await asyncio.to_thread(_nvml_keeps_ids, b, old)
+                why = await asyncio.wait_for(asyncio.to_thread(_nvml_keeps_ids, b, old), timeout_s)
                 if why is not None:
                     log.warning("rediscovery_skipped", backend="nvml", reason=why)
                     events.append(Event("hotplug", t_wall, "nvml", f"GPUs not rediscovered: {why}; a "
                                         "vanished GPU stays lost until the daemon restarts", {"reason": why}))
-                    continue
-            found[id(b)] = await asyncio.to_thread(b.discover)
-        except Exception as exc:  # noqa: BLE001 - one family's failure keeps its old devices
-            log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc}")
-            continue
+                    return
+            found[id(b)] = await asyncio.wait_for(asyncio.to_thread(b.discover), timeout_s)
+        except Exception as exc:  # noqa: BLE001 - one family's failure (or a hung one) keeps its old devices
+            log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc!r}")
+
+    await asyncio.gather(*(one(b) for b in world.backends if ALL in families or family_of(b) in families))
     if not found:
         return world, events
     new = rebuild(world, found)
@@ -299,8 +300,10 @@ async def rediscover(world: Any, families: set[str], *, applier: Any,
         if knob_id not in applier.owned and knob_id not in applier.journal:
             continue
         applier.forget(knob_id)
-        if knob_id in applier.journal:
+        try:
             applier.journal.forget(knob_id)
+        except Exception as exc:  # noqa: BLE001 - JournalError: the entry stays; 'aithermd restore' reports it
+            log.error("fault", subject=knob_id, message=f"cannot forget the journal entry: {exc}")
         events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} forgotten: its device is gone, its "
                             "original cannot be restored", {"action": "forgotten"}))
     for e in events:

@@ -150,6 +150,7 @@ class Live:
             self.fastlane.stop()
         if self._unlisten is not None:
             self._unlisten()
+            self._unlisten = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -160,10 +161,13 @@ class Live:
                     await service.stop()
                 except Exception as exc:  # noqa: BLE001 - stopping goes on
                     self._log.warning("service_stop_failed", error=f"{type(exc).__name__}: {exc}")
-        async with self.tick_lock:  # a fast-lane write in flight finishes first
-            if self.paused:
-                self.daemon.cycle.applier = self.daemon.cycle.applier.real
-                self.paused_since = None
+        try:
+            async with self.tick_lock:  # a fast-lane write or a resume in flight finishes first
+                if self.paused:
+                    self.daemon.cycle.applier = self._real_applier()
+                    self.paused_since = None
+        except Exception as exc:  # noqa: BLE001 - the daemon's restore comes next, whatever happened here
+            self._log.warning("live_stop_failed", error=f"{type(exc).__name__}: {exc}")
 
     # -- the tick --------------------------------------------------------------------------------------
     async def tick(self, seq: int) -> Snapshot:

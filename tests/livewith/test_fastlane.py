@@ -83,7 +83,7 @@ async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(boa
 async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, clock, root):
     cycle, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane = lane_for(cycle, [], clock, rate_hz=20.0)
+    lane = lane_for(cycle, [], clock)  # the default rate, 12.5 Hz
     lane.rearm(await cycle.tick(1))
     start = clock.monotonic()
     cross_at = start + 0.137  # somewhere between two polls, long before the next 2 s tick
