@@ -52,13 +52,14 @@ class LiveOptions:
     max_pause_s: float = 120.0
 
     @classmethod
-    def for_daemon(cls, settings: Any, real_time: bool) -> LiveOptions:
-        """On for a real machine in real time: hotplug when the sysfs root is ``/sys``, logind on the
-        system bus (or the daemon's bus address), the fast lane when the tick is slower than 10 Hz."""
+    def for_daemon(cls, settings: Any, real_time: bool, *, machine_sysfs: str = "/sys") -> LiveOptions:
+        """On for a real machine in real time: hotplug when the sysfs root is the machine's own
+        (``machine_sysfs``), logind on the system bus (or the daemon's bus address), the fast lane when the
+        tick is slower than 10 Hz."""
         if not real_time:
             return cls()
         bus = settings.bus if settings.bus == "system" or "=" in settings.bus else None
-        on_sys = Path(settings.sysfs_root).resolve() == Path("/sys")
+        on_sys = Path(settings.sysfs_root).resolve() == Path(machine_sysfs)
         fast = FastLaneOptions() if settings.tick_s > 0.1 else None
         return cls(hotplug=on_sys, sleep_bus=bus, fastlane=fast)
 
