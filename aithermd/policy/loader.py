@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
@@ -34,6 +35,7 @@ from aithermd.policy.schema import PolicyDocument
 ADMIN_POLICY_DIR = Path("/etc/aithermd/policies.d")
 SUFFIXES = (".yaml", ".yml")
 MAX_BYTES = 1 << 20
+MAX_VALUES = 100_000  # mapping keys, values and list items, aliases expanded
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,12 +101,25 @@ def _permissions(path: Path, strict: bool) -> tuple[list[PolicyError], list[str]
     return [], warnings
 
 
-def _plain(node: Any) -> Any:
-    """ruamel round-trip nodes → plain dict/list/str/int/float/bool/None."""
+class _TooManyValues(Exception):
+    """Raised by :func:`_plain` past :data:`MAX_VALUES` values."""
+
+
+def _plain(node: Any, budget: list[int] | None = None) -> Any:
+    """ruamel round-trip nodes → plain dict/list/str/int/float/bool/None, aliases expanded.
+
+    Raises _TooManyValues once the expansion passes MAX_VALUES values (anchors and aliases that repeat each
+    other, the "billion laughs", expand exponentially; a real policy holds a few hundred)."""
+    if budget is None:
+        budget = [MAX_VALUES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _TooManyValues
     if isinstance(node, dict):
-        return {(_plain(k) if not isinstance(k, str) else str(k)): _plain(v) for k, v in node.items()}
+        return {(_plain(k, budget) if not isinstance(k, str) else str(k)): _plain(v, budget)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_plain(v) for v in node]
+        return [_plain(v, budget) for v in node]
     if isinstance(node, bool):
         return bool(node)
     if isinstance(node, int):
@@ -131,9 +146,20 @@ def parse_yaml(text: str, where: str) -> Any:
         ctx = exc.context_mark
         if exc.context and ctx is not None and mark is not None and ctx.line != mark.line:
             problem += f" ({exc.context.strip()} at line {ctx.line + 1}, column {ctx.column + 1})"
+        hint = "indent YAML with spaces, never tabs" if "'\\t'" in problem else None
         raise PolicyErrors([PolicyError(where, f"YAML: {problem}", line=mark.line + 1 if mark else None,
-                                        col=mark.column + 1 if mark else None)]) from None
-    except (YAMLError, ValueError, RecursionError) as exc:
+                                        col=mark.column + 1 if mark else None, hint=hint)]) from None
+    except ReaderError as exc:  # a control character: ruamel gives only an offset
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+        raise PolicyErrors([PolicyError(where, f"YAML: control character #x{char:04x} is not allowed "
+                                               "(remove it; write it as an escape in a quoted string)",
+                                        line=line, col=col)]) from None
+    except RecursionError:
+        raise PolicyErrors([PolicyError(where, "YAML: the document nests too deeply: not a policy file")]) \
+            from None
+    except (YAMLError, ValueError) as exc:
         raise PolicyErrors([PolicyError(where, f"YAML: {exc}")]) from None
 
 
@@ -149,7 +175,13 @@ def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
         raise PolicyErrors([PolicyError(where, "a policy file is a mapping (description, safety, curves, "
                                                "machines, rules)", line=1, col=1)])
     try:
-        document = PolicyDocument.model_validate(_plain(tree))
+        plain = _plain(tree)
+    except _TooManyValues:
+        raise PolicyErrors([PolicyError(
+            where, f"the document expands to more than {MAX_VALUES} values (anchors and aliases repeating "
+                   "each other?): not a policy file", line=1, col=1)]) from None
+    try:
+        document = PolicyDocument.model_validate(plain)
     except ValidationError as exc:
         raise PolicyErrors(locate.errors_from_validation(exc, tree, where)) from None
     except RecursionError:

@@ -34,6 +34,7 @@ from aithermd.policy.values import (
     NonNeg,
     Pct,
     PowerValue,
+    WindowS,
     parse_power,
 )
 
@@ -102,7 +103,7 @@ class MetricCondition(CondBase):
     metric: Metric
     sensor: Globs | None = None
     stat: Literal["mean", "min", "max", "last"] = "mean"
-    window_s: NonNeg = 0.0
+    window_s: WindowS = 0.0
     above: float | None = None
     below: float | None = None
 

@@ -7,6 +7,7 @@ or ``default``, ``min``, ``max`` (the card's own constraints, from NVML
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any
 
@@ -17,6 +18,8 @@ BUILTIN_MARGIN_C = 5.0  # built-in safety margin under a device's own slowdown/c
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
 NonNeg = Annotated[float, Field(ge=0)]
+MAX_WINDOW_S = 86400.0  # a window keeps its samples: a day at most, so a typo cannot grow memory for years
+WindowS = Annotated[float, Field(ge=0, le=MAX_WINDOW_S)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Glob = Annotated[str, Field(min_length=1)]
 
@@ -41,6 +44,8 @@ def parse_power(value: float | str) -> tuple[str, float]:
         raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
                          "'default', 'min' or 'max'")
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a power value: expected a finite number of watts")
         if value <= 0:
             raise ValueError("a power limit must be more than 0 W")
         return ("w", float(value))
@@ -74,4 +79,7 @@ PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_inp
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False, validate_default=True)
+    # allow_inf_nan=False: .nan and .inf are refused where a number is expected (a NaN threshold never holds,
+    # a NaN curve point or setpoint would drive a NaN duty)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False, validate_default=True,
+                              allow_inf_nan=False)

@@ -1,0 +1,81 @@
+"""Hostile policy text: alias bombs, NaN and infinity, control characters, tabs, endless windows.
+
+Each is refused with FILE:LINE and what to do, quickly, and never reaches the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aithermd.errors import PolicyErrors
+from aithermd.policy.loader import MAX_VALUES, load_policy_text
+
+ROOT = Path(__file__).resolve().parents[2]
+BALANCED = (ROOT / "policies" / "balanced.yaml").read_text()
+
+BILLION_LAUGHS = "\n".join(
+    ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{k}: &{k} [" + ",".join([f"*{j}"] * 9) + "]" for j, k in zip("abcdefgh", "bcdefghi", strict=True)]
+) + "\n"
+S0 = "p.yaml:17:{}: error: machines.load.states[0].enter.all[0]."
+
+
+def errors(text: str) -> list[str]:
+    with pytest.raises(PolicyErrors) as info:
+        load_policy_text(text, name="p", path="p.yaml")
+    return [e.format() for e in info.value.errors]
+
+
+def test_alias_bomb_is_refused_without_expanding_it():
+    # 9**9 list items once expanded; the loader stops after MAX_VALUES
+    assert errors(BILLION_LAUGHS) == [
+        f"p.yaml:1:1: error: the document expands to more than {MAX_VALUES} values (anchors and aliases "
+        "repeating each other?): not a policy file"]
+
+
+def test_anchors_and_aliases_of_ordinary_size_still_work():
+    assert "&idle" in BALANCED and "*idle" in BALANCED
+    assert load_policy_text(BALANCED, name="balanced").name == "balanced"
+
+
+@pytest.mark.parametrize(("old", "new", "where"), [
+    ("below: 10", "below: .nan", S0.format(77) + "below: should be a finite number"),
+    ("60, below: 10", ".inf, below: 10", S0.format(66) + "window_s: should be a finite number"),
+    ("[[40, 30]", "[[.nan, 30]", "p.yaml:31:15: error: curves.board.points[0][0]: should be a finite number"),
+    ("hysteresis_c: 3", "hysteresis_c: .nan", "p.yaml:32:19: error: curves.board.hysteresis_c: should be a "
+                                              "finite number"),
+    ("min_dwell_s: 30", "min_dwell_s: .inf", "p.yaml:25:22: error: machines.load.states[1].min_dwell_s: "
+                                             "should be a finite number"),
+    ("limit: 70%", "limit: .nan", "p.yaml:42:12: error: rules[1].limit: nan is not a power value: expected a "
+                                  "finite number of watts"),
+    ("limit: 70%", "limit: .inf", "p.yaml:42:12: error: rules[1].limit: inf is not a power value: expected a "
+                                  "finite number of watts"),
+])
+def test_nan_and_infinity_are_refused_where_a_number_is_expected(old, new, where):
+    assert old in BALANCED
+    assert errors(BALANCED.replace(old, new, 1))[0] == where
+
+
+def test_a_window_longer_than_a_day_is_refused():
+    # a window keeps every sample it covers: an endless one would grow the daemon's memory for ever
+    text = BALANCED.replace("window_s: 60, below: 10", "window_s: 1e12, below: 10", 1)
+    assert errors(text)[0] == S0.format(66) + "window_s: should be less than or equal to 86400"
+
+
+def test_a_control_character_is_reported_at_its_line_and_column():
+    text = BALANCED.replace("rules:\n", "rules:\n# bell \x07 here\n", 1)
+    line = text[:text.index("\x07")].count("\n") + 1
+    assert errors(text) == [f"p.yaml:{line}:8: error: YAML: control character #x0007 is not allowed "
+                            "(remove it; write it as an escape in a quoted string)"]
+
+
+def test_a_tab_indent_gets_a_hint():
+    assert errors("description: x\nrules:\n\t- name: a\n") == [
+        "p.yaml:3:1: error: YAML: found character '\\t' that cannot start any token "
+        "(hint: indent YAML with spaces, never tabs)"]
+
+
+def test_endless_nesting_is_refused():
+    assert errors("rules: " + "[" * 5000 + "]" * 5000 + "\n") == [
+        "p.yaml: error: YAML: the document nests too deeply: not a policy file"]
