@@ -29,12 +29,11 @@ from typing import Any
 
 import structlog
 
-from aithermd.backends.base import Backend
+from aithermd.backends.base import Backend, ReadOnly
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import SLOW_DRIVERS, HwmonSubset
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import UnknownKnob
-from aithermd.model import Device, KnobValue, Reading, Sample, Status
+from aithermd.model import Device, Reading, Sample, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,7 @@ class _Reader:
             self._close()
 
 
-class SlowBackend:
+class SlowBackend(ReadOnly):
     """Wraps ``factory()`` (a backend over slow sensors, without knobs) so that it is read off the loop.
 
     ``kind`` is the inner kind + ``-slow``; ``locator()`` is the inner one's (with ``"lane": "slow"`` for
@@ -192,18 +191,6 @@ class SlowBackend:
         self._stale_cache = (key, out)
         return out
 
-    # -- no knobs --------------------------------------------------------------------------------------
-    def read_knob(self, knob_id: str) -> KnobValue:
-        raise UnknownKnob(knob_id)
-
-    def write_knob(self, knob_id: str, value: float) -> None:
-        raise UnknownKnob(knob_id)
-
-    def save_knob(self, knob_id: str) -> dict[str, Any]:
-        raise UnknownKnob(knob_id)
-
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        raise UnknownKnob(knob_id)
 
     def locator(self) -> dict[str, Any]:
         return dict(self._locator)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from aithermd.errors import UnknownKnob
 from aithermd.model import Device, KnobValue, Sample
 
 
@@ -41,3 +42,20 @@ class Backend(Protocol):
     def locator(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+class ReadOnly:
+    """Mixin for backends with channels only (cpu, the slow-sensor lane): every knob call raises
+    :class:`~aithermd.errors.UnknownKnob`."""
+
+    def read_knob(self, knob_id: str) -> KnobValue:
+        raise UnknownKnob(knob_id)
+
+    def write_knob(self, knob_id: str, value: float) -> None:
+        raise UnknownKnob(knob_id)
+
+    def save_knob(self, knob_id: str) -> dict[str, Any]:
+        raise UnknownKnob(knob_id)
+
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
+        raise UnknownKnob(knob_id)

@@ -14,9 +14,9 @@ from typing import Any
 
 import psutil
 
+from aithermd.backends.base import ReadOnly
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import UnknownKnob
-from aithermd.model import UNITS, Channel, Device, DeviceKind, KnobValue, Quantity, Reading, Sample, Status
+from aithermd.model import UNITS, Channel, Device, DeviceKind, Quantity, Reading, Sample, Status
 
 DEVICE_ID = "cpu"
 
@@ -44,7 +44,7 @@ def _utilization(before: dict[str, float], after: dict[str, float]) -> float | N
     return max(0.0, min(100.0, 100.0 * (dt - (i1 - i0)) / dt))
 
 
-class CpuBackend:
+class CpuBackend(ReadOnly):
     """The ``cpu`` device read through ``psutil_module`` (default: :mod:`psutil`)."""
 
     kind = "cpu"
@@ -143,17 +143,6 @@ class CpuBackend:
                 put("frequency", None, Status.FAILED, str(exc))
         return Sample(t=t, readings=readings)
 
-    def read_knob(self, knob_id: str) -> KnobValue:
-        raise UnknownKnob(knob_id)
-
-    def write_knob(self, knob_id: str, value: float) -> None:
-        raise UnknownKnob(knob_id)
-
-    def save_knob(self, knob_id: str) -> dict[str, Any]:
-        raise UnknownKnob(knob_id)
-
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        raise UnknownKnob(knob_id)
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "cpu"}
