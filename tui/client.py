@@ -62,13 +62,13 @@ class DaemonClient:
 
     async def _connect(self) -> None:
         await self._drop()
-        if self.bus == "system":
-            conn = MessageBus(bus_type=BusType.SYSTEM)
-        elif self.bus == "session":
-            conn = MessageBus(bus_type=BusType.SESSION)
-        else:
-            conn = MessageBus(bus_address=self.bus)
-        try:
+        try:  # the constructor parses the address: a malformed one, or no session bus, fails here
+            if self.bus == "system":
+                conn = MessageBus(bus_type=BusType.SYSTEM)
+            elif self.bus == "session":
+                conn = MessageBus(bus_type=BusType.SESSION)
+            else:
+                conn = MessageBus(bus_address=self.bus)
             await asyncio.wait_for(conn.connect(), self.timeout_s)
         except Exception as exc:  # socket missing or refused, auth failed, bad address, timeout
             raise errors.BusUnreachable(self.bus, _reason(exc)) from exc

@@ -89,6 +89,18 @@ async def test_daemon_not_running_and_bus_unreachable(private_bus, tmp_path):
     assert info.value.exit_code == wire.EXIT_NOT_RUNNING
 
 
+async def test_malformed_address_or_no_session_bus_is_unreachable_not_a_traceback(monkeypatch):
+    with pytest.raises(errors.BusUnreachable) as info:
+        await DaemonClient("garbage").connect()
+    assert info.value.exit_code == wire.EXIT_NOT_RUNNING
+    assert str(info.value).startswith("cannot reach the bus at garbage: ") and "\n" not in str(info.value)
+    monkeypatch.delenv("DBUS_SESSION_BUS_ADDRESS", raising=False)
+    monkeypatch.delenv("DISPLAY", raising=False)
+    with pytest.raises(errors.BusUnreachable) as info:
+        await DaemonClient("session").connect()
+    assert str(info.value).startswith("cannot reach the session bus: ")
+
+
 def test_not_running_on_the_system_bus_says_how_to_start_it():
     assert str(errors.DaemonNotRunning("system")) == \
         "aithermd is not running on the system bus (start it: systemctl start aithermd)"
