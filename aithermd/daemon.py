@@ -33,7 +33,7 @@ from aithermd.actuate.restore import restore_journal
 from aithermd.backends.base import Backend
 from aithermd.clock import Clock, RealClock
 from aithermd.cycle import Cycle
-from aithermd.errors import PolicyErrors
+from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.live import Live, LiveOptions
 from aithermd.model import Snapshot
 from aithermd.notify import Notifier
@@ -110,7 +110,18 @@ class Daemon:
         if self.cycle is None:
             raise RuntimeError("the daemon is not running")
         try:
-            world = with_policies(self._pending or self.cycle.world, self.settings, self.engine)
+            old = self._pending or self.cycle.world
+            world = with_policies(old, self.settings, self.engine)
+            active, fallback = (self.operator.active if self.operator else None), self.settings.policy
+            if active not in world.policies and fallback not in world.policies:
+                # nothing to fall back to: without an active policy nothing (not even safety) would run
+                gone = [n for n in dict.fromkeys((active, fallback)) if n is not None]
+                where = (getattr(old.policies.get(active), "path", None)
+                         or ", ".join(map(str, world.policy_dirs)))
+                raise PolicyErrors([PolicyError(str(where), f"policy {' and '.join(gone)} would be gone: the "
+                                                "daemon would have no policy to run",
+                                                hint="put the file back, or first make another policy active "
+                                                "(aithermctl policy set NAME)")])
         except PolicyErrors as exc:
             for err in exc.errors:
                 self._log.error("reload_failed", error=str(err), path=getattr(err, "path", None),

@@ -204,10 +204,19 @@ def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> P
     if perm_errors:
         raise PolicyErrors(perm_errors)
     try:
-        with path.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        # O_NONBLOCK: a FIFO named like a policy must not hang the loader (or a reload) waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            with open(fd, "rb", closefd=False) as fh:
+                raw = fh.read(MAX_BYTES + 1) if regular else b""
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from None
+    if not regular:
+        raise PolicyErrors([PolicyError(str(path), "cannot read: not a regular file",
+                                        hint="a policy is a YAML file; move this out of the way")])
     if len(raw) > MAX_BYTES:
         raise PolicyErrors([PolicyError(str(path), f"larger than {MAX_BYTES} bytes: not a policy file")])
     try:
@@ -219,14 +228,17 @@ def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> P
 
 
 def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
-    """name → file, later directories replacing earlier ones by name; missing directories are skipped."""
+    """name → file, later directories replacing earlier ones by name; missing directories are skipped.
+
+    Every entry with a policy suffix counts, also one that is not a regular file (a directory, a FIFO, a
+    dangling link): loading it fails with its path, rather than the policy silently vanishing."""
     found: dict[str, Path] = {}
     for d in dirs:
         d = Path(d)
         if not d.is_dir():
             continue
         for p in sorted(d.iterdir()):
-            if p.suffix in SUFFIXES and not p.name.startswith(".") and (p.is_file() or not p.exists()):
+            if p.suffix in SUFFIXES and not p.name.startswith("."):
                 found[p.stem] = p
     return found
 

@@ -4,12 +4,13 @@ Each is refused with FILE:LINE and what to do, quickly, and never reaches the en
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from aithermd.errors import PolicyErrors
-from aithermd.policy.loader import MAX_VALUES, load_policy_text
+from aithermd.policy.loader import MAX_VALUES, load_policies, load_policy_file, load_policy_text
 
 ROOT = Path(__file__).resolve().parents[2]
 BALANCED = (ROOT / "policies" / "balanced.yaml").read_text()
@@ -79,3 +80,24 @@ def test_a_tab_indent_gets_a_hint():
 def test_endless_nesting_is_refused():
     assert errors("rules: " + "[" * 5000 + "]" * 5000 + "\n") == [
         "p.yaml: error: YAML: the document nests too deeply: not a policy file"]
+
+
+def test_a_fifo_named_like_a_policy_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(PolicyErrors) as info:
+        load_policy_file(fifo)  # before: open() blocked for ever
+    assert [e.format() for e in info.value.errors] == [
+        f"{fifo}: error: cannot read: not a regular file "
+        "(hint: a policy is a YAML file; move this out of the way)"]
+
+
+def test_a_directory_named_like_a_policy_fails_the_load_instead_of_the_policy_vanishing(tmp_path):
+    d = tmp_path / "policies"
+    d.mkdir()
+    (d / "balanced.yaml").write_text(BALANCED)
+    (d / "quiet.yaml").mkdir()  # e.g. an unpacking mistake
+    with pytest.raises(PolicyErrors) as info:
+        load_policies([d])
+    assert [e.path for e in info.value.errors] == [str(d / "quiet.yaml")]
+    assert "cannot read" in info.value.errors[0].message
