@@ -2,7 +2,7 @@
 
 Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs and board in a temporary
 directory), its own temporary state directory, no metrics endpoint, on a private ``dbus-daemon``. On exit
-(quitting the TUI, Ctrl-C, SIGTERM) the daemon is stopped, then the bus, then the directory is removed.
+(quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is removed.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def run_demo(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # SIGHUP too: a closed terminal must not orphan the daemon and the bus (they run in their own sessions)
+    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
     tmp = tempfile.mkdtemp(prefix="aithermctl-demo-")
     log = Path(tmp, "aithermd.log")
     bus = daemon = None
@@ -126,4 +127,5 @@ def run_demo(args: argparse.Namespace) -> int:
         stop(daemon)
         stop(bus, 5.0)
         shutil.rmtree(tmp, ignore_errors=True)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

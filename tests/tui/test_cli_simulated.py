@@ -208,7 +208,8 @@ def test_doctor_sees_the_daemon(sim_bus):
     assert line.startswith("ok") and "policy balanced" in line
 
 
-def test_demo_starts_and_cleans_up(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])  # SIGHUP: the terminal was closed
+def test_demo_starts_and_cleans_up(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "demo", "--no-tui"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -219,7 +220,7 @@ def test_demo_starts_and_cleans_up(tmp_path):
         assert os.path.isdir(directory)
         assert ctl(address, "status").returncode == 0
     finally:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         rc = proc.wait(60)
     assert rc == 130
     assert not os.path.exists(directory)
