@@ -107,3 +107,43 @@ def test_rapl_power_needs_two_samples(tmp_path, interval, status, value):
     assert (power["status"], power["value"]) == (status, value)  # the recorded counter does not move
     pl1 = next(k for k in pkg["knobs"] if k["kind"] == "pl1")
     assert (pl1["id"], pl1["value"], pl1["unit"], pl1["max"]) == ("powercap:package-0/pl1", 4090.0, "W", 95.0)
+
+
+def test_json_stdout_holds_only_the_document_when_warnings_are_logged(capsys, monkeypatch):
+    """A backend that fails to discover and one that fails to sample are logged as warnings: on stderr, never
+    mixed into the one JSON document on stdout."""
+    import argparse
+
+    from aithermd.backends.hwmon import HwmonBackend
+    from aithermd.commands import sensors as command
+
+    class Broken:
+        kind = "broken"
+
+        def __init__(self, fail_in: str) -> None:
+            self.fail_in = fail_in
+
+        def discover(self):
+            if self.fail_in == "discover":
+                raise RuntimeError("discover exploded")
+            return []
+
+        def sample(self):
+            raise RuntimeError("sample exploded")
+
+        def close(self) -> None:
+            pass
+
+    machine = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
+    monkeypatch.setattr(
+        command, "open_for", lambda args: [Broken("discover"), HwmonBackend(str(machine)), Broken("sample")]
+    )
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.run(parser.parse_args(["--json", "--interval", "0", "--sysfs-root", str(machine)])) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # the whole of stdout is one document
+    check_shape(doc)
+    assert [d["id"] for d in doc["devices"]][0] == "hwmon:k10temp-pci-00c3"
+    assert "discover exploded" in err and "sample exploded" in err
+    assert "exploded" not in out
