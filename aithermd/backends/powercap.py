@@ -278,12 +278,12 @@ class RaplBackend:
         return self._read_limit(self._lim(knob_id))
 
     def write_knob(self, knob_id: str, value: float) -> None:
-        """Set the power limit to ``value`` W; raises OutOfRange outside (0, max] / below min, NoPermission,
-        DeviceLost or BackendError."""
+        """Set the power limit to ``value`` W; raises OutOfRange outside (0, max] / below min (NaN and
+        infinity too, also when the zone states no max), NoPermission, DeviceLost or BackendError."""
         lim = self._lim(knob_id)
         k = lim.knob
         if (
-            math.isnan(value)
+            not math.isfinite(value)
             or value <= 0
             or (k.max is not None and value > k.max)
             or (k.min is not None and value < k.min)

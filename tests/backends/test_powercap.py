@@ -203,6 +203,18 @@ def test_limit_outside_constraints_is_refused(node_root, value):
     backend.close()
 
 
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_limit_without_a_stated_max_still_refuses_non_finite_values(procfs_root, value):
+    backend = RaplBackend(str(procfs_root), clock=FakeClock())
+    backend.discover()
+    limit = zone_file(procfs_root, "intel-rapl:0", "constraint_1_power_limit_uw")
+    before = limit.read_text()
+    with pytest.raises(OutOfRange):
+        backend.write_knob("powercap:package-0/pl2", value)  # max_power_uw 0: no max to compare with
+    assert limit.read_text() == before
+    backend.close()
+
+
 def test_limit_write_without_permission(node_root):
     io = FaultIO()
     io.write_faults["constraint_0_power_limit_uw"] = OSError(errno.EACCES, "Permission denied")
