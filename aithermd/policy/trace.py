@@ -14,6 +14,8 @@ Malformed input raises :class:`TraceError` with the 1-based line number.
 from __future__ import annotations
 
 import csv
+import datetime
+import math
 import re
 import statistics
 import time
@@ -40,6 +42,9 @@ UNKNOWN = frozenset({"[n/a]", "n/a", "[not supported]", "not supported", "[unkno
 FAILED = frozenset({"[unknown error]", "[gpu is lost]"})
 _TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\d{2})(\.\d+)?"
                  r"\s*(Z|[+-]\d{2}:?\d{2})?\s*$")
+# no nvidia-smi field comes near this (W, %, °C, MHz, MiB): a value beyond it is garbage, and would turn
+# the replay's energy sums into infinities
+MAX_VALUE = 1e7
 MIN_STEP_S = 0.04  # rows closer than this are taken as one sample when estimating the period
 
 
@@ -105,6 +110,10 @@ def parse_time(text: str, line: int, cache: dict[str, float] | None = None) -> f
     if h > 23 or mi > 59 or s > 60:
         raise TraceError(line, f"timestamp '{text.strip()}' has an impossible time of day")
     try:
+        datetime.date(y, mo, d)  # mktime would silently roll 2025/02/30 over to March
+    except ValueError:
+        raise TraceError(line, f"timestamp '{text.strip()}' has an impossible date") from None
+    try:
         base = time.mktime((y, mo, d, h, mi, s, 0, 0, -1))
     except (OverflowError, ValueError) as exc:
         raise TraceError(line, f"timestamp '{text.strip()}': {exc}") from None
@@ -114,32 +123,45 @@ def parse_time(text: str, line: int, cache: dict[str, float] | None = None) -> f
 
 
 def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
-    """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker."""
+    """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker, and for a
+    number no nvidia-smi field can hold (negative where only temperatures may be, or beyond MAX_VALUE)."""
     try:
         value = float(raw.split(None, 1)[0])
-        if value - value == 0.0:  # finite
-            return value, False
     except (ValueError, IndexError):
-        pass
-    text = raw.strip()
-    low = text.lower()
-    if low in UNKNOWN:
-        return None, low in FAILED
-    head = text.split(" ", 1)[0].rstrip("%")
-    try:
-        value = float(head)
-    except ValueError:
-        raise TraceError(line, f"{column}: '{text}' is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise TraceError(line, f"{column}: '{text}' is not a finite number")
+        value = math.nan
+    if value - value != 0.0:  # not a plain finite number: an unknown marker, 50%, or garbage
+        text = raw.strip()
+        low = text.lower()
+        if low in UNKNOWN:
+            return None, low in FAILED
+        head = text.split(" ", 1)[0].rstrip("%")
+        try:
+            value = float(head)
+        except ValueError:
+            raise TraceError(line, f"{column}: '{text}' is not a number") from None
+        if value - value != 0.0:
+            raise TraceError(line, f"{column}: '{text}' is not a finite number")
+    low_end = -MAX_VALUE if column.startswith("temperature.") else 0.0
+    if not low_end <= value <= MAX_VALUE:
+        raise TraceError(line, f"{column}: '{raw.strip()}' is out of range "
+                               f"({low_end:.0f} to {MAX_VALUE:.0f})")
     return value, False
 
 
 def _rows(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
-    for lineno, row in enumerate(csv.reader(lines), start=1):
+    """(1-based line where the row starts, fields). Raises TraceError for what the csv module refuses."""
+    reader = csv.reader(lines)
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise TraceError(max(reader.line_num, start), f"CSV: {exc}") from None
         if not row or (len(row) == 1 and not row[0].strip()) or row[0].lstrip().startswith("#"):
             continue
-        yield lineno, row
+        yield start, row
 
 
 def parse_trace(text: str, path: str = "") -> Trace:
@@ -148,8 +170,6 @@ def parse_trace(text: str, path: str = "") -> Trace:
         return _parse(text.splitlines())
     except TraceError as exc:
         raise TraceError(exc.line, exc.message, path) from None
-    except csv.Error as exc:
-        raise TraceError(0, f"CSV: {exc}", path) from None
 
 
 def _parse(lines: list[str]) -> Trace:

@@ -89,12 +89,26 @@ def test_unknown_markers_and_lost_gpus():
     ("timestamp, power.draw [W]\n", 2, "no samples after the header"),
     ("timestamp, power.draw [W], power.draw.average [W]\n", 1, "column 'power.draw' appears twice"),
     ("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, nan W\n", 2, "not a finite number"),
+    # a value no nvidia-smi field holds: it would make the replay's energy infinite (invalid JSON)
+    ("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, 10 W\n2025/06/01 10:00:01.000, 1e308 W\n", 3,
+     "power.draw: '1e308 W' is out of range (0 to 10000000)"),
+    ("timestamp, utilization.gpu [%]\n2025/06/01 10:00:00.000, -3 %\n", 2,
+     "utilization.gpu: '-3 %' is out of range (0 to 10000000)"),
+    ("timestamp, power.draw [W]\n2025/02/30 10:00:00.000, 10 W\n", 2, "has an impossible date"),
+    # what the csv module refuses still names its line, not line 0
+    ("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, 10 W\n2025/06/01 10:00:01.000, \"" + "x" * 200_000
+     + "\"\n", 3, "CSV: field larger than field limit"),
 ])
 def test_malformed_traces_say_where(text, line, message):
     with pytest.raises(TraceError) as info:
         parse_trace(text, "t.csv")
     assert info.value.line == line and message in info.value.message
     assert str(info.value).startswith(f"t.csv:{line}: ")
+
+
+def test_a_temperature_below_zero_is_a_reading_not_an_error():
+    tr = parse_trace("timestamp, temperature.gpu\n2025/06/01 10:00:00.000, -5\n")
+    assert tr.samples[0].gpus[0].values == {"temperature.gpu": -5.0}
 
 
 def test_normalize_folds_aliases_and_units():
