@@ -287,3 +287,16 @@ async def test_every_nvml_call_runs_on_the_worker_thread(workstation, backend_ov
     assert threading.current_thread().name not in seen
     devices = await backend.adiscover()
     assert [d.id for d in devices] == ["gpu0", "gpu1"]
+
+
+def test_every_clock_event_reason_bit_decodes_to_its_name(workstation, backend_over):
+    from aithermd.sim.fake_nvml_state import REASON_BITS
+
+    backend = backend_over(workstation)
+    workstation.set_dynamic(1, clock_event_reasons=tuple(REASON_BITS))
+    assert set(backend.sample().attrs["gpu1"]["clock_event_reasons"]) == set(REASON_BITS)
+    for name, bit in REASON_BITS.items():  # each bit alone: the name comes from the bindings' constants
+        workstation.set_dynamic(1, clock_event_reasons=bit)
+        assert backend.sample().attrs["gpu1"]["clock_event_reasons"] == (name,)
+    workstation.set_dynamic(1, clock_event_reasons=0)
+    assert backend.sample().attrs["gpu1"]["clock_event_reasons"] == ()
