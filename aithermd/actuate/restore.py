@@ -5,11 +5,20 @@ and by ``aithermd restore`` (``ExecStopPost=``), which needs nothing but the sta
 locator rebuilds its backend through :func:`aithermd.backends.open_backend`. Restoring twice puts the same
 values back twice. An entry whose restore fails stays in the journal (the report says why) so a later
 restore can try again; the others are forgotten.
+
+A knob whose device is gone for good would otherwise fail every restore (and every daemon stop) forever.
+When a restore fails, the entry's backend is asked to discover again: if that discovery succeeds on a real
+root (a sysfs root must hold a ``class`` directory, so a wrong ``--sysfs-root`` proves nothing) and the
+entry's *device* is not among the devices found, the backend confirms the device is absent and the entry is
+forgotten with a warning (``RestoreReport.forgotten``), as hotplug forgets a knob once its device is gone.
+A device that is still there (a write error, a knob that vanished from a present device) or a backend that
+cannot be opened or rediscovered keeps its entry and fails the restore.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +34,12 @@ Opener = Callable[[Mapping[str, Any]], Backend]
 
 @dataclass(frozen=True)
 class RestoreReport:
-    """``restored``: knob ids put back; ``failed``: knob id → why (still journaled)."""
+    """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``forgotten``: knob id
+    → why, entries dropped because their backend confirmed the device is gone (not a failure)."""
 
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
+    forgotten: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +74,18 @@ def _relocate(locator: Mapping[str, Any], sysfs_root: Path | None) -> dict[str, 
     return out
 
 
+def _devices_now(backend: Backend, locator: Mapping[str, Any]) -> frozenset[str] | None:
+    """The device ids ``backend`` discovers now, or None when that proves nothing: discovery failed, or
+    the locator's sysfs root is not a sysfs tree (no ``class`` directory)."""
+    root = locator.get("sysfs_root")
+    if root is not None and not os.path.isdir(os.path.join(str(root), "class")):
+        return None
+    try:
+        return frozenset(d.id for d in backend.discover())
+    except Exception:  # noqa: BLE001 - a discovery that fails confirms nothing
+        return None
+
+
 def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opener: Opener | None = None,
                     sysfs_root: Path | None = None) -> RestoreReport:
     """Restore every entry of ``journal``, newest first, and forget each one restored.
@@ -70,8 +93,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     ``backends``: already open backends, matched to entries by locator (the daemon's own); other locators
     are opened with ``opener`` (default :func:`aithermd.backends.open_backend`) and closed afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
-    --sysfs-root``). Never raises for one knob's failure; raises JournalError when the journal cannot be
-    written.
+    --sysfs-root``). An entry whose device the backend confirms gone is forgotten (see the module doc).
+    Never raises for one knob's failure; raises JournalError when the journal cannot be written.
     """
     log = structlog.get_logger("aithermd.restore")
     opener = opener or _default_opener
@@ -79,6 +102,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     opened: list[Backend] = []
     failures: dict[str, str] = {}
     open_failures: dict[str, str] = {}
+    present: dict[str, frozenset[str] | None] = {}  # locator key → device ids, asked after a failure
+    forgotten: dict[str, str] = {}
     restored: list[str] = []
     entries: list[JournalEntry] = list(journal.entries().values())
     try:
@@ -103,9 +128,18 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             try:
                 backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
-                failures[entry.knob_id] = f"{type(exc).__name__}: {exc}"
-                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id,
-                     error=failures[entry.knob_id])
+                why = f"{type(exc).__name__}: {exc}"
+                if key not in present:
+                    present[key] = _devices_now(backend, locator)
+                devices = present[key]
+                if devices is not None and entry.device_id and entry.device_id not in devices:
+                    forgotten[entry.knob_id] = (f"device {entry.device_id} is gone ({why}): its original "
+                                                "cannot be restored; entry forgotten")
+                    _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
+                         message=forgotten[entry.knob_id])
+                    continue
+                failures[entry.knob_id] = why
+                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
                 continue
             restored.append(entry.knob_id)
             _say(log.info, "restored", knob=entry.knob_id, device=entry.device_id, saved=dict(entry.saved))
@@ -116,11 +150,11 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             except Exception:  # noqa: BLE001
                 _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
     if failures:
-        for knob_id in restored:
+        for knob_id in [*restored, *forgotten]:
             journal.forget(knob_id)
     else:
         journal.clear()
-    return RestoreReport(tuple(restored), failures)
+    return RestoreReport(tuple(restored), failures, forgotten)
 
 
 def restore_one(journal: Journal, backend: Backend, knob_id: str) -> None:
