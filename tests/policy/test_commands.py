@@ -210,3 +210,26 @@ def test_replay_two_gpus_without_index_on_a_one_gpu_dump(tmp_path, capsys):
     assert gpu0 == [(450.0, 600.0)]  # loaded from 10 s: raised at 30 s; the idle minute never completes
     assert gpu1 == [(450.0, 360.0)]  # idle all along: relaxed once its 60 s idle window held
     assert doc["summary"]["gpus"]["gpu1"]["time_in_state_s"] == {"idle": pytest.approx(119.0, abs=0.1)}
+
+
+def test_every_yaml_example_in_the_readme_passes_aithermd_check(tmp_path, capsys):
+    """Each ```yaml block of policies/README.md goes through ``aithermd check``: whole policies as they are,
+    the one-line conditions as the ``when`` of a rule; only the skeleton with NAME placeholders is skipped."""
+    import re
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "policies" / "README.md").read_text(), re.S)
+    files, skeletons = [], 0
+    for i, block in enumerate(blocks):
+        if "{NAME:" in block:
+            skeletons += 1
+            continue
+        if block.lstrip().startswith("{"):  # condition snippets, one per line
+            for j, line in enumerate(ln for ln in block.splitlines() if ln.strip()):
+                files.append(tmp_path / f"block{i}-cond{j}.yaml")
+                files[-1].write_text("rules:\n  - name: c\n    kind: gpu_power_limit\n    limit: default\n"
+                                     f"    when: {line.strip()}\n")
+            continue
+        files.append(tmp_path / f"block{i}.yaml")
+        files[-1].write_text(block)
+    assert skeletons == 1 and len(files) >= 7
+    assert main(["check", *map(str, files)]) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.count(": ok\n") == len(files)
