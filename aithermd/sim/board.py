@@ -70,10 +70,11 @@ AMDGPU_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=600.0, g_passive_w_
 class DrivenFile:
     """One sysfs file kept open read-write; values written in place at a fixed width (see module doc)."""
 
-    __slots__ = ("path", "fd")
+    __slots__ = ("path", "fd", "last")
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.last: int | None = None
         if not os.access(path, os.W_OK):
             os.chmod(path, 0o644)  # the recorded mode may be read-only; this copy is ours to drive
         self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -90,15 +91,18 @@ class DrivenFile:
 
     def read_knob(self) -> int | None:
         """The value a writer left (``echo 26 > pwm1``, with or without a newline), put back in the
-        fixed-width form the kernel would show (``"26\\n"`` is what sysfs reads back, never ``"26"``)."""
+        fixed-width form the kernel would show (``"26\\n"`` is what sysfs reads back, never ``"26"``).
+        A file caught between a writer's truncation and its write (empty, or not a number) still holds
+        the last value, as a kernel attribute would: that value is returned."""
         raw = os.pread(self.fd, 64, 0)
         try:
             value = int(raw.split()[0])
         except (IndexError, ValueError):
-            return None
+            return self.last
         if raw != self._text(value):
             self.write_int(value)
             os.ftruncate(self.fd, WIDTH + 1)
+        self.last = value
         return value
 
     @staticmethod
@@ -108,6 +112,7 @@ class DrivenFile:
 
     def write_int(self, value: int) -> None:
         os.pwrite(self.fd, self._text(value), 0)
+        self.last = int(value)
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1

@@ -67,6 +67,20 @@ def test_a_shell_style_write_is_read_as_the_new_value(board):
     assert int(raw) == 26 and raw.endswith(b"\n")  # read back as the kernel shows it; the chip leaves it
 
 
+def test_a_knob_caught_mid_write_keeps_its_last_value(board):
+    """A writer's O_TRUNC empties the file before its write lands; a kernel attribute would still hold
+    the last value, so the board must not read "no value" (0 % duty) in between."""
+    root = board.sysfs_root / NCT
+    (root / "pwm3_enable").write_text("1")
+    (root / "pwm3").write_text("200")
+    assert board.step(1.0, cpu_util_pct=5, gpu_heat_w=0).duties_pct["nct6798/pwm3"] == pytest.approx(
+        200 * 100 / 255)
+    os.truncate(root / "pwm3", 0)
+    os.truncate(root / "pwm3_enable", 0)  # mid-write: not "manual" any more, nor any other mode
+    state = board.step(1.0, cpu_util_pct=5, gpu_heat_w=0)
+    assert state.duties_pct["nct6798/pwm3"] == pytest.approx(200 * 100 / 255)
+
+
 def test_manual_pwm_drives_fan_rpm(board):
     root = board.sysfs_root / NCT
     (root / "pwm1_enable").write_text("1")
