@@ -52,6 +52,20 @@ def test_json_summary_is_one_document(tmp):
     assert set(data["gpus"]) == {"gpu0", "gpu1"}
     assert data["gpus"]["gpu0"]["name"] == "NVIDIA GeForce RTX 4090"
     assert data["energy_j"] > 0 and data["work"] > 0
+    # what --duration's summary must hold: energy, work, work per joule, time per state, limit changes,
+    # peak temperatures
+    assert data["energy_j"] == pytest.approx(data["gpu_energy_j"] + data["cpu_energy_j"], abs=0.2)
+    assert data["work_per_kj"] == pytest.approx(1000 * data["work"] / data["gpu_energy_j"], rel=1e-3)
+    assert sum(data["phase_s"].values()) == pytest.approx(300, abs=1)
+    assert data["phase_s"]["training"] == pytest.approx(180, abs=1)  # 2 min idle, then training
+    for key, per_state in data["policy_states_s"].items():
+        assert key.startswith("balanced/gpu") and sum(per_state.values()) == pytest.approx(300, abs=2)
+    for gpu in data["gpus"].values():
+        assert 30 < gpu["peak_temp_c"] < gpu["slowdown_temp_c"]
+        assert gpu["work_per_kj"] == pytest.approx(1000 * gpu["work"] / gpu["energy_j"], rel=1e-3)
+    changes = data["gpus"]["gpu0"]["limit_changes"]  # balanced: relaxed at idle, the default under load
+    assert [c[2] for c in changes] == [315.0, 450.0]
+    assert [a["new"] for a in data["actuations"] if a["knob"] == "gpu0/power_limit"] == [315.0, 450.0]
 
 
 def test_without_state_dir_the_default_state_dir_is_never_touched(tmp):

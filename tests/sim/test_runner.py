@@ -27,6 +27,33 @@ def test_sleep_without_speedup_advances_the_simulated_clock_at_once():
     assert c.monotonic() == 1.5
 
 
+def test_speedup_paces_simulated_time_against_the_wall_clock(monkeypatch):
+    """--speedup K: simulated time runs K x faster than the wall clock, paced from the first sleep, so the
+    time ticks spend counts against the next wait (no timing: the wall clock and the waits are recorded)."""
+    wall = [500.0]
+    waits: list[float] = []
+
+    async def fake_sleep(seconds):
+        waits.append(round(seconds, 9))
+        wall[0] += seconds
+
+    monkeypatch.setattr(runner.time, "monotonic", lambda: wall[0])
+    monkeypatch.setattr(runner.asyncio, "sleep", fake_sleep)
+    c = runner.SimClock(start=0.0)
+    sleep = runner.sim_sleep(c, 10)
+
+    async def go():
+        await sleep(1.0)  # 1 simulated s = 0.1 s of wall time
+        wall[0] += 0.04  # a tick that took 40 ms of wall time
+        await sleep(2.0)  # due 0.3 s after the start: 0.16 s left to wait
+        wall[0] += 1.0  # a tick longer than the sleep: no waiting, and no debt carried as a negative wait
+        await sleep(1.0)
+
+    asyncio.run(go())
+    assert waits == [0.1, 0.16, 0.0]
+    assert c.monotonic() == 4.0
+
+
 def test_a_cancelled_sleep_moves_nothing():
     c = runner.SimClock(start=0.0)
     sleep = runner.sim_sleep(c, 0.001)  # a 1000 s wait in wall time
