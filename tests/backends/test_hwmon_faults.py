@@ -48,6 +48,17 @@ def test_read_error_fails_that_channel_only(code):
     backend.close()
 
 
+def test_eopnotsupp_is_a_missing_capability_not_a_failure():
+    """Drivers answer EOPNOTSUPP for an attribute the hardware lacks (amdgpu power on some ASICs)."""
+    backend, _ = backend_with({VICTIM_FILE: [OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))]})
+    sample = backend.sample()
+    reading = sample.readings[VICTIM]
+    assert (reading.status, reading.value) == (Status.NOT_SUPPORTED, None)
+    assert reading.detail.split(":")[0] in ("EOPNOTSUPP", "ENOTSUP")  # the same number on Linux
+    assert_others_read_on(sample)
+    backend.close()
+
+
 @pytest.mark.parametrize("code", [errno.ENODEV, errno.ESTALE])
 def test_enodev_and_estale_reopen_the_file_and_read_on(code):
     backend, io = backend_with({VICTIM_FILE: [None, OSError(code, os.strerror(code)), None]})
