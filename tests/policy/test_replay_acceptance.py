@@ -107,6 +107,10 @@ def test_rtx4090_run(policy, load_value, idle_value, enter, exit_):
     assert t[i_idle] > 2500  # not during the dips of the run, only after it
     gpu = doc["summary"]["gpus"]["gpu0"]
     assert gpu["limit_changes"] == len(decisions) <= 2
+    # the load state lasts from its sustain window holding to the idle window holding (each +1 sample): for
+    # balanced, whose load value is the found default, this is where "reaches the load value" shows
+    busy = gpu["time_in_state_s"]["training" if load_value is not None else "busy"]
+    assert busy == pytest.approx(t[i_idle] - t[i_load], abs=2.5)
 
 
 @pytest.mark.parametrize("policy, load_value, idle_value, enter, exit_", [
