@@ -393,3 +393,12 @@ def test_sustain_timers_inside_any_keep_running_while_another_branch_holds():
     cpu = [90.0, 90.0, 90.0, 0.0, 0.0]
     series = [(float(t), {"cpu/utilization": c, "gpu0/utilization": 90.0}) for t, c in enumerate(cpu)]
     assert [("gpu0/power_limit" in r.decisions) for r in run(p, devices, series)] == [True] * 5
+
+
+def test_a_decision_explains_itself_with_its_rule_state_and_window_statistics():
+    p = pol(MACHINE.replace("DWELL", "0"), name="lab")
+    results = run(p, [gpu(0)], [(float(t), gpu_values(0, 80.0, 300)) for t in range(6)])
+    d = results[5].decisions["gpu0/power_limit"]  # busy once the 5 s mean held
+    assert (d.rule, d.layer, d.requested, d.value) == ("lab/busy", Layer.POLICY, 600.0, 600.0)
+    assert d.reason == "gpu0 in load.busy: the maximum (600 W)"
+    assert d.inputs == {"gpu.utilization_pct.mean_5s": 80.0, "state:load": "busy"}
