@@ -233,3 +233,18 @@ def test_every_yaml_example_in_the_readme_passes_aithermd_check(tmp_path, capsys
     assert skeletons == 1 and len(files) >= 7
     assert main(["check", *map(str, files)]) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.count(": ok\n") == len(files)
+
+
+def test_an_editor_validating_with_the_schema_agrees_with_check(capsys):
+    jsonschema = pytest.importorskip("jsonschema")  # a dev dependency (through kubernetes-validate)
+    from ruamel.yaml import YAML
+    assert main(["schema", "--compact"]) == 0
+    validator = jsonschema.Draft202012Validator(json.loads(capsys.readouterr().out))
+    good = sorted((ROOT / "policies").glob("*.yaml")) + sorted((FIX / "policies" / "valid").glob("*.yaml"))
+    for path in good:
+        assert list(validator.iter_errors(YAML(typ="safe").load(path.read_text()))) == [], path
+    for name, where in (("unknown-key-sustain.yaml", "sustain"), ("misspelt-kind.yaml", "gpu_power_limt"),
+                        ("unknown-metric.yaml", "gpu.utilisation_pct")):
+        errors = list(validator.iter_errors(YAML(typ="safe").load((INVALID / name).read_text())))
+        assert errors and any(where in str(e.message) or any(where in str(c.message) for c in e.context)
+                              for e in errors), name
