@@ -248,3 +248,19 @@ def test_an_editor_validating_with_the_schema_agrees_with_check(capsys):
         errors = list(validator.iter_errors(YAML(typ="safe").load((INVALID / name).read_text())))
         assert errors and any(where in str(e.message) or any(where in str(c.message) for c in e.context)
                               for e in errors), name
+
+
+def test_trace_gpu_i_takes_the_dumps_gpu_i_or_gpu_0_beyond_it(tmp_path, capsys):
+    dump = FIX / "nvidia-smi-q" / "rtx3090-x2-rtx3090ti-x2-nvidia-smi-q-d-power-clock.txt"
+    defaults = [p.default_power_limit_w for p in load_dump(dump)]
+    assert len(set(defaults)) > 1  # the dump's GPUs differ: the mapping shows
+    t = tmp_path / "five.csv"
+    rows = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
+    rows += [f"2025/06/01 10:{s // 60:02d}:{s % 60:02d}.000, {g}, 0 %, 20 W" for s in range(70) for g in range(5)]
+    t.write_text("\n".join(rows) + "\n")
+    assert main(["replay", "--trace", str(t), "--policy", "ai-training", "--gpu-profile", str(dump), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    relaxed = {d["device"]: (d["old"], d["new"]) for d in doc["decisions"]}  # idle: 80 % of each default
+    expected = [*defaults, defaults[0]]
+    assert relaxed == {f"gpu{i}": (load_dump(dump)[i if i < 4 else 0].power_limit_w, 0.8 * w)
+                       for i, w in enumerate(expected)}
