@@ -7,6 +7,7 @@ some drivers (dell_smm, amdgpu on RDNA4) have no ``pwmN_enable``. Values leave h
 
 from __future__ import annotations
 
+import errno
 import math
 from typing import Any
 
@@ -17,6 +18,7 @@ from aithermd.errors import BackendError, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
 
 MANUAL = 1
+_REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # the driver has pwmN_enable but will not take 1
 _MODES = {0: "full", MANUAL: "manual"}
 
 
@@ -50,8 +52,10 @@ class PwmKnob:
         return ok_knob(self.knob.id, units.pwm_to_pct(raw), pwm_mode(enable))
 
     def write(self, duty_pct: float) -> None:
-        """``pwmN_enable`` := 1 when it is not already, then ``pwmN`` := the duty.
-        Raises OutOfRange (outside 0–100 % or EINVAL), NoPermission, DeviceLost or BackendError."""
+        """``pwmN_enable`` := 1 when it is not already, then ``pwmN`` := the duty. A driver that refuses
+        manual mode (EINVAL, EOPNOTSUPP on ``pwmN_enable``) still gets the duty: the caller's read-back
+        tells whether it holds (drift). Raises OutOfRange (outside 0–100 % or EINVAL on ``pwmN``),
+        NoPermission, DeviceLost or BackendError."""
         kid = self.knob.id
         if math.isnan(duty_pct) or not 0.0 <= duty_pct <= 100.0:
             raise OutOfRange(f"{kid}: duty {duty_pct} % outside 0–100 %")
@@ -61,7 +65,11 @@ class PwmKnob:
             except (OSError, Nonsense):
                 current = None
             if current != MANUAL:
-                self._write(self.enable, MANUAL, f"{kid}: set manual mode (enable := 1)")
+                try:
+                    self.enable.write_int(MANUAL)
+                except OSError as exc:
+                    if exc.errno not in _REFUSED:
+                        raise write_error(exc, f"{kid}: set manual mode (enable := 1)") from exc
         self._write(self.pwm, units.pct_to_pwm(duty_pct), f"{kid} := {duty_pct:g} %")
 
     def save(self) -> dict[str, Any]:

@@ -102,9 +102,20 @@ def test_duty_outside_0_100_is_refused(x570, value):
 )
 def test_write_errors_map_to_backend_errors(x570, code, error):
     backend, io, _ = x570
-    io.write_faults["pwm1_enable"] = OSError(code, "x")
+    io.write_faults["pwm1_enable" if code != errno.EINVAL else "pwm1"] = OSError(code, "x")
     with pytest.raises(error):
         backend.write_knob(f"{NCT}/pwm1", 50.0)
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.EOPNOTSUPP])
+def test_a_driver_refusing_manual_mode_still_gets_the_duty(x570, code):
+    backend, io, chip = x570
+    io.write_faults["pwm1_enable"] = OSError(code, "x")
+    backend.write_knob(f"{NCT}/pwm1", 60.0)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm1", b"153\n")]
+    value = backend.read_knob(f"{NCT}/pwm1")  # the read-back shows the mode it kept: the applier's drift
+    assert value.value == pytest.approx(60.0) and value.mode == "auto"  # pwm1_enable stays 5 (SmartFan IV)
+    assert (chip / "pwm1_enable").read_text() == "5\n"
 
 
 def test_unknown_knob(x570):
