@@ -256,9 +256,11 @@ def test_trace_gpu_i_takes_the_dumps_gpu_i_or_gpu_0_beyond_it(tmp_path, capsys):
     assert len(set(defaults)) > 1  # the dump's GPUs differ: the mapping shows
     t = tmp_path / "five.csv"
     rows = ["timestamp, index, utilization.gpu [%], power.draw [W]"]
-    rows += [f"2025/06/01 10:{s // 60:02d}:{s % 60:02d}.000, {g}, 0 %, 20 W" for s in range(70) for g in range(5)]
+    rows += [f"2025/06/01 10:{s // 60:02d}:{s % 60:02d}.000, {g}, 0 %, 20 W"
+             for s in range(70) for g in range(5)]
     t.write_text("\n".join(rows) + "\n")
-    assert main(["replay", "--trace", str(t), "--policy", "ai-training", "--gpu-profile", str(dump), "--json"]) == 0
+    assert main(["replay", "--trace", str(t), "--policy", "ai-training", "--gpu-profile", str(dump),
+                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     relaxed = {d["device"]: (d["old"], d["new"]) for d in doc["decisions"]}  # idle: 80 % of each default
     expected = [*defaults, defaults[0]]
