@@ -266,3 +266,23 @@ def test_trace_gpu_i_takes_the_dumps_gpu_i_or_gpu_0_beyond_it(tmp_path, capsys):
     expected = [*defaults, defaults[0]]
     assert relaxed == {f"gpu{i}": (load_dump(dump)[i if i < 4 else 0].power_limit_w, 0.8 * w)
                        for i, w in enumerate(expected)}
+
+
+def test_replay_at_100_ms_without_units_by_uuid_with_a_gap(tmp_path, capsys):
+    t = tmp_path / "fast.csv"
+    rows = ["uuid, power.draw, timestamp, utilization.gpu"]  # --format=csv,nounits, any column order
+    for k in range(1000):  # 100 s at 10 Hz, nothing logged from 40 s to 50 s
+        if 400 <= k < 500:
+            continue
+        stamp = f"2025/06/01 10:{k // 600:02d}:{k // 10 % 60:02d}.{k % 10}00"
+        for uuid, util in (("GPU-b", 0), ("GPU-a", 90 if k < 300 else 0)):
+            rows.append(f"{uuid}, {300 if util else 30}, {stamp}, {util}")
+    t.write_text("\n".join(rows) + "\n")
+    assert main(["replay", "--trace", str(t), "--policy", "ai-training", "--gpu-profile", str(DUMP_4090),
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    steps = [(d["t"], d["device"], d["old"], d["new"]) for d in doc["decisions"]]
+    # gpu0 (GPU-b, first seen) idle: its 60 s window holds at 60 s, across the gap; gpu1 (GPU-a) loaded for
+    # 30 s: raised once its 20 s mean held, relaxed once the last loaded sample (29.9 s) left the idle minute
+    assert steps == [(20.0, "gpu1", 450.0, 600.0), (60.0, "gpu0", 450.0, 360.0), (89.9, "gpu1", 600.0, 360.0)]
+    assert doc["summary"]["duration_s"] == 99.9
