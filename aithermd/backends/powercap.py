@@ -56,6 +56,8 @@ from aithermd.model import (
 CONSTRAINT_KINDS = {"long_term": KnobKind.PL1, "short_term": KnobKind.PL2}
 ROOT_ONLY = "energy_uj readable only by root (CVE-2020-8694)"
 LOCKED = "needs root, or the limit is locked by firmware"
+# above this a RAPL zone's power is nonsense (a 2-socket server package draws well under 1 kW)
+MAX_PLAUSIBLE_W = 5000.0
 
 
 class _Limit:
@@ -253,8 +255,12 @@ class RaplBackend:
             delta = 0
         elif dt <= 0:
             power = Reading(power_id, None, Status.STALE, "no time passed since the last energy read")
+        elif (watts := units.uj_to_j(delta) / dt) > MAX_PLAUSIBLE_W:
+            # a counter reset (resume, firmware) read as a wrap: no such power exists; count nothing
+            power = Reading(power_id, None, Status.IMPLAUSIBLE, f"{watts:.0f} W: energy_uj reset, not a wrap")
+            delta = 0
         else:
-            power = Reading(power_id, units.uj_to_j(delta) / dt)
+            power = Reading(power_id, watts)
         zone.prev_raw, zone.prev_t = raw, t
         zone.total_uj += delta
         return power, Reading(energy_id, units.uj_to_j(zone.total_uj))

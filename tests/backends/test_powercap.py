@@ -240,11 +240,11 @@ def test_not_writable_limit_says_why(node_root):
 
 
 @given(start=st.integers(0, MAX_RANGE - 1),
-       steps=st.lists(st.tuples(st.integers(0, MAX_RANGE // 4), st.floats(0.001, 5.0)),
-                      min_size=1, max_size=30))
+       steps=st.lists(st.tuples(st.floats(0.0, 4999.0), st.floats(0.001, 5.0)), min_size=1, max_size=30))
 def test_power_is_energy_over_interval_for_any_counter_path(start, steps):
-    """Property: whatever the start and the increases (each less than a full range), power is the true
-    increase over the measured interval and the energy total never goes backwards."""
+    """Property: whatever the start and any plausible power (below MAX_PLAUSIBLE_W) over any interval,
+    across wraps, power is the true increase over the measured interval and the energy total never goes
+    backwards."""
     from aithermd.backends.powercap import _Zone
     from aithermd.backends.sysfs import Attribute, SysfsIO
 
@@ -253,10 +253,29 @@ def test_power_is_energy_over_interval_for_any_counter_path(start, steps):
     t, counter = 0.0, start
     backend._account(zone, counter, t)
     last_total = start
-    for delta, dt in steps:
+    for watts, dt in steps:
+        delta = int(watts * dt * 1e6)
         counter = (counter + delta) % MAX_RANGE
         t += dt
         power, energy = backend._account(zone, counter, t)
         assert power.value == pytest.approx(delta / 1e6 / dt)
         assert energy.value * 1e6 == pytest.approx(last_total + delta)
         last_total += delta
+
+
+def test_a_counter_reset_is_implausible_not_a_huge_wrap(node_root):
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    clock = FakeClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    energy.write_text("200000000000\n")  # 200 kJ into the counter
+    backend.sample()
+    clock.advance(1.0)
+    energy.write_text("5000000\n")  # reset by firmware after resume: read as a wrap it would be ~kW·h/s
+    readings = backend.sample().readings
+    assert readings["powercap:package-0/power"].status is Status.IMPLAUSIBLE
+    assert readings["powercap:package-0/energy"].value == pytest.approx(200000.0)  # nothing counted
+    clock.advance(1.0)
+    energy.write_text("35000000\n")  # counting resumes from the new base
+    assert backend.sample().readings["powercap:package-0/power"].value == pytest.approx(30.0)
+    backend.close()
