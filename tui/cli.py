@@ -37,6 +37,18 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _cookie(text: str) -> int:
+    """A hold cookie: the D-Bus uint32 ``HoldPolicy`` returned."""
+    try:
+        cookie = int(text)
+    except ValueError:
+        cookie = -1
+    if not 0 <= cookie <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"not a hold cookie: {text!r} (the number aithermctl hold printed; "
+                                         "holds: aithermctl status)")
+    return cookie
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aithermctl", description="Watch and steer aithermd. With no verb: the terminal UI.",
@@ -65,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--detach", action="store_true",
                    help="keep the hold after aithermctl exits (release it with: aithermctl release COOKIE)")
 
-    sub.add_parser("release", help="end a hold").add_argument("cookie", type=int, metavar="COOKIE")
+    sub.add_parser("release", help="end a hold").add_argument("cookie", type=_cookie, metavar="COOKIE")
 
     p = sub.add_parser("run", help="hold POLICY while CMD runs; CMD's exit code is passed through",
                        usage="aithermctl run --policy POLICY [--reason TEXT] -- CMD [ARGS...]")

@@ -94,7 +94,7 @@ class DaemonError(ClientError):
 _REJECTIONS: dict[str, str] = {
     wire.ERROR_UNKNOWN_KNOB: "knob ids: aithermctl status",
     wire.ERROR_UNKNOWN_POLICY: "policies: aithermctl policy list",
-    wire.ERROR_UNKNOWN_COOKIE: "holds: aithermctl policy show, or the Holds property",
+    wire.ERROR_UNKNOWN_COOKIE: "holds: aithermctl status",
     wire.ERROR_UNKNOWN_WINDOW: "the window ended or timed out",
     wire.ERROR_OUT_OF_RANGE: "limits: aithermctl explain KNOB",
     wire.ERROR_INVALID_ARGUMENT: "see aithermctl --help",

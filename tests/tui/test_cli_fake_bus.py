@@ -59,6 +59,15 @@ async def test_hold_detached_prints_the_cookie_and_release_ends_it(fake_daemon, 
     assert rc == 0 and fake_daemon.holds == []
     rc, _, err = await ctl(private_bus, "release", str(cookie))
     assert rc == wire.EXIT_USAGE and f"no hold with cookie {cookie}" in err
+    assert err.endswith("(holds: aithermctl status)\n")  # where holds are listed
+
+
+async def test_release_of_a_number_that_is_no_cookie_is_a_usage_error(fake_daemon, private_bus):
+    for bad in ("-1", str(2**32), "x7"):  # a cookie is a D-Bus uint32
+        rc, out, err = await ctl(private_bus, "release", bad)
+        assert (rc, out) == (wire.EXIT_USAGE, "")
+        assert f"not a hold cookie: '{bad}'" in err and "Traceback" not in err and "Future" not in err
+    assert not [c for c in fake_daemon.calls if c[0] == "ReleasePolicy"]
 
 
 async def test_hold_without_detach_holds_until_interrupted(fake_daemon, private_bus):
