@@ -144,3 +144,22 @@ def test_ai_training_on_a_datacenter_gpu_raises_by_returning_from_the_relaxed_li
     steps = [(d["old"], d["new"]) for d in doc["decisions"] if d["knob"] == "power_limit"]
     # max == default == 700 W on an H100: idle relaxes to 80 % (560 W), load returns to 700 W, never above
     assert steps == [(700.0, 560.0), (560.0, 700.0), (700.0, 560.0)]
+
+
+@pytest.mark.parametrize("dump", ["rtx3090-nvidia-smi-q-x-driver-v13.xml",
+                                  "rtx4090-nvidia-smi-q-x-driver535.xml",
+                                  "h100-80gb-hbm3-nvidia-smi-q-idle-and-load.txt",
+                                  "a100-sxm4-80gb-nvidia-smi-q-x.xml", "l4-nvidia-smi-q.txt"])
+@pytest.mark.parametrize("policy", ["balanced", "ai-training", "quiet"])
+def test_shipped_policies_make_sense_on_consumer_and_datacenter_gpus(policy, dump):
+    """Relaxed at idle, raised under load, relaxed again — on cards whose maximum is above their default
+    (RTX 3090/4090) and on those whose maximum is the default (H100, A100, L4); only ai-training goes above
+    the default, and only where the card allows it."""
+    profile = load_dump(FIX / "nvidia-smi-q" / dump)[0]
+    low, default, high = profile.min_power_limit_w, profile.default_power_limit_w, profile.max_power_limit_w
+    doc = run((WINDOWS[0], FIX / "nvidia-smi-q" / dump), policy)
+    steps = [w for d in doc["decisions"] if d["knob"] == "power_limit" for w in (d["old"], d["new"])]
+    load = {"balanced": default, "ai-training": high, "quiet": 0.8 * default}[policy]
+    idle = max(low, {"balanced": 0.7, "ai-training": 0.8, "quiet": 0.6}[policy] * default)
+    assert steps == pytest.approx([profile.power_limit_w, idle, idle, load, load, idle])
+    assert idle < load <= high and (load <= default or policy == "ai-training" and high > default)
