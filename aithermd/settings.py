@@ -12,6 +12,8 @@ components, filled 9100–9999 with exporters by 2023 and continue upward from 1
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -20,11 +22,14 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from aithermd.errors import PolicyError, PolicyErrors
 
 DEFAULT_CONFIG = Path("/etc/aithermd/aithermd.yaml")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the same as aithermd.publish.metrics.DEFAULT_METRICS_LISTEN
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_VALUES = 10_000  # keys, values and list items, aliases expanded
 
 
 class DaemonSettings(BaseSettings):
@@ -106,12 +111,16 @@ def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
     """The config file as a dict, and each top-level key's (line, col), 1-based.
 
     Raises :class:`PolicyErrors` when the file cannot be read or is not a YAML mapping."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from exc
+    text = _read_text(path)
     try:
         doc = YAML(typ="rt").load(text)
+    except ReaderError as exc:  # a control character: ruamel gives only an offset
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise PolicyErrors([PolicyError(str(path), "not valid YAML: a control character is not allowed",
+                                        line=line, col=col, hint="remove it")]) from None
+    except RecursionError:
+        raise PolicyErrors([PolicyError(str(path), "not valid YAML: nested too deeply")]) from None
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise PolicyErrors([PolicyError(
@@ -131,14 +140,48 @@ def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
                 marks[str(key)] = (line + 1, col + 1)
             except (KeyError, TypeError):
                 pass
-    return {str(k): _plain(v) for k, v in doc.items()}, marks
+    budget = [MAX_CONFIG_VALUES]
+    try:
+        return {str(k): _plain(v, budget) for k, v in doc.items()}, marks
+    except OverflowError:
+        raise PolicyErrors([PolicyError(str(path), f"expands to more than {MAX_CONFIG_VALUES} values "
+                                        "(anchors and aliases repeating each other?): not a config file",
+                                        line=1, col=1)]) from None
 
 
-def _plain(value: Any) -> Any:
+def _read_text(path: Path) -> str:
+    """The file's text; PolicyErrors when it is not a readable regular UTF-8 file of at most
+    MAX_CONFIG_BYTES (O_NONBLOCK: a FIFO never hangs the daemon or ``aithermd restore``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            with open(fd, "rb", closefd=False) as fh:
+                raw = fh.read(MAX_CONFIG_BYTES + 1) if regular else b""
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from exc
+    if not regular:
+        raise PolicyErrors([PolicyError(str(path), "cannot read: not a regular file")])
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise PolicyErrors([PolicyError(str(path), f"larger than {MAX_CONFIG_BYTES} bytes: "
+                                                   "not a config file")])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyErrors([PolicyError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) \
+            from None
+
+
+def _plain(value: Any, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise OverflowError
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): _plain(v, budget) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_plain(v, budget) for v in value]
     return value
 
 
