@@ -141,8 +141,9 @@ class DaemonClient:
     async def call(self, member: str, *args: Any) -> Any:
         """Call ``member`` of the daemon's interface with ``args``; the single return value (or None).
         Raises the errors of :mod:`aithermctl.errors`."""
-        await self.connect()
         signature = wire.METHODS[member][0]
+        _check_args(member, signature, args)
+        await self.connect()
         flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if member in PRIVILEGED else MessageFlag.NONE)
         body = await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
                                list(args), flags)
@@ -288,6 +289,39 @@ class DaemonClient:
             raise errors.BusUnreachable(self.bus, "connection lost")
         finally:
             self._listeners.discard(on_signal)
+
+
+_UINT_MAX = {"u": 2**32 - 1, "t": 2**64 - 1}
+
+
+def _check_args(member: str, signature: str, args: tuple[Any, ...]) -> None:
+    """Refuse, before anything is sent, an argument D-Bus cannot carry (a string that is not UTF-8 or holds
+    a NUL, an unsigned integer out of range): dbus-fast would fail half-way and drop the connection.
+    Raises Rejected."""
+    for code, arg in zip(signature, args, strict=True):
+        why = ""
+        if code == "s":
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                why = "is not valid UTF-8"
+            if "\0" in arg:
+                why = "holds a NUL character"
+        elif code in _UINT_MAX and not 0 <= arg <= _UINT_MAX[code]:
+            why = f"is outside 0–{_UINT_MAX[code]}"
+        if why:
+            raise errors.Rejected(f"{member}: the argument {_shown(arg)} {why} (see aithermctl --help)")
+
+
+def _shown(arg: Any) -> str:
+    """``arg`` for an error line: a command-line string with its undecodable bytes (and NUL) as ``\\xNN``."""
+    if not isinstance(arg, str):
+        return repr(arg)
+    try:
+        text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return "'" + text.replace("\0", "\\x00") + "'"
+    except UnicodeEncodeError:
+        return ascii(arg)
 
 
 def _reason(exc: BaseException) -> str:

@@ -59,6 +59,21 @@ async def test_refusals_become_readable_errors(fake_daemon, private_bus, call, c
     assert info.value.exit_code == wire.EXIT_USAGE
 
 
+@pytest.mark.parametrize(("call", "text"), [
+    (lambda c: c.get_policy("q\udcffuiet"), "GetPolicy: the argument 'q\\xffuiet' is not valid UTF-8"),
+    (lambda c: c.hold_policy("quiet", "a\0b"), "HoldPolicy: the argument 'a\\x00b' holds a NUL"),
+    (lambda c: c.release_policy(2**32), "ReleasePolicy: the argument 4294967296 is outside 0–4294967295"),
+    (lambda c: c.stop_energy_window(-1), "StopEnergyWindow: the argument -1 is outside"),
+])
+async def test_arguments_dbus_cannot_carry_are_refused_and_the_connection_stays(fake_daemon, private_bus,
+                                                                                  call, text):
+    async with DaemonClient(private_bus) as c:
+        with pytest.raises(errors.Rejected) as info:
+            await call(c)
+        assert str(info.value).startswith(text) and info.value.exit_code == wire.EXIT_USAGE
+        assert c.connected and (await c.get_snapshot())["devices"]  # nothing was half-sent
+
+
 async def test_not_authorized_names_the_polkit_action(fake_daemon, private_bus):
     fake_daemon.deny.add("SetOverride")
     async with DaemonClient(private_bus) as c:
