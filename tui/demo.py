@@ -2,7 +2,8 @@
 
 Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs and board in a temporary
 directory), its own temporary state directory, no metrics endpoint, on a private ``dbus-daemon``. On exit
-(quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is removed.
+(quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
+removed.
 """
 
 from __future__ import annotations
