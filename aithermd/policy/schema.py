@@ -314,6 +314,9 @@ class FanRule(RuleBase):
     def _one(self) -> FanRule:
         if (self.curve is None) == (self.duty_pct is None):
             raise ValueError("give exactly one of 'curve' or 'duty_pct'")
+        if self.stop_below_c is not None and self.curve is None:
+            raise ValueError("stop_below_c reads the temperature of the rule's curve: it needs 'curve', "
+                             "not 'duty_pct'")
         return self
 
 
