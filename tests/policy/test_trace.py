@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aithermd.policy.loader import resolve_policy
+from aithermd.policy.replay import replay
 from aithermd.policy.trace import TraceError, normalize, parse_trace
+from aithermd.sim.smi_dump import load_dump
 
 UNITS = """timestamp, name, utilization.gpu [%], power.draw [W]
 2026/01/03 15:36:53.507, NVIDIA GeForce RTX 4090, 1 %, 33.09 W
@@ -115,3 +123,28 @@ def test_normalize_folds_aliases_and_units():
     assert normalize(" power.draw.average [W] ") == ("power.draw", "W")
     assert normalize("clocks.current.sm [MHz]") == ("clocks.sm", "MHz")
     assert normalize("Index") == ("index", None)
+
+
+PROFILE = load_dump(Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi-q"
+                    / "rtx4090-nvidia-smi-q-x-driver535.xml")[0]
+CELLS = ["2025/06/01 10:00:00.000", "2025/06/01 10:00:01", "2025-06-01T10:00:02Z", "0", "1", "GPU-a", "[N/A]",
+         "50 %", "300 W", "-1", "1e308", "", "x", "P0", "nan", '"', "2025/06/01 23:59:60.999"]
+
+
+FIELDS = ["timestamp", "index", "uuid", "name", "power.draw [W]", "utilization.gpu [%]", "temperature.gpu"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=5, unique=True),
+       st.lists(st.lists(st.one_of(st.sampled_from(CELLS), st.text(max_size=5)), min_size=1, max_size=6),
+                max_size=6))
+def test_random_traces_parse_or_name_their_line(header, rows):
+    """Any text is either a trace whose replay gives strict JSON, or a TraceError naming a line ≥ 1."""
+    text = ", ".join(header) + "\n" + "\n".join(", ".join(r) for r in rows) + "\n"
+    try:
+        trace = parse_trace(text, "t.csv")
+    except TraceError as exc:
+        assert exc.line >= 1 and str(exc).startswith(f"t.csv:{exc.line}: ")
+        return
+    doc = replay(trace, [PROFILE] * len(trace.gpu_ids), resolve_policy("ai-training"))
+    json.dumps(doc, allow_nan=False)
