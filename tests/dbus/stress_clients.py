@@ -1,4 +1,4 @@
-"""Many clients, many calls in flight: run by test_backpressure.py in its own process.
+"""Many clients, many calls in flight: run by test_dbus_backpressure.py in its own process.
 
     stress_clients.py ADDRESS CLIENTS IN_FLIGHT ROUNDS
 
