@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/bench_fastlane.py [--seconds S] [--trials N]`
 X570 board (hwmon files) and two fake NVML GPUs it prints, for each watch set:
 
 - the cost of one poll (µs, best of several runs of 500 polls);
-- the CPU the running lane takes at 10 Hz and at its default 20 Hz over ``S`` seconds of real time
+- the CPU the running lane takes at 10 Hz, at its default 12.5 Hz and at 20 Hz over ``S`` seconds of real time
   (``time.process_time`` of the whole process — the loop, the NVML worker — over wall time), in % of one
   core;
 
@@ -202,19 +202,20 @@ def main() -> int:
     rows = asyncio.run(cost_cases(args.seconds))
     heads = "".join(f" {f'% core @{r:g} Hz':>15}" for r in RATES)
     print(f"{'watch set':<20} {'inputs':>6} {'µs/poll':>9}{heads}")
-    ok = True
+    cost_ok = True
     for label, n, us, *shares in rows:
         print(f"{label:<20} {n:>6} {us:>9.1f}" + "".join(f" {x:>15.3f}" for x in shares))
         if label.startswith("hwmon") and shares[0] > COST_TARGET_PCT:
-            ok = False
+            cost_ok = False
     lat = asyncio.run(reaction(args.trials))
     print(f"reaction, 1 s main tick, lane at {FastLaneOptions().rate_hz:g} Hz, {len(lat)} trials: "
           f"min {min(lat) * 1e3:.1f} ms, median {sorted(lat)[len(lat) // 2] * 1e3:.1f} ms, "
           f"max {max(lat) * 1e3:.1f} ms (target ≤ {LATENCY_TARGET_S * 1e3:.0f} ms)")
-    ok = ok and max(lat) <= LATENCY_TARGET_S
+    lat_ok = max(lat) <= LATENCY_TARGET_S
     print(f"cost target ≤ {COST_TARGET_PCT} % of a core at 10 Hz (hwmon watch sets): "
-          f"{'met' if ok else 'MISSED'}")
-    return 0 if ok else 1
+          f"{'met' if cost_ok else 'MISSED'}; reaction target ≤ {LATENCY_TARGET_S * 1e3:.0f} ms: "
+          f"{'met' if lat_ok else 'MISSED'}")
+    return 0 if cost_ok and lat_ok else 1
 
 
 if __name__ == "__main__":
