@@ -163,6 +163,9 @@ class AithermApp(App[int]):
 
     def on_policy_info_arrived(self, message: PolicyInfoArrived) -> None:
         self.state.policies, self.state.explained = message.policies, message.explained
+        for screen in self.screen_stack:
+            if isinstance(screen, HoldDialog):  # opened before the list was fetched
+                screen.set_policies(message.policies)
         self._render()
 
     def on_request_done(self, message: RequestDone) -> None:

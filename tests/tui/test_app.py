@@ -266,6 +266,44 @@ async def test_hold_dialog_holds_a_policy():
         assert not isinstance(app.screen, HoldDialog)
 
 
+async def test_hold_refused_by_polkit_is_shown_plainly_in_the_dialog():
+    client = FakeClient()
+    client.refuse["hold_policy"] = errors.NotAuthorized("hold a policy", "", "io.github.aithermd.hold-policy")
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("h")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, HoldDialog)
+        # opened from the overview, before the policy list was ever fetched: it arrives into the dialog
+        dialog.query_one("#policy", Select).value = "quiet"  # raises if "quiet" is not offered
+        dialog.query_one("#reason", Input).value = "meeting"
+        await pilot.click("#hold")
+        await settle(pilot)
+        assert app.screen is dialog  # it stays open, with the refusal under the form
+        assert str(dialog.query_one("#error", Static).content) == (
+            "not authorized to hold a policy (run it with sudo, or ask an administrator to allow "
+            "io.github.aithermd.hold-policy in polkit)")
+
+
+async def test_activating_a_policy_refused_by_polkit_is_notified():
+    client = FakeClient()
+    client.refuse["set_active_policy"] = errors.NotAuthorized("change the active policy", "",
+                                                              "io.github.aithermd.set-policy")
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot, 5)
+        app.screen.query_one("#policies").focus()
+        await pilot.press("down", "a")
+        await settle(pilot, 5)
+        assert ("set_active_policy", ("balanced",)) in client.calls
+        assert [(n.title, n.severity) for n in app._notifications] == [("refused", "error")]
+        assert "allow io.github.aithermd.set-policy in polkit" in list(app._notifications)[0].message
+
+
 async def test_help_opens_and_closes():
     app = AithermApp(FakeClient(), **FAST)
     async with app.run_test(size=(80, 24)) as pilot:

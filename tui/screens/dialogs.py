@@ -109,6 +109,14 @@ class HoldDialog(RequestDialog):
                 yield Button("Hold", id="hold", variant="primary")
                 yield Button("Cancel", id="cancel")
 
+    def set_policies(self, policies: list[dict[str, Any]]) -> None:
+        """Offer ``policies`` (they may arrive after the dialog opened: the list is fetched on demand)."""
+        names = [str(p.get("name")) for p in policies]
+        if names != self._names:
+            self._names = names
+            if self.is_mounted:
+                self.query_one("#policy", Select).set_options([(n, n) for n in names])
+
     def request(self, button: str) -> dict[str, Any]:
         policy = self.query_one("#policy", Select).value
         if policy is Select.NULL:
