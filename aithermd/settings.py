@@ -29,6 +29,7 @@ from aithermd.errors import PolicyError, PolicyErrors
 DEFAULT_CONFIG = Path("/etc/aithermd/aithermd.yaml")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the same as aithermd.publish.metrics.DEFAULT_METRICS_LISTEN
 MAX_CONFIG_BYTES = 1 << 20
+FLAG_NAMES = {"tick_s": "--tick", "nvml": "--no-nvml", "policy_dirs": "--policy-dir"}  # where not --key-name
 MAX_CONFIG_VALUES = 10_000  # keys, values and list items, aliases expanded
 
 
@@ -49,7 +50,8 @@ class DaemonSettings(BaseSettings):
     - ``log_format``: ``auto`` (JSON when stderr is not a terminal) | ``json`` | ``console``; ``log_level``.
     """
 
-    model_config = SettingsConfigDict(env_prefix="AITHERMD_", extra="forbid", validate_default=True)
+    model_config = SettingsConfigDict(env_prefix="AITHERMD_", extra="forbid", validate_default=True,
+                                      allow_inf_nan=False)
 
     config_file: Path | None = None
     tick_s: float = Field(1.0, ge=0.05, le=60.0)
@@ -237,7 +239,8 @@ def _errors(exc: ValidationError, config: Path | None, marks: Mapping[str, tuple
             line, col = marks.get(top, (None, None))
             errors.append(PolicyError(str(config), message, line=line, col=col, key=key, hint=hint))
         else:
-            source = "--" + top.replace("_", "-") if top in given else f"AITHERMD_{top.upper()}"
+            source = FLAG_NAMES.get(top, "--" + top.replace("_", "-")) if top in given \
+                else f"AITHERMD_{top.upper()}"
             errors.append(PolicyError(source, message, key=key, hint=hint))
     return PolicyErrors(errors)
 

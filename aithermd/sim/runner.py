@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -294,10 +295,10 @@ def add_arguments(parser: Any) -> None:
 def options_from_args(args: Any) -> SimOptions:
     """SimOptions from ``aithermd run`` arguments. Raises ValueError for a negative speedup or duration."""
     duration, speedup = args.sim_duration_s, args.sim_speedup
-    if duration is not None and duration <= 0:
-        raise ValueError(f"--duration must be > 0 s, not {duration:g}")
-    if speedup < 0:
-        raise ValueError(f"--speedup must be >= 0, not {speedup:g}")
+    if duration is not None and not 0 < duration < math.inf:  # also refuses nan
+        raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
+    if not 0 <= speedup < math.inf:
+        raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
     return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
                       gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
                       state_dir=args.state_dir, json_summary=args.sim_json)

@@ -57,3 +57,14 @@ def test_restore_with_a_broken_config_falls_back_to_the_default_state_dir(tmp_pa
     args = argparse.Namespace(state_dir=None, config=cfg, sysfs_root=None)
     assert _state_dir(args) == Path("/var/lib/aithermd")  # before: UnicodeDecodeError, no restore at all
     assert capsys.readouterr().err.startswith(f"warning: {cfg}: error: not UTF-8 text")
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({"tick_s": 0.0}, "--tick: error: tick_s: Input should be greater than or equal to 0.05"),
+    ({"tick_s": float("nan")}, "--tick: error: tick_s: Input should be a finite number"),
+    ({"tick_s": float("inf")}, "--tick: error: tick_s: Input should be a finite number"),
+])
+def test_flag_errors_name_the_flag_as_typed(flags, expected):
+    with pytest.raises(PolicyErrors) as info:
+        load_settings(None, flags)
+    assert [e.format() for e in info.value.errors] == [expected]
