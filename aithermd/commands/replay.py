@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     except PolicyErrors as exc:
         for e in exc.errors:
             print(e.format(), file=sys.stderr)
-        return 1
+        # a policy file that cannot be read (a directory, no permission) is a usage problem, as in check
+        return 2 if all(e.message.startswith("cannot read") for e in exc.errors) else 1
     for w in policy.warnings:
         _err(f"warning: {w}")
     try:

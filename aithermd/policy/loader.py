@@ -265,7 +265,7 @@ def resolve_policy(name_or_file: str, dirs: Sequence[Path] | None = None, *,
     shipped, then admin). Raises PolicyErrors; FileNotFoundError when no such name or file exists."""
     if "/" in name_or_file or name_or_file.endswith(SUFFIXES) or os.path.exists(name_or_file):
         if not os.path.exists(name_or_file):
-            raise FileNotFoundError(name_or_file)
+            raise FileNotFoundError(f"{name_or_file}: no such policy file")
         return load_policy_file(name_or_file, strict_permissions=strict_permissions)
     files = policy_files(dirs if dirs is not None else [shipped_policy_dir(), ADMIN_POLICY_DIR])
     if name_or_file not in files:

@@ -116,6 +116,8 @@ def test_replay_malformed_trace_exits_1_with_line(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["--policy", "nonesuch"], "no policy named 'nonesuch'"),
     (["--policy", "balanced", "--gpu-profile", "/nonexistent.xml"], "cannot read"),
+    (["--policy", "./nonexistent.yaml"], "./nonexistent.yaml: no such policy file"),
+    (["--policy", str(FIX / "traces")], f"{FIX / 'traces'}: error: cannot read"),  # a directory
 ])
 def test_replay_usage_problems_exit_2(args, message, capsys):
     assert main(["replay", "--trace", str(TRACE_4090), *args]) == 2
