@@ -92,14 +92,16 @@ def run(args: argparse.Namespace) -> int:
     from aithermd.errors import PolicyErrors
     from aithermd.policy.loader import ADMIN_POLICY_DIR, resolve_policy, shipped_policy_dir
     from aithermd.policy.replay import replay
-    from aithermd.policy.trace import TraceError, parse_trace
+    from aithermd.policy.trace import TraceError, parse_trace, read_trace_text
 
     try:
-        with open(args.trace, encoding="utf-8", errors="strict") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        _err(f"{args.trace}: cannot read: {getattr(exc, 'strerror', None) or exc}")
+        text = read_trace_text(args.trace)
+    except OSError as exc:
+        _err(f"{args.trace}: cannot read: {exc.strerror or exc}")
         return 2
+    except TraceError as exc:
+        _err(f"malformed trace: {exc}")
+        return 1
     dirs = args.policy_dir or [shipped_policy_dir(), ADMIN_POLICY_DIR]
     try:
         policy = resolve_policy(args.policy, dirs)

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import csv
 import datetime
+import errno
 import math
+import os
 import re
+import stat
 import statistics
 import time
 from collections.abc import Iterable
@@ -162,6 +165,25 @@ def _rows(lines: Iterable[str]) -> Iterable[tuple[int, list[str]]]:
         if not row or (len(row) == 1 and not row[0].strip()) or row[0].lstrip().startswith("#"):
             continue
         yield start, row
+
+
+def read_trace_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
+    """The text of a trace file. Raises OSError when it cannot be read or is not a regular file (a FIFO
+    would block for ever, ``/dev/zero`` never end), TraceError with the line of the first byte that is not
+    UTF-8 (with ``errors="strict"``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with open(fd, "rb", closefd=False) as fh:
+            raw = fh.read()
+    finally:
+        os.close(fd)
+    try:
+        return raw.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as exc:
+        raise TraceError(raw.count(b"\n", 0, exc.start) + 1, f"not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})", str(path)) from None
 
 
 def parse_trace(text: str, path: str = "") -> Trace:

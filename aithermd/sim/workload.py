@@ -152,9 +152,9 @@ def load_trace(path: str | Path) -> TraceWorkload:
     wrong) for a malformed trace, and one naming the file when the trace has no ``utilization.gpu`` column;
     ``OSError`` when the file cannot be read.
     """
-    from aithermd.policy.trace import TraceError, parse_trace
+    from aithermd.policy.trace import TraceError, parse_trace, read_trace_text
 
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    text = read_trace_text(path, errors="replace")
     trace = parse_trace(text, str(path))
     if "utilization.gpu" not in trace.fields:
         raise TraceError(1, "no utilization.gpu column: the simulator replays GPU utilization "
