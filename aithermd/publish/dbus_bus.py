@@ -14,13 +14,20 @@ Three things dbus-fast 5.2.0 does not give us:
 - **In-flight calls per connection.** A call counts from its arrival until its reply is *written to the
   socket* (so a client that does not read cannot make us buffer without bound); over the cap the caller
   gets ``io.github.aithermd.Error.Busy`` at once.
+- **Fairness to the tick.** dbus-fast's reader handles every message already in its buffer in one event-loop
+  callback: hundreds of queued ``GetSnapshot`` calls (each marshalling a ~24 kB reply) held the loop for
+  60–160 ms. :class:`DaemonBus` queues incoming messages and handles them in slices of at most
+  :data:`SLICE_S`, in arrival order, so a timer (the tick, the fast lane) waits at most one slice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
+import logging
 import socket
+import time
 from collections.abc import Callable
 
 from dbus_fast import BusType, Message, MessageFlag, MessageType
@@ -30,6 +37,7 @@ from aithermd.errors import AithermError
 from aithermd.publish import wire
 
 DEFAULT_MAX_IN_FLIGHT = 128
+SLICE_S = 0.002  # longest run of incoming messages handled before the event loop gets a turn
 _NAME_OWNER_CHANGED_RULE = ("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
                             "member='NameOwnerChanged',path='/org/freedesktop/DBus'")
 
@@ -64,13 +72,44 @@ class _NonBlockingSend:
 
 
 class DaemonBus(MessageBus):
-    """:class:`dbus_fast.aio.MessageBus` whose replies report when they reach the socket.
+    """:class:`dbus_fast.aio.MessageBus` whose replies report when they reach the socket, and whose incoming
+    messages are handled in time slices (module docstring, "Fairness to the tick").
 
     ``reply_written(destination, reply_serial)`` (set by :class:`CallTracker`) is called once each method
     return or error leaves the writer (or the connection ends).
     """
 
     reply_written: Callable[[str, int], None] | None = None
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._inbox: collections.deque[Message] = collections.deque()
+        self._draining = False
+
+    def _process_message(self, msg: Message) -> None:
+        """The reader's hand-off: queue ``msg``; :meth:`_drain` handles it on a later loop turn."""
+        self._inbox.append(msg)
+        if not self._draining:
+            self._draining = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Handle queued messages in order for at most :data:`SLICE_S`, then yield to the loop."""
+        inbox, handle = self._inbox, super()._process_message
+        deadline = time.perf_counter() + SLICE_S
+        try:
+            while inbox:
+                try:
+                    handle(inbox.popleft())
+                except Exception:  # as dbus-fast's own reader does: one bad message never stops the rest
+                    logging.getLogger(__name__).exception("error handling a D-Bus message")
+                if time.perf_counter() >= deadline:
+                    break
+        finally:
+            if inbox:
+                asyncio.get_running_loop().call_soon(self._drain)
+            else:
+                self._draining = False
 
     def send(self, msg: Message) -> asyncio.Future:
         future = super().send(msg)

@@ -7,13 +7,14 @@ import json
 import socket
 import subprocess
 import sys
+import time
 
 from dbus_fast import Message
 from dbus_fast.aio.message_bus import _MessageWriter
 from dbus_helpers import HERE, ok
 
 from aithermd.publish import dbus_service
-from aithermd.publish.dbus_bus import _NonBlockingSend
+from aithermd.publish.dbus_bus import DaemonBus, _NonBlockingSend
 from aithermd.publish.hub import StateHub
 from aithermd.publish.reference import reference_snapshot
 
@@ -84,6 +85,34 @@ async def test_with_the_workaround_the_message_waits_for_the_socket_to_drain():
     loop.remove_writer(ours.fileno())
     ours.close()
     peer.close()
+
+
+async def test_a_burst_of_messages_leaves_the_loop_a_turn_between_slices():
+    """The reader hands over a whole buffer of calls at once; they are handled in arrival order, a slice at
+    a time, so a tick due meanwhile runs after one slice, not after the whole burst."""
+    bus = DaemonBus(bus_address="unix:path=/nonexistent")  # never connected: only its message handling
+    handled: list[int] = []
+
+    def slow_handler(msg: Message) -> bool:
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.001:  # 1 ms of work per message, 50 ms in all
+            pass
+        handled.append(msg.serial)
+        return True  # handled here: no reply to send
+
+    bus.add_message_handler(slow_handler)
+    for serial in range(1, 51):  # as dbus-fast's reader does: one callback, many messages
+        bus._process_message(Message(destination="org.example", path="/", interface="org.example",
+                                      member="Ping", serial=serial))
+    assert handled == []  # queued, not handled inside the reader's callback
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert 0 < len(handled) < 50  # one slice ran, then the loop had its turn
+    for _ in range(200):
+        if len(handled) == 50:
+            break
+        await asyncio.sleep(0)
+    assert handled == list(range(1, 51))
 
 
 async def test_ten_clients_with_64_calls_in_flight_each(bus_address, polkitd, control, client):
