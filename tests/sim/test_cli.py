@@ -43,6 +43,21 @@ def test_a_finite_run_prints_its_summary_and_leaves_nothing_behind(tmp):
     assert list(tmp.iterdir()) == []  # its temporary state and machine are gone
 
 
+def test_the_readme_main_command_runs_a_full_cycle_and_ends_by_itself(tmp):
+    """``scripts/simulate`` (extra arguments win over its defaults: no waiting here)."""
+    p = subprocess.run([str(ROOT / "scripts/simulate"), "--speedup", "0"], capture_output=True, text=True,
+                       env={**os.environ, "TMPDIR": str(tmp)}, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout
+    assert "[   2:00] training" in out and "[  10:00] idle" in out  # the whole 2/6/2 minute cycle
+    lines = [line for line in out.splitlines() if "gpu0/power_limit" in line]
+    assert any("→ 600 W" in line and "training-limit" in line for line in lines)  # raised under load
+    assert any("600 → 360 W" in line and "idle-limit" in line for line in lines)  # relaxed when idle
+    assert "aithermd simulation summary — policy ai-training, 10:00 simulated" in out
+    assert "daemon log:" in out
+    assert [f.name for f in tmp.iterdir() if not f.name.startswith("aithermd-simulate.")] == []
+
+
 def test_json_summary_is_one_document(tmp):
     p = aithermd("run", "--simulate", "--duration", "300", "--speedup", "0", "--summary-json",
                  "--log-level", "error", tmp=tmp)
