@@ -18,7 +18,8 @@ Source and calibration — published power-vs-throughput measurements of power-c
 - Krzywaniak, Czarnul, Proficz, "Performance and Energy Aware Training of a Deep Neural Network in a
   Multi-GPU Environment with Power Capping", Euro-Par 2023: Parallel Processing Workshops (Springer
   LNCS, 2024), doi:10.1007/978-3-031-48803-0_1: caps of 160–200 W instead of the default 260 W cut
-  training energy by up to 25 % for a modest loss of speed. The law above gives 20 % less energy per unit of work at 180 W.
+  training energy by up to 25 % for a modest loss of speed. The law above gives 20 % less energy per
+  unit of work at 180 W.
 - Frey et al., "Benchmarking Resource Usage for Efficient Distributed Deep Learning", MIT Lincoln Lab,
   arXiv:2201.12423 (2022): 3,400 training runs under power caps; training time fits a power law in the
   power cap with small exponents (well below 1: sub-linear slowdown).
