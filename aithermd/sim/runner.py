@@ -121,10 +121,15 @@ class SimOptions:
 
 def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
     """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order), or None for the default pair.
-    Raises :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump."""
+    Raises :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump, ValueError for a
+    GPU the simulator cannot model (no default power limit), before anything starts."""
+    from aithermd.sim.gpu_model import GpuParams
     from aithermd.sim.profiles import load_profiles
 
-    return load_profiles(paths) if paths else None
+    profiles = load_profiles(paths) if paths else None
+    for prof in profiles or ():
+        GpuParams.from_profile(prof)
+    return profiles
 
 
 def make_workload(opts: SimOptions) -> Workload:

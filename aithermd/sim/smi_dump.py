@@ -20,7 +20,9 @@ as real drivers print it, 418 to 610:
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,11 +64,19 @@ def load_dump(path: str | Path) -> list[GpuProfile]:
     Raises :class:`DumpError` when the file cannot be read, is malformed XML, or holds no GPU.
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
+    try:  # O_NONBLOCK and a regular file only: a FIFO would block for ever, /dev/zero never end
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+            with open(fd, "rb", closefd=False) as fh:
+                raw = fh.read() if regular else b""
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise DumpError(str(p), f"cannot read: {exc.strerror or exc}") from exc
-    return parse_dump(text, source=p.name, path=str(p))
+    if not regular:
+        raise DumpError(str(p), "cannot read: not a regular file")
+    return parse_dump(raw.decode("utf-8", errors="replace"), source=p.name, path=str(p))
 
 
 def parse_dump(text: str, *, source: str = "", path: str | None = None) -> list[GpuProfile]:
@@ -78,7 +88,26 @@ def parse_dump(text: str, *, source: str = "", path: str | None = None) -> list[
         captures = _text_captures(text)
     if not captures:
         raise DumpError(where, "no GPU found: expected the output of `nvidia-smi -q` or `nvidia-smi -q -x`")
-    return _merge(captures, source)
+    profiles = _merge(captures, source)
+    for prof in profiles:
+        _check_limits(prof, where)
+    return profiles
+
+
+def _check_limits(prof: GpuProfile, where: str) -> None:
+    """Refuse power limits no driver reports (a hand-edited or corrupted dump), which would otherwise reach
+    the fake NVML's clamping: every limit > 0 and min ≤ default ≤ max. Raises DumpError."""
+    ordered = [v for v in (prof.min_power_limit_w, prof.default_power_limit_w, prof.max_power_limit_w)
+               if v is not None]
+    if ordered == sorted(ordered) and all(v > 0 for v in [*ordered, prof.power_limit_w or 1.0]):
+        return
+
+    def w(v: float | None) -> str:
+        return "N/A" if v is None else f"{v:g} W"
+    raise DumpError(where, f"GPU {prof.pci_bus_id}: power limits make no sense (min "
+                           f"{w(prof.min_power_limit_w)}, default {w(prof.default_power_limit_w)}, max "
+                           f"{w(prof.max_power_limit_w)}, limit {w(prof.power_limit_w)}): expected every "
+                           "limit > 0 and min ≤ default ≤ max")
 
 
 def normalize_bus_id(domain: str, bus: str, device: str, function: str) -> str:
