@@ -36,23 +36,34 @@ class JournalError(AithermError):
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
     """One knob's original state: ``saved`` as ``Backend.save_knob`` returned it, ``locator`` as
-    ``Backend.locator()`` returned it, ``device_id`` for reports, ``recorded_wall`` in Unix seconds."""
+    ``Backend.locator()`` returned it, ``device_id`` for reports, ``recorded_wall`` in Unix seconds,
+    ``boot_id`` the kernel's boot id when it was recorded ("" when unknown)."""
 
     knob_id: str
     device_id: str
     locator: Mapping[str, Any]
     saved: Mapping[str, Any]
     recorded_wall: float
+    boot_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"knob_id": self.knob_id, "device_id": self.device_id, "locator": dict(self.locator),
-                "saved": dict(self.saved), "recorded_wall": self.recorded_wall}
+                "saved": dict(self.saved), "recorded_wall": self.recorded_wall, "boot_id": self.boot_id}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JournalEntry:
         return cls(knob_id=str(data["knob_id"]), device_id=str(data.get("device_id", "")),
                    locator=dict(data["locator"]), saved=dict(data["saved"]),
-                   recorded_wall=float(data.get("recorded_wall", 0.0)))
+                   recorded_wall=float(data.get("recorded_wall", 0.0)), boot_id=str(data.get("boot_id", "")))
+
+
+def current_boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
+    """The kernel's random boot id (a new UUID at every boot, proc(5)), or "" when it cannot be read."""
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except (OSError, ValueError):
+        return ""
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -133,12 +144,14 @@ class Journal:
         return knob_id in self._entries
 
     def record(self, knob_id: str, device_id: str, locator: Mapping[str, Any], saved: Mapping[str, Any],
-               wall: float) -> bool:
+               wall: float, boot_id: str | None = None) -> bool:
         """Journal ``knob_id``'s original state unless it is journaled already; returns True when written.
-        The entry is on disk when this returns. Raises JournalError (nothing may then be written)."""
+        ``boot_id`` defaults to :func:`current_boot_id`. The entry is on disk when this returns. Raises
+        JournalError (nothing may then be written)."""
         if knob_id in self._entries:
             return False
-        entry = JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall)
+        boot = current_boot_id() if boot_id is None else boot_id
+        entry = JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot)
         entries = {**self._entries, knob_id: entry}
         self._save(entries)
         self._entries = entries

@@ -6,13 +6,15 @@ locator rebuilds its backend through :func:`aithermd.backends.open_backend`. Res
 values back twice. An entry whose restore fails stays in the journal (the report says why) so a later
 restore can try again; the others are forgotten.
 
-A knob whose device is gone for good would otherwise fail every restore (and every daemon stop) forever.
-When a restore fails, the entry's backend is asked to discover again: if that discovery succeeds on a real
-root (a sysfs root must hold a ``class`` directory, so a wrong ``--sysfs-root`` proves nothing) and the
-entry's *device* is not among the devices found, the backend confirms the device is absent and the entry is
-forgotten with a warning (``RestoreReport.forgotten``), as hotplug forgets a knob once its device is gone.
-A device that is still there (a write error, a knob that vanished from a present device) or a backend that
-cannot be opened or rediscovered keeps its entry and fails the restore.
+A knob whose device is gone would otherwise fail every restore (and every daemon stop) forever. When the
+entry's backend opens on a real root (a sysfs root must hold a ``class`` directory: a wrong ``--sysfs-root``
+proves nothing) and answers :class:`~aithermd.errors.UnknownKnob`, the knob is *absent*: there is nothing to
+put back now, so it is not a failure. An absent entry stays journaled while its device may come back in this
+boot (a module loaded late, a GPU lost and reset: its original still applies then) and is reported
+(``RestoreReport.absent``); an absent entry recorded in an earlier boot (the kernel's boot id differs) is
+forgotten with a warning (``RestoreReport.forgotten``): a reboot re-initialised the device. A knob whose
+device is there but whose write fails (a lost GPU, EIO, EACCES) and a backend that cannot be opened keep
+their entries and fail the restore.
 """
 
 from __future__ import annotations
@@ -26,19 +28,22 @@ from typing import Any
 
 import structlog
 
-from aithermd.actuate.journal import Journal, JournalEntry
+from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
 from aithermd.backends.base import Backend
+from aithermd.errors import UnknownKnob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
 
 
 @dataclass(frozen=True)
 class RestoreReport:
-    """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``forgotten``: knob id
-    → why, entries dropped because their backend confirmed the device is gone (not a failure)."""
+    """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``absent``: knob id →
+    why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, absent since
+    an earlier boot, dropped (not a failure)."""
 
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
+    absent: Mapping[str, str] = field(default_factory=dict)
     forgotten: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -74,26 +79,22 @@ def _relocate(locator: Mapping[str, Any], sysfs_root: Path | None) -> dict[str, 
     return out
 
 
-def _devices_now(backend: Backend, locator: Mapping[str, Any]) -> frozenset[str] | None:
-    """The device ids ``backend`` discovers now, or None when that proves nothing: discovery failed, or
-    the locator's sysfs root is not a sysfs tree (no ``class`` directory)."""
+def _proves_absence(locator: Mapping[str, Any]) -> bool:
+    """Whether an unknown knob on this locator's backend means its device is absent: not on a sysfs root
+    that is no sysfs tree (no ``class`` directory), where every knob is unknown."""
     root = locator.get("sysfs_root")
-    if root is not None and not os.path.isdir(os.path.join(str(root), "class")):
-        return None
-    try:
-        return frozenset(d.id for d in backend.discover())
-    except Exception:  # noqa: BLE001 - a discovery that fails confirms nothing
-        return None
+    return root is None or os.path.isdir(os.path.join(str(root), "class"))
 
 
 def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opener: Opener | None = None,
-                    sysfs_root: Path | None = None) -> RestoreReport:
+                    sysfs_root: Path | None = None, boot_id: str | None = None) -> RestoreReport:
     """Restore every entry of ``journal``, newest first, and forget each one restored.
 
     ``backends``: already open backends, matched to entries by locator (the daemon's own); other locators
     are opened with ``opener`` (default :func:`aithermd.backends.open_backend`) and closed afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
-    --sysfs-root``). An entry whose device the backend confirms gone is forgotten (see the module doc).
+    --sysfs-root``). A knob its backend does not know is absent: kept, or forgotten when it was recorded
+    in a boot other than ``boot_id`` (default: the current one; see the module doc).
     Never raises for one knob's failure; raises JournalError when the journal cannot be written.
     """
     log = structlog.get_logger("aithermd.restore")
@@ -102,7 +103,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     opened: list[Backend] = []
     failures: dict[str, str] = {}
     open_failures: dict[str, str] = {}
-    present: dict[str, frozenset[str] | None] = {}  # locator key → device ids, asked after a failure
+    boot_now = current_boot_id() if boot_id is None else boot_id
+    absent: dict[str, str] = {}
     forgotten: dict[str, str] = {}
     restored: list[str] = []
     entries: list[JournalEntry] = list(journal.entries().values())
@@ -129,14 +131,17 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
                 why = f"{type(exc).__name__}: {exc}"
-                if key not in present:
-                    present[key] = _devices_now(backend, locator)
-                devices = present[key]
-                if devices is not None and entry.device_id and entry.device_id not in devices:
-                    forgotten[entry.knob_id] = (f"device {entry.device_id} is gone ({why}): its original "
-                                                "cannot be restored; entry forgotten")
-                    _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
-                         message=forgotten[entry.knob_id])
+                if isinstance(exc, UnknownKnob) and _proves_absence(locator):
+                    if entry.boot_id and boot_now and entry.boot_id != boot_now:
+                        forgotten[entry.knob_id] = (f"{entry.device_id} absent since an earlier boot "
+                                                    "(the reboot re-initialised it): entry forgotten")
+                        _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
+                             message=forgotten[entry.knob_id])
+                    else:
+                        absent[entry.knob_id] = (f"{entry.device_id} not found: kept until it is back or "
+                                                 "the machine reboots")
+                        _say(log.warning, "restore_absent", knob=entry.knob_id, device=entry.device_id,
+                             message=absent[entry.knob_id])
                     continue
                 failures[entry.knob_id] = why
                 _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
@@ -149,12 +154,12 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 backend.close()
             except Exception:  # noqa: BLE001
                 _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
-    if failures:
+    if failures or absent:
         for knob_id in [*restored, *forgotten]:
             journal.forget(knob_id)
     else:
         journal.clear()
-    return RestoreReport(tuple(restored), failures, forgotten)
+    return RestoreReport(tuple(restored), failures, absent, forgotten)
 
 
 def restore_one(journal: Journal, backend: Backend, knob_id: str) -> None:

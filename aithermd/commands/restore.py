@@ -1,10 +1,11 @@
 """``aithermd restore``: put every journaled knob back to what was found, then clear the journal.
 
 For ``ExecStopPost=`` and after a crash: needs nothing but the state directory, whose journal names each
-knob's backend and root. Idempotent. A knob whose device its backend confirms gone is forgotten with a
-warning (its original cannot be put back, and keeping it would fail every restore forever). Exit codes: 0
-all restored or forgotten (or nothing to do), 1 some knob could not be restored (it stays journaled; the log
-says why), 2 the journal cannot be read.
+knob's backend and root. Idempotent. A knob its backend no longer knows (its device is absent) is not a
+failure: a warning, and it stays journaled until its device is back, or is forgotten when it was recorded
+before the last reboot (:mod:`aithermd.actuate.restore`). Exit codes: 0 every present knob restored (or
+nothing to do), 1 some knob could not be restored (it stays journaled; the log says why), 2 the journal
+cannot be read.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"restored {len(report.restored)} knob(s) from {state_dir}")
-    for knob_id, why in report.forgotten.items():
+    for knob_id, why in {**report.absent, **report.forgotten}.items():
         print(f"warning: {knob_id}: {why}", file=sys.stderr)
     for knob_id, why in report.failed.items():
         print(f"error: {knob_id}: {why}", file=sys.stderr)

@@ -1,57 +1,93 @@
-"""A journaled knob whose device is gone for good: forgotten once its backend confirms the device absent,
-never on a root that proves nothing; a device still there keeps its entry and fails the restore."""
+"""A journaled knob whose device is absent: not a failure; kept while its device may come back in this boot,
+forgotten once it was recorded before a reboot; a root that is no sysfs tree proves nothing; a device
+that is there but fails keeps its entry and fails the restore."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
-from aithermd.actuate.journal import JOURNAL_FILE, Journal
+import pytest
+
+from aithermd.actuate.journal import JOURNAL_FILE, Journal, current_boot_id
 from aithermd.actuate.restore import restore_journal
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
 from aithermd.daemon import Daemon
+from aithermd.errors import DeviceLost, UnknownKnob
 
 from .fakes import FakeBackend
 from .proc import copy_machine, knob_files
 from .stub_engine import STUB_ENGINE
 
 NCT = "hwmon:nct6798-isa-0290"
+GONE = "fake:b/pwm1"
 
 
-def _gone(tmp_path, **backend) -> tuple[Journal, FakeBackend, FakeBackend]:
-    """A journal with one live knob (fake:a/pwm1, changed) and one of fake:b, a device since removed."""
+def _unknown_for(backend: FakeBackend, *gone: str) -> None:
+    """``backend`` answers UnknownKnob for ``gone`` (as hwmon/NVML/RAPL do for a knob they did not find)."""
+    real = backend.restore_knob
+
+    def restore_knob(knob_id, saved):
+        if knob_id in gone:
+            raise UnknownKnob(knob_id)
+        real(knob_id, saved)
+
+    backend.restore_knob = restore_knob  # type: ignore[method-assign]
+
+
+def _journal(tmp_path, recorded_boot: str) -> tuple[Journal, FakeBackend]:
+    """fake:a/pwm1 taken (changed) and fake:b/pwm1 of a device since gone, both on one backend."""
     a = FakeBackend("a", start_pwm=50)
     j = Journal(tmp_path)
-    j.record(a.kid("pwm1"), a.device_id, a.locator(), a.save_knob(a.kid("pwm1")), 0)
+    j.record(a.kid("pwm1"), a.device_id, a.locator(), a.save_knob(a.kid("pwm1")), 0, boot_id=recorded_boot)
     a.write_knob(a.kid("pwm1"), 100.0)
-    j.record("fake:b/pwm1", "fake:b", {"backend": "fake", "name": "b"}, {"pwm": 9, "enable": 2}, 0)
-    b = FakeBackend("b", fans=0, **backend)  # no pwm1 any more: restore_knob raises
-    return j, a, b
+    j.record(GONE, "fake:b", a.locator(), {"pwm": 9, "enable": 2}, 0, boot_id=recorded_boot)
+    _unknown_for(a, GONE)
+    return j, a
 
 
-def test_an_entry_whose_device_the_backend_no_longer_finds_is_forgotten(tmp_path):
-    j, a, b = _gone(tmp_path)
-    b.discover = lambda: []  # type: ignore[method-assign] - the device is gone
-    report = restore_journal(j, opener=lambda loc: a if loc["name"] == "a" else b)
-    assert report.ok and report.restored == (a.kid("pwm1"),)
-    assert list(report.forgotten) == ["fake:b/pwm1"] and "fake:b is gone" in report.forgotten["fake:b/pwm1"]
-    assert a.pwm["pwm1"] == 50 and not Journal(tmp_path).dirty
-    assert b.closed
+def test_an_absent_device_in_this_boot_is_kept_and_is_not_a_failure(tmp_path):
+    j, a = _journal(tmp_path, "boot-1")
+    report = restore_journal(j, backends=[a], boot_id="boot-1")
+    assert report.ok and report.restored == (a.kid("pwm1"),) and not report.forgotten
+    assert list(report.absent) == [GONE] and "kept until it is back" in report.absent[GONE]
+    assert a.pwm["pwm1"] == 50
+    assert list(Journal(tmp_path).entries()) == [GONE]  # its original applies if the device comes back
 
 
-def test_a_present_device_or_a_failed_discovery_keeps_the_entry(tmp_path):
-    j, a, b = _gone(tmp_path)  # b still discovers fake:b (no knob): the device is there, the write failed
-    report = restore_journal(j, opener=lambda loc: a if loc["name"] == "a" else b)
-    assert not report.ok and set(report.failed) == {"fake:b/pwm1"} and not report.forgotten
-    assert list(Journal(tmp_path).entries()) == ["fake:b/pwm1"]
+def test_an_absent_device_recorded_before_a_reboot_is_forgotten(tmp_path):
+    j, a = _journal(tmp_path, "boot-1")
+    report = restore_journal(j, backends=[a], boot_id="boot-2")
+    assert report.ok and report.restored == (a.kid("pwm1"),) and not report.absent
+    assert list(report.forgotten) == [GONE] and "earlier boot" in report.forgotten[GONE]
+    assert not Journal(tmp_path).dirty
 
-    def broken():
-        raise OSError("EIO")
 
-    b.discover = broken  # type: ignore[method-assign]
-    report = restore_journal(Journal(tmp_path), opener=lambda loc: b)
-    assert set(report.failed) == {"fake:b/pwm1"} and not report.forgotten
-    assert list(Journal(tmp_path).entries()) == ["fake:b/pwm1"]
+@pytest.mark.parametrize("recorded, now", [("", "boot-2"), ("boot-1", "")])
+def test_an_unknown_boot_never_forgets(tmp_path, recorded, now):
+    j, a = _journal(tmp_path, recorded)
+    report = restore_journal(j, backends=[a], boot_id=now)
+    assert report.ok and list(report.absent) == [GONE] and not report.forgotten
+    assert list(Journal(tmp_path).entries()) == [GONE]
+
+
+def test_a_device_that_is_there_but_fails_keeps_its_entry_and_fails(tmp_path):
+    j, a = _journal(tmp_path, "boot-1")
+    a.restore_knob = lambda knob_id, saved: (_ for _ in ()).throw(DeviceLost(f"{knob_id}: lost"))
+    report = restore_journal(j, backends=[a], boot_id="boot-2")
+    assert not report.ok and set(report.failed) == {a.kid("pwm1"), GONE}
+    assert not report.absent and not report.forgotten
+    assert set(Journal(tmp_path).entries()) == {a.kid("pwm1"), GONE}
+
+
+def test_entries_carry_the_current_boot_id(tmp_path):
+    boot = current_boot_id()
+    assert len(boot) == 36  # a UUID from /proc/sys/kernel/random/boot_id
+    assert current_boot_id(str(tmp_path / "missing")) == ""
+    Journal(tmp_path).record("k", "d", {"backend": "fake"}, {"pwm": 1}, 0)
+    assert Journal(tmp_path).entries()["k"].boot_id == boot
+    assert json.loads((tmp_path / JOURNAL_FILE).read_text())["entries"][0]["boot_id"] == boot
 
 
 def _journaled(tmp_path):
@@ -69,16 +105,21 @@ def _journaled(tmp_path):
     return root, state, original
 
 
-def test_restore_forgets_the_knobs_of_a_removed_chip_and_exits_0(tmp_path, capsys):
+def test_restore_of_a_removed_chip_exits_0_and_forgets_it_after_a_reboot(tmp_path, capsys):
     root, state, _ = _journaled(tmp_path)
     (root / "class" / "hwmon" / "hwmon1").unlink()  # the nct6798 driver was unbound: its hwmon device gone
     shutil.rmtree(root / "devices" / "platform" / "nct6775.656" / "hwmon")
     assert main(["restore", "--state-dir", str(state)]) == 0
     err = capsys.readouterr().err
-    assert f"warning: {NCT}/pwm1: device {NCT} is gone" in err and f"warning: {NCT}/pwm2" in err
-    assert not (state / JOURNAL_FILE).exists()
+    assert f"warning: {NCT}/pwm1: {NCT} not found: kept until it is back" in err and f"{NCT}/pwm2" in err
+    assert len(Journal(state).entries()) == 2
+    doc = json.loads((state / JOURNAL_FILE).read_text())  # as if recorded before the last reboot
+    for e in doc["entries"]:
+        e["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    (state / JOURNAL_FILE).write_text(json.dumps(doc))
     assert main(["restore", "--state-dir", str(state)]) == 0
-    assert "nothing to restore" in capsys.readouterr().out
+    assert f"warning: {NCT}/pwm1: {NCT} absent since an earlier boot" in capsys.readouterr().err
+    assert not (state / JOURNAL_FILE).exists()
 
 
 def test_a_root_that_is_no_sysfs_tree_proves_nothing(tmp_path, capsys):
@@ -92,12 +133,14 @@ def test_a_root_that_is_no_sysfs_tree_proves_nothing(tmp_path, capsys):
     assert knob_files(root) == original
 
 
-async def test_the_daemon_forgets_a_gone_device_at_start_and_stops_clean(settings, clock):
+@pytest.mark.parametrize("recorded, left", [(None, ["fake:old/pwm1"]), ("an-earlier-boot", [])])
+async def test_the_daemon_stops_clean_with_an_absent_device_in_its_journal(settings, clock, recorded, left):
     b = FakeBackend(start_pwm=40, start_enable=2)
     j = Journal(settings.state_dir)
-    # a crashed run had taken a fan of a second chip on the same backend; that chip is gone now
-    j.record("fake:old/pwm1", "fake:old", b.locator(), {"pwm": 10, "enable": 2}, 0)
+    # a crashed run had taken a fan of a second chip on the same backend; that chip is absent now
+    j.record("fake:old/pwm1", "fake:old", b.locator(), {"pwm": 10, "enable": 2}, 0, boot_id=recorded)
+    _unknown_for(b, "fake:old/pwm1")
     d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
     assert await d.run(max_ticks=2) == 0
-    assert not Journal(settings.state_dir).dirty
+    assert list(Journal(settings.state_dir).entries()) == left
     assert b.pwm == {"pwm1": 40, "pwm2": 40} and b.enable == {"pwm1": 2, "pwm2": 2}
