@@ -36,7 +36,9 @@ class SysfsIO:
     """
 
     def open(self, path: str) -> int:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK changes nothing for sysfs attributes; a FIFO in a recorded tree fails (ESPIPE) instead
+        # of blocking discovery and the loop for ever
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
     def pread(self, fd: int, size: int) -> bytes:
         return os.pread(fd, size, 0)
