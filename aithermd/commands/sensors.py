@@ -10,7 +10,8 @@ out; without it the CPU is included. With ``--json`` stdout holds exactly one do
 GPUs: the live NVML without ``--sysfs-root`` (zero GPUs without a driver); ``--gpu-profile DUMP``
 (repeatable) adds fake GPUs built from ``nvidia-smi -q`` dumps (text or XML), numbered after the real ones.
 
-Exit status: 0 success, 2 when ``--sysfs-root`` is not a directory or a ``--gpu-profile`` dump is unreadable.
+Exit status: 0 success, 2 when ``--sysfs-root`` is not a sysfs tree (no ``class/hwmon`` or
+``class/powercap``), ``--interval`` is not 0–60 s, or a ``--gpu-profile`` dump is unreadable.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="read this sysfs tree instead of the live one (a recorded machine's sys/)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--interval", type=float, default=0.2, metavar="S",
-                        help="seconds between the two samples that rates (RAPL power, CPU %%) need; 0: one sample")
+                        help="seconds between the two samples that rates (RAPL power, CPU %%) need; "
+                             "0: one sample")
     parser.add_argument("--gpu-profile", metavar="DUMP", action="append", default=[],
                         help="add fake GPUs from an `nvidia-smi -q` dump (text or -x XML); repeatable")
 
@@ -77,8 +79,16 @@ def read_document(backends: list[Backend], interval: float,
 def run(args: argparse.Namespace) -> int:
     log.setup(level="warning")
     if args.sysfs_root is not None and not os.path.isdir(args.sysfs_root):
-        print(f"aithermd sensors: {args.sysfs_root}: not a directory (give a sysfs tree, e.g. a machine's sys/)",
-              file=sys.stderr)
+        print(f"aithermd sensors: {args.sysfs_root}: not a directory (give a sysfs tree, e.g. a machine's "
+              "sys/)", file=sys.stderr)
+        return 2
+    if args.sysfs_root is not None and not any(os.path.isdir(os.path.join(args.sysfs_root, "class", c))
+                                               for c in ("hwmon", "powercap")):
+        print(f"aithermd sensors: {args.sysfs_root}: not a sysfs tree (no class/hwmon or class/powercap in "
+              "it; give a machine's sys/ directory)", file=sys.stderr)
+        return 2
+    if not 0 <= args.interval <= 60:  # also refuses nan; inf crashed time.sleep
+        print(f"aithermd sensors: --interval {args.interval:g}: give seconds from 0 to 60", file=sys.stderr)
         return 2
     try:
         backends = open_for(args)
@@ -86,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"aithermd sensors: {exc}", file=sys.stderr)
         return 2
     try:
-        doc = read_document(backends, max(0.0, args.interval))
+        doc = read_document(backends, args.interval)
     finally:
         for backend in backends:
             backend.close()
