@@ -54,12 +54,14 @@ class LiveOptions:
     @classmethod
     def for_daemon(cls, settings: Any, real_time: bool, *, machine_sysfs: str = "/sys") -> LiveOptions:
         """On for a real machine in real time: hotplug when the sysfs root is the machine's own
-        (``machine_sysfs``), logind on the system bus (or the daemon's bus address), the fast lane when the
-        tick is slower than 10 Hz."""
+        (``machine_sysfs``); logind on the daemon's bus address when it is one, else on the system bus when
+        the daemon serves there or drives the machine's own sysfs (``--bus none``/``session`` choose where
+        to serve, not whether the machine suspends); the fast lane when the tick is slower than 10 Hz."""
         if not real_time:
             return cls()
-        bus = settings.bus if settings.bus == "system" or "=" in settings.bus else None
         on_sys = Path(settings.sysfs_root).resolve() == Path(machine_sysfs)
+        bus = (settings.bus if "=" in settings.bus
+               else "system" if settings.bus == "system" or on_sys else None)
         fast = FastLaneOptions() if settings.tick_s > 0.1 else None
         return cls(hotplug=on_sys, sleep_bus=bus, fastlane=fast)
 
