@@ -1,7 +1,7 @@
 """``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
 
 Exit codes: 0 clean stop (every journaled knob restored), 1 invalid settings or policies, or a knob that
-could not be restored, 2 an unreadable config file.
+could not be restored, 2 an unreadable config file or a sysfs root that is not a directory.
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
         for err in exc.errors:
             print(err.format(), file=sys.stderr)
         return 1
+    if not getattr(args, "simulate", False) and not settings.sysfs_root.is_dir():
+        print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
+              "e.g. /sys)", file=sys.stderr)
+        return 2
     log.setup(settings.log_level, settings.log_format)
     if getattr(args, "simulate", False):
         from aithermd.sim.runner import run_simulated
