@@ -11,6 +11,7 @@ as power-profiles-daemon does with its profile holds.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -39,6 +40,7 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
 )
 MAX_TEXT = 1024
+MAX_DURATION_S = 365 * 86_400.0  # holds and overrides; 0 already means "until released/cleared"
 
 
 def dbus_error(exc: Exception) -> DBusError:
@@ -67,9 +69,18 @@ def _finite(name: str, value: float, *, minimum: float | None = None) -> None:
         raise errors.InvalidArgument(f"{name} must be a finite number{bound}, got {value!r}")
 
 
+def _duration(name: str, value: float) -> None:
+    _finite(name, value, minimum=0.0)
+    if value > MAX_DURATION_S:
+        raise errors.InvalidArgument(f"{name} {value:g} s exceeds {MAX_DURATION_S:g} s (a year; 0: no end)")
+
+
 def _text(name: str, value: str, *, empty_ok: bool = True) -> None:
     if len(value) > MAX_TEXT:
         raise errors.InvalidArgument(f"{name} longer than {MAX_TEXT} characters")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        # shown to every user by aithermctl status and the TUI: an escape sequence would drive their terminal
+        raise errors.InvalidArgument(f"{name} must not contain control characters")
     if not empty_ok and not value.strip():
         raise errors.InvalidArgument(f"{name} must not be empty")
 
@@ -100,7 +111,7 @@ class PrivilegedCalls:
         with mapped_errors():
             _text("policy", policy, empty_ok=False)
             _text("reason", reason)
-            _finite("timeout_s", timeout_s, minimum=0.0)
+            _duration("timeout_s", timeout_s)
             cookie = self._control.hold_policy(policy, reason, timeout_s, sender, uid, bool(detached))
         self._log.info("hold_policy", policy=policy, cookie=cookie, sender=sender, uid=uid, detached=detached)
         if not detached:
@@ -118,7 +129,7 @@ class PrivilegedCalls:
         uid = await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
         with mapped_errors():
             _finite("value", value)
-            _finite("seconds", seconds, minimum=0.0)
+            _duration("seconds", seconds)
             self._check_knob(knob_id, value)
             self._control.set_override(knob_id, value, seconds)
         self._log.info("set_override", knob=knob_id, value=value, seconds=seconds, sender=sender, uid=uid)
