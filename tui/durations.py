@@ -38,7 +38,8 @@ def format_duration(seconds: float) -> str:
 
 def parse_value(text: str) -> float:
     """A knob value in daemon units: ``250``, ``250W``, ``60%``. The unit, when given, is only checked for
-    form; the daemon checks it against the knob. Raises ValueError."""
+    form here; :func:`check_unit` checks it against the knob (the daemon gets the number only). Raises
+    ValueError."""
     match = _VALUE.match(text)
     if not match:
         raise ValueError(f"not a value: {text!r} (examples: 250, 250W, 60%)")
@@ -46,3 +47,16 @@ def parse_value(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"not a finite value: {text!r}")
     return value
+
+
+_UNITS = {"w": "W", "%": "%", "°c": "°C", "c": "°C"}
+
+
+def check_unit(text: str, unit: str | None) -> None:
+    """Raise ValueError when ``text`` (as :func:`parse_value` takes it) names a unit other than the knob's
+    ``unit``: SetOverride carries the number only, so ``80%`` for a power limit would set 80 W."""
+    match = _VALUE.match(text)
+    given = _UNITS.get((match.group(2) or "").lower()) if match else None
+    if given and unit and given != unit:
+        raise ValueError(f"{text.strip()!r} is in {given}, but this knob is set in {unit}: give a value in "
+                         f"{unit}")

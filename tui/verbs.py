@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aithermctl import render
 from aithermctl.client import DaemonClient
-from aithermctl.durations import parse_value
+from aithermctl.document import all_knobs
+from aithermctl.durations import check_unit, parse_value
 from aithermctl.errors import ClientError
 from aithermd.publish import wire
 
@@ -160,6 +161,7 @@ async def override(client: DaemonClient, args: argparse.Namespace) -> int:
         return wire.EXIT_OK
     try:
         value = parse_value(second)
+        check_unit(second, all_knobs(await client.get_snapshot()).get(first, {}).get("unit"))
     except ValueError as exc:
         _note(str(exc))
         return wire.EXIT_USAGE

@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from aithermctl.document import all_knobs
-from aithermctl.durations import parse_duration, parse_value
+from aithermctl.durations import check_unit, parse_duration, parse_value
 
 
 class RequestDialog(ModalScreen[None]):
@@ -84,7 +84,9 @@ class OverrideDialog(RequestDialog):
             raise ValueError("choose a knob")
         if button == "clear":
             return {"action": "clear_override", "knob": knob}
-        value = parse_value(self.query_one("#value", Input).value)
+        text = self.query_one("#value", Input).value
+        value = parse_value(text)
+        check_unit(text, self._knobs.get(knob, {}).get("unit"))
         return {"action": "override", "knob": knob, "value": value, "seconds": self._duration("#for")}
 
 

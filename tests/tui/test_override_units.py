@@ -1,0 +1,33 @@
+"""``aithermctl override KNOB 80%`` on a knob set in W used to set 80 W (SetOverride carries the number only):
+a unit that is not the knob's is a usage error, and nothing is sent."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import ctl
+
+from aithermctl.durations import check_unit
+from aithermd.publish import wire
+
+
+@pytest.mark.parametrize(("text", "unit"), [("300", "W"), ("300W", "W"), ("300 w", "W"), ("60%", "%"),
+                                            ("60", "%"), ("60%", None), ("70C", "°C")])
+def test_the_knobs_own_unit_or_none_passes(text, unit):
+    check_unit(text, unit)
+
+
+@pytest.mark.parametrize(("text", "unit", "given"), [("80%", "W", "%"), ("50W", "%", "W"),
+                                                     ("70C", "W", "°C")])
+def test_another_unit_is_refused(text, unit, given):
+    with pytest.raises(ValueError) as info:
+        check_unit(text, unit)
+    assert str(info.value) == (f"{text!r} is in {given}, but this knob is set in {unit}: give a value in "
+                               f"{unit}")
+
+
+async def test_override_with_the_wrong_unit_sends_nothing(fake_daemon, private_bus):
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "80%")
+    assert rc == wire.EXIT_USAGE and fake_daemon.overrides == {}
+    assert err == "aithermctl: '80%' is in %, but this knob is set in W: give a value in W\n"
+    rc, _, _ = await ctl(private_bus, "override", "gpu0/power_limit", "400W")
+    assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 0.0)}
