@@ -248,28 +248,40 @@ class NvmlBackend:
         return KnobValue(knob_id, units.mw_to_w(limit), None, Status.OK, extra)
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
-        """Power limit: ``{"limit_mw": int}``; fan: ``{"speed_pct": int, "mode": "auto"|"manual"|None}``."""
+        """Power limit: ``{"limit_mw": int, "uuid"}``; fan: ``{"speed_pct": int, "mode": "auto"|"manual"|None,
+        "uuid"}``. The GPU's UUID binds the original to that board: after a crash the NVML index of a GPU can
+        change (one removed, a reordered bus), the UUID does not."""
         return self.worker.run(self._save, knob_id)
 
     def _save(self, knob_id: str) -> dict[str, Any]:
         reader, attr = self._knob(knob_id)
         if attr == "power_limit":
-            return {
-                "limit_mw": int(
-                    self._do(reader, f"{knob_id}: read original", "nvmlDeviceGetPowerManagementLimit")
-                )
-            }
+            limit = self._do(reader, f"{knob_id}: read original", "nvmlDeviceGetPowerManagementLimit")
+            return {"limit_mw": int(limit), "uuid": reader.uuid}
         kv = reader.fan_value(int(attr[3:]))
         if kv.value is None:
             raise BackendError(f"{knob_id}: cannot read the original fan state")
-        return {"speed_pct": int(round(kv.value)), "mode": kv.mode}
+        return {"speed_pct": int(round(kv.value)), "mode": kv.mode, "uuid": reader.uuid}
+
+    def _saved_reader(self, knob_id: str, saved: dict[str, Any]) -> tuple[GpuReader, str]:
+        """The GPU the original was saved from: by its UUID when the journal has one (the index in the knob
+        id may now name another board); raises UnknownKnob when that GPU is not here."""
+        uuid = saved.get("uuid")
+        here = self._gpus.get(knob_id.partition("/")[0])
+        if uuid is None or (here is not None and here.uuid == uuid):
+            return self._knob(knob_id)  # an older journal without a UUID, or the same board at the index
+        attr = knob_id.partition("/")[2]
+        for other in self._gpus.values():
+            if other.uuid == uuid and attr in other.knobs:
+                return other, attr
+        raise UnknownKnob(f"{knob_id}: GPU {uuid} is not here (its NVML index now names another board)")
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
         """Put back what :meth:`save_knob` returned; a fan that was automatic goes back to automatic."""
         self.worker.run(self._restore, knob_id, saved)
 
     def _restore(self, knob_id: str, saved: dict[str, Any]) -> None:
-        reader, attr = self._knob(knob_id)
+        reader, attr = self._saved_reader(knob_id, saved)
         if attr == "power_limit":
             self._do(
                 reader,

@@ -106,6 +106,7 @@ class GpuProbe:
         device_index: int | None = None,
     ) -> None:
         self.nv, self.index, self.handle, self.probe_writes = nv, index, handle, probe_writes
+        self.uuid: str | None = None  # set by probe()
         self.names = names if names is not None else error_names(nv)
         self.id = f"gpu{index if device_index is None else device_index}"
         self.fields: list[tuple[str, int]] = []  # (role, field id) read in one batch
@@ -159,6 +160,7 @@ class GpuProbe:
         """Decide every capability once (raises :class:`Lost` if the GPU is lost meanwhile)."""
         nv = self.nv
         uuid, name = self.call("nvmlDeviceGetUUID"), self.call("nvmlDeviceGetName")
+        self.uuid = uuid
         bus = self.call("nvmlDeviceGetPciInfo_v3").busId
         bus = bus.decode() if isinstance(bus, bytes) else str(bus)
         self._probe_temperature()

@@ -227,7 +227,7 @@ def test_power_limit_writes_in_watts_within_the_constraints(workstation, backend
 def test_save_and_restore_the_power_limit(workstation, backend_over):
     backend = backend_over(workstation)
     saved = backend.save_knob("gpu1/power_limit")
-    assert saved == {"limit_mw": 700000}
+    assert saved == {"limit_mw": 700000, "uuid": workstation.gpu(1).uuid}
     backend.write_knob("gpu1/power_limit", 250)
     backend.restore_knob("gpu1/power_limit", saved)
     assert workstation.power_limit_w(1) == 700.0
@@ -236,7 +236,7 @@ def test_save_and_restore_the_power_limit(workstation, backend_over):
 def test_fan_control_and_return_to_automatic(workstation, backend_over):
     backend = backend_over(workstation)
     saved = backend.save_knob("gpu0/fan1")
-    assert saved == {"speed_pct": 0, "mode": "auto"}
+    assert saved == {"speed_pct": 0, "mode": "auto", "uuid": workstation.gpu(0).uuid}
     backend.write_knob("gpu0/fan1", 72.4)
     assert (workstation.fan_target_pct(0, 1), workstation.fan_auto(0, 1)) == (72, False)
     kv = backend.read_knob("gpu0/fan1")
