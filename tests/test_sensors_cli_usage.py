@@ -33,3 +33,14 @@ def test_a_directory_that_is_not_a_sysfs_tree_is_a_usage_error(capsys, tmp_path)
 def test_an_interval_outside_0_to_60_s_is_a_usage_error(capsys, interval):
     assert run(capsys, "--interval", interval, "--sysfs-root", str(MACHINE / "sys")) == (
         2, "", f"aithermd sensors: --interval {float(interval):g}: give seconds from 0 to 60\n")
+
+
+def test_check_against_a_directory_that_is_not_a_sysfs_tree_is_a_usage_error(capsys):
+    from aithermd.cli import main
+    policy = MACHINES_DIR.parents[2] / "policies" / "balanced.yaml"
+    # before: every device reference was reported missing, as if the policy were wrong (exit 1)
+    assert main(["check", "--sysfs-root", str(MACHINE), str(policy)]) == 2
+    assert capsys.readouterr().err == (f"aithermd check: cannot use that machine: {MACHINE}: not a sysfs "
+                                       "tree (no class/hwmon or class/powercap in it; give a machine's sys/ "
+                                       "directory)\n")
+    assert main(["check", "--sysfs-root", str(MACHINE / "sys"), str(policy)]) == 0
