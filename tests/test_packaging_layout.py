@@ -23,3 +23,9 @@ def test_daemon_never_imports_the_tui():
                                                   "from aithermctl", "import tui", "from tui"))
                         for line in p.read_text().splitlines())]
     assert offenders == []
+
+
+def test_a_wheel_installs_every_shipped_policy():
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    installed = {Path(p).name for p in conf["data-files"]["share/aithermd/policies"]}
+    assert installed == {p.name for p in (ROOT / "policies").glob("*.yaml")}

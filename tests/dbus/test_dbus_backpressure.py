@@ -117,12 +117,13 @@ async def test_a_burst_of_messages_leaves_the_loop_a_turn_between_slices():
 
 async def test_ten_clients_with_64_calls_in_flight_each(bus_address, polkitd, control, client):
     """The service's connection survives, every call is answered, and a loop ticking beside it stays on
-    time (no tick later than one tick period)."""
+    time (no tick later than one tick period). The period is 0.25 s, a quarter of the daemon's default
+    tick: a margin for a loaded CI machine that still fails when the loop stalls on the socket."""
     hub = StateHub()
     hub.publish(reference_snapshot(1, gpus=16))  # a ~24 kB document: 640 of them overflow any socket buffer
     handle = await dbus_service.start(bus_address, control, hub, snapshot_interval_s=0.0)
     rounds = 10
-    tick_s, lateness = 0.1, []
+    tick_s, lateness = 0.25, []
     stop = asyncio.Event()
 
     async def ticker() -> None:
