@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
               "e.g. /sys)", file=sys.stderr)
         return 2
+    if not getattr(args, "simulate", False) and not settings.dry_run:
+        problem = _state_dir_problem(settings.state_dir)
+        if problem:
+            print(f"{settings.state_dir}: error: {problem}: the journal of every original setting lives there, "
+                  "so nothing may be written without it (give a writable --state-dir DIR, or --dry-run)",
+                  file=sys.stderr)
+            return 2
     log.setup(settings.log_level, settings.log_format)
     if getattr(args, "simulate", False):
         from aithermd.sim.runner import run_simulated
         return run_simulated(settings, args)
     return asyncio.run(Daemon(settings).run(handle_signals=True))
+
+
+def _state_dir_problem(state_dir: Path) -> str | None:
+    """Why the journal could not be written in ``state_dir`` (created if missing), or None."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create the state directory ({exc.strerror})"
+    if not os.access(state_dir, os.W_OK | os.X_OK):
+        return "the state directory is not writable"
+    return None

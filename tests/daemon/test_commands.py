@@ -77,3 +77,15 @@ def test_run_with_an_unknown_policy_exits_1(tmp_path):
     args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
             "--metrics-listen", "none", "--no-nvml", "--policy", "no-such-policy", "--log-format", "json"]
     assert main(args) == 1
+
+
+def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, capsys):
+    root = copy_machine(tmp_path)
+    before = knob_files(root)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["run", "--sysfs-root", str(root), "--state-dir", str(blocker / "state"), "--bus", "none",
+                 "--metrics-listen", "none"])
+    assert code == 2
+    assert "cannot create the state directory" in capsys.readouterr().err
+    assert knob_files(root) == before
