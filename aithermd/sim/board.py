@@ -27,19 +27,22 @@ The model (constants documented where they are set):
 - automatic mode: the chip raises a fan from its found duty at 50 °C to full at 85 °C of its source (the
   CPU for the nct6798, the card's edge for the amdgpu), as a stand-in for SmartFan/firmware curves;
 - fans: speed proportional to duty (fan affinity law) from each fan's own found RPM/duty ratio, zero below
-  a 10 % stall duty; headers that read 0 RPM in the real machine have no fan.
+  a 10 % stall duty; headers that read 0 RPM in the real machine have no fan;
+- readings: the board keeps the true state (``case_air_c``, ``cpu_sink_c``, ``amdgpu_c``, fan duties); the
+  files get what each sensor would report of it, quantized to its resolution and jittered
+  (:mod:`aithermd.sim.sensor_noise`, which documents each sensor's model and its basis).
 """
 
 from __future__ import annotations
 
 import os
-import random
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from aithermd.sim import thermal, ttar
-from aithermd.units import PWM_MAX, c_to_mc
+from aithermd.sim.sensor_noise import AMDGPU_EDGE, K10TEMP, NCT_HALF_DEGREE, NCT_SYSTIN, SensorNoise
+from aithermd.units import PWM_MAX
 
 DEFAULT_BOARD = "asus-rog-strix-x570-f-nct6798.ttar"
 WIDTH = 15  # characters before the newline of every driven file: room for any 64-bit µJ counter
@@ -172,10 +175,11 @@ class Board:
     (the tree stays: the daemon, ``aithermd restore`` or a test may still read it).
     """
 
-    def __init__(self, sysfs_root: Path, *, seed: int = 0, room_c: float = ROOM_C) -> None:
+    def __init__(self, sysfs_root: Path, *, seed: int = 0, room_c: float = ROOM_C,
+                 sensor_noise: bool = True) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.room_c = room_c
-        self._rng = random.Random(seed)
+        self.noise = SensorNoise(seed, "board", enabled=sensor_noise)
         self._files: list[DrivenFile] = []
         root = self.sysfs_root
         self.fans: dict[str, Fan] = {}
@@ -200,9 +204,11 @@ class Board:
 
     @classmethod
     def create(cls, dest: str | Path, *, archive: str | Path | None = None, seed: int = 0,
-               room_c: float = ROOM_C) -> Board:
+               room_c: float = ROOM_C, sensor_noise: bool = True) -> Board:
         """Extract the board archive (default: the shipped X570 board) into ``dest`` (which must not hold a
-        ``sys`` yet) and open it. The sysfs root is ``dest/sys``. Raises ``FileExistsError``, ``OSError``."""
+        ``sys`` yet) and open it. The sysfs root is ``dest/sys``. ``sensor_noise`` False: readings are
+        quantized but not jittered (:mod:`aithermd.sim.sensor_noise`). Raises ``FileExistsError``,
+        ``OSError``."""
         dest = Path(dest)
         if (dest / "sys").exists():
             raise FileExistsError(f"{dest / 'sys'} exists: a board needs a directory of its own")
@@ -213,7 +219,7 @@ class Board:
                 ttar.extract(path, dest)
         else:
             ttar.extract(archive, dest)
-        return cls(dest / "sys", seed=seed, room_c=room_c)
+        return cls(dest / "sys", seed=seed, room_c=room_c, sensor_noise=sensor_noise)
 
     def _open(self, path: Path) -> DrivenFile:
         f = DrivenFile(path)
@@ -288,19 +294,22 @@ class Board:
                           rpms={k: float(f.tach.read_int() or 0) for k, f in self.fans.items()})
 
     def _write(self, dt_s: float, cpu_die_c: float) -> None:
-        jitter = self._rng.uniform
+        """Write what the sensors report of the true state (quantized, jittered: see sensor_noise)."""
+        noise = self.noise
         for fan in self.fans.values():
             on = fan.connected and fan.duty_pct >= STALL_PCT
-            fan.tach.write_int(round(fan.rpm_per_pct * fan.duty_pct * jitter(0.99, 1.01)) if on else 0)
+            fan.tach.write_int(noise.rpm(fan.rpm_per_pct * fan.duty_pct) if on else 0)
         t = self.temps
-        t["systin"].write_int(c_to_mc(round(self.case_air_c)))  # the nct6798 reports whole degrees
-        t["cputin"].write_int(c_to_mc(round(self.cpu_sink_c * 2) / 2))
-        t["peci"].write_int(c_to_mc(round((cpu_die_c + 1.0) * 2) / 2))
-        for name in ("tctl", "tdie"):
-            t[name].write_int(round(cpu_die_c * 8) * 125)  # k10temp: 1/8 °C steps
-        t["tccd1"].write_int(round((cpu_die_c + 5.0 + 0.06 * self.cpu_power_w) * 8) * 125)
-        t["edge"].write_int(c_to_mc(round(self.amdgpu_c)))
-        self.amdgpu_power.write_int(round((AMDGPU_POWER_W + jitter(-0.5, 0.5)) * 1e6))
+        load = (self.cpu_power_w - CPU_IDLE_W) / (CPU_PEAK_W - CPU_IDLE_W)
+        t["systin"].write_int(noise.temp_mc(NCT_SYSTIN, self.case_air_c))
+        t["cputin"].write_int(noise.temp_mc(NCT_HALF_DEGREE, self.cpu_sink_c))
+        t["peci"].write_int(noise.temp_mc(NCT_HALF_DEGREE, cpu_die_c + 1.0))
+        tctl = noise.temp_mc(K10TEMP, cpu_die_c, load)
+        for name in ("tctl", "tdie"):  # one register: Tdie = Tctl minus an offset, 0 on this CPU
+            t[name].write_int(tctl)
+        t["tccd1"].write_int(noise.temp_mc(K10TEMP, cpu_die_c + 5.0 + 0.06 * self.cpu_power_w, load))
+        t["edge"].write_int(noise.temp_mc(AMDGPU_EDGE, self.amdgpu_c))
+        self.amdgpu_power.write_int(round((AMDGPU_POWER_W + noise.uniform(-0.5, 0.5)) * 1e6))
         self.cpu_energy_j += self.cpu_power_w * dt_s
         for zone, share in ((RAPL_PKG, 1.0), (RAPL_CORE, 0.7)):
             counter = self.energy[zone]

@@ -9,7 +9,8 @@ fake NVML's state file (``nvml-state.json``). Each :meth:`SimulatedMachine.step`
    (draw = min(limit, demand), throughput with diminishing returns, the driver's thermal slowdown) and the
    lumped thermal model (:mod:`aithermd.sim.thermal`) with its fans and the case air as intake;
 3. writes the results: ``set_dynamic``/``add_energy`` on the fake NVML, temperatures, RPMs and RAPL energy
-   in the board's files.
+   in the board's files. Temperatures and RPMs are what the sensors would report of the true state,
+   quantized and jittered by :mod:`aithermd.sim.sensor_noise`; the physics and the summary keep the truth.
 
 GPU thermal constants come from each card's default power limit (see :func:`gpu_thermal_params`).
 :meth:`summary` totals energy, work, work per joule, time per workload phase, limit changes, fan duty
@@ -30,6 +31,7 @@ from aithermd.sim.board import Board
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.gpu_model import GpuParams
 from aithermd.sim.profiles import shipped_profiles
+from aithermd.sim.sensor_noise import NVML_GPU, SensorNoise
 from aithermd.sim.workload import CycleWorkload, Workload
 
 # The default machine: an RTX 4090 (max limit 600 W above its 450 W default: raising pays) and an RTX 6000
@@ -131,17 +133,19 @@ class SimulatedMachine:
     """A workstation under ``root`` (created if missing; must not hold a machine yet).
 
     ``profiles``: the GPUs (default :func:`default_profiles`); ``workload``: the load (default the 2/6/2
-    minute :class:`CycleWorkload`); ``seed`` makes noise reproducible. Raises ``FileExistsError`` when
-    ``root`` already holds a machine, ``ValueError`` for a profile without a power limit.
+    minute :class:`CycleWorkload`); ``seed`` makes noise reproducible; ``sensor_noise`` False quantizes
+    readings without jitter. Raises ``FileExistsError`` when ``root`` already holds a machine,
+    ``ValueError`` for a profile without a power limit.
     """
 
     def __init__(self, root: str | Path, *, profiles: Sequence[GpuProfile] | None = None,
-                 workload: Workload | None = None, seed: int = 0) -> None:
+                 workload: Workload | None = None, seed: int = 0, sensor_noise: bool = True) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.profiles = list(profiles) if profiles is not None else default_profiles()
         self.workload: Workload = workload if workload is not None else CycleWorkload(seed=seed)
-        self.board = Board.create(self.root, seed=seed)
+        self.board = Board.create(self.root, seed=seed, sensor_noise=sensor_noise)
+        self.gpu_noise = SensorNoise(seed, "gpu", enabled=sensor_noise)
         self.psutil = SimPsutil()
         self.nvml_state_path = self.root / NVML_STATE
         self.nvml = FakeNvml(self.profiles, state_path=self.nvml_state_path)
@@ -207,10 +211,14 @@ class SimulatedMachine:
         g.peak_temp_c = max(g.peak_temp_c, g.temp_c)
         g.slowdown_s += dt_s if out.slowdown else 0.0
         g.fan_duty_pct = airflow
+        default = g.profile.default_power_limit_w or g.params.peak_w
+        load = (out.power_w - g.params.idle_w) / max(1.0, default - g.params.idle_w)
+        noise = self.gpu_noise
         self.nvml.set_dynamic(
-            i, temp_c=round(g.temp_c), power_draw_w=out.power_w, gpu_util_pct=util,
+            i, temp_c=noise.temp_c(NVML_GPU, g.temp_c, load), power_draw_w=out.power_w, gpu_util_pct=util,
             memory_util_pct=util * 0.6, sm_clock_mhz=out.sm_clock_mhz,
-            memory_temp_c=(round(g.temp_c + 6) if g.profile.memory_temp_c is not None else None),
+            memory_temp_c=(noise.temp_c(NVML_GPU, g.temp_c + 6, load)
+                           if g.profile.memory_temp_c is not None else None),
             clock_event_reasons=out.reasons, fan_speed_pct=auto if g.fans else None)
         self.nvml.add_energy(i, out.power_w * dt_s)
         return out.power_w

@@ -119,8 +119,11 @@ def test_slower_cpu_fan_means_a_hotter_cpu(tmp_path):
         for _ in range(300):
             state = b.step(1.0, cpu_util_pct=100, gpu_heat_w=0)
         temps[duty] = state.cpu_c
-        assert int((b.sysfs_root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2/temp1_input").read_bytes()) \
-            == pytest.approx(state.cpu_c * 1000, abs=200)
+        # Tctl reports the true die temperature in 1/8 °C steps, jittered (sigma 0.75 °C at full load)
+        tctl = b.sysfs_root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2/temp1_input"
+        tctl_mc = int(tctl.read_text())
+        assert tctl_mc % 125 == 0
+        assert tctl_mc == pytest.approx(state.cpu_c * 1000, abs=4 * 750)
         b.close()
     assert temps[20] > temps[100] + 5
 
