@@ -14,9 +14,10 @@ POLICIES = ("balanced", "ai-training", "quiet")
 SEED = 3
 
 
-def run_daemon(tmp_path, policy: str, duration_s: float, workload: Workload | None = None, **kw) -> SimResult:
+def run_daemon(tmp_path, policy: str, duration_s: float, workload: Workload | None = None,
+               policy_dirs: list | None = None, **kw) -> SimResult:
     settings = DaemonSettings(policy=policy, policy_pinned=True, bus="none", metrics_listen="none",
-                              log_level="error")
+                              log_level="error", policy_dirs=policy_dirs)
     opts = SimOptions(duration_s=duration_s, speedup=0, seed=SEED, wall_start=NOON,
                       workload=workload or CycleWorkload(seed=SEED),
                       state_dir=tmp_path / f"state-{policy}", **kw)
@@ -44,11 +45,13 @@ def default_cycle_runs(tmp_path_factory) -> dict[str, dict]:
     return runs
 
 
+def long_training_load() -> Workload:
+    """25 minutes of training between idle spells: long enough to reach steady state."""
+    return CycleWorkload(idle_before_s=120, training_s=1500, idle_after_s=300, seed=SEED)
+
+
 @pytest.fixture(scope="session")
 def long_training_runs(tmp_path_factory) -> dict[str, dict]:
-    """25 minutes of training between idle spells, per shipped policy: long enough to reach steady state."""
+    """The long training load (:func:`long_training_load`), per shipped policy."""
     base = tmp_path_factory.mktemp("long")
-    def load() -> Workload:
-        return CycleWorkload(idle_before_s=120, training_s=1500, idle_after_s=300, seed=SEED)
-
-    return {policy: run_daemon(base, policy, 1920, load()).data for policy in POLICIES}
+    return {policy: run_daemon(base, policy, 1920, long_training_load()).data for policy in POLICIES}

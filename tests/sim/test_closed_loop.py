@@ -1,13 +1,35 @@
-"""Closed loop: the real daemon, its shipped policies and the simulated workstation, end to end."""
+"""Closed loop: the real daemon, its shipped policies and the simulated workstation, end to end.
+
+The simulated sensors are noisy as real ones are (:mod:`aithermd.sim.sensor_noise`: GPU temperatures scatter
+by about 2 °C from one reading to the next under load), so the fan test below can fail: a policy whose curve
+follows every reading makes its fans hunt, and ``test_a_curve_without_hysteresis_or_ramp_limits_hunts``
+shows that it does.
+"""
 
 import collections
+import re
+from pathlib import Path
 
 import pytest
 
-from tests.sim.conftest import POLICIES
+from aithermd.policy.loader import load_policy_text
+from tests.sim.conftest import POLICIES, long_training_load, run_daemon
 
 STEADY_MINUTES = range(12, 26)  # minutes 12–25 of the long run: training, past the thermal transient
 MAX_CHANGES_PER_MINUTE = 6
+SHIPPED = Path(__file__).resolve().parents[2] / "policies"
+
+
+def worst_fan_changes_per_minute(run: dict) -> int:
+    """The most duty changes one fan made in one minute of :data:`STEADY_MINUTES`."""
+    per_minute: collections.Counter = collections.Counter()
+    fans = set()
+    for a in run["actuations"]:
+        if "/pwm" in a["knob"] or "/fan" in a["knob"]:
+            fans.add(a["knob"])
+            per_minute[(a["knob"], int(a["t_s"] // 60))] += 1
+    assert fans, f"{run['policy']} controls no fan: nothing to test"
+    return max(per_minute[(fan, minute)] for fan in fans for minute in STEADY_MINUTES)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -21,16 +43,25 @@ def test_temperatures_stay_below_the_slowdown_threshold(policy, default_cycle_ru
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_fan_duty_changes_at_most_6_times_a_minute_in_steady_state(policy, long_training_runs):
-    run = long_training_runs[policy]
-    per_minute: collections.Counter = collections.Counter()
-    fans = set()
-    for a in run["actuations"]:
-        if "/pwm" in a["knob"] or "/fan" in a["knob"]:
-            fans.add(a["knob"])
-            per_minute[(a["knob"], int(a["t_s"] // 60))] += 1
-    assert fans, f"{policy} controls no fan: nothing to test"
-    worst = max(per_minute[(fan, minute)] for fan in fans for minute in STEADY_MINUTES)
-    assert worst <= MAX_CHANGES_PER_MINUTE
+    assert worst_fan_changes_per_minute(long_training_runs[policy]) <= MAX_CHANGES_PER_MINUTE
+
+
+def test_a_curve_without_hysteresis_or_ramp_limits_hunts(tmp_path):
+    """The same check on ``balanced`` stripped of its hysteresis and ramp limits, on the same noisy
+    machine: it must fail, or the check above could not catch a policy that hunts."""
+    text = (SHIPPED / "balanced.yaml").read_text()
+    bad = re.sub(r"\n *(hysteresis_c|ramp_up_pct_s|ramp_down_pct_s):[^\n]*", "", text)
+    doc = load_policy_text(bad, name="no-hysteresis").document
+    assert doc.curves["board"].hysteresis_c == 0
+    assert all(getattr(r, "ramp_up_pct_s", None) is None and getattr(r, "ramp_down_pct_s", None) is None
+               for r in doc.rules)
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "no-hysteresis.yaml").write_text(bad)
+    run = run_daemon(tmp_path, "no-hysteresis", 1920, long_training_load(),
+                     policy_dirs=[tmp_path / "policies"]).data
+    worst = worst_fan_changes_per_minute(run)
+    print(f"balanced without hysteresis or ramp limits: {worst} fan duty changes in its worst steady minute")
+    assert worst > 2 * MAX_CHANGES_PER_MINUTE
 
 
 def test_policies_take_the_board_fans_under_control(long_training_runs):
