@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
-from aithermd.policy import selectors
+from aithermd.policy import sampling, selectors
 from aithermd.policy.conditions import Compiler, Node, Not
 from aithermd.policy.schema import (
     CpuPowerLimitRule,
@@ -55,6 +55,7 @@ class CRule:
     curves: dict[str, Any] = field(default_factory=dict)  # every curve the rule's curve may reach, by name
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → channel ids
     agg: dict[str, str] = field(default_factory=dict)  # leaf curve → "max" | "min" | "mean"
+    smooth: dict[str, tuple[str, float]] = field(default_factory=dict)  # leaf → (window key, smoothing_s)
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], 
     reach: set[str] = set()
     sources: dict[str, tuple[str, ...]] = {}
     agg: dict[str, str] = {}
+    smooth: dict[str, tuple[str, float]] = {}
     if curve_name is not None:
         _reachable(curve_name, all_curves, reach)
         for leaf, curve in _leaves(curve_name, all_curves, set()).items():
@@ -113,8 +115,12 @@ def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], 
                 chans = selectors.select_temperatures(getattr(src, fn), devices)
                 sources[leaf] = tuple(c.id for c in chans)
                 agg[leaf] = fn
+                if curve.smoothing_s > 0 and chans:
+                    key = sampling.source_key(fn, sources[leaf])
+                    comp.needs[key] = max(comp.needs.get(key, 0.0), curve.smoothing_s)
+                    smooth[leaf] = (key, curve.smoothing_s)
     return CRule(rule.name, "fan", when, targets, rule, curve_name, {n: all_curves[n] for n in reach},
-                 sources, agg)
+                 sources, agg, smooth)
 
 
 def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:

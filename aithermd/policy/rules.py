@@ -27,9 +27,12 @@ def _limit_text(spec: tuple[str, float], watts: float) -> str:
     return f"{watts:g} W"
 
 
-def _temps(rule: CRule, inp: Any) -> tuple[dict[str, float], float | None]:
-    """Source temperature per leaf curve (only when every source reads ok), and their max."""
+def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | None, dict[str, float]]:
+    """Source temperature per leaf curve (only when every source reads ok this tick), smoothed over the
+    curve's ``smoothing_s`` (its window of the aggregated source), their max, and the raw values of the
+    smoothed ones. A source that fails now is absent whatever its history: its fans go to full at once."""
     temps: dict[str, float] = {}
+    raw: dict[str, float] = {}
     for leaf, chans in rule.sources.items():
         values = []
         for c in chans:
@@ -43,14 +46,22 @@ def _temps(rule: CRule, inp: Any) -> tuple[dict[str, float], float | None]:
         fn = rule.agg.get(leaf, "max")
         temps[leaf] = (max(values) if fn == "max" else min(values) if fn == "min"
                        else sum(values) / len(values))
-    return temps, (max(temps.values()) if temps else None)
+        smooth = rule.smooth.get(leaf)
+        if smooth is not None and smooth[0] in ctx.ok:
+            mean = ctx.windows[smooth[0]].mean_upto(smooth[1], ctx.now)
+            if mean is not None:
+                raw[leaf] = temps[leaf]
+                temps[leaf] = mean
+    return temps, (max(temps.values()) if temps else None), raw
 
 
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
-               prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
+               raw: dict[str, float], prev_curves: Mapping[str, fc.CurveState],
+               out_curves: dict[str, fc.CurveState],
                fans: Mapping[str, fc.FanState]) -> tuple[float | None, dict[str, Any]]:
     model = rule.model
     inputs: dict[str, Any] = {f"source:{k}": round(v, 2) for k, v in temps.items()}
+    inputs.update({f"raw:{k}": round(v, 2) for k, v in raw.items()})
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
@@ -80,7 +91,8 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
              decisions: dict[str, Decision], fan_sources: dict[str, tuple[str, ...]]) -> None:
     """Decide the knobs ``rule`` targets (into ``decisions``, first rule wins); record fan curve sources."""
     temps: dict[str, float] | None = None
-    hottest = None
+    hottest: float | None = None
+    raw: dict[str, float] = {}
     for t in rule.targets:
         ctx.scope = t.scope
         ctx.stats = {}
@@ -92,8 +104,8 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             if rule.curve_name is not None:
                 fan_sources[t.knob.id] = tuple(c for chans in rule.sources.values() for c in chans)
             if temps is None:
-                temps, hottest = _temps(rule, inp)
-            value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves, fans)
+                temps, hottest, raw = _temps(rule, inp, ctx)
+            value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, raw, prev_curves, out_curves, fans)
             inputs.update(extra)
             if value is None:
                 continue

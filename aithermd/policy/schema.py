@@ -34,6 +34,7 @@ from aithermd.policy.values import (
     NonNeg,
     Pct,
     PowerValue,
+    SmoothingS,
     WindowS,
     parse_power,
 )
@@ -205,12 +206,14 @@ Source = Annotated[SourceAgg, BeforeValidator(
 
 class PointsCurve(Model):
     """Duty (%) by linear interpolation between ``points`` [[°C, %], ...]; flat beyond the ends.
-    ``hysteresis_c``: the duty falls only once the temperature dropped this far."""
+    ``hysteresis_c``: the duty falls only once the temperature dropped this far. ``smoothing_s``: the curve
+    reads the time-weighted mean of its source over that many seconds (sensor noise averaged away)."""
 
     kind: Literal["points"]
     source: Source
     points: list[tuple[float, Pct]]
     hysteresis_c: NonNeg = 0.0
+    smoothing_s: SmoothingS = 0.0
 
     @model_validator(mode="after")
     def _points(self) -> PointsCurve:
@@ -223,10 +226,12 @@ class PointsCurve(Model):
 
 
 class PidCurve(Model):
-    """PID to ``setpoint_c``: duty = base_pct + kp·e + ki·∫e dt + kd·de/dt, e = temperature − setpoint."""
+    """PID to ``setpoint_c``: duty = base_pct + kp·e + ki·∫e dt + kd·de/dt, e = temperature − setpoint
+    (the temperature smoothed over ``smoothing_s`` when given)."""
 
     kind: Literal["pid"]
     source: Source
+    smoothing_s: SmoothingS = 0.0
     setpoint_c: float
     kp: float = 2.0
     ki: float = 0.1

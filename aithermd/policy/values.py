@@ -20,6 +20,10 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=6
 NonNeg = Annotated[float, Field(ge=0)]
 MAX_WINDOW_S = 86400.0  # a window keeps its samples: a day at most, so a typo cannot grow memory for years
 WindowS = Annotated[float, Field(ge=0, le=MAX_WINDOW_S)]
+MAX_SMOOTHING_S = 600.0  # a fan curve's input smoothing: ten minutes at most (longer would hide real heat)
+SmoothingS = Annotated[float, Field(ge=0, le=MAX_SMOOTHING_S, description=(
+    "the curve reads the time-weighted mean of its source over the last this many seconds (0: each reading "
+    "as it comes); a failed source still sends the fans to full at once"))]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Glob = Annotated[str, Field(min_length=1)]
 

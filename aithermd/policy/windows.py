@@ -104,3 +104,11 @@ class Window:
         cum = buf.cum
         below = cum[i0 - 1] + values[i0] * (lo - times[i0 - 1])  # i0 > start: times[start] ≤ lo
         return (cum[end - 1] - below) / span
+
+    def mean_upto(self, window_s: float, now: float) -> float | None:
+        """Time-weighted mean over (now − window_s, now], or over the whole history while it is shorter
+        (a fresh window: the mean of what it holds; one sample: that value). None when empty."""
+        if self._end <= self._start:
+            return None
+        span = min(window_s, now - self._buf.times[self._start])
+        return self.stat("mean", span, now) if span > EPS_S else self._buf.values[self._end - 1]

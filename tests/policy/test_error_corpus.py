@@ -36,6 +36,7 @@ EXPECTED = {
     'negative-window.yaml': ['{file}:4:63: error: rules[0].when.window_s: should be greater than or equal to 0'],
     'percent-out-of-range.yaml': ['{file}:2:47: error: rules[0].limit: 500% of the default is out of range (1–200 %)'],
     'safety-loosened.yaml': ['{file}:2:13: error: safety.margin_c: safety can only be made stricter: margin_c must be ≥ 5 (the built-in margin)'],
+    'smoothing-too-long.yaml': ['{file}:6:18: error: curves.board.smoothing_s: should be less than or equal to 600'],
     'state-without-enter.yaml': ["{file}:5:9: error: machines.load.states[1]: state 'busy' needs 'enter' (the condition that leads to it)"],
     'stop-below-without-curve.yaml': ["{file}:2:5: error: rules[0]: stop_below_c reads the temperature of the rule's curve: it needs 'curve', not 'duty_pct'"],
     'temperature-without-sensor.yaml': ["{file}:4:11: error: rules[0].when: metric temperature_c needs 'sensor' (a channel id or label)"],
