@@ -3,7 +3,7 @@
 The simulated sensors are noisy as real ones are (:mod:`aithermd.sim.sensor_noise`: GPU temperatures scatter
 by about 2 °C from one reading to the next under load), so the fan test below can fail: a policy whose curve
 follows every reading makes its fans hunt, and ``test_a_curve_without_hysteresis_or_ramp_limits_hunts``
-shows that it does.
+shows that it does (the shipped policies smooth the curve's input with ``smoothing_s`` instead).
 """
 
 import collections
@@ -47,12 +47,12 @@ def test_fan_duty_changes_at_most_6_times_a_minute_in_steady_state(policy, long_
 
 
 def test_a_curve_without_hysteresis_or_ramp_limits_hunts(tmp_path):
-    """The same check on ``balanced`` stripped of its hysteresis and ramp limits, on the same noisy
-    machine: it must fail, or the check above could not catch a policy that hunts."""
+    """The same check on ``balanced`` stripped of its input smoothing, hysteresis and ramp limits, on the
+    same noisy machine: it must fail, or the check above could not catch a policy that hunts."""
     text = (SHIPPED / "balanced.yaml").read_text()
-    bad = re.sub(r"\n *(hysteresis_c|ramp_up_pct_s|ramp_down_pct_s):[^\n]*", "", text)
+    bad = re.sub(r"\n *(smoothing_s|hysteresis_c|ramp_up_pct_s|ramp_down_pct_s):[^\n]*", "", text)
     doc = load_policy_text(bad, name="no-hysteresis").document
-    assert doc.curves["board"].hysteresis_c == 0
+    assert doc.curves["board"].hysteresis_c == 0 and doc.curves["board"].smoothing_s == 0
     assert all(getattr(r, "ramp_up_pct_s", None) is None and getattr(r, "ramp_down_pct_s", None) is None
                for r in doc.rules)
     (tmp_path / "policies").mkdir()
@@ -60,7 +60,8 @@ def test_a_curve_without_hysteresis_or_ramp_limits_hunts(tmp_path):
     run = run_daemon(tmp_path, "no-hysteresis", 1920, long_training_load(),
                      policy_dirs=[tmp_path / "policies"]).data
     worst = worst_fan_changes_per_minute(run)
-    print(f"balanced without hysteresis or ramp limits: {worst} fan duty changes in its worst steady minute")
+    print(f"balanced without smoothing, hysteresis or ramp limits: {worst} fan duty changes in its worst "
+          "steady minute")
     assert worst > 2 * MAX_CHANGES_PER_MINUTE
 
 
