@@ -219,6 +219,7 @@ class Board:
                 ttar.extract(path, dest)
         else:
             ttar.extract(archive, dest)
+        _set_desktop_rapl_limits(dest / "sys")
         return cls(dest / "sys", seed=seed, room_c=room_c, sensor_noise=sensor_noise)
 
     def _open(self, path: Path) -> DrivenFile:
@@ -321,3 +322,19 @@ class Board:
         for f in self._files:
             f.close()
         self._files.clear()
+
+
+def _set_desktop_rapl_limits(root: Path) -> None:
+    """The recorded RAPL zone (node_exporter's fixture) carries firmware's "unlimited" 4090 W PL1/PL2 above
+    its own 95 W ``constraint_0_max_power_uw``. The simulated package starts as a desktop CPU is shipped:
+    PL1 at that 95 W maximum and PL2 at 1.25 × PL1, the usual short-term ratio, so PL1/PL2 mean something
+    on screen and a policy's cap visibly moves them."""
+    pkg = root / RAPL_PKG
+    max_file = pkg / "constraint_0_max_power_uw"
+    max_uw = max_file.read_text().strip() if max_file.exists() else ""
+    if not max_uw.isdigit() or int(max_uw) <= 0:
+        return
+    pl1 = int(max_uw)
+    for name, value in (("constraint_0_power_limit_uw", pl1), ("constraint_1_power_limit_uw", pl1 * 5 // 4)):
+        if (pkg / name).exists():
+            (pkg / name).write_text(f"{value}\n")
