@@ -12,8 +12,6 @@ components, filled 9100–9999 with exporters by 2023 and continue upward from 1
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +23,7 @@ from ruamel.yaml.error import YAMLError
 from ruamel.yaml.reader import ReaderError
 
 from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.files import read_regular
 
 DEFAULT_CONFIG = Path("/etc/aithermd/aithermd.yaml")
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the same as aithermd.publish.metrics.DEFAULT_METRICS_LISTEN
@@ -155,17 +154,9 @@ def _read_text(path: Path) -> str:
     """The file's text; PolicyErrors when it is not a readable regular UTF-8 file of at most
     MAX_CONFIG_BYTES (O_NONBLOCK: a FIFO never hangs the daemon or ``aithermd restore``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            regular = stat.S_ISREG(os.fstat(fd).st_mode)
-            with open(fd, "rb", closefd=False) as fh:
-                raw = fh.read(MAX_CONFIG_BYTES + 1) if regular else b""
-        finally:
-            os.close(fd)
-    except OSError as exc:
+        raw = read_regular(path, MAX_CONFIG_BYTES)
+    except OSError as exc:  # NotRegularFile included: "not a regular file"
         raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from exc
-    if not regular:
-        raise PolicyErrors([PolicyError(str(path), "cannot read: not a regular file")])
     if len(raw) > MAX_CONFIG_BYTES:
         raise PolicyErrors([PolicyError(str(path), f"larger than {MAX_CONFIG_BYTES} bytes: "
                                                    "not a config file")])

@@ -28,6 +28,7 @@ from ruamel.yaml.reader import ReaderError
 
 from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.files import NotRegularFile, read_regular
 from aithermd.policy import locate
 from aithermd.policy.references import check_references
 from aithermd.policy.schema import PolicyDocument
@@ -203,20 +204,13 @@ def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> P
     perm_errors, warnings = _permissions(path, strict_permissions)
     if perm_errors:
         raise PolicyErrors(perm_errors)
-    try:
-        # O_NONBLOCK: a FIFO named like a policy must not hang the loader (or a reload) waiting for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            regular = stat.S_ISREG(os.fstat(fd).st_mode)
-            with open(fd, "rb", closefd=False) as fh:
-                raw = fh.read(MAX_BYTES + 1) if regular else b""
-        finally:
-            os.close(fd)
+    try:  # a FIFO named like a policy must not hang the loader (or a reload) waiting for a writer
+        raw = read_regular(path, MAX_BYTES)
+    except NotRegularFile:
+        raise PolicyErrors([PolicyError(str(path), "cannot read: not a regular file",
+                                        hint="a policy is a YAML file; move this out of the way")]) from None
     except OSError as exc:
         raise PolicyErrors([PolicyError(str(path), f"cannot read: {exc.strerror or exc}")]) from None
-    if not regular:
-        raise PolicyErrors([PolicyError(str(path), "cannot read: not a regular file",
-                                        hint="a policy is a YAML file; move this out of the way")])
     if len(raw) > MAX_BYTES:
         raise PolicyErrors([PolicyError(str(path), f"larger than {MAX_BYTES} bytes: not a policy file")])
     try:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import csv
 import datetime
-import errno
 import math
 import os
 import re
-import stat
 import statistics
 import time
 from collections.abc import Iterable
@@ -27,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from aithermd.errors import AithermError
+from aithermd.files import read_regular
 
 ID_COLUMNS = ("index", "uuid", "pci.bus_id", "gpu_bus_id")
 # fields read as numbers (a value that is neither a number nor an unknown marker is malformed); every other
@@ -171,14 +170,7 @@ def read_trace_text(path: str | os.PathLike[str], errors: str = "strict") -> str
     """The text of a trace file. Raises OSError when it cannot be read or is not a regular file (a FIFO
     would block for ever, ``/dev/zero`` never end), TraceError with the line of the first byte that is not
     UTF-8 (with ``errors="strict"``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        with open(fd, "rb", closefd=False) as fh:
-            raw = fh.read()
-    finally:
-        os.close(fd)
+    raw = read_regular(path)
     try:
         return raw.decode("utf-8", errors=errors)
     except UnicodeDecodeError as exc:

@@ -20,9 +20,7 @@ as real drivers print it, 418 to 610:
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +28,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aithermd.errors import AithermError
+from aithermd.files import read_regular
 from aithermd.gpu_profile import GpuProfile, GpuSnapshot
 
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
@@ -64,18 +63,10 @@ def load_dump(path: str | Path) -> list[GpuProfile]:
     Raises :class:`DumpError` when the file cannot be read, is malformed XML, or holds no GPU.
     """
     p = Path(path)
-    try:  # O_NONBLOCK and a regular file only: a FIFO would block for ever, /dev/zero never end
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            regular = stat.S_ISREG(os.fstat(fd).st_mode)
-            with open(fd, "rb", closefd=False) as fh:
-                raw = fh.read() if regular else b""
-        finally:
-            os.close(fd)
-    except OSError as exc:
+    try:  # a FIFO would block for ever, /dev/zero never end
+        raw = read_regular(p)
+    except OSError as exc:  # NotRegularFile included: "not a regular file"
         raise DumpError(str(p), f"cannot read: {exc.strerror or exc}") from exc
-    if not regular:
-        raise DumpError(str(p), "cannot read: not a regular file")
     return parse_dump(raw.decode("utf-8", errors="replace"), source=p.name, path=str(p))
 
 

@@ -1,0 +1,30 @@
+"""Reading the files people hand aithermd (policies, the config, traces, nvidia-smi dumps) safely.
+
+A FIFO named like one of them would block a reader for ever, and ``/dev/zero`` would never end: each is
+opened with ``O_NONBLOCK``, must be a regular file, and is read up to a limit.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+
+class NotRegularFile(OSError):
+    """The path is a FIFO, device, socket or directory (``errno`` EINVAL, ``strerror`` "not a regular
+    file")."""
+
+
+def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> bytes:
+    """The bytes of the regular file at ``path``: all of them, or at most ``limit + 1`` so that a caller
+    can tell a file over ``limit`` bytes. Raises :class:`NotRegularFile`, or OSError when it cannot be
+    opened or read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(errno.EINVAL, "not a regular file", str(path))
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read() if limit is None else fh.read(limit + 1)
+    finally:
+        os.close(fd)
