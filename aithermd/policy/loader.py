@@ -58,15 +58,17 @@ class Policy:
 
 
 def shipped_policy_dir() -> Path:
-    """The shipped policies: the repository's ``policies/`` in a source checkout, else
-    ``<sys.prefix>/share/aithermd/policies``, else ``/usr/share/aithermd/policies``."""
+    """The shipped policies: the repository's ``policies/`` in a source checkout, else the distribution's
+    ``/usr/share/aithermd/policies`` (the packages link it to their conffiles in ``/etc/aithermd/policies``,
+    so an admin's edit of a shipped file counts, even when the bundled virtualenv also holds a copy),
+    else ``<sys.prefix>/share/aithermd/policies`` (a wheel installed with pip)."""
     candidates = [Path(__file__).resolve().parents[2] / "policies",
-                  Path(sys.prefix) / "share" / "aithermd" / "policies",
-                  Path("/usr/share/aithermd/policies")]
+                  Path("/usr/share/aithermd/policies"),
+                  Path(sys.prefix) / "share" / "aithermd" / "policies"]
     for cand in candidates:
         if (cand / "balanced.yaml").is_file():
             return cand
-    return candidates[-1]
+    return candidates[1]
 
 
 def permission_problems(path: Path) -> list[str]:
