@@ -50,6 +50,8 @@ REASONS = (
     ("HwThermalSlowdown", "hw_thermal_slowdown"),
     ("HwPowerBrakeSlowdown", "hw_power_brake_slowdown"),
     ("DisplayClockSetting", "display_clocks_setting"),
+    ("BoardLimit", "board_limit"),  # nvml.h: clocks held down by a board-level limit
+    ("Reliability", "reliability"),  # nvml.h: clocks held down for reliability
 )
 # role → NVML field ids in order of preference (nvml.h NVML_FI_DEV_*), and the single call used without one
 FIELD_ROLES = (

@@ -27,6 +27,7 @@ from prometheus_client.exposition import _SilentHandler, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from aithermd import __version__
+from aithermd.backends.nvml_probe import REASONS
 from aithermd.model import DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
 from aithermd.publish.document import decision_changes
 from aithermd.publish.hub import StateHub
@@ -36,9 +37,7 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
 CLIENT_TIMEOUT_S = 5.0
 TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 # NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
-CLOCK_EVENT_REASONS = ("gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
-                       "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                       "display_clocks_setting")  # the names of aithermd.backends.nvml_probe.REASONS
+CLOCK_EVENT_REASONS = tuple(name for _, name in REASONS)
 
 _GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name"]
 _HWMON_LABELS = ["chip", "sensor", "label"]
@@ -188,7 +187,10 @@ class SnapshotCollector(Collector):
         yield from (temps, fans, duty)
 
     def _powercap(self, s: Snapshot) -> Iterator[Metric]:
-        power = GaugeMetricFamily("aithermd_cpu_package_power_watts",
+        package = GaugeMetricFamily("aithermd_cpu_package_power_watts",
+                                    "CPU package power over the last tick (RAPL package-N zones).",
+                                    labels=["zone"])
+        power = GaugeMetricFamily("aithermd_rapl_power_watts",
                                   "RAPL zone power over the last tick (powercap energy_uj).", labels=["zone"])
         energy = CounterMetricFamily("aithermd_rapl_energy_joules", "RAPL zone energy counter (powercap).",
                                      labels=["zone"])
@@ -202,13 +204,15 @@ class SnapshotCollector(Collector):
                 value = _ok(s, ch.id)
                 if value is not None and ch.quantity is Quantity.POWER:
                     power.add_metric([zone], value)
+                    if zone.startswith("package-"):  # core, uncore, dram and psys are not packages
+                        package.add_metric([zone], value)
                 elif value is not None and ch.quantity is Quantity.ENERGY:
                     energy.add_metric([zone], value)
             for knob in dev.knobs:
                 kv = s.knobs.get(knob.id)
                 if knob.kind in (KnobKind.PL1, KnobKind.PL2) and kv is not None and kv.value is not None:
                     limits.add_metric([zone, str(knob.kind)], kv.value)
-        yield from (power, energy, limits)
+        yield from (package, power, energy, limits)
 
     def _policy(self, s: Snapshot) -> Iterator[Metric]:
         active = GaugeMetricFamily("aithermd_policy_active", "1 for the active policy.", labels=["policy"])

@@ -41,6 +41,8 @@ REASON_BITS: Mapping[str, int] = MappingProxyType(
         "hw_thermal_slowdown": 0x40,
         "hw_power_brake_slowdown": 0x80,
         "display_clocks_setting": 0x100,
+        "board_limit": 0x200,
+        "reliability": 0x400,
     }
 )
 _UUID_NS = uuidlib.UUID("6f1c5b1e-5a0c-4f43-9d59-61746865726d")  # fixed: the same GPU gets the same UUID

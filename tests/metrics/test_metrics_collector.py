@@ -52,6 +52,10 @@ def test_hwmon_powercap_and_policy_metrics():
     assert value(found, "aithermd_cpu_package_power_watts", zone="package-0") == r[
         "powercap:package-0/power"].value
     assert value(found, "aithermd_rapl_energy_joules_total", zone="dram") == r["powercap:dram/energy"].value
+    assert value(found, "aithermd_rapl_power_watts", zone="dram") == r["powercap:dram/power"].value
+    assert not [ls for (n, ls), _ in found.items()  # dram is a RAPL zone, not a CPU package
+                if n == "aithermd_cpu_package_power_watts" and ("zone", "dram") in ls]
+    assert value(found, "aithermd_gpu_clock_event_reason", gpu_index="0", reason="board_limit") == 0.0
     assert value(found, "aithermd_rapl_power_limit_watts", zone="package-0", constraint="pl1") == 125.0
     assert value(found, "aithermd_rapl_power_limit_watts", zone="package-0", constraint="pl2") == 253.0
     assert value(found, "aithermd_policy_active", policy="balanced") == 1.0
