@@ -22,6 +22,7 @@ machine (``/sys``, real time) and leaves them off for fixture trees and simulate
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -62,7 +63,7 @@ class LiveOptions:
         on_sys = Path(settings.sysfs_root).resolve() == Path(machine_sysfs)
         bus = (settings.bus if "=" in settings.bus
                else "system" if settings.bus == "system" or on_sys else None)
-        fast = FastLaneOptions() if settings.tick_s > 0.1 else None
+        fast = FastLaneOptions(threaded=True) if settings.tick_s > 0.1 else None
         return cls(hotplug=on_sys, sleep_bus=bus, fastlane=fast)
 
 
@@ -111,6 +112,7 @@ class Live:
         self.queued: list[Event] = []
         self.paused_since: float | None = None
         self.fastlane: FastLane | None = None
+        self._fast_thread: threading.Thread | None = None
         self.hotplug: Hotplug | None = None
         self.sleep: Any = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -132,7 +134,10 @@ class Live:
             self.fastlane = FastLane(lambda: self.daemon.cycle, self.tick_lock, self.emit, o.fastlane,
                                      clock=d.clock, paused=lambda: self.paused)
             self._unlisten = d.hub.add_listener(self.fastlane.rearm)
-            self._tasks.append(asyncio.create_task(self.fastlane.run()))
+            if o.fastlane.threaded:
+                self._fast_thread = self.fastlane.start_thread(asyncio.get_running_loop())
+            else:
+                self._tasks.append(asyncio.create_task(self.fastlane.run()))
         if o.hotplug:
             self.hotplug = Hotplug(monitor_factory=UdevMonitor if o.udev else None, settle_s=o.settle_s,
                                    clock=d.clock)
@@ -151,6 +156,9 @@ class Live:
         """Stop every service (before the daemon's final restore: nothing writes after this returns)."""
         if self.fastlane is not None:
             self.fastlane.stop()
+        if self._fast_thread is not None:  # it only waits on the loop for a hand-off: gone within a period
+            await asyncio.to_thread(self._fast_thread.join, 2.0)
+            self._fast_thread = None
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None

@@ -4,9 +4,9 @@ Run: ``.venv/bin/python benchmarks/bench_fastlane.py [--seconds S] [--trials N]`
 X570 board (hwmon files) and two fake NVML GPUs it prints, for each watch set:
 
 - the cost of one poll (µs, best of several runs of 500 polls);
-- the CPU the running lane takes at 10 Hz, at its default 12.5 Hz and at 20 Hz over ``S`` seconds of real time
-  (``time.process_time`` of the whole process — the loop, the NVML worker — over wall time), in % of one
-  core;
+- the CPU the running lane takes at 10 Hz, at its default 12.5 Hz and at 20 Hz over ``S`` seconds of real
+  time (``time.process_time`` of the whole process — the lane's thread, the loop, the NVML worker — over
+  wall time; the lane polls from its own thread, as the daemon runs it in real time), in % of one core;
 
 then the end-to-end reaction time of the real daemon with a 1 s main tick: a critical temperature is
 written into the tree at a random instant, and the time until the fan's ``pwm1`` reads 255 is measured
@@ -106,35 +106,42 @@ async def measure(lane: FastLane, seconds: float) -> tuple[float, ...]:
     for rate in RATES:
         lane.period_s = 1.0 / rate
         lane._stopped = False  # noqa: SLF001 - restarting the same lane
-        task = asyncio.create_task(lane.run())
+        thread = lane.start_thread(asyncio.get_running_loop())  # as the daemon runs it in real time
         await asyncio.sleep(0.2)
         c0, w0 = time.process_time(), time.perf_counter()
         await asyncio.sleep(seconds)
         shares.append(100.0 * (time.process_time() - c0) / (time.perf_counter() - w0))
         lane._stopped = True  # noqa: SLF001
-        await task
+        lane._wake.set()  # noqa: SLF001
+        await asyncio.to_thread(thread.join)
     return (best * 1e6, *shares)
 
 
 async def idle_share(seconds: float) -> tuple[float, ...]:
-    """% of a core an asyncio task that only wakes up at each rate takes: the event loop's own share."""
+    """% of a core a thread that only wakes up at each rate takes (timed waits, as the lane's thread)."""
+    import threading
+
     shares = []
     for rate in RATES:
-        async def wake(period: float = 1.0 / rate) -> None:
-            while True:
+        stop = threading.Event()
+
+        def wake(period: float = 1.0 / rate, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
                 t = time.monotonic()
-                await asyncio.sleep(max(0.0, t + period - time.monotonic()))
-        task = asyncio.create_task(wake())
+                stop.wait(max(0.0, t + period - time.monotonic()))
+        thread = threading.Thread(target=wake)
+        thread.start()
         await asyncio.sleep(0.2)
         c0, w0 = time.process_time(), time.perf_counter()
         await asyncio.sleep(seconds)
         shares.append(100.0 * (time.process_time() - c0) / (time.perf_counter() - w0))
-        task.cancel()
+        stop.set()
+        await asyncio.to_thread(thread.join)
     return tuple(shares)
 
 
 async def cost_cases(seconds: float) -> list[tuple]:
-    rows: list[tuple] = [("(loop wake-ups only)", 0, 0.0, *await idle_share(seconds))]
+    rows: list[tuple] = [("(thread wake-ups only)", 0, 0.0, *await idle_share(seconds))]
     for label, near in (("hwmon, 1 file", 0), ("hwmon, 8 files", 7)):
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
@@ -170,7 +177,7 @@ async def reaction(trials: int) -> list[float]:
         temp, pwm = root / AMDGPU / "temp1_input", root / AMDGPU / "pwm1"
         original = pwm.read_text()
         d = Daemon(settings(tmp, root, tick_s=1.0), backends=[HwmonBackend(str(root))],
-                   live=LiveOptions(fastlane=FastLaneOptions()))
+                   live=LiveOptions(fastlane=FastLaneOptions(threaded=True)))
         run = asyncio.create_task(d.run())
         out = []
         try:

@@ -154,3 +154,49 @@ async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_a
     assert fake.power_limit_w(1) == limit1 and fake.fan_target_pct(1, 0) == 40  # the other GPU untouched
     assert "gpu0/power_limit" in cycle.applier.journal
     assert emitted[0].subject == "gpu0/temperature"
+
+
+async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board, clock, root):
+    """Real time: the polling thread reads the watched file and hands the crossing to the event loop, which
+    applies the safety action (journal first). Bounded wait, no timing assertion (speed: the benchmark)."""
+    import threading
+
+    cycle, _ = board
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane = lane_for(cycle, [], clock, threaded=True)
+    lane.rearm(await cycle.tick(1))
+    loop_thread = threading.current_thread()
+    acted_on = []
+    real_poll = lane.poll_once
+
+    async def poll_once():
+        acted_on.append(threading.current_thread())
+        return await real_poll()
+
+    lane.poll_once = poll_once
+    thread = lane.start_thread(asyncio.get_running_loop())
+    try:
+        for _ in range(50):  # quiet: the thread reads, nothing is handed to the loop
+            await asyncio.sleep(0.01)
+        assert acted_on == [] and read(root, f"{AMDGPU}/pwm1") != 255
+        write(root, f"{AMDGPU}/temp1_input", 95000)
+        for _ in range(500):
+            if read(root, f"{AMDGPU}/pwm1") == 255:
+                break
+            await asyncio.sleep(0.01)
+        assert read(root, f"{AMDGPU}/pwm1") == 255 and read(root, f"{AMDGPU}/pwm1_enable") == 1
+        assert acted_on and all(t is loop_thread for t in acted_on)
+        assert AMD_PWM in cycle.applier.journal.entries()
+    finally:
+        lane.stop()
+        await asyncio.to_thread(thread.join, 2.0)
+    assert not thread.is_alive()
+
+
+def test_the_daemon_polls_from_a_thread_in_real_time():
+    from aithermd.live import LiveOptions
+    from aithermd.settings import DaemonSettings
+
+    options = LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=True)
+    assert options.fastlane is not None and options.fastlane.threaded
+    assert LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=False).fastlane is None
