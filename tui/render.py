@@ -25,6 +25,12 @@ def _limit_text(cur: float | None, lo: float | None, hi: float | None, default: 
     return f"limit {fmt(cur, 'W')}" + (f" ({extra})" if extra else "")
 
 
+def _daemon_now(doc: Doc) -> float:
+    """The daemon's wall clock at the snapshot (``t_wall``), else ours."""
+    t = doc.get("t_wall")
+    return float(t) if isinstance(t, int | float) else time.time()
+
+
 def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
     """One line per hold: cookie, policy, reason, owner, expiry."""
     now = time.time() if now is None else now
@@ -51,7 +57,9 @@ def status_text(doc: Doc, now: float | None = None) -> str:
     if ov.dry_run:
         head += " · dry run: nothing is written"
     lines = [head]
-    lines += holds_lines(ov.holds, now)
+    # expiries are on the daemon's clock: measure them from the snapshot's own time (a simulated daemon's
+    # wall clock runs faster than ours)
+    lines += holds_lines(ov.holds, now if now is not None else _daemon_now(doc))
     for scope_policy, states in ov.states.items():
         shown = ", ".join(f"{scope} {state}" for scope, state in states.items())
         if shown:

@@ -67,3 +67,12 @@ def test_dbus_errors_map_to_classes_and_exit_codes():
     assert isinstance(from_dbus(wire.ERROR_BUSY, "", "Reload", "system"), DaemonError)
     old = from_dbus("org.freedesktop.DBus.Error.UnknownMethod", "x", "Explain", "s")
     assert "update aithermd" in str(old)
+
+
+def test_a_holds_time_left_is_measured_on_the_daemons_clock():
+    """A simulated daemon's wall clock runs ahead of ours: the expiry is compared with the snapshot's t_wall."""
+    from aithermctl.render import status_text
+
+    doc = {"t_wall": 1000.0, "devices": [], "policy": {"active": "balanced", "states": {}, "holds": [
+        {"cookie": 3, "policy": "quiet", "reason": "r", "owner": ":1.2", "detached": False, "expires": 1600.0}]}}
+    assert "cookie 3: quiet — r (until :1.2 leaves, 10m 00s left)" in status_text(doc)

@@ -102,7 +102,8 @@ class PolicyScreen(DataScreen):
         self._fill("#policies", [(("*" if p.get("active") else ""), str(p.get("name")),
                                   str(p.get("description") or "")) for p in state.policies],
                    [str(p.get("name")) for p in state.policies])
-        now = time.time()
+        t_wall = (state.doc or {}).get("t_wall")  # expiries are on the daemon's clock (faster when simulated)
+        now = float(t_wall) if isinstance(t_wall, int | float) else time.time()
         holds = policy.get("holds") or ()
         self._fill("#holds", [(str(h.get("cookie")), str(h.get("policy")), Text(str(h.get("reason") or "")),
                                "detached" if h.get("detached") else str(h.get("owner") or ""),
