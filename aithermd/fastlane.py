@@ -134,6 +134,11 @@ class FastLane:
                 del self._nvml[dev]
             self.watch = watch
             self.acted.clear()
+            # already at its trigger in this tick: the tick's own safety layer acted (and latches); the lane
+            # waits for the next crossing instead of repeating that action every tick
+            self.acted.update(cid for cid, trig in watch.items()
+                              if (r := snapshot.readings.get(cid)) is not None and r.value is not None
+                              and r.value >= trig)
         if watch:
             self._armed.set()
             self._wake.set()

@@ -77,7 +77,12 @@ async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(boa
     snap = await cycle.tick(2)
     assert snap.decisions[AMD_PWM].rule == "safety/critical-temperature"
     lane.rearm(snap)
-    assert lane.acted == set()
+    assert lane.acted == {EDGE}  # still critical at the tick: the tick's safety layer has it, not the lane
+    actions = lane.actions
+    assert await lane.poll_once() is False and lane.actions == actions
+    write(root, f"{AMDGPU}/temp1_input", 82000)  # cooled below the trigger: the next crossing counts again
+    lane.rearm(await cycle.tick(3))
+    assert lane.acted == set() and lane.watch == {EDGE: 86.0}
 
 
 async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, clock, root):
