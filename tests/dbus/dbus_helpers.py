@@ -44,14 +44,36 @@ NOBODY = 65534
 
 
 @functools.cache
+def _runtime_for_others() -> tuple[str, str]:
+    """(python, directory) that another uid can use whatever the checkout's permissions (CI may clone into
+    a 0700 directory): the base interpreter, and a world-readable copy of client_call.py and dbus_fast."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import dbus_fast
+
+    tmp = Path(tempfile.mkdtemp(prefix="aithermd-client-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    shutil.copy(HERE / "client_call.py", tmp / "client_call.py")
+    shutil.copytree(Path(dbus_fast.__file__).parent, tmp / "dbus_fast")
+    for path in (tmp, *tmp.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    tmp.chmod(0o755)
+    python = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(python), str(tmp)
+
+
+@functools.cache
 def _runnable_as(uid: int) -> str | None:
-    """None when this Python and the tests can run as ``uid``; else why not."""
+    """None when the tests can run a client as ``uid``; else why not."""
     if os.geteuid() != 0:
         return "running a client as another uid needs root"
-    probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable,
-                            "-c", f"import dbus_fast; open({str(HERE / 'client_call.py')!r}).close()"],
+    python, where = _runtime_for_others()
+    probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", python, "-I",
+                            "-c", f"import sys; sys.path.insert(0, {where!r}); import dbus_fast"],
                            capture_output=True, text=True, cwd="/")
-    return None if probe.returncode == 0 else f"uid {uid} cannot run {sys.executable}: {probe.stderr[-300:]}"
+    return None if probe.returncode == 0 else f"uid {uid} cannot run {python}: {probe.stderr[-300:]}"
 
 
 def _skip_unless_runnable_as(uid: int) -> None:
@@ -64,11 +86,14 @@ def run_client(address: str, calls: list, *, uid: int | None = NOBODY) -> list[d
     """Make ``calls`` ([member, signature, body]) from another process, as ``uid`` (None: as root).
 
     Returns the JSON lines it printed: first {"unique_name", "uid"}, then one per call."""
-    cmd = [sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls)]
+    cmd, env = [sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls)], None
     if uid is not None:
         _skip_unless_runnable_as(uid)
-        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/")
+        python, where = _runtime_for_others()  # the base interpreter with our copy of dbus_fast first
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", python,
+               f"{where}/client_call.py", address, json.dumps(calls)]
+        env = dict(os.environ, PYTHONPATH=where)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
