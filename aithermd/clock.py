@@ -23,7 +23,10 @@ class RealClock:
 
 
 class FakeClock:
-    """A clock that moves only when told: ``advance(s)``."""
+    """A clock that moves only when told: ``advance(s)`` moves monotonic and wall time together, never
+    backwards. Monotonic time starts at ``start`` s, wall time at ``wall_start`` (default 2026-01-01 00:00
+    UTC). The simulated workstation's clock (:class:`aithermd.sim.runner.SimClock`) and the tests' clock
+    are this one."""
 
     def __init__(self, start: float = 1000.0, wall_start: float = 1_767_225_600.0) -> None:
         self._t = start
@@ -36,4 +39,5 @@ class FakeClock:
         return self._t + self._wall_offset
 
     def advance(self, seconds: float) -> None:
-        self._t += seconds
+        if seconds > 0:
+            self._t += seconds

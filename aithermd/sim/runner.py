@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from aithermd.clock import FakeClock
 from aithermd.model import Event, Snapshot
 from aithermd.sim import report
 
@@ -40,22 +41,12 @@ if TYPE_CHECKING:  # the machine pulls in the fake NVML and pynvml: only when a 
 MAX_STEP_S = 1.0  # physics substep: ticks longer than this are integrated in pieces
 
 
-class SimClock:
-    """Simulated monotonic and wall time, moved only by :meth:`advance` (the daemon's sleep)."""
+class SimClock(FakeClock):
+    """Simulated monotonic and wall time, moved only by :meth:`advance` (the daemon's sleep); wall time
+    starts now unless ``wall_start`` is given."""
 
     def __init__(self, start: float = 1000.0, wall_start: float | None = None) -> None:
-        self._t = start
-        self._wall_offset = (time.time() if wall_start is None else wall_start) - start
-
-    def monotonic(self) -> float:
-        return self._t
-
-    def wall(self) -> float:
-        return self._t + self._wall_offset
-
-    def advance(self, seconds: float) -> None:
-        if seconds > 0:
-            self._t += seconds
+        super().__init__(start, time.time() if wall_start is None else wall_start)
 
 
 def sim_sleep(clock: SimClock, speedup: float) -> Callable[[float], Any]:

@@ -1,14 +1,14 @@
-"""Shared helpers for the sysfs backend tests: fixture locations and the lm-sensors reference."""
+"""Shared helpers for the sysfs backend tests: the lm-sensors reference of each recorded machine (the
+machines themselves, and copies of them, come from :mod:`tests.support.machines`)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-MACHINES_DIR = FIXTURES / "sysfs"
-TTAR = FIXTURES / "ttar"
+from tests.support.machines import MACHINES_DIR, TTAR
+
+__all__ = ["MACHINES", "MACHINES_DIR", "TTAR", "assert_agrees", "document_view", "lm_sensors_reference"]
+
 MACHINES = sorted(p.name for p in MACHINES_DIR.iterdir() if (p / "sensors.json").is_file())
 TOLERANCE = 0.0005 + 1e-9  # sensors -j prints three decimals
 
@@ -52,9 +52,3 @@ def assert_agrees(view: dict, reference: dict) -> None:
             assert got_attr == attribute, f"{chip} {label}: attribute {got_attr} != {attribute}"
             assert got is not None and abs(got - value) <= TOLERANCE, f"{chip} {label}: {got} != {value}"
 
-
-def copy_machine(machine: str, dest: Path) -> Path:
-    """A writable copy of ``machine``'s ``sys/`` tree (symlinks kept); returns the copied root."""
-    root = dest / "sys"
-    shutil.copytree(MACHINES_DIR / machine / "sys", root, symlinks=True)
-    return root

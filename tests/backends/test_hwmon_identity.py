@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
+from tests.support.machines import copy_machine
 
-from .helpers import MACHINES, copy_machine
+from .helpers import MACHINES
 
 
 def renumber(root: Path, offset: int) -> dict[str, str]:
@@ -46,7 +47,7 @@ def snapshot(root: Path):
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_ids_are_the_same_when_hwmon_devices_are_renumbered(machine, tmp_path):
-    root = copy_machine(machine, tmp_path)
+    root = copy_machine(tmp_path, machine)
     before = snapshot(root)
     mapping = renumber(root, offset=11)
     assert set(mapping) != set(mapping.values())
@@ -59,7 +60,7 @@ def test_ids_are_the_same_when_hwmon_devices_are_renumbered(machine, tmp_path):
 def test_identical_chips_get_numbered_in_bus_order(tmp_path):
     """Two k10temp chips on different PCI functions keep their own names; two acpitz zones (both named
     acpitz-acpi-0 by lm-sensors) become acpitz-acpi-0 and acpitz-acpi-0#2 in bus order, whatever hwmonN."""
-    root = copy_machine("asus-rog-strix-z690-e-alderlake-coretemp-nvme", tmp_path)
+    root = copy_machine(tmp_path, "asus-rog-strix-z690-e-alderlake-coretemp-nvme")
     acpi = root / "devices" / "LNXSYSTM:00"
     shutil.copytree(acpi / "LNXTHERM:00", acpi / "LNXTHERM:01", symlinks=True)
     (acpi / "LNXTHERM:01" / "hwmon" / "hwmon1").rename(acpi / "LNXTHERM:01" / "hwmon" / "hwmon9")

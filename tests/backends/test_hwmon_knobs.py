@@ -9,9 +9,9 @@ import pytest
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.pwm import pwm_mode
 from aithermd.errors import DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from tests.support.machines import copy_machine
 
 from .faults import FaultIO
-from .helpers import copy_machine
 
 NCT = "hwmon:nct6798-isa-0290"
 DELL = "hwmon:dell_smm-virtual-0"
@@ -19,7 +19,7 @@ DELL = "hwmon:dell_smm-virtual-0"
 
 @pytest.fixture
 def x570(tmp_path):
-    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    root = copy_machine(tmp_path, "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp")
     io = FaultIO()
     backend = HwmonBackend(str(root), io=io)
     backend.discover()
@@ -70,7 +70,7 @@ def test_save_and_restore_manual_mode(x570):
 
 
 def test_driver_without_pwm_enable(tmp_path):
-    root = copy_machine("dell-precision-7920-tower-xeon-coretemp-dell-smm-fans-nouveau", tmp_path)
+    root = copy_machine(tmp_path, "dell-precision-7920-tower-xeon-coretemp-dell-smm-fans-nouveau")
     io = FaultIO()
     backend = HwmonBackend(str(root), io=io)
     backend.discover()
@@ -130,7 +130,7 @@ def test_read_only_pwm_says_why(tmp_path):
         def writable(self, path: str) -> bool:
             return not path.endswith("_enable")
 
-    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    root = copy_machine(tmp_path, "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp")
     backend = HwmonBackend(str(root), io=ReadOnly())
     knob = next(d for d in backend.discover() if d.id == NCT).knobs[0]
     assert knob.writable is False and knob.why_not == "pwm1_enable not writable (needs root)"

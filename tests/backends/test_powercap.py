@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aithermd.backends.powercap import ROOT_ONLY, RaplBackend, energy_increase_uj
-from aithermd.clock import FakeClock
 from aithermd.errors import NoPermission, OutOfRange, UnknownKnob
 from aithermd.model import Status
 from aithermd.sim import ttar
+from tests.support.clock import SimClock
 
 from .faults import FaultIO
 from .helpers import TTAR
@@ -40,7 +40,7 @@ def zone_file(root: Path, zone: str, name: str) -> Path:
 
 
 def test_zones_are_named_by_their_name_file(procfs_root):
-    backend = RaplBackend(str(procfs_root), clock=FakeClock())
+    backend = RaplBackend(str(procfs_root), clock=SimClock())
     devices = {d.id: d for d in backend.discover()}
     assert list(devices) == ["powercap:package-0", "powercap:core", "powercap:package-10"]
     assert devices["powercap:core"].info["parent"] == "powercap:package-0"
@@ -70,7 +70,7 @@ def test_duplicate_zone_names_get_numbered_in_bus_order(node_root):
     for src, dst in (("intel-rapl:0", "intel-rapl:1"), ("intel-rapl:0:0", "intel-rapl:1:0")):
         shutil.copytree(pc / src, pc / dst)
     (pc / "intel-rapl:1" / "name").write_text("package-1\n")
-    backend = RaplBackend(str(node_root), clock=FakeClock())
+    backend = RaplBackend(str(node_root), clock=SimClock())
     devices = backend.discover()
     assert [d.id for d in devices] == [
         "powercap:package-0",
@@ -91,7 +91,7 @@ def test_zones_under_devices_virtual_powercap(node_root, tmp_path):
     shutil.copytree(
         node_root / "class" / "powercap" / "intel-rapl:0:0", virt / "intel-rapl:0" / "intel-rapl:0:0"
     )
-    backend = RaplBackend(str(root), clock=FakeClock())
+    backend = RaplBackend(str(root), clock=SimClock())
     assert [d.id for d in backend.discover()] == ["powercap:package-0", "powercap:core"]
     backend.close()
 
@@ -116,7 +116,7 @@ def test_power_right_across_a_wrap_with_a_real_recording(node_root):
     energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
     counter = MAX_RANGE - 3_000_000
     energy.write_text(f"{counter}\n")
-    clock = FakeClock()
+    clock = SimClock()
     backend = RaplBackend(str(node_root), clock=clock)
     backend.discover()
     start = backend.sample().readings["powercap:package-0/energy"].value
@@ -140,7 +140,7 @@ def test_power_right_across_a_wrap_with_a_real_recording(node_root):
 
 def test_power_uses_the_measured_interval_not_a_nominal_one(node_root):
     energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
-    clock = FakeClock()
+    clock = SimClock()
     backend = RaplBackend(str(node_root), clock=clock)
     backend.discover()
     energy.write_text("1000000\n")
@@ -154,7 +154,7 @@ def test_power_uses_the_measured_interval_not_a_nominal_one(node_root):
 def test_energy_readable_only_by_root_is_reported_not_raised(node_root):
     io = FaultIO()
     io.open_faults["energy_uj"] = [OSError(errno.EACCES, "Permission denied")]
-    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    backend = RaplBackend(str(node_root), clock=SimClock(), io=io)
     devices = backend.discover()
     assert devices[0].info["energy_why_not"] == ROOT_ONLY
     sample = backend.sample()
@@ -168,7 +168,7 @@ def test_energy_readable_only_by_root_is_reported_not_raised(node_root):
 @pytest.mark.parametrize("code", [errno.EIO, errno.ENODATA, errno.EAGAIN])
 def test_energy_read_fault_fails_that_zone_only(node_root, code):
     io = FaultIO()
-    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    backend = RaplBackend(str(node_root), clock=SimClock(), io=io)
     backend.discover()
     io.faults["intel-rapl:0/energy_uj"] = [OSError(code, os.strerror(code))]
     sample = backend.sample()
@@ -178,7 +178,7 @@ def test_energy_read_fault_fails_that_zone_only(node_root, code):
 
 
 def test_limit_write_save_restore(node_root):
-    backend = RaplBackend(str(node_root), clock=FakeClock())
+    backend = RaplBackend(str(node_root), clock=SimClock())
     backend.discover()
     limit = zone_file(node_root, "intel-rapl:0", "constraint_0_power_limit_uw")
     window = zone_file(node_root, "intel-rapl:0", "constraint_0_time_window_us")
@@ -195,7 +195,7 @@ def test_limit_write_save_restore(node_root):
 
 @pytest.mark.parametrize("value", [0.0, -5.0, 95.01, float("nan")])
 def test_limit_outside_constraints_is_refused(node_root, value):
-    backend = RaplBackend(str(node_root), clock=FakeClock())
+    backend = RaplBackend(str(node_root), clock=SimClock())
     backend.discover()
     with pytest.raises(OutOfRange):
         backend.write_knob("powercap:package-0/pl1", value)
@@ -205,7 +205,7 @@ def test_limit_outside_constraints_is_refused(node_root, value):
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 def test_limit_without_a_stated_max_still_refuses_non_finite_values(procfs_root, value):
-    backend = RaplBackend(str(procfs_root), clock=FakeClock())
+    backend = RaplBackend(str(procfs_root), clock=SimClock())
     backend.discover()
     limit = zone_file(procfs_root, "intel-rapl:0", "constraint_1_power_limit_uw")
     before = limit.read_text()
@@ -218,7 +218,7 @@ def test_limit_without_a_stated_max_still_refuses_non_finite_values(procfs_root,
 def test_limit_write_without_permission(node_root):
     io = FaultIO()
     io.write_faults["constraint_0_power_limit_uw"] = OSError(errno.EACCES, "Permission denied")
-    backend = RaplBackend(str(node_root), clock=FakeClock(), io=io)
+    backend = RaplBackend(str(node_root), clock=SimClock(), io=io)
     backend.discover()
     with pytest.raises(NoPermission):
         backend.write_knob("powercap:package-0/pl1", 50.0)
@@ -232,7 +232,7 @@ def test_not_writable_limit_says_why(node_root):
         def writable(self, path: str) -> bool:
             return False
 
-    backend = RaplBackend(str(node_root), clock=FakeClock(), io=ReadOnly())
+    backend = RaplBackend(str(node_root), clock=SimClock(), io=ReadOnly())
     knob = backend.discover()[0].knobs[0]
     assert knob.writable is False
     assert knob.why_not == "constraint_0_power_limit_uw not writable (needs root)"
@@ -248,7 +248,7 @@ def test_power_is_energy_over_interval_for_any_counter_path(start, steps):
     from aithermd.backends.powercap import _Zone
     from aithermd.backends.sysfs import Attribute, SysfsIO
 
-    backend = RaplBackend("unused", clock=FakeClock())
+    backend = RaplBackend("unused", clock=SimClock())
     zone = _Zone("powercap:package-0", Attribute(SysfsIO(), "unused"), None, MAX_RANGE)
     t, counter = 0.0, start
     backend._account(zone, counter, t)
@@ -265,7 +265,7 @@ def test_power_is_energy_over_interval_for_any_counter_path(start, steps):
 
 def test_a_counter_reset_is_implausible_not_a_huge_wrap(node_root):
     energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
-    clock = FakeClock()
+    clock = SimClock()
     backend = RaplBackend(str(node_root), clock=clock)
     backend.discover()
     energy.write_text("200000000000\n")  # 200 kJ into the counter

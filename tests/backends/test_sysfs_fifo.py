@@ -4,20 +4,16 @@ every sample for ever (``aithermd sensors`` hung)."""
 from __future__ import annotations
 
 import os
-import shutil
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.model import Status
+from tests.support.machines import X570, copy_machine
 
-from .helpers import MACHINES_DIR
-
-MACHINE = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
 NCT_DIR = "devices/platform/nct6775.656/hwmon/hwmon1"
 
 
 def test_a_fifo_attribute_fails_its_channel_and_the_others_read_on(tmp_path):
-    root = tmp_path / "sys"
-    shutil.copytree(MACHINE, root, symlinks=True)
+    root = copy_machine(tmp_path, X570)
     (root / NCT_DIR / "temp2_input").unlink()
     os.mkfifo(root / NCT_DIR / "temp2_input")  # nobody ever writes to it
     backend = HwmonBackend(str(root))

@@ -1,26 +1,12 @@
-"""Fixtures for the daemon tests: a fake clock with a sleep that advances it, settings in a temp dir."""
+"""Fixtures for the daemon tests: policies and settings in a temp dir (the clock is the suite's)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from aithermd.clock import FakeClock
 from aithermd.settings import DaemonSettings
 
 from .stub_engine import write_policy
-
-
-class SimClock(FakeClock):
-    async def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-        await asyncio.sleep(0)
-
-
-@pytest.fixture
-def clock() -> SimClock:
-    return SimClock()
 
 
 @pytest.fixture

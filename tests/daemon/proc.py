@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
-X570 = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
-
-
-def copy_machine(dest: Path, machine: str = X570) -> Path:
-    root = dest / "sys"
-    shutil.copytree(FIXTURES / machine / "sys", root, symlinks=True)
-    return root
 
 
 def knob_files(root: Path) -> dict[str, str]:

@@ -7,8 +7,9 @@ import pytest
 from aithermd.actuate.journal import JOURNAL_FILE, Journal
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
+from tests.support.machines import copy_machine
 
-from .proc import copy_machine, knob_files
+from .proc import knob_files
 
 
 @pytest.fixture

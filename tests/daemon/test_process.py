@@ -11,8 +11,9 @@ import time
 import pytest
 
 from aithermd.actuate.journal import JOURNAL_FILE
+from tests.support.machines import copy_machine
 
-from .proc import NotifySocket, copy_machine, json_lines, knob_files, restore, run_args, start
+from .proc import NotifySocket, json_lines, knob_files, restore, run_args, start
 
 pytestmark = pytest.mark.slow
 

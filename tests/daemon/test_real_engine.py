@@ -9,8 +9,9 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.daemon import Daemon
 from aithermd.model import Layer, Status
 from aithermd.settings import DaemonSettings
+from tests.support.machines import copy_machine
 
-from .proc import copy_machine, knob_files
+from .proc import knob_files
 
 NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
 K10 = "hwmon:k10temp-pci-00c3"

@@ -15,9 +15,10 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
 from aithermd.daemon import Daemon
 from aithermd.errors import DeviceLost, UnknownKnob
+from tests.support.machines import copy_machine
 
 from .fakes import FakeBackend
-from .proc import copy_machine, knob_files
+from .proc import knob_files
 from .stub_engine import STUB_ENGINE
 
 NCT = "hwmon:nct6798-isa-0290"

@@ -4,13 +4,10 @@ the service under test started on that bus."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from dbus_fast.aio import MessageBus
@@ -20,27 +17,7 @@ from fake_control import FakeControl
 from aithermd.publish import dbus_service
 from aithermd.publish.hub import StateHub
 from aithermd.publish.reference import reference_snapshot
-
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-  </policy>
-</busconfig>
-"""
+from tests.support.dbus import PrivateBus
 
 
 def _wait_for(predicate, timeout_s: float = 10.0) -> None:
@@ -55,22 +32,8 @@ def _wait_for(predicate, timeout_s: float = 10.0) -> None:
 def bus_address() -> Iterator[str]:
     """A dbus-daemon of our own with a system-bus-like policy; its socket reachable by any uid (the
     unprivileged client runs as uid 65534)."""
-    if shutil.which("dbus-daemon") is None:
-        pytest.skip("dbus-daemon not installed (scripts/system-packages.txt: dbus)")
-    tmp = Path(tempfile.mkdtemp(prefix="aithermd-bus-"))
-    tmp.chmod(0o755)
-    sock = tmp / "bus"
-    config = tmp / "bus.conf"
-    config.write_text(BUS_CONFIG.format(socket=sock))
-    proc = subprocess.Popen(["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for(sock.exists)
-        yield f"unix:path={sock}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with PrivateBus.start("system") as bus:
+        yield bus.address
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 from dbus_helpers import call, ok, run_client_async
 
-from aithermd.clock import FakeClock
 from aithermd.errors import InvalidArgument
 from aithermd.model import Reading, Status
 from aithermd.publish import wire
 from aithermd.publish.energy import EnergyWindows, NotOwner, UnknownWindow, WindowLimit
 from aithermd.publish.reference import reference_snapshot
+from tests.support.clock import SimClock
 
 DEVICES = ["gpu0", "gpu1", "powercap:dram", "powercap:package-0"]
 
@@ -25,7 +25,7 @@ def _with(snapshot, channel_id: str, value: float | None, status: Status = Statu
 
 
 def test_a_window_sums_each_devices_energy_between_start_and_stop():
-    clock = FakeClock()
+    clock = SimClock()
     windows = EnergyWindows(clock)
     windows.on_publish(reference_snapshot(1))
     wid = windows.start("epoch 1", 0.0, uid=1000)
@@ -41,7 +41,7 @@ def test_a_window_sums_each_devices_energy_between_start_and_stop():
 
 
 def test_a_counter_that_goes_back_is_estimated_from_power_and_a_failed_read_loses_nothing():
-    windows = EnergyWindows(FakeClock())
+    windows = EnergyWindows(SimClock())
     windows.on_publish(reference_snapshot(1))
     wid = windows.start("wrap", 60.0, uid=0)
     # the RAPL package counter (1100 J at seq 1) wraps and reads 5, 105, 205 J; gpu0 fails to read at seq 3
@@ -58,7 +58,7 @@ def test_a_counter_that_goes_back_is_estimated_from_power_and_a_failed_read_lose
 
 
 def test_only_the_owner_or_root_stops_a_window():
-    windows = EnergyWindows(FakeClock())
+    windows = EnergyWindows(SimClock())
     wid = windows.start("mine", 0.0, uid=1000)
     with pytest.raises(NotOwner):
         windows.stop(wid, uid=1001)
@@ -66,7 +66,7 @@ def test_only_the_owner_or_root_stops_a_window():
 
 
 def test_open_windows_per_uid_are_capped_and_time_out():
-    clock = FakeClock()
+    clock = SimClock()
     windows = EnergyWindows(clock, per_uid=2)
     a = windows.start("a", 10.0, uid=1000)
     windows.start("b", 0.0, uid=1000)
@@ -84,7 +84,7 @@ def test_open_windows_per_uid_are_capped_and_time_out():
 @pytest.mark.parametrize("timeout_s", [-1.0, float("nan"), float("inf"), 8 * 86400.0])
 def test_bad_timeouts_are_refused(timeout_s):
     with pytest.raises(InvalidArgument):
-        EnergyWindows(FakeClock()).start("x", timeout_s, uid=0)
+        EnergyWindows(SimClock()).start("x", timeout_s, uid=0)
 
 
 async def test_a_window_over_dbus_outlives_its_unprivileged_caller(service, client, hub, bus_address):
@@ -120,7 +120,7 @@ async def test_the_cap_is_a_named_error(service, client, bus_address):
 
 
 def test_root_is_bounded_only_by_the_total_so_many_concurrent_jobs_each_get_a_window():
-    windows = EnergyWindows(FakeClock(), per_uid=2, max_windows=5)
+    windows = EnergyWindows(SimClock(), per_uid=2, max_windows=5)
     for job in range(5):
         windows.start(f"slurm job {job}", 0.0, uid=0)
     with pytest.raises(WindowLimit, match="5 in all"):

@@ -7,6 +7,7 @@ from dbus_helpers import call, ok
 
 from aithermd.publish import dbus_service, wire
 from aithermd.publish.dbus_bus import BusUnavailable
+from tests.support.dbus import PrivateBus
 
 
 async def test_bus_none_is_an_idle_handle(control, hub):
@@ -40,15 +41,13 @@ async def test_stop_releases_the_name_and_is_idempotent(bus_address, polkitd, co
 
 async def test_losing_the_bus_is_reported_and_publishing_goes_on(control, hub, capsys):
     import asyncio
-    import subprocess
 
     from aithermd.publish.reference import reference_snapshot
 
-    address, pid = subprocess.run(["dbus-daemon", "--session", "--print-address", "--fork", "--print-pid"],
-                                  capture_output=True, text=True, check=True).stdout.split()
-    handle = await dbus_service.start(address, control, hub, snapshot_interval_s=0.0)
+    bus = PrivateBus.start("session")
+    handle = await dbus_service.start(bus.address, control, hub, snapshot_interval_s=0.0)
     try:
-        subprocess.run(["kill", "-9", pid], check=True)
+        bus.kill()
         for _ in range(100):
             if not handle.bus.connected:
                 break
@@ -58,3 +57,4 @@ async def test_losing_the_bus_is_reported_and_publishing_goes_on(control, hub, c
         assert "dbus_lost" in capsys.readouterr().err
     finally:
         await handle.stop()
+        bus.stop()

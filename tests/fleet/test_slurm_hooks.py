@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from aithermd.publish import wire
+from tests.support.dbus import PrivateBus
 
 dbus_fast = pytest.importorskip("dbus_fast")
 from dbus_fast import DBusError  # noqa: E402
@@ -28,17 +29,6 @@ from dbus_fast.service import ServiceInterface, method  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM = ROOT / "packaging" / "fleet" / "slurm"
-
-BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>session</type>
-  <listen>unix:path={socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/>
-  <allow own="*"/></policy>
-</busconfig>
-"""
 
 STOP_DOC = {"name": "slurm-42", "duration_s": 3600.0,
             "joules": {"gpu0": 1_080_000.0, "gpu1": 720_000.5, "powercap:package-0": 360_000.0}}
@@ -119,22 +109,12 @@ def fake_scontrol(bindir: Path, record: Path) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-async def start_bus(home: Path) -> tuple[asyncio.subprocess.Process, str]:
-    if shutil.which("dbus-daemon") is None or shutil.which("busctl") is None:
-        pytest.skip("dbus-daemon and busctl are needed (scripts/system-packages.txt)")
-    conf = home / "bus.conf"
-    conf.write_text(BUS_CONF.format(socket=home / "bus"))
-    proc = await asyncio.create_subprocess_exec("dbus-daemon", f"--config-file={conf}", "--nofork",
-                                                "--nosyslog", "--print-address=1",
-                                                stdout=asyncio.subprocess.PIPE)
-    assert proc.stdout is not None
-    address = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip()
-    return proc, address
-
-
 async def make_node(with_daemon: bool) -> AsyncIterator[Node]:
+    if shutil.which("busctl") is None:
+        pytest.skip("busctl is needed (scripts/system-packages.txt)")
+    bus = PrivateBus.start("session")
+    address = bus.address
     home = Path(tempfile.mkdtemp(prefix="aithermd-slurm-"))
-    bus_proc, address = await start_bus(home)
     conn = None
     daemon = None
     try:
@@ -161,8 +141,7 @@ async def make_node(with_daemon: bool) -> AsyncIterator[Node]:
     finally:
         if conn is not None:
             conn.disconnect()
-        bus_proc.terminate()
-        await bus_proc.wait()
+        bus.stop()
         shutil.rmtree(home, ignore_errors=True)
 
 

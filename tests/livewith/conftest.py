@@ -1,10 +1,8 @@
-"""Fixtures for living with real machines: a copy of a recorded board, small policies, a cycle built the way
-the daemon builds it, fake NVML GPUs."""
+"""Fixtures for living with real machines: a copy of a recorded board (:mod:`tests.support.machines`), small
+policies, a cycle built the way the daemon builds it, fake NVML GPUs."""
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -12,17 +10,15 @@ import pytest
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal
-from aithermd.clock import FakeClock
 from aithermd.cycle import Cycle
 from aithermd.operator import Operator
 from aithermd.publish.hub import StateHub
 from aithermd.settings import DaemonSettings
 from aithermd.world import Engine, build_world
+from tests.support.machines import NVIDIA_SMI, copy_machine
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-X570 = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
-GPU_DUMPS = [FIXTURES / "nvidia-smi-q" / "rtx3090-nvidia-smi-q-x-driver-v13.xml",
-             FIXTURES / "nvidia-smi-q" / "rtx-a6000-nvidia-smi-q-windows-idle.txt"]
+GPU_DUMPS = [NVIDIA_SMI / "rtx3090-nvidia-smi-q-x-driver-v13.xml",
+             NVIDIA_SMI / "rtx-a6000-nvidia-smi-q-windows-idle.txt"]
 AMDGPU = "devices/pci0000:00/0000:07:00.0/hwmon/hwmon0"
 NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
 
@@ -57,23 +53,6 @@ rules:
     duty_pct: 60
 """,
 }
-
-
-class SimClock(FakeClock):
-    async def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-        await asyncio.sleep(0)
-
-
-@pytest.fixture
-def clock() -> SimClock:
-    return SimClock()
-
-
-def copy_machine(dest: Path, machine: str = X570) -> Path:
-    root = dest / "sys"
-    shutil.copytree(FIXTURES / "sysfs" / machine / "sys", root, symlinks=True)
-    return root
 
 
 @pytest.fixture

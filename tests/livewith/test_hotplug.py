@@ -9,11 +9,11 @@ import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.nvml import NvmlBackend
-from aithermd.clock import FakeClock
 from aithermd.daemon import Daemon
 from aithermd.hotplug import ALL, DeviceEvent, Hotplug, rediscover
 from aithermd.live import LiveOptions
 from aithermd.sim.fake_nvml import FakeNvml
+from tests.support.clock import SimClock
 
 from .conftest import AMDGPU, GPU_DUMPS, make_cycle, settings_for, write
 
@@ -33,7 +33,7 @@ def test_which_family_an_event_rediscovers(event, family):
 
 
 def test_events_settle_and_a_remove_waits_until_the_directory_is_gone():
-    clock = FakeClock()
+    clock = SimClock()
     present = {"/sys/devices/x/hwmon/hwmon3"}
     hp = Hotplug(monitor_factory=None, settle_s=0.2, clock=clock, exists=present.__contains__)
     hp.submit(DeviceEvent("add", "hwmon", "/sys/devices/y/hwmon/hwmon4"))
@@ -51,7 +51,7 @@ def test_events_settle_and_a_remove_waits_until_the_directory_is_gone():
 
 
 def test_a_remove_whose_directory_stays_is_applied_after_the_wait():
-    clock = FakeClock()
+    clock = SimClock()
     hp = Hotplug(monitor_factory=None, settle_s=0.2, remove_wait_s=5.0, clock=clock, exists=lambda p: True)
     hp.submit(DeviceEvent("remove", "hwmon", "/sys/devices/x/hwmon/hwmon3"))
     clock.advance(1.0)
@@ -75,7 +75,7 @@ class DyingMonitor:
 
 
 async def test_a_failed_monitor_is_restarted_with_a_backoff_and_a_full_rescan():
-    clock = FakeClock()
+    clock = SimClock()
     DyingMonitor.made = 0
     hp = Hotplug(monitor_factory=DyingMonitor, clock=clock, backoff_s=(1.0, 60.0))
     await hp.start()

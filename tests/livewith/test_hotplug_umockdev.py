@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FIXTURES, X570
+from tests.support.machines import MACHINES_DIR, X570
 
 HERE = Path(__file__).resolve().parent
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -109,7 +109,7 @@ def journal(state: Path) -> dict:
 
 
 def test_an_hwmon_chip_added_and_removed_while_the_daemon_runs(testbed, tmp_path, policy_dir):
-    testbed(op="load", text=(FIXTURES / "sysfs" / X570 / "machine.umockdev").read_text())
+    testbed(op="load", text=(MACHINES_DIR / X570 / "machine.umockdev").read_text())
     state = tmp_path / "state"
     daemon = DaemonProc(testbed.root, state, policy_dir)
     try:

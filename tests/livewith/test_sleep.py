@@ -8,9 +8,7 @@ import asyncio
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 from dbus_fast import Message, MessageType, Variant
@@ -20,27 +18,12 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.sysfs import SysfsIO
 from aithermd.daemon import Daemon
 from aithermd.live import LiveOptions
+from tests.support.dbus import PrivateBus
 
 from .conftest import NCT, read, settings_for, write
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 LOGIN1, PATH, MANAGER = "org.freedesktop.login1", "/org/freedesktop/login1", "org.freedesktop.login1.Manager"
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={socket}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/><allow own="*"/>
-    <allow send_type="method_call"/><allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/><allow receive_type="method_return"/>
-    <allow receive_type="error"/><allow receive_type="signal"/>
-  </policy>
-</busconfig>
-"""
 
 
 def _why_not() -> str | None:
@@ -55,25 +38,13 @@ def _why_not() -> str | None:
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 
 
-def _wait_path(path: Path, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.02)
-
-
 @pytest.fixture
 def logind():
     """A private system-like bus with dbusmock's logind template on it; yields the bus address."""
-    tmp = Path(tempfile.mkdtemp(prefix="aithermd-logind-"))
-    sock = tmp / "bus"
-    (tmp / "bus.conf").write_text(BUS_CONFIG.format(socket=sock))
-    bus = subprocess.Popen(["dbus-daemon", f"--config-file={tmp / 'bus.conf'}", "--nofork", "--nopidfile"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bus = PrivateBus.start("system")
     mock = None
     try:
-        _wait_path(sock)
-        address = f"unix:path={sock}"
+        address = bus.address
         mock = subprocess.Popen([SYSTEM_PYTHON, "-m", "dbusmock", "--template", "logind"],
                                 env=dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=address),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -85,11 +56,10 @@ def logind():
             time.sleep(0.05)
         yield address
     finally:
-        for proc in (mock, bus):
-            if proc is not None:
-                proc.terminate()
-                proc.wait(timeout=10)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if mock is not None:
+            mock.terminate()
+            mock.wait(timeout=10)
+        bus.stop()
 
 
 class RecordingIO(SysfsIO):

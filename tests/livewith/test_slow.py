@@ -10,19 +10,17 @@ import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import HwmonSubset
-from aithermd.clock import FakeClock
 from aithermd.model import Channel, Device, DeviceKind, Quantity, Reading, Sample, Status
 from aithermd.slow import SlowBackend, SlowOptions, split_slow
+from tests.support.clock import SimClock
+from tests.support.machines import MACHINES, Z690, copy_machine, machine_root
 
-from .conftest import FIXTURES, copy_machine
-
-MACHINES = sorted(p.name for p in (FIXTURES / "sysfs").iterdir() if (p / "sys").is_dir())
 OPTS = SlowOptions(cadence_s=5.0, deadline_s=2.0, first_wait_s=0.0)
 
 
 @pytest.mark.parametrize("machine", MACHINES)
 def test_the_split_keeps_every_id_and_puts_only_slow_chips_in_the_slow_lane(machine):
-    root = str(FIXTURES / "sysfs" / machine / "sys")
+    root = str(machine_root(machine))
     full = HwmonBackend(root).discover()
     backends = split_slow([HwmonBackend(root)], SlowOptions(first_wait_s=0.0))
     try:
@@ -41,7 +39,7 @@ def test_the_split_keeps_every_id_and_puts_only_slow_chips_in_the_slow_lane(mach
 
 
 def test_a_slow_driver_chip_with_pwm_knobs_stays_inline(tmp_path):
-    root = copy_machine(tmp_path, "asus-rog-strix-z690-e-alderlake-coretemp-nvme")
+    root = copy_machine(tmp_path, Z690)
     nvme = next(p for p in (root / "class" / "hwmon").iterdir() if (p / "name").read_text().strip() == "nvme")
     (nvme / "pwm1").write_text("128\n")
     inline = HwmonSubset(str(root), keep="except")
@@ -56,7 +54,7 @@ class Scripted:
 
     kind = "hwmon"
 
-    def __init__(self, clock: FakeClock, gate: threading.Semaphore | None = None) -> None:
+    def __init__(self, clock: SimClock, gate: threading.Semaphore | None = None) -> None:
         self.clock, self.gate = clock, gate
         self.value, self.duration_s, self.fail, self.closed = 40.0, 0.1, False, False
         self.status = Status.OK
@@ -87,7 +85,7 @@ CID = "hwmon:nvme-pci-0200/temp1"
 
 
 def test_fresh_stale_and_late_values():
-    clock = FakeClock()
+    clock = SimClock()
     inner = Scripted(clock)
     slow = SlowBackend(lambda: inner, OPTS, clock, start=False)
     assert [d.id for d in slow.discover()] == ["hwmon:nvme-pci-0200"]
@@ -109,7 +107,7 @@ def test_fresh_stale_and_late_values():
 
 
 def test_a_failing_read_keeps_the_last_sample_until_it_goes_stale():
-    clock = FakeClock()
+    clock = SimClock()
     inner = Scripted(clock)
     slow = SlowBackend(lambda: inner, OPTS, clock, start=False)
     slow.discover()
@@ -133,7 +131,7 @@ def wait_until(predicate, timeout_s=10.0):
 
 
 def test_a_hung_read_never_holds_up_the_loop_and_rediscovery_replaces_its_reader():
-    clock = FakeClock()
+    clock = SimClock()
     gate = threading.Semaphore(0)
     hung, fresh = Scripted(clock, gate), Scripted(clock)
     made = iter([Scripted(clock), hung, fresh])  # the first only names the kind and locator

@@ -6,15 +6,13 @@ every method; without the policy file the same call is refused, so the file is w
 
 import asyncio
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from _ship import SYSTEMD, need_root, need_tool
 
 from aithermd.publish import wire
+from tests.support.dbus import PrivateBus
 
 dbus_fast = pytest.importorskip("dbus_fast")
 from dbus_fast.aio import MessageBus  # noqa: E402
@@ -26,12 +24,7 @@ POLICY = SYSTEMD / "io.github.aithermd.Daemon1.conf"
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 # The rules of Debian's /usr/share/dbus-1/system.conf that matter here, then the file under test.
-SYSTEM_BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <auth>EXTERNAL</auth>
-  <listen>unix:path={socket}</listen>
+SYSTEM_BUS_POLICY = """\
   <policy context="default">
     <allow user="*"/>
     <deny own="*"/>
@@ -45,10 +38,7 @@ SYSTEM_BUS_CONF = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus C
     <allow receive_type="signal"/>
     <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
     <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-  </policy>
-  {include}
-</busconfig>
-"""
+  </policy>"""
 
 
 class StubDaemon(ServiceInterface):
@@ -70,25 +60,10 @@ async def private_bus(include_policy: bool) -> AsyncIterator[str]:
     need_tool("dbus-daemon")
     need_tool("setpriv")
     need_tool("dbus-send")
-    # A directory nobody can traverse to reach the socket (pytest's tmp_path is root-only).
-    home = Path(tempfile.mkdtemp(prefix="aithermd-bus-"))
-    home.chmod(0o755)
-    socket = home / "bus"
-    include = f"<include>{POLICY}</include>" if include_policy else ""
-    conf = home / "system.conf"
-    conf.write_text(SYSTEM_BUS_CONF.format(socket=socket, include=include))
-    proc = await asyncio.create_subprocess_exec(
-        "dbus-daemon", f"--config-file={conf}", "--nofork", "--nosyslog", "--print-address=1",
-        stdout=asyncio.subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        address = (await asyncio.wait_for(proc.stdout.readline(), 10)).decode().strip()
-        assert address.startswith("unix:"), address
-        yield address
-    finally:
-        proc.terminate()
-        await proc.wait()
-        shutil.rmtree(home, ignore_errors=True)
+    # uid nobody reaches the socket: PrivateBus's directory is 0755 (pytest's tmp_path is root-only)
+    include = [POLICY] if include_policy else []
+    with PrivateBus.start("system", policy=SYSTEM_BUS_POLICY, include=include) as bus:
+        yield bus.address
 
 
 @pytest.fixture()

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.dbus import PrivateBus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(Path(__file__).parent))
@@ -26,20 +26,10 @@ def snapshot_doc() -> dict[str, Any]:
 
 
 @pytest.fixture
-def private_bus(tmp_path: Path) -> Iterator[str]:
-    """A private ``dbus-daemon --session`` for this test; yields its address."""
-    if shutil.which("dbus-daemon") is None:
-        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
-    proc = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={tmp_path}/bus",
-                             "--print-address", "--nofork", "--nopidfile"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    address = proc.stdout.readline().strip()
-    try:
-        yield address
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def private_bus() -> Iterator[str]:
+    """A private session bus for this test; yields its address."""
+    with PrivateBus.start("session") as bus:
+        yield bus.address
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from aithermd.publish import wire
+from tests.support.dbus import PrivateBus
 
 pytestmark = pytest.mark.slow
 
@@ -53,13 +53,9 @@ def holds_become(bus: str, count: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def sim_bus(tmp_path_factory) -> Iterator[str]:
-    if shutil.which("dbus-daemon") is None:
-        pytest.skip("dbus-daemon is not installed")
+    bus = PrivateBus.start("session")
     tmp = tmp_path_factory.mktemp("sim")
-    bus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={tmp}/bus", "--print-address",
-                            "--nofork", "--nopidfile"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True)
-    address = bus.stdout.readline().strip()
+    address = bus.address
     daemon = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", address,
                                "--metrics-listen", "none", "--state-dir", str(tmp / "state"), "--tick", "0.2",
                                "--log-format", "json"],
@@ -71,8 +67,7 @@ def sim_bus(tmp_path_factory) -> Iterator[str]:
     finally:
         daemon.terminate()
         daemon.wait(30)
-        bus.terminate()
-        bus.wait(10)
+        bus.stop()
 
 
 def test_status_json_is_the_snapshot_of_the_simulated_workstation(sim_bus):
