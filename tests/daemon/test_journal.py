@@ -11,8 +11,7 @@ import pytest
 from aithermd.actuate.journal import JOURNAL_FILE, Journal, JournalError
 from aithermd.actuate.restore import restore_journal, restore_one
 from aithermd.errors import BackendError
-
-from .fakes import FakeBackend
+from tests.support.fake_backend import FakeBackend
 
 
 def test_record_persists_and_never_overwrites(tmp_path):

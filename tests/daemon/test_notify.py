@@ -9,8 +9,8 @@ import pytest
 
 from aithermd.daemon import Daemon
 from aithermd.notify import Notifier
+from tests.support.fake_backend import FakeBackend
 
-from .fakes import FakeBackend
 from .stub_engine import STUB_ENGINE
 
 

@@ -8,8 +8,8 @@ from structlog.testing import capture_logs
 
 from aithermd.daemon import Daemon
 from aithermd.errors import PolicyErrors
+from tests.support.fake_backend import FakeBackend
 
-from .fakes import FakeBackend
 from .stub_engine import STUB_ENGINE, write_policy
 
 

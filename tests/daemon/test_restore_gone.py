@@ -15,9 +15,9 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
 from aithermd.daemon import Daemon
 from aithermd.errors import DeviceLost, UnknownKnob
+from tests.support.fake_backend import FakeBackend
 from tests.support.machines import copy_machine
 
-from .fakes import FakeBackend
 from .proc import knob_files
 from .stub_engine import STUB_ENGINE
 

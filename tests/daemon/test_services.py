@@ -7,8 +7,8 @@ import urllib.request
 from structlog.testing import capture_logs
 
 from aithermd.daemon import Daemon
+from tests.support.fake_backend import FakeBackend
 
-from .fakes import FakeBackend
 from .stub_engine import STUB_ENGINE
 
 

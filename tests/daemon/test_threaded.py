@@ -7,8 +7,8 @@ import threading
 
 from aithermd.daemon import Daemon
 from aithermd.model import Status
+from tests.support.fake_backend import FakeBackend
 
-from .fakes import FakeBackend
 from .stub_engine import STUB_ENGINE
 
 

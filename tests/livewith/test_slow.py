@@ -10,9 +10,10 @@ import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import HwmonSubset
-from aithermd.model import Channel, Device, DeviceKind, Quantity, Reading, Sample, Status
+from aithermd.model import Reading, Status
 from aithermd.slow import SlowBackend, SlowOptions, split_slow
 from tests.support.clock import SimClock
+from tests.support.fake_backend import ScriptedSensor as Scripted
 from tests.support.machines import MACHINES, Z690, copy_machine, machine_root
 
 OPTS = SlowOptions(cadence_s=5.0, deadline_s=2.0, first_wait_s=0.0)
@@ -48,40 +49,7 @@ def test_a_slow_driver_chip_with_pwm_knobs_stays_inline(tmp_path):
     assert slow.discover() == []
 
 
-class Scripted:
-    """A backend over one temperature whose reads take ``duration_s`` on the fake clock, may raise, and can be
-    held (``gate``) like a drive that does not answer."""
-
-    kind = "hwmon"
-
-    def __init__(self, clock: SimClock, gate: threading.Semaphore | None = None) -> None:
-        self.clock, self.gate = clock, gate
-        self.value, self.duration_s, self.fail, self.closed = 40.0, 0.1, False, False
-        self.status = Status.OK
-
-    def discover(self):
-        ch = Channel("hwmon:nvme-pci-0200/temp1", "hwmon:nvme-pci-0200", "temp1", Quantity.TEMPERATURE, "°C")
-        return [Device("hwmon:nvme-pci-0200", DeviceKind.HWMON, "nvme", (ch,))]
-
-    def sample(self):
-        if self.gate is not None:
-            self.gate.acquire()
-        start = self.clock.monotonic()
-        self.clock.advance(self.duration_s)
-        if self.fail:
-            raise OSError(5, "EIO")
-        cid = "hwmon:nvme-pci-0200/temp1"
-        value = self.value if self.status == Status.OK else None
-        return Sample(start, {cid: Reading(cid, value, self.status, None if value is not None else "EIO")})
-
-    def locator(self):
-        return {"backend": "hwmon", "sysfs_root": "/x"}
-
-    def close(self):
-        self.closed = True
-
-
-CID = "hwmon:nvme-pci-0200/temp1"
+CID = Scripted.CID
 
 
 def test_fresh_stale_and_late_values():

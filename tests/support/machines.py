@@ -1,10 +1,15 @@
-"""Recorded machines (``tests/fixtures/sysfs/<machine>/``: a real ``/sys`` tree, its ``sensors -j`` output and
-umockdev recording) and the one way a test gets a writable copy of one."""
+"""Recorded machines and the one way a test gets a writable copy of one.
+
+Two forms: ``tests/fixtures/sysfs/<machine>/`` (a real ``/sys`` tree, its ``sensors -j`` output and umockdev
+recording) and ``tests/fixtures/ttar/<name>.ttar`` (the text tree archives of node_exporter, prometheus/procfs
+and telegraf: ``sys/`` trees, some under a ``fixtures/`` prefix)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+
+from aithermd.sim import ttar
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MACHINES_DIR = FIXTURES / "sysfs"
@@ -31,8 +36,18 @@ def machine_root(machine: str = X570) -> Path:
 
 def copy_machine(dest: Path, machine: str = X570) -> Path:
     """A writable copy of ``machine``'s ``sys/`` tree at ``dest/sys`` (symlinks kept as links, so the tree
-    resolves inside the copy as it did on the machine); returns that root. Raises FileNotFoundError for an
-    unknown machine, FileExistsError when ``dest/sys`` exists."""
+    resolves inside the copy as it did on the machine); returns that root. ``machine`` is a directory of
+    ``tests/fixtures/sysfs`` or an archive of ``tests/fixtures/ttar`` (``name.ttar``, extracted with its
+    ``fixtures/`` prefix stripped). Raises FileNotFoundError for an unknown machine, FileExistsError when
+    ``dest/sys`` exists."""
     root = Path(dest) / "sys"
+    if machine.endswith(".ttar"):
+        if root.exists():
+            raise FileExistsError(root)
+        archive = TTAR / machine
+        entries = ttar.read(archive)
+        strip = "fixtures" if entries and entries[0].path.split("/", 1)[0] == "fixtures" else ""
+        ttar.extract(archive, dest, strip=strip)
+        return root
     shutil.copytree(machine_root(machine), root, symlinks=True)
     return root
