@@ -20,15 +20,15 @@ __all__ = ["discover", "natural_key", "open_backends", "unique_ids"]
 
 
 def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = True) -> list[Backend]:
-    """Backends for ``sysfs_root``: hwmon and powercap always, ``cpu`` (psutil, the live machine) when
-    ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module) is given. Nothing is read yet."""
+    """Backends for ``sysfs_root``: hwmon and powercap always, ``cpu`` (the live machine's procfs, the
+    root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module) is given. Nothing is read yet."""
     from aithermd.backends.cpu import CpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.powercap import RaplBackend
 
     backends: list[Backend] = [HwmonBackend(sysfs_root), RaplBackend(sysfs_root)]
     if cpu:
-        backends.append(CpuBackend())
+        backends.append(CpuBackend(sysfs_root=sysfs_root))
     if nvml is not None:
         from aithermd.backends.nvml import NvmlBackend  # written with the NVML backend
 

@@ -38,7 +38,7 @@ class FakePsutil:
 
 def test_cpu_utilization_load_and_frequency():
     ps = FakePsutil()
-    backend = CpuBackend(psutil_module=ps)
+    backend = CpuBackend(psutil_module=ps, per_cpu=True)
     (dev,) = backend.discover()
     assert [c.attribute for c in dev.channels] == [
         "utilization",
