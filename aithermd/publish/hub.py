@@ -14,21 +14,24 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from aithermd.model import Event, Snapshot
+from aithermd.publish.columns import Columns
 
 Listener = Callable[[Snapshot, Sequence[Event]], None]
 
 
 class StateHub:
-    """Holds the latest snapshot, a bounded history of snapshots and recent events.
+    """Holds the latest snapshot, the history of published values as columns and recent events.
 
-    ``history_s``: how many seconds of snapshots :meth:`history` can return (ring buffer sized from it and
-    the tick); ``events_max``: how many recent events :meth:`recent_events` keeps.
+    ``history_s``: how many seconds :attr:`columns` keeps (one float per series per tick, sized from it and
+    the tick, at most ``max_snapshots`` rows, bounded in bytes: :mod:`aithermd.publish.columns`);
+    ``events_max``: how many recent events :meth:`recent_events` keeps. Only the latest snapshot is kept
+    whole.
     """
 
     def __init__(self, history_s: float = 900.0, max_snapshots: int = 3600, events_max: int = 1000) -> None:
         self.history_s = history_s
         self._latest: Snapshot | None = None
-        self._ring: deque[Snapshot] = deque(maxlen=max_snapshots)
+        self.columns = Columns(history_s, max_snapshots)
         self._events: deque[Event] = deque(maxlen=events_max)
         self._listeners: list[Listener] = []
         self._log = structlog.get_logger("aithermd.hub")
@@ -39,10 +42,7 @@ class StateHub:
 
     def publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         self._latest = snapshot
-        self._ring.append(snapshot)
-        horizon = snapshot.t_mono - self.history_s
-        while self._ring and self._ring[0].t_mono < horizon:
-            self._ring.popleft()
+        self.columns.append(snapshot)
         self._events.extend(events)
         for listener in tuple(self._listeners):
             try:
@@ -54,13 +54,6 @@ class StateHub:
         """Call ``listener(snapshot, events)`` after each publish; returns a function that removes it."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
-
-    def snapshots(self, seconds: float) -> list[Snapshot]:
-        """Snapshots of the last ``seconds`` (oldest first)."""
-        if not self._ring:
-            return []
-        horizon = self._ring[-1].t_mono - seconds
-        return [s for s in self._ring if s.t_mono >= horizon]
 
     def recent_events(self, limit: int = 100) -> list[Event]:
         return list(self._events)[-limit:]

@@ -1,0 +1,172 @@
+"""The history behind ``GetHistory``: one preallocated column of float64 per series, not a ring of snapshots.
+
+A :class:`Columns` keeps the last ``history_s`` of published values (channel readings in the channel's unit,
+NaN when not ok; knob values read back, in daemon units) in ``array('d')`` columns of ``rows`` slots
+written round-robin, plus the monotonic and wall time of each row. Rows = ``history_s / tick_s + 1``
+(1 Hz, 900 s: 901), fewer when the columns would pass :data:`BUDGET_BYTES` (then the history is shorter:
+memory is bounded in bytes whatever the sensor count; 500 series at 1 Hz take 3.6 MB). Columns are
+allocated whole when a series first appears, so memory does not grow as the history fills, and a series
+that has been absent for a whole lap is dropped when the device set changes. Each append writes one float
+per series.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Any
+
+from aithermd.model import Snapshot, Status
+
+NAN = math.nan
+BUDGET_BYTES = 4 * 1024 * 1024  # value columns; 500 series × 901 rows × 8 B = 3.6 MB
+
+
+class Columns:
+    """The column store (see the module doc). ``append(snapshot)`` once per publish;
+    :meth:`document` gives ``{"t": [...], "series": {id: [value or None, ...]}, "units": {id: unit}}``."""
+
+    def __init__(self, history_s: float = 900.0, max_rows: int = 3600,
+                 budget_bytes: int = BUDGET_BYTES) -> None:
+        self.history_s, self.max_rows, self.budget_bytes = history_s, max_rows, budget_bytes
+        self.rows = 0  # slots per column (0 until the first append tells the tick)
+        self.count = 0  # rows ever appended
+        self._t_mono = array("d")
+        self._t_wall = array("d")
+        self._cols: dict[str, array[float]] = {}
+        self._last: dict[str, int] = {}  # series → the row count when it was last present
+        self.units: dict[str, str] = {}
+        self._devices: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self.rows * (len(self._cols) + 2)
+
+    def _fit(self, series: int) -> int:
+        want = self.rows or min(self.max_rows, int(self.history_s / self._tick_s) + 1)
+        return max(2, min(want, self.budget_bytes // (8 * max(1, series))))
+
+    def _resize(self, rows: int) -> None:
+        """Reallocate every column to ``rows`` slots, keeping the newest rows in place order."""
+        keep = min(rows, self.count, self.rows)
+        old = self.rows
+
+        def moved(col: array[float]) -> array[float]:
+            new = array("d", [NAN]) * rows
+            for k in range(keep):
+                n = self.count - keep + k
+                new[n % rows] = col[n % old]
+            return new
+
+        self._t_mono, self._t_wall = moved(self._t_mono), moved(self._t_wall)
+        self._cols = {k: moved(c) for k, c in self._cols.items()}
+        self.rows = rows
+
+    def _add_columns(self, snapshot: Snapshot) -> None:
+        """Columns for every series of ``snapshot`` not yet kept (shrinking the rows to the budget)."""
+        new = [s for s in (*snapshot.readings, *snapshot.knobs) if s not in self._cols]
+        rows = self._fit(len(self._cols) + len(new))
+        if rows < self.rows:
+            self._resize(rows)
+        for sid in new:
+            self._cols[sid] = array("d", [NAN]) * self.rows
+
+    def _devices_changed(self, snapshot: Snapshot) -> None:
+        self._devices = snapshot.devices
+        for dev in snapshot.devices:
+            for ch in dev.channels:
+                self.units.setdefault(ch.id, ch.unit)
+            for k in dev.knobs:
+                self.units.setdefault(k.id, k.unit)
+        gone = [s for s, last in self._last.items() if self.count - last >= self.rows]
+        for sid in gone:
+            self._cols.pop(sid, None)
+            self._last.pop(sid, None)
+            self.units.pop(sid, None)
+
+    def append(self, snapshot: Snapshot) -> None:
+        if not self.rows:
+            self._tick_s = snapshot.tick_s if snapshot.tick_s > 0 else 1.0
+            self.rows = self._fit(len(snapshot.readings) + len(snapshot.knobs))
+            self._t_mono = array("d", [NAN]) * self.rows
+            self._t_wall = array("d", [NAN]) * self.rows
+        if snapshot.devices is not self._devices:
+            self._devices_changed(snapshot)
+        count = self.count
+        i = count % self.rows
+        cols, last, ok = self._cols, self._last, Status.OK
+        written = 0
+        for sid, r in snapshot.readings.items():
+            col = cols.get(sid)
+            if col is None:  # a new series: make every missing column (rows may shrink), then start over
+                self._add_columns(snapshot)
+                return self.append(snapshot)
+            v = r.value
+            col[i] = v if r.status is ok and v is not None else NAN
+            last[sid] = count
+            written += 1
+        for sid, kv in snapshot.knobs.items():
+            col = cols.get(sid)
+            if col is None:
+                self._add_columns(snapshot)
+                return self.append(snapshot)
+            v = kv.value
+            col[i] = v if v is not None else NAN
+            last[sid] = count
+            written += 1
+        if written != len(cols):  # a series absent from this snapshot: no value in this row
+            for sid, col in cols.items():
+                if last[sid] != count:
+                    col[i] = NAN
+        self._t_mono[i] = snapshot.t_mono
+        self._t_wall[i] = snapshot.t_wall
+        self.count = count + 1
+
+    def window(self, seconds: float) -> range:
+        """Row numbers (oldest first) whose monotonic time is within ``seconds`` of the newest."""
+        if not self.count:
+            return range(0)
+        first = max(0, self.count - self.rows)
+        newest = self._t_mono[(self.count - 1) % self.rows]
+        horizon = newest - seconds
+        lo = first
+        while lo < self.count and self._t_mono[lo % self.rows] < horizon:
+            lo += 1
+        return range(lo, self.count)
+
+    def copy(self, seconds: float) -> Window:
+        """The last ``seconds`` copied out (array slices, fast enough for the event loop); turn it into the
+        document with :meth:`Window.document`, anywhere."""
+        rows = self.window(seconds)
+        start = rows.start if rows else self.count
+        a, b = start % self.rows if self.rows else 0, len(rows)
+        first = min(b, self.rows - a) if self.rows else 0  # slots a … a+first, then 0 … b-first
+
+        def cut(col: array[float]) -> array[float]:
+            return col[a:a + first] + col[:b - first] if b > first else col[a:a + first]
+
+        series = {sid: cut(col) for sid, col in self._cols.items() if self._last.get(sid, -1) >= start}
+        units = {sid: self.units[sid] for sid in series if sid in self.units}
+        return Window(cut(self._t_wall), series, units)
+
+    def document(self, seconds: float) -> dict[str, Any]:
+        return self.copy(seconds).document()
+
+
+class Window:
+    """Copied columns of one window: ``t`` (wall s), ``series`` (id → float64 array, NaN = none), ``units``."""
+
+    __slots__ = ("t", "series", "units")
+
+    def __init__(self, t: array[float], series: dict[str, array[float]], units: dict[str, str]) -> None:
+        self.t, self.series, self.units = t, series, units
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def document(self) -> dict[str, Any]:
+        """``{"t": [...], "series": {id: [value or None, ...]}, "units": {id: unit}}`` (non-finite → None)."""
+        isfinite = math.isfinite
+        return {"t": self.t.tolist(),
+                "series": {sid: [x if isfinite(x) else None for x in col] for sid, col in self.series.items()},
+                "units": dict(self.units)}
