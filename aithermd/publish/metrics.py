@@ -14,16 +14,12 @@ ratio); labels ``gpu_index``/``gpu_uuid``/``gpu_name``, ``chip``/``sensor``/``la
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
-from wsgiref.simple_server import WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import _SilentHandler, make_wsgi_app
 from prometheus_client.registry import Collector
 
 from aithermd import __version__
@@ -31,10 +27,10 @@ from aithermd.backends.nvml_probe import REASONS
 from aithermd.model import DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
 from aithermd.publish.document import decision_changes
 from aithermd.publish.hub import StateHub
+from aithermd.publish.scrape import CLIENT_TIMEOUT_S, ScrapeServer, exposition
 
 # Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
-CLIENT_TIMEOUT_S = 5.0
 TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 # NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
 CLOCK_EVENT_REASONS = tuple(name for _, name in REASONS)
@@ -253,12 +249,6 @@ class SnapshotCollector(Collector):
         yield from (decisions, drift, faults)
 
 
-class _ScrapeHandler(_SilentHandler):
-    """prometheus-client's quiet request handler, with a socket timeout."""
-
-    timeout = CLIENT_TIMEOUT_S
-
-
 def parse_listen(listen: str) -> tuple[str, int] | None:
     """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
     if listen.strip().lower() in ("none", ""):
@@ -281,8 +271,7 @@ class MetricsHandle:
         self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
                                buckets=TICK_BUCKETS_S, registry=self.registry)
         self._remove_listener = hub.add_listener(self.counters.on_publish)
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ScrapeServer | None = None
         self.address: tuple[str, int] | None = None
 
     def observe_tick(self, seconds: float) -> None:
@@ -290,34 +279,19 @@ class MetricsHandle:
         self._tick.observe(seconds)
 
     def serve(self, host: str, port: int) -> None:
-        """Serve ``/metrics`` from one thread with prometheus-client's WSGI app, always in the classic text
-        format (0.0.4: Prometheus accepts it, and it renders in two thirds of the time of OpenMetrics).
-        Requests are handled one at a time (a thread per scrape costs more than the render) and a client
-        gets :data:`CLIENT_TIMEOUT_S` to send its request."""
-        app = make_wsgi_app(self.registry)
-
-        def text_format(environ: dict[str, Any], start_response: Any) -> Any:
-            environ.pop("HTTP_ACCEPT", None)
-            return app(environ, start_response)
-
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        server_class = type("MetricsServer", (WSGIServer,), {"address_family": family})
-        self._server = make_server(host, port, text_format, server_class, handler_class=_ScrapeHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="aithermd-metrics",
-                                        daemon=True)
-        self._thread.start()
-        self.address = (host, self._server.server_port)
+        """Serve ``/metrics`` (:class:`~aithermd.publish.scrape.ScrapeServer`: one thread, asleep until a
+        scraper connects, one request at a time, a client gets ``CLIENT_TIMEOUT_S`` to send its request),
+        always in the classic text format (0.0.4: Prometheus accepts it, and it renders in two thirds of the
+        time of OpenMetrics)."""
+        self._server = ScrapeServer(host, port, lambda: render(self))
+        self.address = self._server.address
 
     def stop(self) -> None:
         """Stop serving and detach from the hub; safe to call twice."""
         self._remove_listener()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
 
 
 def start(listen: str, hub: StateHub) -> MetricsHandle:
@@ -336,11 +310,10 @@ def start(listen: str, hub: StateHub) -> MetricsHandle:
 
 
 def render(handle: MetricsHandle) -> bytes:
-    """The text exposition of the handle's registry (what a scrape returns)."""
-    from prometheus_client import generate_latest
+    """The text exposition of the handle's registry (what a scrape returns; the bytes
+    ``prometheus_client.generate_latest`` would give)."""
+    return exposition(handle.registry.collect())
 
-    return generate_latest(handle.registry)
 
-
-__all__: Sequence[Any] = ("DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",
+__all__: Sequence[Any] = ("CLIENT_TIMEOUT_S", "DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",
                           "parse_listen", "render", "start")

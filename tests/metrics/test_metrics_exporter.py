@@ -85,3 +85,45 @@ def test_promtool_check_metrics_passes():
                           timeout=60)
     assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
     assert done.stdout.strip() == b"" and done.stderr.strip() == b""  # not even a lint warning
+
+
+def test_the_cached_exposition_is_byte_for_byte_prometheus_clients():
+    from prometheus_client import generate_latest
+
+    from aithermd.model import Event
+    from aithermd.publish.reference import reference_snapshot
+
+    hub = StateHub()
+    handle = metrics.start("none", hub)
+    try:
+        for seq in range(1, 6):
+            snap = reference_snapshot(seq, gpus=2)
+            hub.publish(snap, [Event("fault", snap.t_wall, "gpu1/temperature", 'a "quoted"\\ fault\n', {})])
+            handle.observe_tick(0.0004 * seq)
+            assert metrics.render(handle) == generate_latest(handle.registry)  # twice: cached prefixes too
+            assert metrics.render(handle) == generate_latest(handle.registry)
+    finally:
+        handle.stop()
+
+
+def test_http_answers_only_get_and_head_of_metrics():
+    hub = StateHub()
+    handle = metrics.start("127.0.0.1:0", hub)
+    host, port = handle.address
+    try:
+        def ask(request: bytes) -> bytes:
+            with socket.create_connection((host, port), timeout=10) as s:
+                s.sendall(request)
+                out = b""
+                while chunk := s.recv(65536):
+                    out += chunk
+            return out
+
+        assert ask(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 404")
+        assert ask(b"POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 405")
+        head = ask(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+        assert b"aithermd_build_info" in ask(b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    finally:
+        handle.stop()
+        handle.stop()  # twice is fine

@@ -1,0 +1,157 @@
+"""Serving ``/metrics``: prometheus-client's text format with its per-series strings cached, from a thread
+that sleeps in ``select`` until a scraper connects.
+
+:func:`exposition` writes exactly what ``prometheus_client.generate_latest`` writes (text format 0.0.4;
+the library's own escaping and float formatting), but keeps each series' ``name{labels}`` prefix and each
+family's HELP/TYPE lines once made: a scrape then costs one formatted float per sample. The cache is keyed
+by name and labels (bounded: cleared past :data:`PREFIX_CACHE_MAX` entries).
+
+:class:`ScrapeServer` answers ``GET /metrics`` (and ``/``) with HTTP/1.1 ``Connection: close``, one request
+at a time, each client given :data:`CLIENT_TIMEOUT_S` to send its request head; other methods get 405, other
+paths 404. Its thread blocks in ``select`` on the listening socket and a wake-up pipe with no timeout, so an
+unscraped daemon never wakes it (the standard library's ``serve_forever`` polls every 0.5 s).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client.openmetrics import exposition as om
+from prometheus_client.utils import floatToGoString
+
+CLIENT_TIMEOUT_S = 5.0
+MAX_HEAD = 16 * 1024
+PREFIX_CACHE_MAX = 20_000
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_TYPES = {"counter": "counter", "info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram",
+          "unknown": "untyped"}
+_OM_SUFFIXES = ("_created", "_gsum", "_gcount")
+
+_prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
+_headers: dict[tuple[str, str, str], str] = {}
+
+
+def _prefix(name: str, labels: dict[str, str]) -> str:
+    key = (name, tuple(labels.items()))
+    p = _prefixes.get(key)
+    if p is None:
+        if len(_prefixes) > PREFIX_CACHE_MAX:
+            _prefixes.clear()
+        if labels:
+            text = ",".join(f'{om.escape_label_name(k)}="{om._escape(v, om.ALLOWUTF8, lambda *_: True)}"'
+                            for k, v in sorted(labels.items()))
+            p = f"{om.escape_metric_name(name)}{{{text}}} "
+        else:
+            p = f"{om.escape_metric_name(name)} "
+        _prefixes[key] = p
+    return p
+
+
+def _header(name: str, mtype: str, doc: str) -> str:
+    key = (name, mtype, doc)
+    h = _headers.get(key)
+    if h is None:
+        if len(_headers) > PREFIX_CACHE_MAX:
+            _headers.clear()
+        escaped = doc.replace("\\", r"\\").replace("\n", r"\n")
+        h = _headers[key] = f"# HELP {om.escape_metric_name(name)} {escaped}\n# TYPE {om.escape_metric_name(name)} {mtype}\n"
+    return h
+
+
+def _line(s: Any) -> str:
+    ts = "" if s.timestamp is None else f" {int(float(s.timestamp) * 1000):d}"
+    return f"{_prefix(s.name, s.labels)}{floatToGoString(s.value)}{ts}\n"
+
+
+def exposition(families: Iterable[Any]) -> bytes:
+    """The text exposition of ``families`` (a registry's ``collect()``), byte for byte as generate_latest."""
+    out: list[str] = []
+    for metric in families:
+        mtype = metric.type
+        mname = metric.name + ("_total" if mtype == "counter" else "_info" if mtype == "info" else "")
+        out.append(_header(mname, _TYPES.get(mtype, mtype), metric.documentation))
+        extra: dict[str, list[str]] = {}
+        for s in metric.samples:
+            for suffix in _OM_SUFFIXES:
+                if s.name == metric.name + suffix:
+                    extra.setdefault(suffix, []).append(_line(s))
+                    break
+            else:
+                out.append(_line(s))
+        for suffix, lines in sorted(extra.items()):
+            out.append(_header(metric.name + suffix, "gauge", metric.documentation))
+            out.extend(lines)
+    return "".join(out).encode("utf-8")
+
+
+class ScrapeServer:
+    """``/metrics`` on ``(host, port)`` (port 0: any) from a thread of its own; ``body()`` gives the text.
+    Raises OSError when the address cannot be had."""
+
+    def __init__(self, host: str, port: int, body: Callable[[], bytes]) -> None:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self._sock.listen(16)
+        except BaseException:
+            self._sock.close()
+            raise
+        self.address: tuple[str, int] = (host, self._sock.getsockname()[1])
+        self._body = body
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="aithermd-metrics", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._sock, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                for key, _ in sel.select():  # no timeout: asleep until a scraper or stop()
+                    if key.fileobj == self._wake_r:
+                        return
+                    try:
+                        conn, _ = self._sock.accept()
+                    except OSError:
+                        continue
+                    with conn:
+                        try:
+                            self._answer(conn)
+                        except OSError:
+                            pass
+
+    def _answer(self, conn: socket.socket) -> None:
+        conn.settimeout(CLIENT_TIMEOUT_S)
+        head = b""
+        while b"\r\n\r\n" not in head and b"\n\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk or len(head) > MAX_HEAD:
+                return
+            head += chunk
+        parts = head.split(b"\r\n", 1)[0].split()
+        method, path = (parts[0], parts[1].split(b"?", 1)[0]) if len(parts) >= 2 else (b"", b"")
+        if method not in (b"GET", b"HEAD"):
+            status, ctype, body = b"405 Method Not Allowed", b"text/plain", b"only GET /metrics\n"
+        elif path not in (b"/metrics", b"/"):
+            status, ctype, body = b"404 Not Found", b"text/plain", b"try /metrics\n"
+        else:
+            status, ctype, body = b"200 OK", CONTENT_TYPE.encode(), self._body()
+        conn.sendall(b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                     % (status, ctype, len(body), b"" if method == b"HEAD" else body))
+
+    def stop(self) -> None:
+        """Stop serving (the answer in progress finishes first); safe to call twice."""
+        if self._wake_w >= 0:
+            os.write(self._wake_w, b"x")
+            self._thread.join(timeout=CLIENT_TIMEOUT_S + 1.0)
+            self._sock.close()
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+            self._wake_r = self._wake_w = -1
