@@ -75,6 +75,7 @@ class Applier:
         self.stepped_back: set[str] = set()
         self.faults: dict[str, str] = {}
         self._log = structlog.get_logger("aithermd.actuate")
+        self._who: dict[str, tuple[str, Any]] = {}  # knob → (rule, layer) of its last logged write
 
     @property
     def owned(self) -> frozenset[str]:
@@ -188,6 +189,7 @@ class Applier:
         """No decision owns ``knob`` any more: put its journaled original back and forget it."""
         own = self._owned.pop(knob.id, None)
         self.stepped_back.discard(knob.id)
+        self._who.pop(knob.id, None)
         if own is None:
             return []
         if self.dry_run or knob.id not in self.journal:
@@ -206,12 +208,19 @@ class Applier:
         self._owned.pop(knob_id, None)
         self.stepped_back.discard(knob_id)
         self.faults.pop(knob_id, None)
+        self._who.pop(knob_id, None)
 
     # -- reporting -----------------------------------------------------------------------------------
     def _log_actuation(self, knob: Knob, device_id: str, decision: Decision, old: float | None, new: float,
                        **extra: Any) -> None:
-        self._log.info("actuation", device=device_id, knob=knob.id, old=old, new=new, unit=knob.unit,
-                       rule=decision.rule, layer=str(decision.layer), **extra)
+        """One ``actuation`` line per write: at info when the knob's deciding rule or layer changed (the
+        first write included), else at debug (a curve moving a fan every few seconds stays out of the
+        journal unless asked for; every write is still an ``actuation`` event on the bus)."""
+        who = (decision.rule, decision.layer)
+        log = self._log.info if self._who.get(knob.id) != who else self._log.debug
+        self._who[knob.id] = who
+        log("actuation", device=device_id, knob=knob.id, old=old, new=new, unit=knob.unit,
+            rule=decision.rule, layer=str(decision.layer), **extra)
 
     def _actuation_event(self, t_wall: float, knob: Knob, device_id: str, decision: Decision,
                          old: float | None, new: float) -> Event:

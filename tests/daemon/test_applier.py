@@ -156,3 +156,26 @@ def test_give_back_restores_the_original_and_forgets_it(setup):
     assert b.pwm["pwm1"] == 100 and b.enable["pwm1"] == 2
     assert knob.id not in j and knob.id not in applier.owned
     assert applier.give_back(b, knob, 3.0) == []  # nothing owned: nothing to do
+
+
+def test_a_write_logs_at_info_only_when_its_rule_or_layer_changes(setup):
+    import logging
+
+    import structlog
+    from structlog.testing import capture_logs
+
+    b, _, applier, knob = setup
+    other = Decision("x", 90.0, Layer.SAFETY, "safety/critical")
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with capture_logs() as logs:
+            for value, dec in ((60.0, DEC), (70.0, DEC), (80.0, DEC), (100.0, other), (50.0, DEC)):
+                _, events = applier.apply(b, knob, b.device_id, dec, value, current(b, knob), 1.0)
+                assert [e.kind for e in events] == ["actuation"]  # every write is still an event
+    finally:
+        structlog.configure(**saved)
+    acts = [(e["log_level"], e["new"], e["rule"]) for e in logs if e["event"] == "actuation"]
+    assert acts == [("info", 60.0, "balanced/cpu-fans"), ("debug", 70.0, "balanced/cpu-fans"),
+                    ("debug", 80.0, "balanced/cpu-fans"), ("info", 100.0, "safety/critical"),
+                    ("info", 50.0, "balanced/cpu-fans")]
