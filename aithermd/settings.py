@@ -12,12 +12,13 @@ components, filled 9100–9999 with exporters by 2023 and continue upward from 1
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.reader import ReaderError
@@ -30,9 +31,11 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the same as aithermd.publish.metric
 MAX_CONFIG_BYTES = 1 << 20
 FLAG_NAMES = {"tick_s": "--tick", "nvml": "--no-nvml", "policy_dirs": "--policy-dir"}  # where not --key-name
 MAX_CONFIG_VALUES = 10_000  # keys, values and list items, aliases expanded
+ENV_PREFIX = "AITHERMD_"
+JSON_SETTINGS = frozenset({"policy_dirs"})  # given in the environment as JSON (a list of directories)
 
 
-class DaemonSettings(BaseSettings):
+class DaemonSettings(BaseModel):
     """Everything ``aithermd run`` is told. Units in the names; paths absolute or relative to the cwd.
 
     - ``tick_s``: control-loop period, s (0.05–60).
@@ -47,10 +50,12 @@ class DaemonSettings(BaseSettings):
     - ``bus``: ``system`` | ``session`` | ``none`` | a D-Bus address.
     - ``metrics_listen``: ``HOST:PORT`` of the Prometheus endpoint, or ``none``.
     - ``log_format``: ``auto`` (JSON when stderr is not a terminal) | ``json`` | ``console``; ``log_level``.
+
+    Built directly it holds exactly what it is given; :func:`load_settings` layers the file, the
+    environment and the flags.
     """
 
-    model_config = SettingsConfigDict(env_prefix="AITHERMD_", extra="forbid", validate_default=True,
-                                      allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
     config_file: Path | None = None
     tick_s: float = Field(1.0, ge=0.05, le=60.0)
@@ -83,29 +88,29 @@ class DaemonSettings(BaseSettings):
             return value
         raise ValueError(f"{value!r} is not system, session, none or a D-Bus address (unix:path=...)")
 
-    @classmethod
-    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
-                                   init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource,
-                                   dotenv_settings: PydanticBaseSettingsSource,
-                                   file_secret_settings: PydanticBaseSettingsSource,
-                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _YamlFileSource(settings_cls)
 
 
-class _YamlFileSource(PydanticBaseSettingsSource):
-    """Reads the file named by ``config_file`` (given by the flags or the environment, sources before
-    this one)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ returns the whole mapping
-
-    def __call__(self) -> dict[str, Any]:
-        path = self.current_state.get("config_file")
-        if not path:
-            return {}
-        data, _ = read_config(Path(path))
-        return data
+def environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings given as ``AITHERMD_<NAME>`` environment variables (the name in any case; other
+    ``AITHERMD_*`` variables belong to other programs and are ignored); ``policy_dirs`` is a JSON list.
+    Raises PolicyErrors for a value that is not JSON where JSON is expected."""
+    env = os.environ if environ is None else environ
+    by_name = {k[len(ENV_PREFIX):].lower(): v for k, v in env.items() if k.upper().startswith(ENV_PREFIX)}
+    out: dict[str, Any] = {}
+    for name in DaemonSettings.model_fields:
+        if name not in by_name:
+            continue
+        raw = by_name[name]
+        if name in JSON_SETTINGS:
+            try:
+                out[name] = json.loads(raw)
+            except ValueError:
+                raise PolicyErrors([PolicyError(f"{ENV_PREFIX}{name.upper()}", f"not JSON: {raw!r}", key=name,
+                                                hint='give a JSON list, e.g. ["/etc/aithermd/policies.d"]')]) \
+                    from None
+        else:
+            out[name] = raw
+    return out
 
 
 def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
@@ -186,8 +191,11 @@ def load_settings(config: Path | None = None, flags: Mapping[str, Any] | None = 
     Raises :class:`PolicyErrors` (exit 2 for an unreadable file, 1 for invalid content).
     """
     given = {k: v for k, v in (flags or {}).items() if v is not None}
+    env = environment()
     if config is None and DEFAULT_CONFIG.is_file():
         config = DEFAULT_CONFIG
+    if config is None and env.get("config_file"):
+        config = Path(env["config_file"])
     file_data: dict[str, Any] = {}
     marks: dict[str, tuple[int, int]] = {}
     if config is not None:
@@ -197,9 +205,9 @@ def load_settings(config: Path | None = None, flags: Mapping[str, Any] | None = 
         given["policy_pinned"] = True
     extra_dirs = given.pop("policy_dirs", None)
     try:
-        settings = DaemonSettings(**given)
+        settings = DaemonSettings(**{**file_data, **env, **given})
     except ValidationError as exc:
-        raise _errors(exc, config, marks, file_data, given) from exc
+        raise _errors(exc, config, marks, file_data, {**env, **given}, given) from exc
     if extra_dirs:
         base = settings.policy_dirs if settings.policy_dirs is not None else default_policy_dirs()
         settings = settings.model_copy(update={"policy_dirs": [*base, *map(Path, extra_dirs)]})
@@ -213,7 +221,9 @@ def default_policy_dirs() -> list[Path]:
 
 
 def _errors(exc: ValidationError, config: Path | None, marks: Mapping[str, tuple[int, int]],
-            file_data: Mapping[str, Any], given: Mapping[str, Any]) -> PolicyErrors:
+            file_data: Mapping[str, Any], later: Mapping[str, Any], flags: Mapping[str, Any]) -> PolicyErrors:
+    """Each error at its source: the file (FILE:LINE:COL) unless the environment or a flag overrode the
+    key, the flag (``--tick``), or the environment variable."""
     errors: list[PolicyError] = []
     for err in exc.errors():
         loc = err.get("loc") or ()
@@ -226,12 +236,12 @@ def _errors(exc: ValidationError, config: Path | None, marks: Mapping[str, tuple
         if err.get("type") == "extra_forbidden":
             close = _closest(top, DaemonSettings.model_fields)
             hint = f"did you mean {close!r}?" if close else None
-        if config is not None and top in file_data and top not in given:
+        if config is not None and top in file_data and top not in later:
             line, col = marks.get(top, (None, None))
             errors.append(PolicyError(str(config), message, line=line, col=col, key=key, hint=hint))
         else:
-            source = FLAG_NAMES.get(top, "--" + top.replace("_", "-")) if top in given \
-                else f"AITHERMD_{top.upper()}"
+            source = FLAG_NAMES.get(top, "--" + top.replace("_", "-")) if top in flags \
+                else f"{ENV_PREFIX}{top.upper()}"
             errors.append(PolicyError(source, message, key=key, hint=hint))
     return PolicyErrors(errors)
 

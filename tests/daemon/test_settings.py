@@ -73,3 +73,20 @@ def test_unreadable_and_non_mapping_files(tmp_path):
     (tmp_path / "broken.yaml").write_text("a: [1\n")
     with pytest.raises(PolicyErrors, match="broken.yaml:2:1: error: not valid YAML"):
         load_settings(tmp_path / "broken.yaml")
+
+
+def test_environment_reads_only_settings_and_names_itself_in_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("AITHERMD_SLURM_CONF", "/dev/null")  # another program's variable: ignored
+    monkeypatch.setenv("aithermd_policy_dirs", f'["{tmp_path / "a"}"]')  # any case; a JSON list
+    monkeypatch.setenv("AITHERMD_DRY_RUN", "true")
+    s = load_settings(None, {})
+    assert s.policy_dirs == [tmp_path / "a"] and s.dry_run is True
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("tick_s: 2\n")
+    monkeypatch.setenv("AITHERMD_TICK_S", "fast")  # overrides the file's good value: the variable is wrong
+    with pytest.raises(PolicyErrors) as info:
+        load_settings(cfg)
+    assert "AITHERMD_TICK_S: error: tick_s:" in str(info.value)
+    monkeypatch.setenv("AITHERMD_POLICY_DIRS", "/etc/x")
+    with pytest.raises(PolicyErrors, match="AITHERMD_POLICY_DIRS.*not JSON"):
+        load_settings(None, {})
