@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aithermd.log  # noqa: F401 - first, so structlog is imported without rich (see aithermd.log)
+
 HELP = "run the daemon (the control loop)"
 
 
