@@ -16,6 +16,9 @@ import threading
 from typing import Any
 
 
+_KEEP: list[Any] = []
+
+
 def install(n: int, seed: int = 0) -> Any:
     """Install ``n`` fake GPUs into ``pynvml``; returns the FakeNvml (0: nothing installed, None)."""
     if n <= 0:
@@ -27,7 +30,9 @@ def install(n: int, seed: int = 0) -> Any:
 
     pair = default_profiles()
     fake = FakeNvml([pair[i % len(pair)] for i in range(n)])
-    fake.install(pynvml).__enter__()  # for the life of the process
+    installed = fake.install(pynvml)
+    installed.__enter__()  # for the life of the process: a collected context manager would undo it
+    _KEEP.append(installed)
     threading.Thread(target=_walk, args=(fake, n, seed), name="bench-gpu-walk", daemon=True).start()
     return fake
 

@@ -52,6 +52,21 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def proc_sched_s(pid: int) -> float:
+    """CPU time of every live thread of ``pid``, s, to the nanosecond (``/proc/PID/task/*/schedstat``, first
+    field). utime + stime are sampled at the scheduler tick (10 ms here), too coarse for a few ms a
+    second; a thread that ended inside a window loses its time here (none of the peers ends threads
+    between ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
 def proc_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -68,7 +83,8 @@ def _env(kind: str, args: Any) -> dict[str, str]:
 
 
 class Peer:
-    """One process of a scenario; ``marks``: (monotonic s, CPU s, RSS MB) at each window edge; ``scrapes``:
+    """One process of a scenario; ``marks``: (monotonic s, CPU s (threads' schedstat), RSS MB, utime+stime s)
+    at each window edge; ``scrapes``:
     wall s of each ``/metrics`` GET."""
 
     def __init__(self, kind: str, scenario: str, tree: Path, gpus: int, policy_dir: Path, args: Any,
@@ -77,7 +93,7 @@ class Peer:
         self.policy_dir, self.args, self.bus = policy_dir, args, bus
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.marks: list[tuple[float, float, float]] = []
+        self.marks: list[tuple[float, float, float, float]] = []
         self.scrapes: list[float] = []
         self.body = b""  # the last /metrics answer
         self._notify: socket.socket | None = None
@@ -137,7 +153,8 @@ class Peer:
 
     def mark(self, now: float) -> None:
         assert self.proc is not None
-        self.marks.append((now, proc_cpu_s(self.proc.pid), proc_rss_mb(self.proc.pid)))
+        pid = self.proc.pid
+        self.marks.append((now, proc_sched_s(pid), proc_rss_mb(pid), proc_cpu_s(pid)))
 
     def check_alive(self) -> None:
         assert self.proc is not None
