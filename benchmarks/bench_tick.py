@@ -1,4 +1,8 @@
-"""CPU per tick and memory of the control loop on the reference workload (issue 5).
+"""In-process breakdown: CPU per tick and memory of the control loop on the reference workload (issue 5).
+
+A breakdown, not what users see: ticks run back to back on a simulated clock with only the hwmon backend
+(no CPU or NVML backend, no worker hop, metrics, logging or real sleeps), from warm caches.
+``bench_process.py`` measures the whole daemon process in real time beside a lean reference loop.
 
 Reference workload: one hwmon chip with 6 temperature inputs and 3 fans (pwm + pwmN_enable + fanN_input),
 a policy with a state machine, a points curve with hysteresis, a PID curve and a mix, fan rules with
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         ref = asyncio.run(measure(Path(tmp), 0, args.warmup, args.ticks))
         more = asyncio.run(measure(Path(tmp), args.extra, args.warmup, args.ticks)) if args.extra else None
+    print("in-process breakdown (the whole process in real time: benchmarks/bench_process.py)")
     print(f"reference workload: {ref['channels']:.0f} channels, 3 fans, {args.ticks} ticks at 1 Hz "
           f"(simulated {args.ticks / 3600:.2f} h) after {args.warmup} warm-up ticks")
     print(f"  CPU per tick:        {ref['cpu_ms_per_tick']:.3f} ms over the window, "
