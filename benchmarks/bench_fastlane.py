@@ -25,23 +25,23 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal
+from aithermd.actuate.worker import Worker
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.clock import RealClock
-from aithermd.cycle import Cycle
-from aithermd.daemon import Daemon
-from aithermd.fastlane import FastLane, FastLaneOptions
-from aithermd.live import LiveOptions
-from aithermd.operator import Operator
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.control import Control
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
+from aithermd.runtime.tick import Tick
+from aithermd.runtime.world import Engine, build_world
 from aithermd.settings import DaemonSettings
 from aithermd.sim.fake_nvml import FakeNvml
-from aithermd.world import Engine, build_world
+from aithermd.watchers.fastlane import FastLane, FastLaneOptions
 
 COST_TARGET_PCT = 0.25
 LATENCY_TARGET_S = 0.100
@@ -82,13 +82,13 @@ def settings(tmp: Path, root: Path, **kw) -> DaemonSettings:
                           policy_pinned=True, bus="none", metrics_listen="none", nvml=False, **kw)
 
 
-def cycle_for(s: DaemonSettings, backends) -> Cycle:
+def tick_for(s: DaemonSettings, backends) -> Tick:
     engine, clock, hub = Engine.default(), RealClock(), StateHub()
     world = build_world(s, backends, engine)
-    op = Operator(s.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
-                  knobs=lambda: world.knobs, reload=lambda: None, default_policy=s.policy, pinned=True)
-    return Cycle(world, applier=Applier(Journal(s.state_dir)), operator=op, hub=hub, engine=engine,
-                 clock=clock, worker=ThreadPoolExecutor(max_workers=1), tick_s=2.0, dry_run=False)
+    control = Control(s.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
+                      knobs=lambda: world.knobs, reload=lambda: None, default_policy=s.policy, pinned=True)
+    return Tick(world, applier=Applier(Journal(s.state_dir)), control=control, hub=hub, engine=engine,
+                clock=clock, worker=Worker(2.0), tick_s=2.0, dry_run=False)
 
 
 RATES = (10.0, FastLaneOptions().rate_hz, 20.0)
@@ -146,9 +146,9 @@ async def cost_cases(seconds: float) -> list[tuple]:
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
             root = machine(tmp, near)
-            cycle = cycle_for(settings(tmp, root), [HwmonBackend(str(root))])
+            cycle = tick_for(settings(tmp, root), [HwmonBackend(str(root))])
             lane = FastLane(lambda c=cycle: c, asyncio.Lock(), lambda events: None)
-            lane.rearm(await cycle.tick(1))
+            lane.rearm(await cycle.run(1))
             rows.append((label, len(lane.watch), *await measure(lane, seconds)))
             lane.stop()
             cycle.worker.shutdown()
@@ -156,12 +156,12 @@ async def cost_cases(seconds: float) -> list[tuple]:
         tmp = Path(t)
         fake = FakeNvml.from_dumps(GPU_DUMPS)
         backend = NvmlBackend(nvml=fake.bindings())
-        cycle = cycle_for(settings(tmp, machine(tmp, 0)), [backend])
-        await cycle.tick(1)
+        cycle = tick_for(settings(tmp, machine(tmp, 0)), [backend])
+        await cycle.run(1)
         for i in (0, 1):  # both GPUs draw more than their limit: watched whatever their temperature
             fake.set_dynamic(i, power_draw_w=(fake.power_limit_w(i) or 0.0) + 50.0)
         lane = FastLane(lambda c=cycle: c, asyncio.Lock(), lambda events: None)
-        lane.rearm(await cycle.tick(2))
+        lane.rearm(await cycle.run(2))
         rows.append(("2 GPUs, fake NVML", len(lane.watch), *await measure(lane, seconds)))
         lane.stop()
         cycle.worker.shutdown()

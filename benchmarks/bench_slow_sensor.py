@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 
 from aithermd.backends.hwmon import HwmonBackend
+from aithermd.backends.slow import SlowBackend, SlowOptions, split_slow
 from aithermd.backends.sysfs import SysfsIO
-from aithermd.daemon import Daemon
-from aithermd.live import LiveOptions
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
 from aithermd.settings import DaemonSettings
-from aithermd.slow import SlowBackend, SlowOptions, split_slow
 
 TARGET_S = 0.001
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ async def run_case(case: str, seconds: float) -> tuple[float, float, float, int,
                 timed(b, calls)
         d = Daemon(settings, backends=backends, live=LiveOptions())
         ticks: list[float] = []
-        d.hub.add_listener(lambda snap, evs: ticks.append(d.ticker.last_duration_s) if snap.seq > 1 else None)
+        d.hub.add_listener(lambda snap, evs: ticks.append(d.scheduler.last_duration_s) if snap.seq > 1 else None)
         start: list[float] = []
 
         def until() -> bool:

@@ -7,7 +7,7 @@ A breakdown, not what users see: ticks run back to back on a simulated clock wit
 Reference workload: one hwmon chip with 6 temperature inputs and 3 fans (pwm + pwmN_enable + fanN_input),
 a policy with a state machine, a points curve with hysteresis, a PID curve and a mix, fan rules with
 ramps and a GPU power-limit rule (no GPU), 1 Hz ticks, no GPU, no D-Bus, no metrics. The whole daemon
-runs (:class:`aithermd.daemon.Daemon`: real hwmon backend over a synthetic sysfs tree, real engine, journal,
+runs (:class:`aithermd.runtime.daemon.Daemon`: real hwmon backend over a synthetic sysfs tree, real engine, journal,
 applier, StateHub) on a simulated clock whose sleep returns at once, so each tick's CPU is measured without
 waiting a second between ticks.
 
@@ -119,7 +119,7 @@ def rss_mb() -> float:
 async def measure(workdir: Path, extra: int, warmup: int, ticks: int) -> dict[str, float]:
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.clock import FakeClock
-    from aithermd.daemon import Daemon
+    from aithermd.runtime.daemon import Daemon
     from aithermd.settings import DaemonSettings
 
     root = workdir / f"sys-{extra}"

@@ -36,6 +36,7 @@ from aithermd.backends.chipname import chip_name_for
 from aithermd.backends.fast import ok_reading as _ok_reading
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.pwm import PwmKnob
+from aithermd.backends.readers import HwmonReader
 from aithermd.backends.sysfs import (
     Attribute,
     SysfsIO,
@@ -298,6 +299,14 @@ class HwmonBackend:
         knobs = {knob_id: p.read() for knob_id, p in self._pwms.items()}
         lost = frozenset(d for d, n in gone.items() if n == self._input_counts[d])
         return Sample(t=t, readings=readings, knobs=knobs, lost=lost)
+
+    def reader(self, channel_id: str) -> HwmonReader | None:
+        """A reader of one discovered input through a descriptor of its own (the fast lane), or None when
+        this backend does not read ``channel_id``."""
+        for inp in self._inputs:
+            if inp.id == channel_id:
+                return HwmonReader(channel_id, Attribute(self.io, inp.attr.path), inp.convert, inp.lo, inp.hi)
+        return None
 
     # -- knobs -----------------------------------------------------------------------------------------
     def _pwm(self, knob_id: str) -> PwmKnob:

@@ -27,6 +27,7 @@ import structlog
 from aithermd import units
 from aithermd.backends.nvml_gpu import GpuReader, Lost, error_names
 from aithermd.backends.nvml_worker import NvmlWorker
+from aithermd.backends.readers import NvmlReader
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import (
     BackendError,
@@ -134,6 +135,13 @@ class NvmlBackend:
     def gpu_count(self) -> int:
         """GPUs found by the last discovery."""
         return len(self._gpus)
+
+    def reader(self, channel_id: str) -> NvmlReader | None:
+        """A reader of GPU ``gpuN``'s temperature and power for ``channel_id`` ``gpuN/temperature`` (the fast
+        lane), or None when this backend did not discover that GPU."""
+        device_id, _, name = channel_id.partition("/")
+        gpu = self._gpus.get(device_id)
+        return NvmlReader(gpu, self.worker, device_id) if gpu is not None and name == "temperature" else None
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def machine_devices(args: argparse.Namespace) -> list[Device] | None:
     """The devices of the machine the arguments name, or None. Raises OSError/RuntimeError when unusable."""
-    from aithermd.inventory import discover, open_backends
+    from aithermd.backends.registry import discover, open_backends
     if args.sysfs_root:
         if not os.path.isdir(args.sysfs_root):
             raise OSError(f"{args.sysfs_root}: not a directory")
@@ -44,7 +44,7 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
                           "give a machine's sys/ directory)")
         backends = open_backends(args.sysfs_root, cpu=False)
         try:
-            return discover(backends)
+            return list(discover(backends).devices)
         finally:
             for b in backends:
                 b.close()
@@ -55,7 +55,7 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
             machine = SimulatedMachine(Path(tmp) / "machine")
             backends = build_backends(machine, SimClock())
             try:
-                return discover(backends)
+                return list(discover(backends).devices)
             finally:
                 for b in backends:
                     b.close()

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, early: EarlySignals | None) -> int:
     from aithermd import log
-    from aithermd.daemon import Daemon
     from aithermd.errors import PolicyErrors
+    from aithermd.runtime.daemon import Daemon
 
     if args.config is not None and not args.config.is_file():
         print(f"{args.config}: error: cannot read the config file", file=sys.stderr)

@@ -5,7 +5,7 @@ seconds apart (default 0.2 s), and prints the second sample (a reading missing f
 first). ``--interval 0`` reads once: RAPL power and CPU utilization then read ``stale``. With
 ``--sysfs-root`` the tree is a recorded or mocked machine, so the live CPU (psutil reads ``/proc``) is left
 out; without it the CPU is included. With ``--json`` stdout holds exactly one document
-(:func:`aithermd.document.sensors_document`); logs and warnings always go to stderr.
+(:func:`aithermd.publish.sensors.sensors_document`); logs and warnings always go to stderr.
 
 GPUs: the live NVML without ``--sysfs-root`` (zero GPUs without a driver); ``--gpu-profile DUMP``
 (repeatable) adds fake GPUs built from ``nvidia-smi -q`` dumps (text or XML), numbered after the real ones.
@@ -26,10 +26,10 @@ from typing import Any
 
 from aithermd import log
 from aithermd.backends.base import Backend
-from aithermd.document import render_table, sensors_document
+from aithermd.backends.registry import discover, open_backends
 from aithermd.errors import AithermError
-from aithermd.inventory import discover, open_backends
 from aithermd.model import KnobValue, Reading
+from aithermd.publish.sensors import render_table, sensors_document
 
 HELP = "discover and read every device once, like lm-sensors"
 
@@ -57,7 +57,7 @@ def open_for(args: argparse.Namespace) -> list[Backend]:
 def read_document(backends: list[Backend], interval: float,
                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
     """Discover, sample (twice, ``interval`` apart, when ``interval`` > 0) and build the document."""
-    devices = discover(backends)
+    devices = list(discover(backends).devices)
     readings: dict[str, Reading] = {}
     knobs: dict[str, KnobValue] = {}
     logger = log.get("aithermd.sensors")

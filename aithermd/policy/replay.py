@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Status
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.trace import Trace
+from aithermd.sim.gpu_profile import GpuProfile
 
 FIELD_CHANNEL = MappingProxyType({  # trace field → (channel attribute, quantity, unit)
     "temperature.gpu": ("temperature", Quantity.TEMPERATURE, "°C"),

@@ -23,7 +23,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from aithermd.document import sensors_document
 from aithermd.model import (
     Decision,
     Device,
@@ -33,6 +32,7 @@ from aithermd.model import (
     Reading,
     Snapshot,
 )
+from aithermd.publish.sensors import sensors_document
 
 
 def _num(value: float | None) -> float | None:
@@ -56,7 +56,7 @@ def plain(value: Any) -> Any:
 def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading],
                     knobs: Mapping[str, KnobValue],
                     attrs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The ``devices`` list of the ``aithermd sensors --json`` document (:func:`aithermd.document.
+    """The ``devices`` list of the ``aithermd sensors --json`` document (:func:`aithermd.publish.sensors.
     sensors_document`), each knob with its read-back ``mode`` and device ``attrs`` made JSON-ready."""
     out = sensors_document(devices, readings, knobs, attrs)["devices"]
     for dev in out:

@@ -8,7 +8,7 @@ run unchanged. Two ways in::
     nvml = fake.bindings()              # a private copy of the pynvml module, nothing global touched
     with fake.install(pynvml): ...      # patch a module (the global one), restored on exit
 
-GPUs come from :class:`~aithermd.gpu_profile.GpuProfile` (``nvidia-smi -q`` dumps). NVML semantics kept:
+GPUs come from :class:`~aithermd.sim.gpu_profile.GpuProfile` (``nvidia-smi -q`` dumps). NVML semantics kept:
 units (mW, mJ, °C, %), ``NVML_ERROR_UNINITIALIZED`` before ``nvmlInit``, limits outside the constraints
 fail with ``INVALID_ARGUMENT``, writes without privilege with ``NO_PERMISSION``, missing capabilities with
 ``NOT_SUPPORTED``, a lost GPU with ``GPU_IS_LOST`` on every call, functions newer than the fake's driver
@@ -29,7 +29,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile
 from aithermd.sim.fake_nvml_lib import (
     FUNCTION_SINCE,
     GPU_IS_LOST,
@@ -50,6 +49,7 @@ from aithermd.sim.fake_nvml_state import (
     load_gpus,
     unique_bus_ids,
 )
+from aithermd.sim.gpu_profile import GpuProfile
 from aithermd.sim.profiles import load_profiles
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile
+from aithermd.sim.gpu_profile import GpuProfile
 from aithermd.sim.profiles import profile_from_dict, profile_to_dict
 from aithermd.units import w_to_mw
 

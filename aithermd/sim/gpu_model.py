@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aithermd.gpu_profile import GpuProfile
+from aithermd.sim.gpu_profile import GpuProfile
 
 ALPHA = 0.4
 IDLE_CLOCK_MHZ = 210.0

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile
 from aithermd.sim import gpu_model, thermal
 from aithermd.sim.board import Board
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.gpu_model import GpuParams
+from aithermd.sim.gpu_profile import GpuProfile
 from aithermd.sim.profiles import shipped_profiles
 from aithermd.sim.sensor_noise import NVML_GPU, SensorNoise
 from aithermd.sim.workload import CycleWorkload, Workload

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile, GpuSnapshot
+from aithermd.sim.gpu_profile import GpuProfile, GpuSnapshot
 from aithermd.sim.smi_dump import DumpError, load_dump, parse_dump
 
 # slug → (dump file under aithermd/data/gpu-profiles, index of the GPU in that dump)

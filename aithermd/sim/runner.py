@@ -2,7 +2,7 @@
 
 :func:`simulate` (``run_simulated`` for the command line) builds a
 :class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own, a simulated clock, and the
-daemon (:class:`aithermd.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`: the real
+daemon (:class:`aithermd.runtime.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`: the real
 hwmon/powercap backends, the real NVML backend over the fake NVML, and the real CPU backend reading the
 simulated CPU. Before each sample
 the machine's physics advance to the tick's simulated time. Simulated time moves only while the daemon
@@ -232,7 +232,7 @@ class SimResult:
 async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimResult:
     """Run the daemon on a fresh simulated machine until ``opts.duration_s`` simulated seconds passed (or
     it is stopped), then print the summary to ``out`` (None: print nothing)."""
-    from aithermd.daemon import Daemon
+    from aithermd.runtime.daemon import Daemon
     from aithermd.sim.machine import SimulatedMachine
 
     workload = make_workload(opts)
@@ -255,8 +255,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimRe
     try:
         code = await daemon.run(until=until, handle_signals=out is not None)
     finally:
-        if daemon.cycle is not None:
-            policy = daemon.operator.active if daemon.operator else settings.policy
+        if daemon.tick is not None:
+            policy = daemon.control.active if daemon.control else settings.policy
             data = summary_data(machine, recorder, policy)
             if out is not None:
                 text = json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data)

@@ -1,4 +1,4 @@
-"""Parse ``nvidia-smi -q`` dumps, text and ``-x`` XML, into :class:`~aithermd.gpu_profile.GpuProfile`.
+"""Parse ``nvidia-smi -q`` dumps, text and ``-x`` XML, into :class:`~aithermd.sim.gpu_profile.GpuProfile`.
 
 Source of the facts: the ``nvidia-smi -q`` output format (``nvidia-smi(1)``, ``nvsmi_device_v11..v13.dtd``)
 as real drivers print it, 418 to 610:
@@ -29,7 +29,7 @@ from typing import Any
 
 from aithermd.errors import AithermError
 from aithermd.files import read_regular
-from aithermd.gpu_profile import GpuProfile, GpuSnapshot
+from aithermd.sim.gpu_profile import GpuProfile, GpuSnapshot
 
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\s*$")

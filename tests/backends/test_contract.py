@@ -20,9 +20,9 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import HwmonSubset
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.backends.powercap import RaplBackend
+from aithermd.backends.slow import SlowBackend, SlowOptions
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.smi_dump import load_dump
-from aithermd.slow import SlowBackend, SlowOptions
 from tests.support import backend_contract as contract
 from tests.support.backend_contract import Rig
 from tests.support.clock import SimClock

@@ -10,9 +10,9 @@ from aithermd.backends import open_backend
 from aithermd.backends.cpu import CpuBackend
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.powercap import RaplBackend
-from aithermd.document import render_table, sensors_document
-from aithermd.inventory import discover, open_backends
+from aithermd.backends.registry import discover, open_backends
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Status
+from aithermd.publish.sensors import render_table, sensors_document
 from aithermd.sim import ttar
 
 from .helpers import MACHINES_DIR
@@ -89,7 +89,7 @@ def test_inventory_discovers_every_backend_and_skips_a_broken_one():
         def discover(self):
             raise OSError("boom")
 
-    devices = discover([*backends, Broken()])
+    devices = discover([*backends, Broken()]).devices
     assert [d.id for d in devices][:3] == [
         "hwmon:acpitz-acpi-0",
         "hwmon:BAT0-acpi-0",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
-from aithermd.document import sensors_document
+from aithermd.publish.sensors import sensors_document
 
 from .helpers import MACHINES, MACHINES_DIR, assert_agrees, document_view, lm_sensors_reference
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from aithermd import log
 from aithermd.backends.nvml import NvmlBackend
-from aithermd.daemon import Daemon
+from aithermd.backends.registry import open_for_daemon
+from aithermd.runtime.daemon import Daemon
 from aithermd.settings import DaemonSettings
 from aithermd.sim.fake_nvml import FakeNvml
-from aithermd.world import open_backends
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     settings = DaemonSettings(sysfs_root=root, state_dir=state, bus="none", metrics_listen="none", nvml=False,
                               tick_s=0.05, policy="gpu-now", policy_pinned=True, policy_dirs=[policies])
     log.setup("info", "json")
-    backends = open_backends(settings)
+    backends = open_for_daemon(settings)
     backends.append(NvmlBackend(nvml=FakeNvml.open(nvml_state).bindings()))
     return asyncio.run(Daemon(settings, backends=backends).run(handle_signals=True))
 

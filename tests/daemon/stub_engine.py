@@ -18,7 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.model import Decision, KnobKind, Layer, Status
-from aithermd.world import Engine
+from aithermd.runtime.world import Engine
 
 
 @dataclass(frozen=True, eq=False)

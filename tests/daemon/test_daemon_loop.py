@@ -7,9 +7,9 @@ import json
 import pytest
 
 from aithermd.actuate.journal import Journal
-from aithermd.daemon import Daemon
 from aithermd.errors import UnknownPolicy
 from aithermd.model import Layer
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE, write_policy
@@ -127,7 +127,7 @@ async def test_knobs_no_decision_claims_are_handed_back(settings, clock):
         snap = d.hub.latest
         during.append((snap.seq, dict(b.pwm), dict(b.enable)))
         if snap.seq == 1:
-            d.operator.set_active_policy("handsoff")
+            d.control.set_active_policy("handsoff")
         return False
 
     await d.run(max_ticks=3, until=step)
@@ -171,8 +171,8 @@ async def test_overrides_and_the_active_policy_persist_across_restarts(settings,
     d = make(settings, clock, b)
 
     def operate():
-        d.operator.set_active_policy("quiet")
-        d.operator.set_override(b.kid("pwm2"), 80.0, 0)
+        d.control.set_active_policy("quiet")
+        d.control.set_override(b.kid("pwm2"), 80.0, 0)
         return False
 
     await d.run(max_ticks=2, until=operate)
@@ -204,7 +204,7 @@ async def test_an_override_expires(settings, clock):
 
     def operate():
         if d.hub.latest.seq == 1:
-            d.operator.set_override(b.kid("pwm1"), 90.0, 2.5)
+            d.control.set_override(b.kid("pwm1"), 90.0, 2.5)
         return False
 
     layers = []
@@ -225,7 +225,7 @@ async def test_set_active_policy_unknown_raises(settings, clock):
 
     def operate():
         try:
-            d.operator.set_active_policy("nope")
+            d.control.set_active_policy("nope")
         except UnknownPolicy as exc:
             errors.append(str(exc))
         return True

@@ -7,8 +7,8 @@ import socket
 
 import pytest
 
-from aithermd.daemon import Daemon
-from aithermd.notify import Notifier
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.sd_notify import Notifier
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE
@@ -79,7 +79,7 @@ async def test_ready_after_the_first_tick_then_status_and_stopping(settings, clo
 
     def operate():
         if d.hub.latest.seq == 1:
-            d.operator.set_active_policy("handsoff")
+            d.control.set_active_policy("handsoff")
         return False
 
     assert await d.run(max_ticks=3, until=operate) == 0
@@ -117,20 +117,20 @@ async def test_no_watchdog_ping_while_the_tick_hangs(settings, notify_socket):
     backend = FakeBackend()
     hang = asyncio.Event()
     d = Daemon(s, backends=[backend], engine=STUB_ENGINE, environ=env)
-    original = d._tick
+    original = d._run_tick
 
     async def tick(seq, deadline):
         if seq == 2:
             await hang.wait()  # e.g. a hung NVML call awaited in the worker thread
         await original(seq, deadline)
 
-    d._tick = tick  # type: ignore[method-assign]
+    d._run_tick = tick  # type: ignore[method-assign]
     task = asyncio.create_task(d.run())
     messages: list[str] = []
     for _ in range(200):
         await asyncio.sleep(0.05)
         messages += drain(sock)
-        if messages and messages[0].startswith("READY=1") and d.ticker.seq >= 2:
+        if messages and messages[0].startswith("READY=1") and d.scheduler.seq >= 2:
             break
     await asyncio.sleep(0.3)  # tick_s + 2 × interval = 0.09 s: pings must have stopped by now
     drain(sock)

@@ -9,8 +9,8 @@ import pytest
 
 from aithermd.errors import InvalidArgument, UnknownCookie, UnknownKnob, UnknownPolicy
 from aithermd.model import Decision, Knob, KnobKind, Layer, Snapshot
-from aithermd.operator import STATE_FILE, Operator
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.control import STATE_FILE, Control
 
 from .stub_engine import load_policies, write_policy
 
@@ -31,7 +31,7 @@ def policies(tmp_path):
 
 
 def make(tmp_path, clock, policies, hub=None, **kw):
-    return Operator(tmp_path / "state", clock=clock, hub=hub or StateHub(), policies=lambda: policies,
+    return Control(tmp_path / "state", clock=clock, hub=hub or StateHub(), policies=lambda: policies,
                     knobs=lambda: KNOBS, reload=lambda: None, default_policy="balanced", **kw)
 
 

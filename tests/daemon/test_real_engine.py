@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
-from aithermd.daemon import Daemon
 from aithermd.model import Layer, Status
+from aithermd.runtime.daemon import Daemon
 from aithermd.settings import DaemonSettings
 from tests.support.machines import copy_machine
 

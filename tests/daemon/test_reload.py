@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from aithermd.daemon import Daemon
 from aithermd.errors import PolicyErrors
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE, write_policy
@@ -27,7 +27,7 @@ async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings,
             quiet.write_text("description: now broken\nduty_pct: fast\n")
             d.request_reload()  # what the SIGHUP handler does
         if seq == 3:
-            d.operator.set_active_policy("quiet")
+            d.control.set_active_policy("quiet")
         return False
 
     with capture_logs() as logs:
@@ -65,7 +65,7 @@ async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_di
         if d.hub.latest.seq == 1:
             (policy_dir / "bad.yaml").write_text("description: x\n")
             with pytest.raises(PolicyErrors) as info:
-                d.operator.reload()
+                d.control.reload()
             raised.append(str(info.value))
         return False
 
@@ -81,8 +81,8 @@ async def test_dropping_the_active_policy_falls_back_and_ends_its_holds(settings
     def step():
         seq = d.hub.latest.seq
         if seq == 1:
-            d.operator.set_active_policy("quiet")
-            d.operator.hold_policy("handsoff", "test", 0, ":1.5", 0, False)
+            d.control.set_active_policy("quiet")
+            d.control.hold_policy("handsoff", "test", 0, ":1.5", 0, False)
         if seq == 2:
             (policy_dir / "quiet.yaml").unlink()
             (policy_dir / "handsoff.yaml").unlink()
@@ -104,7 +104,7 @@ async def test_removing_the_active_and_configured_policy_is_refused(settings, cl
         seq = d.hub.latest.seq
         seen.append((seq, d.hub.latest.policy.active, d.hub.latest.decisions[b.kid("pwm1")].value))
         if seq == 1:
-            assert settings.policy == "balanced" and d.operator.active == "balanced"
+            assert settings.policy == "balanced" and d.control.active == "balanced"
             balanced.unlink()  # the admin removes the one policy that is active and configured
             d.request_reload()
         return False
@@ -129,7 +129,7 @@ async def test_dbus_reload_without_the_active_policy_raises(settings, clock, pol
         if d.hub.latest.seq == 1:
             (policy_dir / "balanced.yaml").unlink()
             with pytest.raises(PolicyErrors) as info:
-                d.operator.reload()
+                d.control.reload()
             raised.append(str(info.value))
         return False
 
@@ -145,7 +145,7 @@ async def test_removing_the_active_policy_still_falls_back_to_the_configured_one
     def step():
         seq = d.hub.latest.seq
         if seq == 1:
-            d.operator.set_active_policy("quiet")
+            d.control.set_active_policy("quiet")
         if seq == 2:
             (policy_dir / "quiet.yaml").unlink()
             d.request_reload()

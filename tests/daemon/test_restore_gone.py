@@ -13,8 +13,8 @@ from aithermd.actuate.journal import JOURNAL_FILE, Journal, current_boot_id
 from aithermd.actuate.restore import restore_journal
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
-from aithermd.daemon import Daemon
 from aithermd.errors import DeviceLost, UnknownKnob
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 from tests.support.machines import copy_machine
 

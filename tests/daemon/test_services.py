@@ -6,7 +6,7 @@ import urllib.request
 
 from structlog.testing import capture_logs
 
-from aithermd.daemon import Daemon
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from aithermd.daemon import Daemon
 from aithermd.model import Status
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from aithermd.actuate.journal import Journal
-from aithermd.daemon import Daemon
+from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from aithermd.ticker import Ticker
+from aithermd.runtime.scheduler import Scheduler
 
 
 async def test_ticks_on_the_grid(clock):
-    t = Ticker(1.0, clock, clock.sleep)
+    t = Scheduler(1.0, clock, clock.sleep)
     seen = []
 
     async def tick(seq, deadline):
@@ -24,7 +24,7 @@ async def test_ticks_on_the_grid(clock):
 
 
 async def test_a_late_tick_skips_the_missed_deadlines(clock):
-    t = Ticker(1.0, clock, clock.sleep)
+    t = Scheduler(1.0, clock, clock.sleep)
     seen = []
 
     async def tick(seq, deadline):
@@ -40,7 +40,7 @@ async def test_a_late_tick_skips_the_missed_deadlines(clock):
 
 async def test_stop_ends_the_wait_at_once():
     from aithermd.clock import RealClock
-    t = Ticker(30.0, RealClock())
+    t = Scheduler(30.0, RealClock())
     stop = asyncio.Event()
     ticks = []
 
@@ -53,7 +53,7 @@ async def test_stop_ends_the_wait_at_once():
 
 
 async def test_until_stops_after_the_tick(clock):
-    t = Ticker(1.0, clock, clock.sleep)
+    t = Scheduler(1.0, clock, clock.sleep)
     ticks = []
 
     async def tick(seq, deadline):
@@ -65,4 +65,4 @@ async def test_until_stops_after_the_tick(clock):
 
 def test_period_must_be_positive(clock):
     with pytest.raises(ValueError):
-        Ticker(0.0, clock)
+        Scheduler(0.0, clock)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from aithermd.document import sensors_document
 from aithermd.model import Reading, Status
 from aithermd.publish.document import DocumentCache, decision_changes, snapshot_document
 from aithermd.publish.reference import reference_snapshot
+from aithermd.publish.sensors import sensors_document
 
 EXTRA_KNOB_KEYS = {"mode", "requested", "reason", "rule", "layer"}
 

@@ -3,18 +3,18 @@ policies, a cycle built the way the daemon builds it, fake NVML GPUs."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal
-from aithermd.cycle import Cycle
-from aithermd.operator import Operator
+from aithermd.actuate.worker import Worker
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.control import Control
+from aithermd.runtime.tick import Tick
+from aithermd.runtime.world import Engine, build_world
 from aithermd.settings import DaemonSettings
-from aithermd.world import Engine, build_world
 from tests.support.machines import NVIDIA_SMI, copy_machine
 
 GPU_DUMPS = [NVIDIA_SMI / "rtx3090-nvidia-smi-q-x-driver-v13.xml",
@@ -76,17 +76,17 @@ def settings_for(tmp_path: Path, root: Path, policy_dir: Path, policy: str = "fo
                           **kw)
 
 
-def make_cycle(settings: DaemonSettings, backends, clock, hub: StateHub | None = None) -> Cycle:
-    """A cycle as :class:`~aithermd.daemon.Daemon` builds it (real engine, journal, applier, worker)."""
+def make_tick(settings: DaemonSettings, backends, clock, hub: StateHub | None = None) -> Tick:
+    """A tick as :class:`~aithermd.runtime.daemon.Daemon` builds it (engine, journal, applier, worker)."""
     engine = Engine.default()
     world = build_world(settings, backends, engine)
     hub = hub or StateHub()
-    operator = Operator(settings.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
+    control = Control(settings.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
                         knobs=lambda: world.knobs, reload=lambda: None, default_policy=settings.policy,
                         pinned=True)
-    return Cycle(world, applier=Applier(Journal(settings.state_dir)), operator=operator, hub=hub,
-                 engine=engine, clock=clock, worker=ThreadPoolExecutor(max_workers=1), tick_s=settings.tick_s,
-                 dry_run=False)
+    return Tick(world, applier=Applier(Journal(settings.state_dir)), control=control, hub=hub,
+                engine=engine, clock=clock, worker=Worker(max(settings.tick_s, 0.5)), tick_s=settings.tick_s,
+                dry_run=False)
 
 
 def write(root: Path, rel: str, value: int) -> None:

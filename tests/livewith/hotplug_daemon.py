@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from aithermd import log
-from aithermd.daemon import Daemon
-from aithermd.live import LiveOptions
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
 from aithermd.settings import DaemonSettings
 
 

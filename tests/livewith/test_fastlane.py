@@ -10,10 +10,10 @@ import pytest
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.backends.sysfs import SysfsIO
-from aithermd.fastlane import FastLane, FastLaneOptions
 from aithermd.sim.fake_nvml import FakeNvml
+from aithermd.watchers.fastlane import FastLane, FastLaneOptions
 
-from .conftest import AMDGPU, GPU_DUMPS, NCT, make_cycle, read, settings_for, write
+from .conftest import AMDGPU, GPU_DUMPS, NCT, make_tick, read, settings_for, write
 
 EDGE = "hwmon:amdgpu-pci-0700/temp1"
 AMD_PWM = "hwmon:amdgpu-pci-0700/pwm1"
@@ -35,7 +35,7 @@ def lane_for(cycle, emitted, clock, **kw):
 @pytest.fixture
 def board(tmp_path, root, policy_dir, clock):
     io = CountingIO()
-    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
                        clock)
     yield cycle, io
     cycle.worker.shutdown()
@@ -44,7 +44,7 @@ def board(tmp_path, root, policy_dir, clock):
 async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
     cycle, io = board
     lane = lane_for(cycle, [], clock)
-    lane.rearm(await cycle.tick(1))  # edge at 39 °C, its trigger 86 °C (crit 91 − 5)
+    lane.rearm(await cycle.run(1))  # edge at 39 °C, its trigger 86 °C (crit 91 − 5)
     before = io.preads
     assert lane.watch == {}
     assert await lane.poll_once() is False
@@ -57,7 +57,7 @@ async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(boa
     lane = lane_for(cycle, emitted, clock)
     original_amd = read(root, f"{AMDGPU}/pwm1")
     write(root, f"{AMDGPU}/temp1_input", 80000)  # within 10 °C of the trigger: watched
-    lane.rearm(await cycle.tick(1))
+    lane.rearm(await cycle.run(1))
     assert lane.watch == {EDGE: 86.0}
     assert await lane.poll_once() is False  # 80 °C: nothing to do (the first poll opens the file)
     before = io.preads
@@ -74,14 +74,14 @@ async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(boa
     assert {e.subject for e in emitted if e.kind == "actuation"} >= {AMD_PWM, "hwmon:nct6798-isa-0290/pwm3"}
     # acted once: the next polls leave it to the main tick, which latches the same safety decision
     assert await lane.poll_once() is False
-    snap = await cycle.tick(2)
+    snap = await cycle.run(2)
     assert snap.decisions[AMD_PWM].rule == "safety/critical-temperature"
     lane.rearm(snap)
     assert lane.acted == {EDGE}  # still critical at the tick: the tick's safety layer has it, not the lane
     actions = lane.actions
     assert await lane.poll_once() is False and lane.actions == actions
     write(root, f"{AMDGPU}/temp1_input", 82000)  # cooled below the trigger: the next crossing counts again
-    lane.rearm(await cycle.tick(3))
+    lane.rearm(await cycle.run(3))
     assert lane.acted == set() and lane.watch == {EDGE: 86.0}
 
 
@@ -89,7 +89,7 @@ async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, 
     cycle, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
     lane = lane_for(cycle, [], clock)  # the default rate, 12.5 Hz
-    lane.rearm(await cycle.tick(1))
+    lane.rearm(await cycle.run(1))
     start = clock.monotonic()
     cross_at = start + 0.137  # somewhere between two polls, long before the next 2 s tick
     acted_at = None
@@ -115,12 +115,12 @@ async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, 
 
 async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_dir, clock):
     io = CountingIO()
-    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
                        clock)
     paused = True
     lane = FastLane(lambda: cycle, asyncio.Lock(), [].extend, clock=clock, paused=lambda: paused)
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane.rearm(await cycle.tick(1))
+    lane.rearm(await cycle.run(1))
     write(root, f"{AMDGPU}/temp1_input", 95000)
     before = io.preads
     assert await lane.poll_once() is False
@@ -132,7 +132,7 @@ async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_d
 def gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-    cycle = make_cycle(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
+    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
     yield fake, cycle
     cycle.worker.shutdown()
     backend.close()
@@ -142,12 +142,12 @@ async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_a
     fake, cycle = gpus
     emitted = []
     lane = lane_for(cycle, emitted, clock)
-    snap = await cycle.tick(1)  # the policy: limits at 80 %, fans at 40 %
+    snap = await cycle.run(1)  # the policy: limits at 80 %, fans at 40 %
     limit0, limit1 = fake.power_limit_w(0), fake.power_limit_w(1)
     lane.rearm(snap)
     assert lane.watch == {}  # cool and under their limits
     fake.set_dynamic(0, power_draw_w=limit0 + 40.0)  # gpu0 draws more than its limit, at 40 °C
-    lane.rearm(await cycle.tick(2))
+    lane.rearm(await cycle.run(2))
     trigger = cycle.state.safety.triggers
     assert set(lane.watch) == {"gpu0/temperature"} and lane.watch["gpu0/temperature"] == dict(trigger)[
         "gpu0/temperature"] == 95.0 - 5.0
@@ -169,7 +169,7 @@ async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board,
     cycle, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
     lane = lane_for(cycle, [], clock, threaded=True)
-    lane.rearm(await cycle.tick(1))
+    lane.rearm(await cycle.run(1))
     loop_thread = threading.current_thread()
     acted_on = []
     real_poll = lane.poll_once
@@ -199,7 +199,7 @@ async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board,
 
 
 def test_the_daemon_polls_from_a_thread_in_real_time():
-    from aithermd.live import LiveOptions
+    from aithermd.runtime.live import LiveOptions
     from aithermd.settings import DaemonSettings
 
     options = LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=True)

@@ -9,13 +9,15 @@ import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.nvml import NvmlBackend
-from aithermd.daemon import Daemon
-from aithermd.hotplug import ALL, DeviceEvent, Hotplug, rediscover
-from aithermd.live import LiveOptions
+from aithermd.backends.registry import ALL
+from aithermd.runtime.changes import rediscover
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
 from aithermd.sim.fake_nvml import FakeNvml
+from aithermd.watchers.hotplug import DeviceEvent, Hotplug
 from tests.support.clock import SimClock
 
-from .conftest import AMDGPU, GPU_DUMPS, make_cycle, settings_for, write
+from .conftest import AMDGPU, GPU_DUMPS, make_tick, settings_for, write
 
 AMD = "hwmon:amdgpu-pci-0700"
 
@@ -106,10 +108,10 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
                                                                                     policy_dir, clock):
     saved = tmp_path / "amdgpu"
     shutil.copytree(root / AMDGPU, saved, symlinks=True)
-    cycle = make_cycle(settings_for(tmp_path, root, policy_dir), [HwmonBackend(str(root))], clock)
+    cycle = make_tick(settings_for(tmp_path, root, policy_dir), [HwmonBackend(str(root))], clock)
     try:
         write(root, f"{AMDGPU}/temp1_input", 95000)  # critical: the safety layer takes the amdgpu fan
-        await cycle.tick(1)
+        await cycle.run(1)
         journal = cycle.applier.journal
         assert f"{AMD}/pwm1" in journal and f"{AMD}/pwm1" in cycle.applier.owned
         ids = [d.id for d in cycle.world.devices]
@@ -139,7 +141,7 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
 def two_gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-    cycle = make_cycle(settings_for(tmp_path, root, policy_dir), [backend], clock)
+    cycle = make_tick(settings_for(tmp_path, root, policy_dir), [backend], clock)
     yield fake, cycle
     cycle.worker.shutdown()
     backend.close()
@@ -147,7 +149,7 @@ def two_gpus(tmp_path, root, policy_dir, clock):
 
 async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
     fake, cycle = two_gpus
-    await cycle.tick(1)  # limits and fans of both GPUs taken
+    await cycle.run(1)  # limits and fans of both GPUs taken
     journal = cycle.applier.journal
     assert {"gpu0/power_limit", "gpu1/power_limit", "gpu1/fan0"} <= set(journal.entries())
     fake.remove_gpu(1)
@@ -160,7 +162,7 @@ async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
 
 async def test_a_removed_first_gpu_is_not_rediscovered_so_no_id_changes(two_gpus):
     fake, cycle = two_gpus
-    await cycle.tick(1)
+    await cycle.run(1)
     fake.remove_gpu(0)  # NVML now enumerates the second GPU at index 0
     world, events = await rediscover(cycle.world, {"nvml"}, applier=cycle.applier, t_wall=1.0)
     assert world is cycle.world and [d.id for d in world.devices] == ["gpu0", "gpu1"]
@@ -168,7 +170,7 @@ async def test_a_removed_first_gpu_is_not_rediscovered_so_no_id_changes(two_gpus
         "GPUs not rediscovered: GPU ids would change (gpu1 → gpu0); a vanished GPU stays lost until the "
         "daemon restarts"]
     assert "gpu0/power_limit" in cycle.applier.journal  # lost, not gone: its original is kept
-    snap = await cycle.tick(2)
+    snap = await cycle.run(2)
     assert "gpu0" in snap.degraded and snap.readings["gpu1/temperature"].value is not None
 
 
@@ -192,7 +194,7 @@ async def test_a_lost_gpu_is_reported_once_and_skipped_while_the_other_keeps_wor
 
     # the lost GPU's originals cannot be restored: they stay journaled for 'aithermd restore' (exit 1)
     assert await d.run(until=step) == 1
-    assert set(d.cycle.applier.journal.entries()) == {"gpu1/power_limit", "gpu1/fan0"}
+    assert set(d.tick.applier.journal.entries()) == {"gpu1/power_limit", "gpu1/fan0"}
     lost = [e for e in events if e.kind == "fault" and e.subject == "gpu1"]
     assert [e.message for e in lost] == ["gpu1 lost: skipped until it comes back"]
     assert not [e for e in events if e.kind in ("actuation", "drift") and e.subject.startswith("gpu1/")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aithermd.live import LiveOptions
+from aithermd.runtime.live import LiveOptions
 from aithermd.settings import DaemonSettings
 
 

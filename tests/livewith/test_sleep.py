@@ -16,8 +16,8 @@ from dbus_fast.aio import MessageBus
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.sysfs import SysfsIO
-from aithermd.daemon import Daemon
-from aithermd.live import LiveOptions
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
 from tests.support.dbus import PrivateBus
 
 from .conftest import NCT, read, settings_for, write

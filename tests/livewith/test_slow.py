@@ -10,8 +10,8 @@ import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import HwmonSubset
+from aithermd.backends.slow import SlowBackend, SlowOptions, split_slow
 from aithermd.model import Reading, Status
-from aithermd.slow import SlowBackend, SlowOptions, split_slow
 from tests.support.clock import SimClock
 from tests.support.fake_backend import ScriptedSensor as Scripted
 from tests.support.machines import MACHINES, Z690, copy_machine, machine_root

@@ -1,7 +1,7 @@
 """The daemon running as root refuses a policy a non-root user can change; check and replay only warn.
 
 The loader's own rules are in test_loader.py; these tests check the wiring: the daemon's policy set (start
-and reload both go through :func:`aithermd.world.load_policy_set`) is loaded strictly when it runs as root.
+and reload both go through :func:`aithermd.runtime.world.load_policy_set`) is loaded strictly when it runs as root.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from aithermd.cli import main
 from aithermd.errors import PolicyErrors
+from aithermd.runtime.world import Engine, load_policy_set
 from aithermd.settings import DaemonSettings
-from aithermd.world import Engine, load_policy_set
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "rtx4090-vlm-workload-padded-10min-idle.csv"

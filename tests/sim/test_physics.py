@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from aithermd.gpu_profile import GpuProfile
 from aithermd.sim import gpu_model, thermal
 from aithermd.sim.gpu_model import GpuParams
+from aithermd.sim.gpu_profile import GpuProfile
 
 P = thermal.ThermalParams(heat_capacity_j_per_k=1000.0, g_passive_w_per_k=2.0, g_fan_w_per_k=13.0)
 

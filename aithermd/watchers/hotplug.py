@@ -1,12 +1,12 @@
-"""Hotplug: devices that appear or vanish while the daemon runs are rediscovered between ticks.
+"""Hotplug: the udev events that say devices appeared or vanished, collected until they settle.
 
 A pyudev ``Monitor`` (libudev's netlink monitor, the events udev rebroadcasts after processing) runs in a
 thread of its own filtered to the ``hwmon``, ``drm``, ``pci`` and ``powercap`` subsystems; each event
 crosses to the event loop with ``call_soon_threadsafe`` and is kept by :class:`Hotplug` until it settles
 (``settle_s`` without a newer event for the same family, so a driver that registers five hwmon devices is
 rediscovered once). A ``remove`` whose sysfs directory still exists waits until it is gone (at most
-``remove_wait_s``). The loop then asks :meth:`Hotplug.due` which backend families to rediscover, and
-:func:`rediscover` rediscovers exactly those backends, in place, off the loop:
+``remove_wait_s``). The tick then asks :meth:`Hotplug.due` which backend families to rediscover, and
+:func:`aithermd.backends.registry.rediscover` rediscovers exactly those backends, in place, off the loop:
 
 - ``hwmon`` events → the hwmon backends (inline and slow); ``powercap`` → RAPL; ``pci``/``drm`` events of an
   NVIDIA device (PCI vendor 0x10de, or a vendor the event does not name) → NVML. Other PCI/DRM devices are
@@ -29,20 +29,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from aithermd.backends.registry import ALL
 from aithermd.clock import Clock, RealClock
-from aithermd.model import Device, Event
 
 SUBSYSTEMS = ("hwmon", "drm", "pci", "powercap")
 ACTIONS = frozenset({"add", "remove", "bind", "unbind", "move"})
 NVIDIA_VENDOR = "10de"
-ALL = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +63,6 @@ class DeviceEvent:
         if self.subsystem in ("pci", "drm") and self.vendor in (None, NVIDIA_VENDOR):
             return "nvml"
         return None
-
-
-def family_of(backend: Any) -> str:
-    """``hwmon`` for ``hwmon`` and ``hwmon-slow`` backends, else the backend's kind."""
-    return str(getattr(backend, "kind", "")).split("-", 1)[0]
 
 
 def event_from_udev(device: Any) -> DeviceEvent:
@@ -226,86 +219,3 @@ class Hotplug:
             self._task = None
         if self.monitor is not None:
             self.monitor.stop()
-
-
-# -- rediscovery ---------------------------------------------------------------------------------------
-def rebuild(world: Any, found: Mapping[int, Sequence[Device]]) -> Any:
-    """``world`` with the devices of the backends in ``found`` (by ``id(backend)``) replaced, every other
-    backend's devices kept, in backend order; a repeated device id keeps the first."""
-    devices: list[Device] = []
-    knobs: dict[str, Any] = {}
-    owner: dict[str, Any] = {}
-    device_owner: dict[str, Any] = {}
-    for b in world.backends:
-        mine = found.get(id(b))
-        if mine is None:
-            mine = [d for d in world.devices if world.device_owner.get(d.id) is b]
-        for d in mine:
-            if d.id in device_owner:
-                continue
-            device_owner[d.id] = b
-            devices.append(d)
-            for k in d.knobs:
-                knobs[k.id], owner[k.id] = k, b
-    return replace(world, devices=tuple(devices), knobs=MappingProxyType(knobs),
-                   owner=MappingProxyType(owner), device_owner=MappingProxyType(device_owner))
-
-
-def _nvml_keeps_ids(backend: Any, old: Sequence[Device]) -> str | None:
-    """None when rediscovering ``backend`` keeps every surviving GPU's id, else why not."""
-    from aithermd.backends.quick import nvml_enumeration
-
-    now = {uuid: f"gpu{index}" for index, uuid in nvml_enumeration(backend)}
-    moved = [f"{d.id} → {now[d.info['uuid']]}" for d in old
-             if d.info.get("uuid") in now and now[d.info["uuid"]] != d.id]
-    return f"GPU ids would change ({', '.join(moved)})" if moved else None
-
-
-async def rediscover(world: Any, families: set[str], *, applier: Any, t_wall: float,
-                     timeout_s: float = 10.0) -> tuple[Any, list[Event]]:
-    """Rediscover the backends of ``families`` (``*``: all) off the loop, side by side; returns the new world
-    and the ``hotplug`` events. A backend whose rediscovery fails or takes over ``timeout_s`` keeps its
-    old devices. Vanished knobs are forgotten by ``applier`` and its journal."""
-    log = structlog.get_logger("aithermd.hotplug")
-    found: dict[int, Sequence[Device]] = {}
-    events: list[Event] = []
-
-    async def one(b: Any) -> None:
-        old = [d for d in world.devices if world.device_owner.get(d.id) is b]
-        try:
-            if family_of(b) == "nvml":
-                why = await asyncio.wait_for(asyncio.to_thread(_nvml_keeps_ids, b, old), timeout_s)
-                if why is not None:
-                    log.warning("rediscovery_skipped", backend="nvml", reason=why)
-                    events.append(Event("hotplug", t_wall, "nvml", f"GPUs not rediscovered: {why}; a "
-                                        "vanished GPU stays lost until the daemon restarts", {"reason": why}))
-                    return
-            found[id(b)] = await asyncio.wait_for(asyncio.to_thread(b.discover), timeout_s)
-        except Exception as exc:  # noqa: BLE001 - one family's failure (or a hung one) keeps its old devices
-            log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc!r}")
-
-    await asyncio.gather(*(one(b) for b in world.backends if ALL in families or family_of(b) in families))
-    if not found:
-        return world, events
-    new = rebuild(world, found)
-    before = {d.id: d for d in world.devices}
-    after = {d.id: d for d in new.devices}
-    for dev_id in [d for d in after if d not in before]:
-        d = after[dev_id]
-        events.append(Event("hotplug", t_wall, dev_id, f"{dev_id} added ({len(d.channels)} channels, "
-                            f"{len(d.knobs)} knobs)", {"action": "added"}))
-    for dev_id in [d for d in before if d not in after]:
-        events.append(Event("hotplug", t_wall, dev_id, f"{dev_id} removed", {"action": "removed"}))
-    for knob_id in [k for k in world.knobs if k not in new.knobs]:
-        if knob_id not in applier.owned and knob_id not in applier.journal:
-            continue
-        applier.forget(knob_id)
-        try:
-            applier.journal.forget(knob_id)
-        except Exception as exc:  # noqa: BLE001 - JournalError: the entry stays; 'aithermd restore' reports it
-            log.error("fault", subject=knob_id, message=f"cannot forget the journal entry: {exc}")
-        events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} forgotten: its device is gone, its "
-                            "original cannot be restored", {"action": "forgotten"}))
-    for e in events:
-        log.info("hotplug", subject=e.subject, message=e.message)
-    return new, events

@@ -1,6 +1,6 @@
-"""The operator's side of the control loop: the active policy, holds, overrides and explanations.
+"""The operator's state: the active policy, holds, overrides and explanations.
 
-:class:`Operator` implements :class:`aithermd.publish.control.DaemonControl`. Mutations are recorded here
+:class:`Control` implements :class:`aithermd.publish.control.DaemonControl`. Mutations are recorded here
 and read by the loop at the start of the next tick. The active policy, the overrides and the detached holds
 persist in ``<state_dir>/operator.json`` (written atomically), so they survive a restart; holds tied to a
 D-Bus caller die with the daemon as they would with the caller. Times are wall-clock seconds (an expiry
@@ -35,7 +35,7 @@ def policy_info(name: str, policy: Any) -> dict[str, Any]:
             "description": getattr(policy, "description", "") or ""}
 
 
-class Operator:
+class Control:
     """``policies()`` and ``knobs()`` give the current world's policies (name → Policy) and knobs
     (id → :class:`Knob`); ``reload()`` reloads policies all-or-nothing (raises PolicyErrors)."""
 
@@ -45,7 +45,7 @@ class Operator:
         self.path = Path(state_dir) / STATE_FILE
         self._clock, self._hub, self._reload = clock, hub, reload
         self._policies, self._knobs = policies, knobs
-        self._log = structlog.get_logger("aithermd.operator")
+        self._log = structlog.get_logger("aithermd.control")
         self.active = default_policy
         self.holds: list[Hold] = []
         self.overrides: dict[str, tuple[float, float | None]] = {}  # knob → (value, expires wall or None)

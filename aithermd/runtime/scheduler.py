@@ -1,7 +1,7 @@
 """Deadline scheduler on the monotonic clock: ticks at ``start + k × period``; a late tick is skipped, not
 queued.
 
-When a tick overruns one or more deadlines, those deadlines are counted in :attr:`Ticker.skipped` and the
+When a tick overruns one or more deadlines, those deadlines are counted in :attr:`Scheduler.skipped` and the
 next tick runs at the first deadline still in the future, so a slow tick never causes a burst of catch-up
 ticks. The clock and the sleep are injected (the simulator drives a simulated clock; the sleep then advances
 it). Waiting ends early when the stop event is set.
@@ -21,7 +21,7 @@ Sleep = Callable[[float], Awaitable[object]]
 TickFn = Callable[[int, float], Awaitable[object]]
 
 
-class Ticker:
+class Scheduler:
     """``period_s`` in s; ``tick(seq, deadline)`` gets 1, 2, … and the monotonic deadline it was due at."""
 
     def __init__(self, period_s: float, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
@@ -33,7 +33,7 @@ class Ticker:
         self.seq = 0
         self.skipped = 0
         self.last_duration_s = 0.0
-        self._log = structlog.get_logger("aithermd.ticker")
+        self._log = structlog.get_logger("aithermd.scheduler")
 
     async def run(self, tick: TickFn, stop: asyncio.Event, max_ticks: int | None = None,
                   until: Callable[[], bool] | None = None) -> None:

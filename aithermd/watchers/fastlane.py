@@ -11,7 +11,7 @@ watching from the published snapshot:
   one): it heats fastest, so it is watched whatever its temperature.
 
 Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread`` per hwmon file through a
-descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.quick`) —
+descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.readers`) —
 every ``1 / rate_hz`` s. When one reaches its trigger the lane applies the safety layer's own decisions for
 it (power limits to their minimum, the device's fans and the fans whose curve reads it to full) through the
 loop's :class:`~aithermd.actuate.applier.Applier` (journal first, write, read back), under the loop's tick
@@ -37,7 +37,8 @@ from typing import Any
 
 import structlog
 
-from aithermd.backends.quick import HwmonQuick, NvmlQuick, hwmon_reader, nvml_reader
+from aithermd.backends.readers import HwmonReader, NvmlReader
+from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
 from aithermd.model import Decision, DeviceKind, Event, Reading, Snapshot, Status
 from aithermd.policy import safety
@@ -78,7 +79,7 @@ def fan_sources(plans: Any) -> dict[str, tuple[str, ...]]:
 
 
 class FastLane:
-    """``cycle()`` gives the loop's :class:`~aithermd.cycle.Cycle` (world, applier, worker, engine state);
+    """``cycle()`` gives the loop's :class:`~aithermd.runtime.tick.Tick` (world, applier, worker, state);
     ``lock`` is the tick lock; ``emit(events)`` queues events for the next snapshot; ``paused()`` is true
     while the machine sleeps (nothing is read or written then)."""
 
@@ -95,8 +96,8 @@ class FastLane:
         self.acted: set[str] = set()
         self.polls = 0
         self.actions = 0
-        self._hwmon: dict[str, HwmonQuick] = {}
-        self._nvml: dict[str, NvmlQuick] = {}
+        self._hwmon: dict[str, HwmonReader] = {}
+        self._nvml: dict[str, NvmlReader] = {}
         self._base: Mapping[str, Reading] = {}
         self._plan: Any = None
         self._devices: Any = None
@@ -163,16 +164,13 @@ class FastLane:
     def _reader(self, world: Any, cid: str, device_id: str) -> bool:
         if cid in self._hwmon or (cid.endswith("/temperature") and device_id in self._nvml):
             return True
-        backend = world.device_owner.get(device_id)
-        quick = hwmon_reader(backend, cid)
-        if quick is not None:
-            self._hwmon[cid] = quick
+        reader = reader_for(world.device_owner.get(device_id), cid)
+        if isinstance(reader, HwmonReader):
+            self._hwmon[cid] = reader
             return True
-        if cid == f"{device_id}/temperature":
-            gpu = nvml_reader(backend, device_id)
-            if gpu is not None:
-                self._nvml[device_id] = gpu
-                return True
+        if isinstance(reader, NvmlReader):
+            self._nvml[device_id] = reader
+            return True
         return False
 
     # -- between ticks ---------------------------------------------------------------------------------
@@ -267,7 +265,7 @@ class FastLane:
             events = self._apply(cycle, world, inline, t_wall)
             if threaded:
                 loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(cycle.worker, self._apply, cycle, world, threaded, t_wall)
+                future = loop.run_in_executor(cycle.worker.executor, self._apply, cycle, world, threaded, t_wall)
                 try:
                     events += await asyncio.wait_for(future, self.options.apply_timeout_s)
                 except Exception as exc:  # noqa: BLE001 - TimeoutError: the worker is busy; the tick acts

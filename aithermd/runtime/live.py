@@ -1,18 +1,18 @@
 """Living with a real machine: the services beside the control loop and the one lock they share with it.
 
-:class:`Live` belongs to one :class:`~aithermd.daemon.Daemon` run. It owns the *tick lock*: the daemon runs
+:class:`Live` belongs to one :class:`~aithermd.runtime.daemon.Daemon` run. It owns the *tick lock*: the daemon runs
 each tick through :meth:`Live.tick` (which holds the lock, applies what changed between ticks, then runs the
 cycle's tick), and every service that writes between ticks — the fast lane, the resume re-apply — takes the
 same lock, so no write ever interleaves with a tick. Between ticks it applies:
 
-- **hotplug** (:mod:`aithermd.hotplug`): rediscovers the families whose udev events settled and swaps the
-  new world in (a reload waiting for the next tick gets the same devices);
-- **sleep** (:mod:`aithermd.sleep`): on logind's PrepareForSleep(true) the cycle's applier is replaced by
+- **hotplug** (:mod:`aithermd.watchers.hotplug`): rediscovers the families whose udev events settled and
+  swaps the new world in;
+- **sleep** (:mod:`aithermd.watchers.logind`): on PrepareForSleep(true) the tick's applier is replaced by
   a paused one (no write, no hand-back, no drift count: a driver resetting knobs on resume is not a
   conflict) and a background worker hop is drained; on PrepareForSleep(false), or when no resume comes
   within ``max_pause_s`` of awake time, every owned knob is re-applied to the last decision and read back,
   and one ``sleep`` event says what was rewritten, found in place or did not stick;
-- **fast lane** (:mod:`aithermd.fastlane`): re-armed after every tick from the published snapshot.
+- **fast lane** (:mod:`aithermd.watchers.fastlane`): re-armed after every tick from the published snapshot.
 
 Events of these services ride on the next snapshot: the cycle publishes through a hub that prepends them.
 :class:`LiveOptions` says which services run; :meth:`LiveOptions.for_daemon` enables them for a real
@@ -24,16 +24,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from aithermd.actuate.applier import same_setting
-from aithermd.fastlane import FastLane, FastLaneOptions
-from aithermd.hotplug import Hotplug, UdevMonitor, rediscover
 from aithermd.model import Event, Layer, Snapshot
+from aithermd.runtime.changes import rediscover
+from aithermd.watchers.fastlane import FastLane, FastLaneOptions
+from aithermd.watchers.hotplug import Hotplug, UdevMonitor
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class Live:
 
     def __init__(self, daemon: Any, options: LiveOptions) -> None:
         self.daemon, self.options = daemon, options
-        self.tick_lock = asyncio.Lock()
+        self.tick_lock = daemon.tick.lock
         self.queued: list[Event] = []
         self.paused_since: float | None = None
         self.fastlane: FastLane | None = None
@@ -129,9 +130,9 @@ class Live:
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
         d, o = self.daemon, self.options
-        d.cycle.hub = _Hub(d.cycle.hub, self)
+        d.tick.hub = _Hub(d.tick.hub, self)
         if o.fastlane is not None:
-            self.fastlane = FastLane(lambda: self.daemon.cycle, self.tick_lock, self.emit, o.fastlane,
+            self.fastlane = FastLane(lambda: self.daemon.tick, self.tick_lock, self.emit, o.fastlane,
                                      clock=d.clock, paused=lambda: self.paused)
             self._unlisten = d.hub.add_listener(self.fastlane.rearm)
             if o.fastlane.threaded:
@@ -147,9 +148,9 @@ class Live:
                 self._log.warning("hotplug_unavailable", error=f"{type(exc).__name__}: {exc}")
                 self.hotplug = None
         if o.sleep_bus is not None:
-            from aithermd.sleep import SleepWatcher
+            from aithermd.watchers.logind import LogindWatcher
 
-            self.sleep = SleepWatcher(o.sleep_bus, self.suspend, self.resume, inhibit=o.inhibit)
+            self.sleep = LogindWatcher(o.sleep_bus, self.suspend, self.resume, inhibit=o.inhibit)
             await self.sleep.start()
 
     async def stop(self) -> None:
@@ -175,7 +176,7 @@ class Live:
         try:
             async with self.tick_lock:  # a fast-lane write or a resume in flight finishes first
                 if self.paused:
-                    self.daemon.cycle.applier = self._real_applier()
+                    self.daemon.tick.applier = self._real_applier()
                     self.paused_since = None
         except Exception as exc:  # noqa: BLE001 - the daemon's restore comes next, whatever happened here
             self._log.warning("live_stop_failed", error=f"{type(exc).__name__}: {exc}")
@@ -195,23 +196,19 @@ class Live:
                 families = self.hotplug.due()
                 if families:
                     await self._rediscover(families)
-            return await d.cycle.tick(seq)
+            return await d.tick.run(seq)
 
     async def _rediscover(self, families: set[str]) -> None:
         d = self.daemon
-        cycle = d.cycle
-        world, events = await rediscover(cycle.world, families, applier=self._real_applier(),
+        tick = d.tick
+        world, events = await rediscover(tick.world, families, applier=self._real_applier(),
                                          t_wall=d.clock.wall())
-        if world is not cycle.world:
-            cycle.world = world
-            pending = getattr(d, "_pending", None)  # a reload waiting for the next tick: same devices
-            if pending is not None:
-                d._pending = replace(pending, backends=world.backends, devices=world.devices,
-                                     knobs=world.knobs, owner=world.owner, device_owner=world.device_owner)
+        if world is not tick.world:
+            tick.world = world
         self.emit(events)
 
     def _real_applier(self) -> Any:
-        applier = self.daemon.cycle.applier
+        applier = self.daemon.tick.applier
         return applier.real if isinstance(applier, PausedApplier) else applier
 
     # -- suspend and resume ----------------------------------------------------------------------------
@@ -221,9 +218,9 @@ class Live:
         async with self.tick_lock:
             if self.paused:
                 return
-            d.cycle.applier = PausedApplier(d.cycle.applier)
+            d.tick.applier = PausedApplier(d.tick.applier)
             self.paused_since = d.clock.monotonic()
-            await d.cycle.drain(5.0)
+            await d.tick.drain(5.0)
         self._log.info("suspend", message="writes paused until resume")
         self.emit([Event("sleep", d.clock.wall(), "system", "suspending: writes paused until resume",
                          {"action": "suspend"})])
@@ -234,7 +231,7 @@ class Live:
 
     async def _resume_locked(self, why: str) -> None:
         d = self.daemon
-        cycle = d.cycle
+        cycle = d.tick
         real = self._real_applier()
         cycle.applier = real
         self.paused_since = None
@@ -250,8 +247,8 @@ class Live:
         threaded = [w for w in wanted if world.owner[w[0]] not in world.inline]
         results = self._reapply(cycle, world, inline, t_wall)
         if threaded:
-            future = asyncio.get_running_loop().run_in_executor(cycle.worker, self._reapply, cycle, world,
-                                                                threaded, t_wall)
+            future = asyncio.get_running_loop().run_in_executor(cycle.worker.executor, self._reapply, cycle,
+                                                                world, threaded, t_wall)
             try:
                 results += await asyncio.wait_for(future, 10.0)
             except Exception as exc:  # noqa: BLE001 - the next tick writes them

@@ -1,11 +1,13 @@
-"""Narrow reads for the services beside the control loop: one input at a time for the fast lane, and the
-NVML enumeration that hotplug checks before it rediscovers GPUs.
+"""Narrow reads for the watchers beside the tick: one input at a time for the fast lane, and the NVML
+enumeration that hotplug checks before it rediscovers GPUs. The backends hand them out through their public
+``reader(channel_id)`` methods (:func:`aithermd.backends.registry.reader_for`); nothing here reads a
+backend's private state.
 
-- :func:`hwmon_reader`: one hwmon input file (``tempN_input``) of an :class:`HwmonBackend`, through a
-  descriptor of its own (kept open, one ``pread``), converted and range-checked exactly as the backend's
-  sample does (kernel hwmon sysfs ABI). Safe on the event loop: a plain sysfs attribute answers in
-  microseconds (slow chips are never offered: they live in :mod:`aithermd.slow`).
-- :class:`NvmlQuick`: one GPU's temperature (°C) and power draw (W) — two NVML calls
+- :class:`HwmonReader`: one hwmon input file (``tempN_input``) through a descriptor of its own (kept open,
+  one ``pread``), converted and range-checked exactly as the backend's sample does (kernel hwmon sysfs
+  ABI). Safe on the event loop: a plain sysfs attribute answers in microseconds (slow chips are never
+  offered: they live in :mod:`aithermd.backends.slow`).
+- :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
   thread, never on the loop.
 - :func:`nvml_enumeration`: the (index, UUID) of every GPU NVML enumerates now (``nvmlDeviceGetCount``,
@@ -24,7 +26,7 @@ from aithermd import units
 from aithermd.backends.sysfs import Attribute
 
 
-class HwmonQuick:
+class HwmonReader:
     """One hwmon input through its own kept-open descriptor; ``read()`` → value in the channel's unit
     or None. ``close()`` releases the descriptor."""
 
@@ -51,29 +53,17 @@ class HwmonQuick:
         self._attr.close()
 
 
-def hwmon_reader(backend: Any, channel_id: str) -> HwmonQuick | None:
-    """A reader of ``channel_id`` of ``backend`` (an :class:`~aithermd.backends.hwmon.HwmonBackend` or
-    subclass), or None when the backend is not one or does not read that channel."""
-    from aithermd.backends.hwmon import HwmonBackend
+class NvmlReader:
+    """Temperature and power of one GPU: ``gpu`` is the backend's reader of that GPU (an
+    :class:`~aithermd.backends.nvml_gpu.GpuReader`), ``worker`` the backend's NVML worker.
 
-    if not isinstance(backend, HwmonBackend):
-        return None
-    for inp in backend._inputs:  # noqa: SLF001 - same package: the backend's own discovery result
-        if inp.id == channel_id:
-            return HwmonQuick(channel_id, Attribute(backend.io, inp.attr.path), inp.convert, inp.lo, inp.hi)
-    return None
+    ``read()`` must run on the worker (``await reader.aread(timeout_s)`` from the loop); it returns
+    ``(temperature °C | None, power W | None)``."""
 
-
-class NvmlQuick:
-    """Temperature and power of GPU ``device_id`` of an :class:`~aithermd.backends.nvml.NvmlBackend`.
-
-    ``read()`` must run on the backend's worker (``await quick.aread(timeout_s)`` from the loop);
-    it returns ``(temperature °C | None, power W | None)``."""
-
-    def __init__(self, backend: Any, device_id: str) -> None:
-        self.backend = backend
+    def __init__(self, gpu: Any, worker: Any, device_id: str) -> None:
+        self.worker = worker
         self.device_id = device_id
-        self._gpu = backend._gpus[device_id]  # noqa: SLF001 - same package
+        self._gpu = gpu
 
     def read(self) -> tuple[float | None, float | None]:
         gpu = self._gpu
@@ -91,16 +81,7 @@ class NvmlQuick:
 
     async def aread(self, timeout_s: float) -> tuple[float | None, float | None]:
         """``read()`` on the NVML worker; raises BackendTimeout past ``timeout_s``."""
-        return await self.backend.worker.call(self.read, timeout_s=timeout_s)
-
-
-def nvml_reader(backend: Any, device_id: str) -> NvmlQuick | None:
-    """An :class:`NvmlQuick` for ``device_id``, or None when ``backend`` is not an NVML backend that
-    discovered it."""
-    gpus = getattr(backend, "_gpus", None)
-    if getattr(backend, "kind", None) != "nvml" or not isinstance(gpus, dict) or device_id not in gpus:
-        return None
-    return NvmlQuick(backend, device_id)
+        return await self.worker.call(self.read, timeout_s=timeout_s)
 
 
 def nvml_enumeration(backend: Any) -> list[tuple[int, str]]:
@@ -123,4 +104,4 @@ def nvml_enumeration(backend: Any) -> list[tuple[int, str]]:
     return backend.worker.run(enumerate_now)
 
 
-__all__ = ["HwmonQuick", "NvmlQuick", "hwmon_reader", "nvml_enumeration", "nvml_reader"]
+__all__ = ["HwmonReader", "NvmlReader", "nvml_enumeration"]

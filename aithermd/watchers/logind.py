@@ -33,7 +33,7 @@ MATCH = (f"type='signal',sender='{LOGIN1}',path='{LOGIN1_PATH}',interface='{MANA
 WHY = "re-apply fan and power settings after resume"
 
 
-class SleepWatcher:
+class LogindWatcher:
     """Watches logind on ``bus`` (``"system"`` or a D-Bus address). ``on_sleep``/``on_resume`` are
     awaited on the loop. ``inhibit``: hold a delay lock while awake."""
 
@@ -50,7 +50,7 @@ class SleepWatcher:
         self._queue: asyncio.Queue[bool] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._warned = False
-        self._log = structlog.get_logger("aithermd.sleep")
+        self._log = structlog.get_logger("aithermd.logind")
 
     @property
     def inhibited(self) -> bool:

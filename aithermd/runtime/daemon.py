@@ -4,7 +4,7 @@ Start: open the journal (a dirty one — a crash — is restored first), discove
 policies (a broken policy set stops the start: exit 1, nothing written), pick the active policy
 (``--policy`` > the choice kept in the state directory > the config), start the D-Bus service and the
 Prometheus exporter when their modules exist (a bus or port that cannot be had is a warning).
-Run: the :class:`~aithermd.ticker.Ticker` calls one :class:`~aithermd.cycle.Cycle` tick per deadline;
+Run: the :class:`~aithermd.runtime.scheduler.Scheduler` runs one :class:`~aithermd.runtime.tick.Tick` per deadline;
 ``READY=1`` after the first. Stop (SIGTERM/SIGINT, ``request_stop()``, ``max_ticks``, ``until``): services
 stop in reverse order, every journaled knob is restored and the journal cleared.
 
@@ -22,7 +22,6 @@ import asyncio
 import importlib
 import signal
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -30,18 +29,20 @@ import structlog
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.restore import restore_journal
+from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
+from aithermd.backends.registry import discover, open_for_daemon
 from aithermd.clock import Clock, RealClock
-from aithermd.cycle import Cycle
 from aithermd.errors import PolicyError, PolicyErrors
-from aithermd.live import Live, LiveOptions
 from aithermd.model import Snapshot
-from aithermd.notify import Notifier
-from aithermd.operator import Operator
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.control import Control
+from aithermd.runtime.live import Live, LiveOptions
+from aithermd.runtime.scheduler import Scheduler, Sleep
+from aithermd.runtime.sd_notify import Notifier
+from aithermd.runtime.tick import Tick
+from aithermd.runtime.world import Engine, PolicySet, World, build_world, load_policies, with_policies
 from aithermd.settings import DaemonSettings
-from aithermd.ticker import Sleep, Ticker
-from aithermd.world import Engine, World, build_world, discover, open_backends, with_policies
 
 STOP_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 10.0
@@ -57,7 +58,7 @@ def _guard(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
 
 class Daemon:
     """One daemon run. ``await run()`` returns the exit code (0 clean, 1 start failure or a knob that
-    could not be restored). ``hub`` holds the published snapshots; ``operator`` the DaemonControl."""
+    could not be restored). ``hub`` holds the published snapshots; ``control`` the DaemonControl."""
 
     def __init__(self, settings: DaemonSettings, *, clock: Clock | None = None,
                  backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
@@ -65,7 +66,7 @@ class Daemon:
                  engine: Engine | None = None, environ: Mapping[str, str] | None = None,
                  live: LiveOptions | None = None) -> None:
         self.settings = settings
-        self.live_options = live  # hotplug, sleep, fast lane (aithermd.live); None: as the settings say
+        self.live_options = live  # hotplug, logind, fast lane (runtime.live); None: as the settings say
         self.live: Live | None = None
         self.clock = clock or RealClock()
         self.hub = hub or StateHub()
@@ -78,10 +79,10 @@ class Daemon:
         self._stop: asyncio.Event | None = None
         self._stop_requested = False
         self._reload_requested = False
-        self._pending: World | None = None
-        self.operator: Operator | None = None
-        self.cycle: Cycle | None = None
-        self.ticker: Ticker | None = None
+        self._pending: PolicySet | None = None
+        self.control: Control | None = None
+        self.tick: Tick | None = None
+        self.scheduler: Scheduler | None = None
         self.notifier: Notifier | None = None
         self._services: list[tuple[str, Any]] = []
         self._last_tick_done: float | None = None
@@ -97,27 +98,27 @@ class Daemon:
 
     @property
     def world(self) -> World | None:
-        return self.cycle.world if self.cycle is not None else None
+        return self.tick.world if self.tick is not None else None
 
-    def _current(self) -> World:
-        """The newest world: a reloaded one waiting for the next tick, else the running one."""
-        assert self.cycle is not None
-        return self._pending or self.cycle.world
+    def _policies(self) -> PolicySet:
+        """The newest policy set: a reloaded one waiting for the next tick, else the running one."""
+        assert self.tick is not None
+        return self._pending or self.tick.world.policy_set
 
     def reload_now(self) -> None:
-        """Load the policies aside; the new world is swapped in at the next tick. Raises PolicyErrors and
+        """Load the policies aside; the new set is swapped in at the next tick. Raises PolicyErrors and
         logs each error as FILE:LINE (the old policies stay)."""
-        if self.cycle is None:
+        if self.tick is None:
             raise RuntimeError("the daemon is not running")
         try:
-            old = self._pending or self.cycle.world
-            world = with_policies(old, self.settings, self.engine)
-            active, fallback = (self.operator.active if self.operator else None), self.settings.policy
-            if active not in world.policies and fallback not in world.policies:
+            old = self._policies()
+            loaded = load_policies(self.settings, self.engine)
+            active, fallback = (self.control.active if self.control else None), self.settings.policy
+            if active not in loaded.policies and fallback not in loaded.policies:
                 # nothing to fall back to: without an active policy nothing (not even safety) would run
                 gone = [n for n in dict.fromkeys((active, fallback)) if n is not None]
                 where = (getattr(old.policies.get(active), "path", None)
-                         or ", ".join(map(str, world.policy_dirs)))
+                         or ", ".join(map(str, loaded.dirs)))
                 raise PolicyErrors([PolicyError(str(where), f"policy {' and '.join(gone)} would be gone: the "
                                                 "daemon would have no policy to run",
                                                 hint="put the file back, or first make another policy active "
@@ -128,8 +129,8 @@ class Daemon:
                                 line=getattr(err, "line", None))
             self._log.error("reload_refused", errors=len(exc.errors), message="old policies kept")
             raise
-        self._pending = world
-        self._log.info("reload", policies=sorted(world.policies))
+        self._pending = loaded
+        self._log.info("reload", policies=sorted(loaded.policies))
 
     @property
     def engine(self) -> Engine:
@@ -155,7 +156,7 @@ class Daemon:
         except JournalError as exc:
             self._log.error("journal_unreadable", error=str(exc))
             return 1
-        backends = self._injected if self._injected is not None else open_backends(s)
+        backends = self._injected if self._injected is not None else open_for_daemon(s)
         own_backends = self._injected is None
         found = discover(backends)
         self._restore_dirty(journal, backends)
@@ -166,28 +167,28 @@ class Daemon:
                 self._log.error("policy_error", error=str(err))
             self._close(backends, own_backends)
             return 1
-        self.operator = Operator(s.state_dir, clock=self.clock, hub=self.hub,
-                                 policies=lambda: self._current().policies,
-                                 knobs=lambda: self._current().knobs, reload=self.reload_now,
-                                 default_policy=s.policy, pinned=s.policy_pinned)
-        if self.operator.active not in world.policies:
-            self._log.warning("kept_policy_missing", policy=self.operator.active, fallback=s.policy)
+        self.control = Control(s.state_dir, clock=self.clock, hub=self.hub,
+                               policies=lambda: self._policies().policies,
+                               knobs=lambda: self.tick.world.knobs if self.tick else world.knobs,
+                               reload=self.reload_now, default_policy=s.policy, pinned=s.policy_pinned)
+        if self.control.active not in world.policies:
+            self._log.warning("kept_policy_missing", policy=self.control.active, fallback=s.policy)
             if s.policy not in world.policies:
                 where = ", ".join(map(str, world.policy_dirs))
                 self._log.error("policy_error", error=f"policy {s.policy!r} not found in {where}; "
                                 f"known: {', '.join(sorted(world.policies))}")
                 self._close(backends, own_backends)
                 return 1
-            self.operator.active = s.policy
+            self.control.active = s.policy
         applier = Applier(journal, dry_run=s.dry_run)
-        worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aithermd-worker")
-        self.cycle = Cycle(world, applier=applier, operator=self.operator, hub=self.hub, engine=self.engine,
-                           clock=self.clock, worker=worker, tick_s=s.tick_s, dry_run=s.dry_run,
-                           before_sample=self.before_sample)
-        self.ticker = Ticker(s.tick_s, self.clock, self.sleep)
+        worker = Worker(max(s.tick_s, 0.5))
+        self.tick = Tick(world, applier=applier, control=self.control, hub=self.hub, engine=self.engine,
+                         clock=self.clock, worker=worker, tick_s=s.tick_s, dry_run=s.dry_run,
+                         before_sample=self.before_sample)
+        self.scheduler = Scheduler(s.tick_s, self.clock, self.sleep)
         self.notifier = Notifier(self._environ)
         self.live = Live(self, self.live_options or LiveOptions.for_daemon(s, self.sleep is asyncio.sleep))
-        self._log.info("start", policy=self.operator.active, devices=len(world.devices),
+        self._log.info("start", policy=self.control.active, devices=len(world.devices),
                        knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
         loop = asyncio.get_running_loop()
         if handle_signals:
@@ -197,7 +198,7 @@ class Daemon:
         try:
             await self._start_services()
             await self.live.start()
-            await self.ticker.run(self._tick, self._stop, max_ticks, until)
+            await self.scheduler.run(self._run_tick, self._stop, max_ticks, until)
             code = 0
         finally:
             # Hardware first: every step below is guarded so that nothing (not even a closed stderr)
@@ -208,7 +209,7 @@ class Daemon:
                 await asyncio.wait_for(self.live.stop(), STOP_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - the restore below must run whatever happened
                 _guard(self._log.error, "live_stop_failed", error=f"{type(exc).__name__}: {exc}")
-            await self.cycle.drain(STOP_TIMEOUT_S)
+            await self.tick.drain(STOP_TIMEOUT_S)
             if not s.dry_run:
                 try:  # a fresh thread: the worker may be stuck in a hung NVML call
                     report = await asyncio.to_thread(restore_journal, journal, backends=backends)
@@ -229,7 +230,7 @@ class Daemon:
                 await self._stop_services()
             except Exception:  # noqa: BLE001
                 pass
-            worker.shutdown(wait=False)
+            worker.shutdown()
             self._close(backends, own_backends)
             self.notifier.close()
         return code
@@ -261,8 +262,8 @@ class Daemon:
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.request_reload)
 
-    async def _tick(self, seq: int, deadline: float) -> None:
-        assert self.cycle is not None and self.operator is not None and self.notifier is not None
+    async def _run_tick(self, seq: int, deadline: float) -> None:
+        assert self.tick is not None and self.control is not None and self.notifier is not None
         if self._reload_requested:
             self._reload_requested = False
             try:
@@ -270,9 +271,9 @@ class Daemon:
             except PolicyErrors:
                 pass  # logged with FILE:LINE; the old policies stay
         if self._pending is not None:
-            world, self._pending = self._pending, None
-            self.cycle.world = world
-            self.operator.policies_changed(set(world.policies), self.settings.policy)
+            loaded, self._pending = self._pending, None
+            self.tick.world = with_policies(self.tick.world, loaded)
+            self.control.policies_changed(set(loaded.policies), self.settings.policy)
         started = self.clock.monotonic()
         snapshot = await self.live.tick(seq)  # under the tick lock, after hotplug/resume changes
         self._last_tick_done = self.clock.monotonic()
@@ -280,7 +281,7 @@ class Daemon:
             observe = getattr(handle, "observe_tick", None)
             if observe is not None:
                 observe(self._last_tick_done - started)
-        status = (f"policy {snapshot.policy.active}, {len(self.cycle.applier.owned)} knobs controlled, "
+        status = (f"policy {snapshot.policy.active}, {len(self.tick.applier.owned)} knobs controlled, "
                   f"{len(snapshot.degraded)} degraded" + (" (dry-run)" if snapshot.dry_run else ""))
         if seq == 1:
             self.notifier.ready(status)
@@ -305,7 +306,7 @@ class Daemon:
             if mod is not None:
                 try:
                     handle = await asyncio.wait_for(
-                        mod.start(s.bus, self.operator, self.hub, dry_run=s.dry_run, clock=self.clock),
+                        mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock),
                         START_TIMEOUT_S)
                     self._services.append(("dbus", handle))
                 except Exception as exc:  # noqa: BLE001 - the daemon runs on without a bus

@@ -1,0 +1,67 @@
+"""Health: which channels, knobs and devices are degraded this tick, and one fault event per fault.
+
+A reading that is failed, implausible or stale, a knob whose read-back is, and a device the backend
+reports lost are *degraded* (published in the snapshot; the engine's safety layer drives the fans that
+read a degraded temperature to full). A fault is reported once, when it appears or changes status, and
+logged as ``recovered`` when it goes away; a derived value's first read (RAPL power needs two energy
+reads) is warming up, not a fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+
+from aithermd.model import Event, KnobValue, Reading, Status
+
+BAD = frozenset({Status.FAILED, Status.IMPLAUSIBLE, Status.STALE})
+
+_log = structlog.get_logger("aithermd.health")
+
+
+def fault(t_wall: float, subject: str, message: str, **data: Any) -> Event:
+    """A ``fault`` event about ``subject`` (logged as an error)."""
+    _log.error("fault", subject=subject, message=message, **data)
+    return Event("fault", t_wall, subject, message, data)
+
+
+class Health:
+    """What went bad since the last tick. One per daemon run (it remembers what it reported)."""
+
+    def __init__(self) -> None:
+        self._bad: dict[str, Status] = {}
+        self._seen: set[str] = set()  # channels read at least once
+        self._lost: set[str] = set()
+
+    def check(self, readings: Mapping[str, Reading], knobs: Mapping[str, KnobValue], lost: set[str],
+              t_wall: float, events: list[Event]) -> set[str]:
+        """The degraded channel, knob and device ids of this tick; new faults appended to ``events``."""
+        degraded: set[str] = set(lost)
+        ok = Status.OK
+        seen = self._seen
+        for cid, r in readings.items():
+            if r.status is ok or r.status not in BAD:
+                seen.add(cid)
+                continue
+            if r.status is Status.STALE and cid not in seen:
+                seen.add(cid)  # a derived value's first read (RAPL power needs two energy reads): not a fault
+                continue
+            degraded.add(cid)
+            if self._bad.get(cid) != r.status:
+                self._bad[cid] = r.status
+                events.append(fault(t_wall, cid, f"{cid} {r.status}: {r.detail or 'no value'}",
+                                    status=str(r.status), detail=r.detail))
+        for cid in [c for c in self._bad if c not in degraded]:
+            del self._bad[cid]
+            _log.info("recovered", subject=cid)
+        for kid, kv in knobs.items():
+            if kv.status in BAD:
+                degraded.add(kid)
+        for device_id in lost - self._lost:
+            events.append(fault(t_wall, device_id, f"{device_id} lost: skipped until it comes back"))
+        for device_id in self._lost - lost:
+            _log.info("recovered", subject=device_id)
+        self._lost = set(lost)
+        return degraded

@@ -1,0 +1,142 @@
+"""Sampling: one read of every backend of the world, and of the process list when a policy needs it.
+
+Inline backends (hwmon, powercap, cpu, the slow lane's cached samples) are read on the event loop; the
+threaded ones (NVML) and the process list together in one hop to the loop's worker thread, awaited under
+the worker's budget (:class:`~aithermd.actuate.worker.Worker`). A backend whose ``sample()`` raises gets
+every channel marked failed (its fans then go to full through the engine's safety layer) and one fault
+event; threaded backends that did not answer within the budget are marked failed the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from aithermd.actuate.worker import Worker
+from aithermd.backends.base import Backend
+from aithermd.clock import Clock
+from aithermd.model import Event, KnobValue, Reading, Sample, Status
+from aithermd.runtime.health import fault
+from aithermd.runtime.world import World
+
+
+def list_processes() -> frozenset[str]:
+    """Names and command lines of the running processes, for policies with ``process`` conditions
+    (patterns match either). psutil; runs in the worker thread."""
+    import psutil
+    out: set[str] = set()
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        info = proc.info
+        if info.get("name"):
+            out.add(info["name"])
+        if info.get("cmdline"):
+            out.add(" ".join(info["cmdline"]))
+    return frozenset(out)
+
+
+@dataclass
+class Sampled:
+    """One tick's reads merged: ``readings`` by channel id, ``knobs`` by knob id (values in daemon units),
+    ``attrs`` by device id, ``lost`` device ids, ``processes`` (empty unless a policy needs them),
+    ``hop_ok`` (False when the worker did not answer: its knobs are not written this tick) and the
+    ``events`` of new faults."""
+
+    readings: dict[str, Reading] = field(default_factory=dict)
+    knobs: dict[str, KnobValue] = field(default_factory=dict)
+    attrs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    processes: Any = frozenset()
+    hop_ok: bool = True
+    events: list[Event] = field(default_factory=list)
+
+
+class Sampler:
+    """Reads a :class:`~aithermd.runtime.world.World` once per tick (see the module doc). ``processes()``
+    lists the running processes (default :func:`list_processes`)."""
+
+    def __init__(self, clock: Clock, worker: Worker,
+                 processes: Callable[[], Any] = list_processes) -> None:
+        self.clock, self.worker, self.processes = clock, worker, processes
+        self._world: World | None = None
+        self._channels: dict[int, tuple[str, ...]] = {}
+        self._failed_backends: set[int] = set()
+        self._hop_faulted = False
+        self._log = structlog.get_logger("aithermd.sampling")
+
+    def _channels_of(self, world: World) -> dict[int, tuple[str, ...]]:
+        """Channel ids per backend (by ``id(backend)``), worked out once per world."""
+        if world is not self._world:
+            by_backend: dict[int, list[str]] = {id(b): [] for b in world.backends}
+            for device in world.devices:
+                backend = world.device_owner.get(device.id)
+                if backend is not None:
+                    by_backend.setdefault(id(backend), []).extend(c.id for c in device.channels)
+            self._channels = {k: tuple(v) for k, v in by_backend.items()}
+            self._world = world
+        return self._channels
+
+    async def sample(self, world: World, t_wall: float) -> Sampled:
+        """Read every backend of ``world`` once; never raises for a device fault."""
+        channels = self._channels_of(world)
+        events: list[Event] = []
+        samples = [self._one(b, channels, t_wall, events) for b in world.inline]
+        threaded = world.threaded
+        procs: Any = frozenset()
+        hop_ok = True
+        if threaded or world.needs_processes:
+            result = await self.worker.hop(self._off_loop, threaded, channels, t_wall, world.needs_processes)
+            if result is None:
+                hop_ok = False
+                samples += self._unanswered(threaded, channels, t_wall, events)
+            else:
+                more, ev, procs = result
+                samples += more
+                events += ev
+                self._hop_faulted = False
+        out = Sampled(processes=procs, hop_ok=hop_ok, events=events)
+        for s in samples:
+            out.readings.update(s.readings)
+            out.knobs.update(s.knobs)
+            out.attrs.update(s.attrs)
+            out.lost.update(s.lost)
+        return out
+
+    def _one(self, backend: Backend, channels: Mapping[int, tuple[str, ...]], t_wall: float,
+             events: list[Event]) -> Sample:
+        try:
+            sample = backend.sample()
+        except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
+            if id(backend) not in self._failed_backends:
+                self._failed_backends.add(id(backend))
+                events.append(fault(t_wall, getattr(backend, "kind", "?"), f"sample failed: {exc}"))
+            failed = {c: Reading(c, None, Status.FAILED, str(exc)) for c in channels.get(id(backend), ())}
+            return Sample(self.clock.monotonic(), failed)
+        self._failed_backends.discard(id(backend))
+        return sample
+
+    def _off_loop(self, threaded: Iterable[Backend], channels: Mapping[int, tuple[str, ...]], t_wall: float,
+                  want_procs: bool) -> tuple[list[Sample], list[Event], Any]:
+        events: list[Event] = []
+        samples = [self._one(b, channels, t_wall, events) for b in threaded]
+        procs: Any = frozenset()
+        if want_procs:
+            try:
+                procs = self.processes()
+            except Exception as exc:  # noqa: BLE001
+                self._log.warning("process_list_failed", error=str(exc))
+        return samples, events, procs
+
+    def _unanswered(self, threaded: tuple[Backend, ...], channels: Mapping[int, tuple[str, ...]],
+                    t_wall: float, events: list[Event]) -> list[Sample]:
+        """Samples for threaded backends that did not answer: every channel failed (fans to full)."""
+        why = f"no answer within {self.worker.budget_s:g} s"
+        if not self._hop_faulted:
+            self._hop_faulted = True
+            events.append(fault(t_wall, ",".join(getattr(b, "kind", "?") for b in threaded) or "worker",
+                                f"worker thread busy: {why}"))
+        t = self.clock.monotonic()
+        return [Sample(t, {c: Reading(c, None, Status.FAILED, why) for c in channels.get(id(b), ())})
+                for b in threaded]

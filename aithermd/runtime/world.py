@@ -1,0 +1,144 @@
+"""Everything one tick needs: the devices discovery found and the loaded policies.
+
+A :class:`World` is immutable. The devices come from :mod:`aithermd.backends.registry` (an
+:class:`~aithermd.backends.registry.Inventory`); a reload (SIGHUP, D-Bus ``Reload``) builds a new world
+aside with :func:`with_policies`, a hotplug rediscovery with :func:`with_inventory`, and the tick swaps it in
+at its start. When any policy file is broken the load raises :class:`~aithermd.errors.PolicyErrors` and
+the old world stays (all-or-nothing).
+
+:class:`Engine` bundles the policy engine's functions (``aithermd.policy.loader``/``engine``) so tests and
+the simulator can inject their own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from aithermd.backends.base import Backend
+from aithermd.backends.registry import Inventory, discover
+from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.model import Device, Knob
+from aithermd.settings import DaemonSettings, default_policy_dirs
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The policy engine's contract: ``load_policies(dirs, strict_permissions=) -> {name: Policy}``
+    (raises PolicyErrors), ``evaluate(active, holds, inp, state, overrides) -> EngineResult``,
+    ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the ``EngineInput`` type."""
+
+    load_policies: Callable[..., Mapping[str, Any]]
+    evaluate: Callable[..., Any]
+    initial_state: Callable[..., Any]
+    needs_processes: Callable[..., bool]
+    input_type: Callable[..., Any]
+
+    @classmethod
+    def default(cls) -> Engine:
+        from aithermd.policy import engine, loader
+        return cls(loader.load_policies, engine.evaluate, engine.initial_state, engine.needs_processes,
+                   engine.EngineInput)
+
+
+@dataclass(frozen=True)
+class PolicySet:
+    """One all-or-nothing load: ``policies`` name → Policy, the ``dirs`` they were loaded from, and whether
+    any policy has ``process`` conditions (the tick then lists processes)."""
+
+    policies: Mapping[str, Any]
+    dirs: tuple[Path, ...] = ()
+    needs_processes: bool = False
+
+
+@dataclass(frozen=True)
+class World:
+    """The ``inventory`` (backends, devices, knobs and their owners) and the ``policy_set``. The inventory's
+    fields read through: ``backends`` in sample order, ``inline`` (sampled on the event loop) and
+    ``threaded`` (NVML: the loop's worker thread), ``devices``, ``knobs`` and ``owner`` (knob id → Knob,
+    backend), ``device_owner``; and the policy set's ``policies``, ``policy_dirs``, ``needs_processes``."""
+
+    inventory: Inventory
+    policy_set: PolicySet
+
+    @property
+    def backends(self) -> tuple[Backend, ...]:
+        return self.inventory.backends
+
+    @property
+    def inline(self) -> tuple[Backend, ...]:
+        return self.inventory.inline
+
+    @property
+    def threaded(self) -> tuple[Backend, ...]:
+        return self.inventory.threaded
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self.inventory.devices
+
+    @property
+    def knobs(self) -> Mapping[str, Knob]:
+        return self.inventory.knobs
+
+    @property
+    def owner(self) -> Mapping[str, Backend]:
+        return self.inventory.owner
+
+    @property
+    def device_owner(self) -> Mapping[str, Backend]:
+        return self.inventory.device_owner
+
+    @property
+    def policies(self) -> Mapping[str, Any]:
+        return self.policy_set.policies
+
+    @property
+    def policy_dirs(self) -> tuple[Path, ...]:
+        return self.policy_set.dirs
+
+    @property
+    def needs_processes(self) -> bool:
+        return self.policy_set.needs_processes
+
+
+def policy_dirs(settings: DaemonSettings) -> tuple[Path, ...]:
+    return tuple(settings.policy_dirs) if settings.policy_dirs is not None else tuple(default_policy_dirs())
+
+
+def load_policy_set(settings: DaemonSettings, engine: Engine) -> tuple[Mapping[str, Any], tuple[Path, ...]]:
+    """Load every policy directory all-or-nothing; root refuses files others can write. Raises
+    PolicyErrors; also when the set is empty. Blocking (file reads and parsing): off the event loop."""
+    dirs = policy_dirs(settings)
+    policies = engine.load_policies(list(dirs), strict_permissions=os.geteuid() == 0)
+    if not policies:
+        raise PolicyErrors([PolicyError(":".join(map(str, dirs)) or "(no policy directory)",
+                                        "no policy found", hint="give --policy-dir DIR")])
+    return MappingProxyType(dict(policies)), dirs
+
+
+def load_policies(settings: DaemonSettings, engine: Engine) -> PolicySet:
+    """:func:`load_policy_set` as a :class:`PolicySet`. Raises PolicyErrors."""
+    policies, dirs = load_policy_set(settings, engine)
+    return PolicySet(policies, dirs, bool(engine.needs_processes(list(policies.values()))))
+
+
+def build_world(settings: DaemonSettings, backends: Sequence[Backend], engine: Engine,
+                inventory: Inventory | None = None) -> World:
+    """Discover ``backends`` (unless their ``inventory`` is given) and load the policies. Raises
+    PolicyErrors."""
+    return World(inventory or discover(backends), load_policies(settings, engine))
+
+
+def with_policies(world: World, policy_set: PolicySet) -> World:
+    """``world`` with another policy set (a reload); the devices stay."""
+    return replace(world, policy_set=policy_set)
+
+
+def with_inventory(world: World, inventory: Inventory) -> World:
+    """``world`` with rediscovered devices (hotplug); the policies stay."""
+    return replace(world, inventory=inventory)
