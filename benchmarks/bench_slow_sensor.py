@@ -109,7 +109,8 @@ async def run_case(case: str, seconds: float) -> tuple[float, float, float, int,
                 timed(b, calls)
         d = Daemon(settings, backends=backends, live=LiveOptions())
         ticks: list[float] = []
-        d.hub.add_listener(lambda snap, evs: ticks.append(d.scheduler.last_duration_s) if snap.seq > 1 else None)
+        d.hub.add_listener(lambda snap, evs: ticks.append(d.scheduler.last_duration_s)
+                           if snap.seq > 1 else None)
         start: list[float] = []
 
         def until() -> bool:

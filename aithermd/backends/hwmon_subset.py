@@ -3,8 +3,8 @@
 Some hwmon drivers answer a read by asking the device: ``nvme`` sends an admin command (Get Log Page,
 SMART / Health Information) and ``drivetemp`` a SCT or SMART command to the disk (kernel
 Documentation/hwmon/drivetemp.rst, drivers/nvme/host/hwmon.c), so one ``temp1_input`` read can take
-tens to hundreds of milliseconds, or hang with the device. :mod:`aithermd.backends.slow` reads those chips in a
-worker of their own; the control loop reads the others inline. Both sides are an
+tens to hundreds of milliseconds, or hang with the device. :mod:`aithermd.backends.slow` reads those chips
+in a worker of their own; the control loop reads the others inline. Both sides are an
 :class:`HwmonSubset` of the same ``class/hwmon`` tree, split by driver (the chip's ``name`` attribute).
 
 Ids are exactly those of a full :class:`~aithermd.backends.hwmon.HwmonBackend`: a chip name and its

@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -57,51 +55,16 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return load_settings(args.config, flags)
 
 
-class EarlySignals:
-    """SIGTERM, SIGINT and SIGHUP that arrive while the daemon starts (loading policies, discovering, before
-    its event loop takes the signals over) are kept and handed to it, so a stop during start-up still ends
-    in a clean stop with every knob restored, not in death by the default action. Outside the main thread
-    (nothing can be installed there) it does nothing; :meth:`close` puts the previous handlers back."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-    def __init__(self) -> None:
-        self.pending: list[int] = []
-        self.daemon: Any = None
-        self._old: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
-            self._old = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.daemon is None:
-            self.pending.append(signum)
-        elif signum == signal.SIGHUP:
-            self.daemon.request_reload()
-        else:
-            self.daemon.request_stop()
-
-    def attach(self, daemon: Any) -> None:
-        self.daemon = daemon
-        for signum in self.pending:
-            self._handle(signum, None)
-
-    def close(self) -> None:
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old = {}
-
-
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "simulate", False):
-        return _run(args, None)
-    early = EarlySignals()
+    from aithermd.runtime.signals import Signals
+    signals = Signals.catch()  # first thing: a stop during start-up ends the daemon cleanly (exit 0)
     try:
-        return _run(args, early)
+        return _run(args, signals)
     finally:
-        early.close()
+        signals.close()
 
 
-def _run(args: argparse.Namespace, early: EarlySignals | None) -> int:
+def _run(args: argparse.Namespace, signals: Any) -> int:
     from aithermd import log
     from aithermd.errors import PolicyErrors
     from aithermd.runtime.daemon import Daemon
@@ -129,11 +92,8 @@ def _run(args: argparse.Namespace, early: EarlySignals | None) -> int:
     log.setup(settings.log_level, settings.log_format)
     if getattr(args, "simulate", False):
         from aithermd.sim.runner import run_simulated
-        return run_simulated(settings, args)
-    daemon = Daemon(settings)
-    if early is not None:
-        early.attach(daemon)
-    return asyncio.run(daemon.run(handle_signals=True))
+        return run_simulated(settings, args, signals=signals)
+    return asyncio.run(Daemon(settings).run(handle_signals=signals))
 
 
 def _state_dir_problem(state_dir: Path) -> str | None:

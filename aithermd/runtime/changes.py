@@ -23,7 +23,8 @@ async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: 
     itself when nothing changed) and the ``hotplug`` events. Vanished knobs are forgotten by ``applier``
     (an :class:`~aithermd.actuate.applier.Applier`) and its journal."""
     log = structlog.get_logger("aithermd.hotplug")
-    inventory, events = await registry.rediscover(world.inventory, families, t_wall=t_wall, timeout_s=timeout_s)
+    inventory, events = await registry.rediscover(world.inventory, families, t_wall=t_wall,
+                                                  timeout_s=timeout_s)
     if inventory is world.inventory:
         return world, events
     for knob_id in [k for k in world.knobs if k not in inventory.knobs]:

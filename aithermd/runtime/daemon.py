@@ -4,9 +4,9 @@ Start: open the journal (a dirty one — a crash — is restored first), discove
 policies (a broken policy set stops the start: exit 1, nothing written), pick the active policy
 (``--policy`` > the choice kept in the state directory > the config), start the D-Bus service and the
 Prometheus exporter when their modules exist (a bus or port that cannot be had is a warning).
-Run: the :class:`~aithermd.runtime.scheduler.Scheduler` runs one :class:`~aithermd.runtime.tick.Tick` per deadline;
-``READY=1`` after the first. Stop (SIGTERM/SIGINT, ``request_stop()``, ``max_ticks``, ``until``): services
-stop in reverse order, every journaled knob is restored and the journal cleared.
+Run: the :class:`~aithermd.runtime.scheduler.Scheduler` runs one :class:`~aithermd.runtime.tick.Tick`
+per deadline; ``READY=1`` after the first. Stop (SIGTERM/SIGINT, ``request_stop()``, ``max_ticks``,
+``until``): services stop in reverse order, every journaled knob is restored and the journal cleared.
 
 Signal handlers only set an event or a flag; a SIGHUP reload runs at the start of the next tick, off the
 event loop, and swaps the new world in only when every policy file is valid.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ from aithermd.runtime.control import Control
 from aithermd.runtime.live import Live, LiveOptions
 from aithermd.runtime.scheduler import Scheduler, Sleep
 from aithermd.runtime.sd_notify import Notifier
+from aithermd.runtime.signals import Signals
 from aithermd.runtime.tick import Tick
 from aithermd.runtime.world import Engine, PolicySet, World, build_world, load_policies, with_policies
 from aithermd.settings import DaemonSettings
@@ -146,10 +146,25 @@ class Daemon:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def run(self, *, max_ticks: int | None = None, until: Callable[[], bool] | None = None,
-                  handle_signals: bool = False) -> int:
+                  handle_signals: bool | Signals = False) -> int:
+        """Run the daemon; returns the exit code. ``handle_signals``: SIGTERM/SIGINT stop it and SIGHUP
+        reloads, from the first line of this call (a :class:`~aithermd.runtime.signals.Signals` caught
+        earlier also hands over what arrived before)."""
         self._stop = asyncio.Event()
         if self._stop_requested:
             self._stop.set()
+        signals = (handle_signals if isinstance(handle_signals, Signals)
+                   else Signals() if handle_signals else None)
+        if signals is not None:
+            signals.attach(asyncio.get_running_loop(), self.request_stop, self.request_reload)
+        try:
+            return await self._run(max_ticks, until)
+        finally:
+            if signals is not None:
+                signals.detach()
+
+    async def _run(self, max_ticks: int | None, until: Callable[[], bool] | None) -> int:
+        assert self._stop is not None
         s = self.settings
         try:
             journal = Journal(s.state_dir)
@@ -190,14 +205,12 @@ class Daemon:
         self.live = Live(self, self.live_options or LiveOptions.for_daemon(s, self.sleep is asyncio.sleep))
         self._log.info("start", policy=self.control.active, devices=len(world.devices),
                        knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
-        loop = asyncio.get_running_loop()
-        if handle_signals:
-            self._install_signals(loop)
         watchdog = (asyncio.create_task(self._watchdog()) if self.notifier.watchdog_interval_s else None)
         code = 1
         try:
-            await self._start_services()
-            await self.live.start()
+            if not self._stop.is_set():  # a stop during start-up: no service, no tick, straight to restore
+                await self._start_services()
+                await self.live.start()
             await self.scheduler.run(self._run_tick, self._stop, max_ticks, until)
             code = 0
         finally:
@@ -223,9 +236,6 @@ class Daemon:
                         code = 1
                     _guard(self._log.info, "stop", restored=len(report.restored), failed=dict(report.failed))
             _guard(self.notifier.stopping)
-            if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                    loop.remove_signal_handler(sig)
             try:
                 await self._stop_services()
             except Exception:  # noqa: BLE001
@@ -256,11 +266,6 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001
                 _guard(self._log.warning, "close_failed", backend=getattr(backend, "kind", "?"),
                        error=str(exc))
-
-    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
-        loop.add_signal_handler(signal.SIGINT, self.request_stop)
-        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
 
     async def _run_tick(self, seq: int, deadline: float) -> None:
         assert self.tick is not None and self.control is not None and self.notifier is not None

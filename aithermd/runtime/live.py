@@ -1,9 +1,9 @@
 """Living with a real machine: the services beside the control loop and the one lock they share with it.
 
-:class:`Live` belongs to one :class:`~aithermd.runtime.daemon.Daemon` run. It owns the *tick lock*: the daemon runs
-each tick through :meth:`Live.tick` (which holds the lock, applies what changed between ticks, then runs the
-cycle's tick), and every service that writes between ticks — the fast lane, the resume re-apply — takes the
-same lock, so no write ever interleaves with a tick. Between ticks it applies:
+:class:`Live` belongs to one :class:`~aithermd.runtime.daemon.Daemon` run. It shares the *tick lock*: the
+daemon runs each tick through :meth:`Live.tick` (which holds the lock, applies what changed between ticks,
+then runs the tick), and every service that writes between ticks — the fast lane, the resume re-apply —
+takes the same lock, so no write ever interleaves with a tick. Between ticks it applies:
 
 - **hotplug** (:mod:`aithermd.watchers.hotplug`): rediscovers the families whose udev events settled and
   swaps the new world in;

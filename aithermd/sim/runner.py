@@ -2,13 +2,13 @@
 
 :func:`simulate` (``run_simulated`` for the command line) builds a
 :class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own, a simulated clock, and the
-daemon (:class:`aithermd.runtime.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`: the real
-hwmon/powercap backends, the real NVML backend over the fake NVML, and the real CPU backend reading the
-simulated CPU. Before each sample
-the machine's physics advance to the tick's simulated time. Simulated time moves only while the daemon
-sleeps between ticks: ``speedup`` K makes each simulated second take 1/K s of wall time (0 = no waiting).
-Without ``--bus``/``--metrics-listen`` a simulation serves neither (``none``); given, they are served as by
-a real daemon (``aithermctl demo`` runs the daemon this way on a private bus).
+daemon (:class:`aithermd.runtime.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`:
+the real hwmon/powercap backends, the real NVML backend over the fake NVML, and the real CPU backend
+reading the simulated CPU. Before each sample the machine's physics advance to the tick's simulated time.
+Simulated time moves only while the daemon sleeps between ticks: ``speedup`` K makes each simulated second
+take 1/K s of wall time (0 = no waiting). Without ``--bus``/``--metrics-listen`` a simulation serves
+neither (``none``); given, they are served as by a real daemon (``aithermctl demo`` runs the daemon this
+way on a private bus).
 
 State: ``--simulate`` uses a temporary state directory unless one is given, so a simulation can never
 leave a journal that a real ``aithermd restore`` would apply to real hardware. The machine's own files
@@ -229,9 +229,11 @@ class SimResult:
     places: Places
 
 
-async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimResult:
+async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals: Any = None) -> SimResult:
     """Run the daemon on a fresh simulated machine until ``opts.duration_s`` simulated seconds passed (or
-    it is stopped), then print the summary to ``out`` (None: print nothing)."""
+    it is stopped), then print the summary to ``out`` (None: print nothing). ``signals``: a
+    :class:`~aithermd.runtime.signals.Signals` caught earlier (default: SIGTERM/SIGINT handled when
+    ``out`` is given)."""
     from aithermd.runtime.daemon import Daemon
     from aithermd.sim.machine import SimulatedMachine
 
@@ -253,7 +255,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None) -> SimRe
     until = (lambda: machine.t_s >= duration) if duration is not None else None
     code, data = 1, {}
     try:
-        code = await daemon.run(until=until, handle_signals=out is not None)
+        handle = signals if signals is not None else out is not None
+        code = await daemon.run(until=until, handle_signals=handle)
     finally:
         if daemon.tick is not None:
             policy = daemon.control.active if daemon.control else settings.policy
@@ -300,7 +303,7 @@ def options_from_args(args: Any) -> SimOptions:
                       state_dir=args.state_dir, json_summary=args.sim_json)
 
 
-def run_simulated(settings: Any, args: Any, out: TextIO | None = None) -> int:
+def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: Any = None) -> int:
     """``aithermd run --simulate``: exit 0 after a clean run, 1 when the daemon failed, 2 for bad input
     (an unreadable trace or dump, a bad flag), each with one line on stderr saying what to do."""
     import sys
@@ -322,7 +325,7 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None) -> int:
         update["bus"] = "none"  # a simulation serves no bus unless asked to
     if getattr(args, "metrics_listen", None) is None:
         update["metrics_listen"] = "none"
-    result = asyncio.run(simulate(settings.model_copy(update=update), opts, out))
+    result = asyncio.run(simulate(settings.model_copy(update=update), opts, out, signals))
     if result.code != 0:
         print(f"aithermd run --simulate: the daemon stopped with {result.code}; its files stay in "
               f"{result.places.state_dir} and {result.places.machine_dir}", file=sys.stderr)

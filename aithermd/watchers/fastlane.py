@@ -265,7 +265,8 @@ class FastLane:
             events = self._apply(cycle, world, inline, t_wall)
             if threaded:
                 loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(cycle.worker.executor, self._apply, cycle, world, threaded, t_wall)
+                future = loop.run_in_executor(cycle.worker.executor, self._apply, cycle, world, threaded,
+                                              t_wall)
                 try:
                     events += await asyncio.wait_for(future, self.options.apply_timeout_s)
                 except Exception as exc:  # noqa: BLE001 - TimeoutError: the worker is busy; the tick acts

@@ -65,6 +65,26 @@ class NotifySocket:
         self.sock.close()
 
 
+def wait_until(predicate, timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Poll ``predicate()`` every 10 ms until it is true (events, not durations: up to ``timeout_s`` s on a
+    loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout_s} s")
+        time.sleep(0.01)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """True once process ``pid`` has a handler for ``sig`` (``SigCgt`` in /proc/PID/status, proc(5))."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(caught >> (sig - 1) & 1)
+
+
 def json_lines(text: str) -> list[dict]:
     out = []
     for line in text.splitlines():

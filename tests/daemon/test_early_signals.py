@@ -3,35 +3,44 @@ stop, not death by SIGTERM's default action); the previous handlers come back af
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
-from aithermd.commands.run import EarlySignals
+from aithermd.runtime.signals import SIGNALS, Signals
 
 
-class Stub:
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def request_stop(self) -> None:
-        self.calls.append("stop")
-
-    def request_reload(self) -> None:
-        self.calls.append("reload")
-
-
-def test_signals_before_the_daemon_exists_are_handed_to_it_then_handlers_restored():
-    before = {sig: signal.getsignal(sig) for sig in EarlySignals.SIGNALS}
-    early = EarlySignals()
+async def test_signals_before_the_loop_are_handed_to_it_in_order_then_handlers_restored():
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    early = Signals.catch()
+    calls: list[str] = []
     try:
         os.kill(os.getpid(), signal.SIGHUP)
         os.kill(os.getpid(), signal.SIGTERM)  # would end the process with the default action
         assert early.pending == [signal.SIGHUP, signal.SIGTERM]
-        daemon = Stub()
-        early.attach(daemon)
-        assert daemon.calls == ["reload", "stop"]
-        os.kill(os.getpid(), signal.SIGINT)  # once attached, straight to the daemon
-        assert daemon.calls == ["reload", "stop", "stop"]
+        early.attach(asyncio.get_running_loop(), lambda: calls.append("stop"), lambda: calls.append("reload"))
+        assert calls == ["reload", "stop"]
+        os.kill(os.getpid(), signal.SIGINT)  # once attached, straight to the loop
+        for _ in range(100):
+            if len(calls) == 3:
+                break
+            await asyncio.sleep(0.01)
+        assert calls == ["reload", "stop", "stop"]
+        early.detach()
+        os.kill(os.getpid(), signal.SIGINT)  # after the loop let go: kept, never a KeyboardInterrupt
+        assert early.pending == [signal.SIGINT]
     finally:
         early.close()
-    assert {sig: signal.getsignal(sig) for sig in EarlySignals.SIGNALS} == before
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == before
+
+
+def test_outside_the_main_thread_nothing_is_installed():
+    import threading
+
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    caught: list[Signals] = []
+    thread = threading.Thread(target=lambda: caught.append(Signals.catch()))
+    thread.start()
+    thread.join()
+    assert {sig: signal.getsignal(sig) for sig in SIGNALS} == before
+    caught[0].close()

@@ -13,7 +13,7 @@ import pytest
 from aithermd.actuate.journal import JOURNAL_FILE
 from tests.support.machines import copy_machine
 
-from .proc import NotifySocket, json_lines, knob_files, restore, run_args, start
+from .proc import NotifySocket, catches, json_lines, knob_files, restore, run_args, start, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -53,30 +53,75 @@ def test_run_takes_the_fans_under_control_and_sigterm_puts_them_back(machine, tm
         assert e["knob"].startswith("hwmon:nct6798-isa-0290/pwm") and e["rule"].startswith("balanced/")
 
 
-def test_kill_9_at_random_points_then_restore_puts_every_pwm_and_mode_back(machine):
+KILL_POINTS = ("start-up", "journaled", "steady")
+
+
+def kill_point(proc, point: str, root, state, original, rng) -> None:
+    """Wait for the moment ``point`` names, by what the daemon does (never by a duration): ``start-up`` at
+    once, ``journaled`` when the journal appears (the first write is under way or done), ``steady`` a
+    random 0–0.5 s after a knob changed."""
+    if point == "journaled":
+        wait_until(lambda: (state / JOURNAL_FILE).exists() or proc.poll() is not None, what="journal")
+    elif point == "steady":
+        wait_until(lambda: knob_files(root) != original or proc.poll() is not None, what="a write")
+        time.sleep(rng.uniform(0.0, 0.5))
+
+
+def test_kill_9_at_random_points_then_restore_puts_every_pwm_and_mode_back(machine, tmp_path):
     root, state, original = machine
     seed = int(os.environ.get("AITHERMD_KILL_SEED", "5"))
     rng = random.Random(seed)
-    written = 0
+    after_a_write = 0
     for round_ in range(12):
+        point = KILL_POINTS[round_ % 3] if round_ < 3 else rng.choice(KILL_POINTS)
         proc = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 2.5))  # from interpreter start-up through steady state
+        kill_point(proc, point, root, state, original, rng)
+        assert proc.poll() is None, f"round {round_}: the daemon ended by itself"
         proc.kill()
         proc.wait(timeout=30)
-        if knob_files(root) != original:
-            written += 1
+        if point == "steady":
+            after_a_write += 1
+            assert knob_files(root) != original  # killed with the fans taken: nothing restored them
         if round_ % 3 == 2:
-            # the next start restores the dirty journal itself; then a clean stop
-            again = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL)
-            time.sleep(1.5)
-            again.send_signal(signal.SIGINT if round_ % 2 else signal.SIGTERM)  # Ctrl-C restores too
-            assert again.wait(timeout=60) == 0
+            # the next start restores the dirty journal itself; then a clean stop once it runs
+            notify = NotifySocket(tmp_path)
+            try:
+                again = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL,
+                              env={"NOTIFY_SOCKET": str(notify.path)})
+                notify.wait_for("READY=1")
+                again.send_signal(signal.SIGINT if round_ % 2 else signal.SIGTERM)  # Ctrl-C restores too
+                assert again.wait(timeout=60) == 0
+            finally:
+                notify.close()
+                notify.path.unlink()
         else:
             result = restore(state)
             assert result.returncode == 0, result.stderr
-        assert knob_files(root) == original, f"seed {seed}, round {round_}"
+        assert knob_files(root) == original, f"seed {seed}, round {round_} ({point})"
         assert not (state / JOURNAL_FILE).exists()
-    assert written >= 6  # most kills landed after the daemon had taken the fans
+    assert after_a_write >= 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_start_up_restores_and_exits_0(machine, sig):
+    """A crashed run left the fans taken; the next start is stopped as soon as it can hear signals, before
+    its first tick: it restores what the crash left (and whatever it wrote itself) and exits 0."""
+    root, state, original = machine
+    crashed = start(run_args(root, state, "--tick", "0.05"), stderr=subprocess.DEVNULL)
+    wait_until(lambda: knob_files(root) != original, what="a write")
+    crashed.kill()
+    crashed.wait(timeout=30)
+    assert (state / JOURNAL_FILE).exists()
+    proc = start(run_args(root, state, "--tick", "0.05"))
+    wait_until(lambda: catches(proc.pid, signal.SIGTERM) or proc.poll() is not None, what="handlers")
+    proc.send_signal(sig)  # start-up has only begun: the interpreter is still importing the daemon
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert knob_files(root) == original
+    assert not (state / JOURNAL_FILE).exists()
+    events = [e["event"] for e in json_lines(err)]
+    assert "stop" in events and "KeyboardInterrupt" not in err
+    assert "actuation" not in events  # stopped before its first tick
 
 
 def test_dry_run_writes_nothing(machine, tmp_path):
@@ -162,7 +207,13 @@ def test_kill_9_on_the_fake_nvml_then_restore_puts_every_gpu_back(machine, tmp_p
     touched = 0
     for round_ in range(8):
         proc = start(args, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.5, 3.0))
+        if round_ % 2:  # once the GPUs were taken, at a random point of the steady state
+            wait_until(lambda p=proc: gpu_state(nvml_state) != gpus_before or p.poll() is not None,
+                       what="a write")
+            time.sleep(rng.uniform(0.0, 0.5))
+        else:  # anywhere from start-up on
+            time.sleep(rng.uniform(0.0, 1.0))
+        assert proc.poll() is None, f"round {round_}: the daemon ended by itself"
         proc.kill()
         proc.wait(timeout=30)
         if gpu_state(nvml_state) != gpus_before:
@@ -171,4 +222,4 @@ def test_kill_9_on_the_fake_nvml_then_restore_puts_every_gpu_back(machine, tmp_p
         assert result.returncode == 0, result.stderr
         assert gpu_state(nvml_state) == gpus_before, f"round {round_}"
         assert knob_files(root) == original, f"round {round_}"
-    assert touched >= 4
+    assert touched >= 4  # every other round killed it with the GPUs taken
