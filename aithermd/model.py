@@ -268,3 +268,51 @@ class Snapshot:
     degraded: tuple[str, ...] = ()  # device, channel or knob ids in trouble
     dry_run: bool = False
     tick_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding a GPU, as NVML lists it (``nvmlDeviceGetComputeRunningProcesses``/``Graphics``):
+    ``kinds`` ``"C"``, ``"G"`` or ``"C+G"``; ``used_memory_bytes`` None where NVML cannot tell
+    (NVML_VALUE_NOT_AVAILABLE); MIG instance ids None with MIG off. The pid is the host's (NVML does not
+    know PID namespaces)."""
+
+    pid: int
+    kinds: str = "C"
+    used_memory_bytes: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUtilization:
+    """One process's utilization of one GPU since the previous read (``nvmlDeviceGetProcessUtilization``):
+    ``sm_pct``/``memory_pct``/``encoder_pct``/``decoder_pct`` the mean of its samples (%), ``busy`` the sum
+    over its samples of SM + encoder + decoder % (the weight energy is shared by), ``samples`` their
+    number. A process without samples had zero utilization (the driver only samples busy processes)."""
+
+    sm_pct: float
+    memory_pct: float
+    encoder_pct: float
+    decoder_pct: float
+    busy: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    """Who used one GPU, read at the accounting cadence (not every tick).
+
+    ``processes``: the GPU's processes (None when the list could not be read: ``error`` says why);
+    ``utilization``: per pid since the previous read, or None where the driver gives none (MIG,
+    NOT_SUPPORTED: ``utilization_error``); an empty mapping means "supported, no process was busy".
+    Memory in bytes (``nvmlDeviceGetMemoryInfo``), None when unreadable."""
+
+    device_id: str
+    uuid: str | None = None
+    processes: tuple[GpuProcess, ...] | None = ()
+    utilization: Mapping[int, ProcessUtilization] | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    error: str | None = None
+    utilization_error: str | None = None

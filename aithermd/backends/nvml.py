@@ -26,6 +26,7 @@ import structlog
 
 from aithermd import units
 from aithermd.backends.nvml_gpu import GpuReader, Lost, error_names
+from aithermd.backends.nvml_procs import ProcessReader
 from aithermd.backends.nvml_worker import NvmlWorker
 from aithermd.backends.readers import NvmlReader
 from aithermd.clock import Clock, RealClock
@@ -38,7 +39,7 @@ from aithermd.errors import (
     OutOfRange,
     UnknownKnob,
 )
-from aithermd.model import Device, KnobValue, Reading, Sample, Status
+from aithermd.model import Device, GpuUsage, KnobValue, Reading, Sample, Status
 
 
 class NvmlBackend:
@@ -74,6 +75,7 @@ class NvmlBackend:
         self._worker, self._own_worker = worker, worker is None
         self._names = error_names(nvml)
         self._gpus: dict[str, GpuReader] = {}
+        self._procs: dict[str, ProcessReader] = {}
         self._devices: list[Device] = []
         self._initialized = False
         self._log = structlog.get_logger("aithermd.nvml")
@@ -109,7 +111,7 @@ class NvmlBackend:
 
     def _discover(self) -> list[Device]:
         nv = self.nvml
-        self._gpus, self._devices = {}, []
+        self._gpus, self._devices, self._procs = {}, [], {}
         if not self._init():
             return []
         base = self.index_base() if callable(self.index_base) else self.index_base
@@ -169,6 +171,26 @@ class NvmlBackend:
                     knobs[knob.id] = KnobValue(knob.id, None, None, Status.FAILED)
                 attrs[reader.id] = {}
         return Sample(t=t, readings=readings, knobs=knobs, attrs=attrs, lost=frozenset(lost))
+
+    def usage(self) -> list[GpuUsage]:
+        """Processes, per-process utilization and memory of every GPU (:mod:`aithermd.backends.nvml_procs`;
+        one worker hop). Meant for the accounting cadence, not every tick; a lost GPU gets ``error``."""
+        return self.worker.run(self._usage)
+
+    async def ausage(self) -> list[GpuUsage]:
+        return await self.worker.call(self._usage)
+
+    def _usage(self) -> list[GpuUsage]:
+        out = []
+        for reader in self._gpus.values():
+            procs = self._procs.get(reader.id)
+            if procs is None or procs.gpu is not reader:
+                procs = self._procs[reader.id] = ProcessReader(reader)
+            try:
+                out.append(procs.read())
+            except Lost:
+                out.append(GpuUsage(reader.id, reader.uuid, None, error="NVML_ERROR_GPU_IS_LOST"))
+        return out
 
     # -- knobs -----------------------------------------------------------------------------------------
     def _knob(self, knob_id: str) -> tuple[GpuReader, str]:

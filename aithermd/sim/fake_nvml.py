@@ -12,7 +12,8 @@ GPUs come from :class:`~aithermd.sim.gpu_profile.GpuProfile` (``nvidia-smi -q`` 
 units (mW, mJ, °C, %), ``NVML_ERROR_UNINITIALIZED`` before ``nvmlInit``, limits outside the constraints
 fail with ``INVALID_ARGUMENT``, writes without privilege with ``NO_PERMISSION``, missing capabilities with
 ``NOT_SUPPORTED``, a lost GPU with ``GPU_IS_LOST`` on every call, functions newer than the fake's driver
-branch are absent (``FUNCTION_NOT_FOUND``). Errors can be injected per function and device.
+branch are absent (``FUNCTION_NOT_FOUND``). Errors can be injected per function and device. Process lists
+and per-process utilization: :mod:`aithermd.sim.fake_nvml_procs` (GPUs start with their dump's processes).
 
 Indexes taken by the simulator helpers (``set_dynamic(index, ...)``) are positions in the profile list,
 stable even after :meth:`remove_gpu`; NVML indexes count only the GPUs still present.
@@ -39,6 +40,7 @@ from aithermd.sim.fake_nvml_lib import (
     NvmlFunctions,
     NvmlReturn,
 )
+from aithermd.sim.fake_nvml_procs import NvmlProcessFunctions
 from aithermd.sim.fake_nvml_readings import NvmlReadingFunctions
 from aithermd.sim.fake_nvml_sim import SimulatorControls
 from aithermd.sim.fake_nvml_state import (
@@ -70,7 +72,7 @@ class _CFunction:
                 return exc.code
 
 
-class FakeNvml(NvmlFunctions, NvmlReadingFunctions, SimulatorControls):
+class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, SimulatorControls):
     """A set of fake GPUs behind NVML's C API.
 
     ``profiles``: the GPUs, in NVML index order. ``state_path``: JSON file written now and on every change

@@ -64,6 +64,10 @@ FUNCTION_SINCE = MappingProxyType(
         "nvmlDeviceGetMinMaxFanSpeed": 495,
         "nvmlDeviceGetNumFans": 460,
         "nvmlDeviceGetFanSpeed_v2": 460,
+        "nvmlDeviceGetComputeRunningProcesses_v3": 510,
+        "nvmlDeviceGetGraphicsRunningProcesses_v3": 510,
+        "nvmlDeviceGetComputeRunningProcesses_v2": 450,
+        "nvmlDeviceGetGraphicsRunningProcesses_v2": 450,
     }
 )
 HANDLE_BASE = 0x4E560000

@@ -82,9 +82,10 @@ class NvmlReadingFunctions:
         return SUCCESS
 
     def _nvmlDeviceGetMemoryInfo(self, handle: Any, ref: Any) -> int:
-        p = self._dev(handle, "nvmlDeviceGetMemoryInfo").profile
-        m, mib = _out(ref), 1 << 20
-        total, used = int(_need(p.memory_total_mib)) * mib, int(p.memory_used_mib or 0) * mib
+        gpu = self._dev(handle, "nvmlDeviceGetMemoryInfo")
+        m = _out(ref)
+        total = int(_need(gpu.profile.memory_total_mib)) * (1 << 20)
+        used = min(total, gpu.memory_used_bytes())
         m.total, m.used, m.free = total, used, total - used
         return SUCCESS
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from aithermd.sim.fake_nvml_state import FakeGpu, reasons_mask
+from aithermd.sim.fake_nvml_state import FakeGpu, FakeProcess, reasons_mask
 from aithermd.units import mw_to_w, w_to_mw
 
 
@@ -126,3 +126,35 @@ class SimulatorControls:
         with self._lock:
             self._sync()
             return not self.gpus[index].fans[fan].manual
+
+    # ---- processes (see aithermd.sim.fake_nvml_procs) ----
+    def start_process(self, index: int, pid: int, *, memory_mib: float | None = 0.0, compute: bool = True,
+                      graphics: bool = False, gpu_instance_id: int | None = None,
+                      compute_instance_id: int | None = None) -> None:
+        """A process opens a context on GPU ``index`` holding ``memory_mib`` (None: NVML cannot tell);
+        starting a pid already there updates it."""
+        with self._lock:
+            self.gpus[index].processes[pid] = FakeProcess(
+                pid, compute=compute, graphics=graphics,
+                used_memory_bytes=None if memory_mib is None else int(memory_mib * (1 << 20)),
+                gpu_instance_id=gpu_instance_id, compute_instance_id=compute_instance_id)
+
+    def stop_process(self, index: int, pid: int) -> None:
+        """The process left GPU ``index`` (its samples stay in the driver's ring until pushed out)."""
+        with self._lock:
+            self.gpus[index].processes.pop(pid, None)
+
+    def process_pids(self, index: int) -> list[int]:
+        with self._lock:
+            return list(self.gpus[index].processes)
+
+    def add_process_samples(self, index: int, timestamp_us: int,
+                            utils: dict[int, tuple[float, float, float, float]]) -> None:
+        """One driver sample period on GPU ``index``: ``{pid: (sm %, memory %, encoder %, decoder %)}``;
+        processes whose utilization rounds to zero get no sample, as on real drivers."""
+        with self._lock:
+            ring = self.gpus[index].util_samples
+            for pid, values in utils.items():
+                sm, mem, enc, dec = (int(round(min(100.0, max(0.0, v)))) for v in values)
+                if sm or mem or enc or dec:
+                    ring.append((int(timestamp_us), pid, sm, mem, enc, dec))

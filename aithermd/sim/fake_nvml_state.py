@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import uuid as uuidlib
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,31 @@ class FakeFan:
     auto_pct: int = 30
 
 
+PROCESS_SAMPLES = 100  # per-process utilization samples the driver keeps per GPU (a ring; older ones drop)
+
+
+@dataclass
+class FakeProcess:
+    """A process holding a GPU: in the compute list, the graphics list or both (nvidia-smi's ``C``, ``G``,
+    ``C+G``); ``used_memory_bytes`` None is NVML_VALUE_NOT_AVAILABLE (Windows WDDM); MIG instance ids None
+    when MIG is off (NVML reports 0xFFFFFFFF)."""
+
+    pid: int
+    compute: bool = True
+    graphics: bool = False
+    used_memory_bytes: int | None = 0
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @classmethod
+    def from_info(cls, info: Any) -> FakeProcess:
+        kind = info.type.upper()
+        mib = info.used_memory_mib
+        return cls(info.pid, compute="C" in kind, graphics="G" in kind,
+                   used_memory_bytes=None if mib is None else int(mib * (1 << 20)),
+                   gpu_instance_id=info.gpu_instance_id, compute_instance_id=info.compute_instance_id)
+
+
 @dataclass
 class FakeGpu:
     """One GPU. Static facts come from ``profile``; control and dynamic values are NVML units."""
@@ -96,6 +122,11 @@ class FakeGpu:
     memory_clock_mhz: int | None = None
     reasons: int = 0
     persistence: bool | None = None
+    processes: dict[int, FakeProcess] = field(default_factory=dict)
+    # (timestamp µs, pid, smUtil, memUtil, encUtil, decUtil), oldest first: what
+    # nvmlDeviceGetProcessUtilization returns (only processes with non-zero utilization get samples)
+    util_samples: deque[tuple[int, int, int, int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=PROCESS_SAMPLES))
 
     @classmethod
     def from_profile(cls, profile: GpuProfile, bus_id: str, fan_count: int | None = None) -> FakeGpu:
@@ -118,7 +149,21 @@ class FakeGpu:
             memory_clock_mhz=_int(p.memory_clock_mhz),
             reasons=reasons_mask(r for r in p.clock_event_reasons if r in REASON_BITS),
             persistence=p.persistence_mode,
+            processes={info.pid: FakeProcess.from_info(info) for info in p.processes},
         )
+
+    @property
+    def mig(self) -> bool:
+        """MIG mode on (the dump's ``MIG Mode: Current``): per-process utilization is not supported."""
+        return self.profile.extra.get("mig_mode", "").lower() == "enabled"
+
+    def memory_used_bytes(self) -> int:
+        """The dump's used memory less what its processes held (the driver's own reservation), plus what the
+        processes hold now."""
+        mib = 1 << 20
+        held_then = sum(int((i.used_memory_mib or 0) * mib) for i in self.profile.processes)
+        base = max(0, int((self.profile.memory_used_mib or 0) * mib) - held_then)
+        return base + sum(p.used_memory_bytes or 0 for p in self.processes.values())
 
     # static facts (mW, °C)
     @property

@@ -8,6 +8,20 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
+class GpuProcessInfo:
+    """One entry of a dump's ``Processes`` section: ``type`` is ``"C"`` (compute), ``"G"`` (graphics) or
+    ``"C+G"`` (both lists); ``used_memory_mib`` None where the dump said N/A (Windows WDDM); MIG instance ids
+    None where N/A (MIG off)."""
+
+    pid: int
+    type: str = "C"
+    name: str = ""
+    used_memory_mib: float | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSnapshot:
     """The dynamic values of one ``-q`` capture of a GPU (dumps may hold several: idle, then load).
     ``label`` is the capture's comment label ("idle", "load") or "" when the dump has none."""
@@ -23,6 +37,7 @@ class GpuSnapshot:
     fan_speed_pct: float | None = None
     pstate: str | None = None
     clock_event_reasons: tuple[str, ...] = ()
+    processes: tuple[GpuProcessInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +85,5 @@ class GpuProfile:
     clock_event_reasons: tuple[str, ...] = ()
     # every capture of this GPU in the dump, in file order (the first one is what the fields above hold)
     snapshots: tuple[GpuSnapshot, ...] = ()
+    # the first capture's Processes section (each capture's own is in its snapshot)
+    processes: tuple[GpuProcessInfo, ...] = ()

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from aithermd.sim.gpu_profile import GpuProfile, GpuSnapshot
+from aithermd.sim.gpu_profile import GpuProcessInfo, GpuProfile, GpuSnapshot
 from aithermd.sim.smi_dump import DumpError, load_dump, parse_dump
 
 # slug → (dump file under aithermd/data/gpu-profiles, index of the GPU in that dump)
@@ -111,9 +111,16 @@ def profile_from_dict(data: Mapping[str, Any]) -> GpuProfile:
     snap_names = {f.name for f in dataclasses.fields(GpuSnapshot)}
     kw["snapshots"] = tuple(
         GpuSnapshot(**{**{k: v for k, v in s.items() if k in snap_names},
-                       "clock_event_reasons": tuple(s.get("clock_event_reasons") or ())})
+                       "clock_event_reasons": tuple(s.get("clock_event_reasons") or ()),
+                       "processes": _processes(s.get("processes"))})
         for s in kw.get("snapshots") or ())
+    kw["processes"] = _processes(kw.get("processes"))
     return GpuProfile(**kw)
+
+
+def _processes(items: Any) -> tuple[GpuProcessInfo, ...]:
+    names = {f.name for f in dataclasses.fields(GpuProcessInfo)}
+    return tuple(GpuProcessInfo(**{k: v for k, v in p.items() if k in names}) for p in items or ())
 
 
 def profiles_to_json(profiles: Iterable[GpuProfile]) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 from aithermd.errors import AithermError
 from aithermd.files import read_regular
-from aithermd.sim.gpu_profile import GpuProfile, GpuSnapshot
+from aithermd.sim.gpu_profile import GpuProcessInfo, GpuProfile, GpuSnapshot
 
 _NUM = re.compile(r"^[-+]?\d+(?:\.\d+)?")
 _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])\s*$")
@@ -55,6 +55,7 @@ class _Capture:
     label: str
     driver: str | None
     flat: dict[str, str] = field(default_factory=dict)
+    processes: list[dict[str, str]] = field(default_factory=list)  # the Processes section, one dict each
 
 
 def load_dump(path: str | Path) -> list[GpuProfile]:
@@ -162,10 +163,29 @@ def _text_captures(text: str) -> list[_Capture]:
         while stack and stack[-1][0] >= indent:
             stack.pop()
         fullkey = "/".join([k for _, k in stack] + [key])
-        if value is not None:
+        if stack and stack[0][1] == "processes" and value is not None:
+            _process_field(cur.processes, key, value)
+        elif value is not None:
             cur.flat.setdefault(fullkey, value)
         stack.append((indent, key))
     return captures
+
+
+_PROCESS_KEYS = MappingProxyType({"process_id": "pid", "pid": "pid", "type": "type", "name": "process_name",
+                                  "process_name": "process_name", "used_gpu_memory": "used_memory",
+                                  "used_memory": "used_memory", "gpu_instance_id": "gpu_instance_id",
+                                  "compute_instance_id": "compute_instance_id"})
+
+
+def _process_field(entries: list[dict[str, str]], key: str, value: str) -> None:
+    """One ``key : value`` line of a text ``Processes`` section: an entry starts at its ``GPU instance ID``
+    (drivers ≥ 450) or at a ``Process ID`` when the current entry already has one (older drivers)."""
+    name = _PROCESS_KEYS.get(key)
+    if name is None:
+        return
+    if not entries or name in entries[-1] or (name == "gpu_instance_id" and "pid" in entries[-1]):
+        entries.append({})
+    entries[-1][name] = value
 
 
 def _xml_captures(text: str, where: str) -> list[_Capture]:
@@ -178,6 +198,8 @@ def _xml_captures(text: str, where: str) -> list[_Capture]:
     for gpu in root.findall("gpu"):
         cap = _Capture(_bus_id(gpu.get("id", "")), "", driver)
         _flatten(gpu, "", cap.flat)
+        for info in gpu.findall("processes/process_info"):
+            cap.processes.append({child.tag: " ".join((child.text or "").split()) for child in info})
         captures.append(cap)
     return captures
 
@@ -308,7 +330,24 @@ def _fields(cap: _Capture) -> dict[str, Any]:
         "extra": extra,
         "tlimit_temp_c": tlimit,
         "clock_event_reasons": _reasons(f),
+        "processes": _processes(cap.processes),
     }
+
+
+def _processes(entries: list[dict[str, str]]) -> tuple[GpuProcessInfo, ...]:
+    """The parsed entries with a numeric pid (an entry without one is dropped)."""
+    out = []
+    for e in entries:
+        pid = _num(e.get("pid"))
+        if pid is None:
+            continue
+        gi, ci = _num(_pick(e, "gpu_instance_id")), _num(_pick(e, "compute_instance_id"))
+        out.append(GpuProcessInfo(
+            pid=int(pid), type=(e.get("type") or "C").strip() or "C",
+            name=(e.get("process_name") or "").strip(),
+            used_memory_mib=_pnum(e, "used_memory"), gpu_instance_id=None if gi is None else int(gi),
+            compute_instance_id=None if ci is None else int(ci)))
+    return tuple(out)
 
 
 def _snapshot(label: str, fields: dict[str, Any]) -> GpuSnapshot:
@@ -318,7 +357,8 @@ def _snapshot(label: str, fields: dict[str, Any]) -> GpuSnapshot:
         power_draw_w=fields["power_draw_w"], gpu_util_pct=fields["gpu_util_pct"],
         memory_util_pct=fields["memory_util_pct"], sm_clock_mhz=fields["sm_clock_mhz"],
         memory_clock_mhz=fields["memory_clock_mhz"], fan_speed_pct=fans[0] if fans else None,
-        pstate=fields["pstate"], clock_event_reasons=fields["clock_event_reasons"])
+        pstate=fields["pstate"], clock_event_reasons=fields["clock_event_reasons"],
+        processes=fields["processes"])
 
 
 def _merge(captures: list[_Capture], source: str) -> list[GpuProfile]:
@@ -331,6 +371,8 @@ def _merge(captures: list[_Capture], source: str) -> list[GpuProfile]:
         if base is fields:
             continue
         for k, v in fields.items():
+            if k == "processes":
+                continue  # each capture's own: the profile keeps the first capture's
             if base[k] in (None, "", ()) and v not in (None, "", ()):
                 base[k] = v
             elif k == "extra":
