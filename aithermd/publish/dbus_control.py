@@ -20,7 +20,8 @@ from dbus_fast import MessageType
 from dbus_fast.errors import DBusError
 
 from aithermd import errors
-from aithermd.publish import energy, wire
+from aithermd.accounting import windows as energy
+from aithermd.publish import wire
 from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import CallTracker, DaemonBus, bus_daemon_message
 from aithermd.publish.hub import StateHub
@@ -32,12 +33,13 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (errors.UnknownKnob, wire.ERROR_UNKNOWN_KNOB),
     (errors.UnknownCookie, wire.ERROR_UNKNOWN_COOKIE),
     (errors.OutOfRange, wire.ERROR_OUT_OF_RANGE),
-    (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
     (errors.PolicyErrors, wire.ERROR_POLICY_INVALID),
     (errors.PolicyError, wire.ERROR_POLICY_INVALID),
     (energy.UnknownWindow, wire.ERROR_UNKNOWN_WINDOW),
+    (energy.WrongWindow, wire.ERROR_WRONG_WINDOW),
     (energy.WindowLimit, wire.ERROR_LIMIT_EXCEEDED),
     (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
+    (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
 )
 MAX_TEXT = 1024
 MAX_DURATION_S = 365 * 86_400.0  # holds and overrides; 0 already means "until released/cleared"

@@ -10,7 +10,8 @@ introspection data is ``systemd/io.github.aithermd.Daemon1.xml``. Read side (any
 - ``SnapshotUpdated(seq)`` at most once per ``snapshot_interval_s`` (the last one is never dropped), and
   ``Event(kind, json)`` per hub event (drift, fault, hotplug, actuation, ...) and per changed decision
   (kind ``decision``);
-- ``StartEnergyWindow``/``StopEnergyWindow`` (:mod:`~aithermd.publish.energy`), for any local user.
+- ``StartEnergyWindow``/``StopEnergyWindow`` and the scoped, name-checked, listable forms
+  (:mod:`~aithermd.accounting.windows`), for any local user.
 
 Privileged methods go through :mod:`~aithermd.publish.dbus_control`. Entry point: :func:`start`.
 """
@@ -27,6 +28,8 @@ from dbus_fast.errors import DBusError
 from dbus_fast.service import PropertyAccess, ServiceInterface, dbus_property, method, signal
 
 from aithermd import __version__
+from aithermd.accounting.service import EnergyService
+from aithermd.accounting.windows import EnergyWindows
 from aithermd.clock import Clock
 from aithermd.model import Event as HubEvent
 from aithermd.model import Snapshot
@@ -35,7 +38,6 @@ from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import DEFAULT_MAX_IN_FLIGHT, BusUnavailable, CallTracker, DaemonBus, connect
 from aithermd.publish.dbus_control import PrivilegedCalls, mapped_errors
 from aithermd.publish.document import DocumentCache, decision_changes, hold_document, plain
-from aithermd.publish.energy import EnergyWindows
 from aithermd.publish.history import History
 from aithermd.publish.hub import StateHub
 from aithermd.publish.polkit import Authorizer
@@ -103,11 +105,32 @@ class Daemon1(ServiceInterface):
 
     @method()
     async def StopEnergyWindow(self, window_id: DBusUInt64) -> DBusStr:  # noqa: N802
+        return await self._stop_window(window_id, "")
+
+    @method()
+    async def StartScopedEnergyWindow(self, name: DBusStr, timeout_s: DBusDouble,  # noqa: N802
+                                      scope: DBusStr) -> DBusUInt64:
+        uid = await self._auth.uid_of(self._tracker.sender())
+        with mapped_errors():
+            return self._windows.start(name, timeout_s, uid, scope)
+
+    @method()
+    async def StopEnergyWindowNamed(self, window_id: DBusUInt64, name: DBusStr) -> DBusStr:  # noqa: N802
+        return await self._stop_window(window_id, name)
+
+    async def _stop_window(self, window_id: int, name: str) -> str:
         sender = self._tracker.sender()
         uid = await self._auth.uid_of(sender)
         root = await self._auth.is_root(sender)
         with mapped_errors():
-            return json.dumps(self._windows.stop(window_id, uid, root=root))
+            return json.dumps(self._windows.stop(window_id, uid, root=root, name=name))
+
+    @method()
+    async def ListEnergyWindows(self) -> DBusStr:  # noqa: N802
+        sender = self._tracker.sender()
+        uid = await self._auth.uid_of(sender)
+        root = await self._auth.is_root(sender)
+        return json.dumps(self._windows.list(uid, root=root))
 
     # ---- privileged --------------------------------------------------------------------------------------
     @method()
@@ -274,9 +297,10 @@ class DbusHandle:
 async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: bool = False,
                 root_uids: Sequence[int] = (0,), clock: Clock | None = None,
                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, snapshot_interval_s: float = 1.0,
-                energy_per_uid: int = 8) -> DbusHandle:
+                energy_per_uid: int = 8, energy: EnergyService | None = None) -> DbusHandle:
     """Export ``io.github.aithermd.Daemon1`` on ``bus`` (``"system"``, ``"session"``, ``"none"`` or a D-Bus
-    address) and own its name. ``"none"`` returns an idle handle.
+    address) and own its name. ``"none"`` returns an idle handle. ``energy``: the daemon's energy service
+    (its windows persist); without one, a private one fed from ``hub`` (windows end with the service).
 
     Raises :class:`~aithermd.publish.dbus_bus.BusUnavailable` when the bus cannot be reached or the name is
     owned by another process (the daemon logs it as a warning and runs on without D-Bus).
@@ -290,9 +314,12 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
         await tracker.install()
         authorizer = Authorizer(conn, root_uids=root_uids)
         privileged = PrivilegedCalls(conn, control, hub, authorizer, tracker)
-        windows = EnergyWindows(clock, per_uid=energy_per_uid)
-        if hub.latest is not None:
-            windows.on_publish(hub.latest)
+        own_energy = energy is None
+        if energy is None:
+            energy = EnergyService(clock, per_uid=energy_per_uid)
+            if hub.latest is not None:
+                energy.on_publish(hub.latest)
+        windows = energy.windows
         interface = Daemon1(control, hub, tracker, privileged, authorizer, windows, dry_run=dry_run,
                             snapshot_interval_s=snapshot_interval_s)
         conn.export(wire.OBJECT_PATH, interface)
@@ -306,6 +333,8 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
     except Exception as exc:
         conn.disconnect()
         raise BusUnavailable(f"cannot export {wire.BUS_NAME} on the {bus} bus: {exc}") from exc
-    removers = [hub.add_listener(windows.on_publish), hub.add_listener(interface.on_publish)]
+    removers = [hub.add_listener(interface.on_publish)]
+    if own_energy:
+        removers.append(hub.add_listener(energy.on_publish))
     log.info("dbus_ready", bus=bus, unique_name=conn.unique_name, name=wire.BUS_NAME)
     return DbusHandle(conn, interface, tracker, windows, removers)

@@ -25,6 +25,7 @@ ERROR_OUT_OF_RANGE = f"{ERROR_PREFIX}.OutOfRange"
 ERROR_INVALID_ARGUMENT = f"{ERROR_PREFIX}.InvalidArgument"
 ERROR_UNKNOWN_COOKIE = f"{ERROR_PREFIX}.UnknownCookie"
 ERROR_UNKNOWN_WINDOW = f"{ERROR_PREFIX}.UnknownWindow"
+ERROR_WRONG_WINDOW = f"{ERROR_PREFIX}.WrongWindow"
 ERROR_LIMIT_EXCEEDED = f"{ERROR_PREFIX}.LimitExceeded"
 ERROR_POLICY_INVALID = f"{ERROR_PREFIX}.PolicyInvalid"
 ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
@@ -39,6 +40,11 @@ METHODS: dict[str, tuple[str, str]] = {
     "GetPolicy": ("s", "s"),  # name → JSON {"name","path","source" (YAML text),"description"}
     "StartEnergyWindow": ("sd", "t"),  # name, timeout_s (0 = one day) → window id
     "StopEnergyWindow": ("t", "s"),  # id → JSON {"id","name","duration_s","joules": {device_id: J},"total_j"}
+    # name, timeout_s, scope ("job:N", "unit:NAME", "container:ID", "cgroup:/PATH", "pid:N", "") → window id
+    "StartScopedEnergyWindow": ("sds", "t"),
+    # id, name ("" = any; else it must match) → JSON as StopEnergyWindow + "scope","attributed","restarts"
+    "StopEnergyWindowNamed": ("ts", "s"),
+    "ListEnergyWindows": ("", "s"),  # JSON [window document so far], the caller's own (root: all)
     "SetActivePolicy": ("s", ""),
     "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
     "ReleasePolicy": ("u", ""),

@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 from dbus_helpers import call, ok, run_client_async
 
+from aithermd.accounting.meter import EnergyMeter
+from aithermd.accounting.windows import EnergyWindows, NotOwner, UnknownWindow, WindowLimit
 from aithermd.errors import InvalidArgument
 from aithermd.model import Reading, Status
 from aithermd.publish import wire
-from aithermd.publish.energy import EnergyWindows, NotOwner, UnknownWindow, WindowLimit
 from aithermd.publish.reference import reference_snapshot
 from tests.support.clock import SimClock
 
@@ -24,9 +25,20 @@ def _with(snapshot, channel_id: str, value: float | None, status: Status = Statu
     return replace(snapshot, readings=readings)
 
 
+class Fed(EnergyWindows):
+    """Windows fed from snapshots through a meter, as the energy service feeds them."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.meter = EnergyMeter()
+
+    def on_publish(self, snapshot):
+        self.add(self.meter.feed(snapshot))
+
+
 def test_a_window_sums_each_devices_energy_between_start_and_stop():
     clock = SimClock()
-    windows = EnergyWindows(clock)
+    windows = Fed(clock)
     windows.on_publish(reference_snapshot(1))
     wid = windows.start("epoch 1", 0.0, uid=1000)
     for seq in range(2, 7):  # every energy counter grows 100 J per 1 s tick
@@ -41,7 +53,7 @@ def test_a_window_sums_each_devices_energy_between_start_and_stop():
 
 
 def test_a_counter_that_goes_back_is_estimated_from_power_and_a_failed_read_loses_nothing():
-    windows = EnergyWindows(SimClock())
+    windows = Fed(SimClock())
     windows.on_publish(reference_snapshot(1))
     wid = windows.start("wrap", 60.0, uid=0)
     # the RAPL package counter (1100 J at seq 1) wraps and reads 5, 105, 205 J; gpu0 fails to read at seq 3
@@ -67,7 +79,7 @@ def test_only_the_owner_or_root_stops_a_window():
 
 def test_open_windows_per_uid_are_capped_and_time_out():
     clock = SimClock()
-    windows = EnergyWindows(clock, per_uid=2)
+    windows = Fed(clock, per_uid=2)
     a = windows.start("a", 10.0, uid=1000)
     windows.start("b", 0.0, uid=1000)
     with pytest.raises(WindowLimit):

@@ -1,0 +1,226 @@
+"""Energy windows: joules per device, and per job, unit or process, between a start and a stop.
+
+A window sums the device increments of :class:`~aithermd.accounting.meter.EnergyMeter` (every GPU and RAPL
+zone, J) from its start to its stop. A window with a **scope** also sums the energy *attributed* to that
+scope (:mod:`aithermd.accounting.attribution`) -- the joules that job used, not the whole GPU's:
+
+- ``job:N`` — processes in Slurm job N's cgroup; ``unit:NAME`` — in that systemd unit;
+  ``container:ID`` — in the container whose id starts with ID; ``cgroup:/PATH`` — in that cgroup or below;
+  ``pid:N`` — process N and its descendants.
+
+Ids are random 63-bit numbers (never 0): unique across daemon restarts without any counter to keep, so a
+Slurm epilog can never stop another job's window with an id that came round again. Windows survive a
+restart: :meth:`EnergyWindows.to_json` / :meth:`from_json` keep them in the state directory with their sums
+(and the meter keeps the counter points those sums end at). Times are wall-clock seconds.
+
+A window belongs to the uid that opened it (only that uid or root may stop it); stopping can check the name
+it was opened with; a caller lists its own open windows (root: all); each uid may hold at most ``per_uid``
+open windows (root: ``max_windows`` in all). No D-Bus here: :mod:`aithermd.publish.dbus_service` maps the
+errors below.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aithermd.accounting.meter import Increment
+from aithermd.clock import Clock, RealClock
+from aithermd.errors import AithermError, InvalidArgument
+
+DEFAULT_TIMEOUT_S = 86_400.0  # timeout_s 0 means one day
+MAX_TIMEOUT_S = 7 * 86_400.0
+MAX_NAME = 256
+SCOPE_KINDS = ("job", "unit", "container", "cgroup", "pid")
+_SCOPE_VALUE = {
+    "job": re.compile(r"^[0-9]{1,12}$"),
+    "pid": re.compile(r"^[0-9]{1,10}$"),
+    "unit": re.compile(r"^[A-Za-z0-9:_.@\\-]{1,255}$"),
+    "container": re.compile(r"^[0-9a-f]{4,64}$"),
+    "cgroup": re.compile(r"^/[A-Za-z0-9:_.@/\\=+-]{0,1023}$"),
+}
+
+
+class UnknownWindow(AithermError):
+    """No open window with that id (stopped, timed out or never opened)."""
+
+
+class WindowLimit(AithermError):
+    """The uid already holds its maximum number of open windows."""
+
+
+class NotOwner(AithermError):
+    """The window belongs to another uid."""
+
+
+class WrongWindow(InvalidArgument):
+    """The window has another name than the one the caller expected (a stale id)."""
+
+
+def parse_scope(scope: str) -> tuple[str, str] | None:
+    """``"job:42"`` → ``("job", "42")``; ``""`` → None. Raises InvalidArgument for anything else."""
+    if not scope:
+        return None
+    kind, sep, value = scope.partition(":")
+    if not sep or kind not in SCOPE_KINDS or not _SCOPE_VALUE[kind].match(value):
+        raise InvalidArgument(f"bad scope {scope[:80]!r}: expected job:N, unit:NAME, container:HEXID, "
+                              f"cgroup:/PATH or pid:N")
+    return kind, value
+
+
+@dataclass
+class Window:
+    id: int
+    name: str
+    uid: int
+    started: float  # wall s
+    deadline: float  # wall s
+    scope: str = ""
+    joules: dict[str, float] = field(default_factory=dict)  # device id → J
+    attributed: dict[str, float] = field(default_factory=dict)  # device id → J of the scope
+    unmeasured_s: float = 0.0
+    restarts: int = 0  # daemon restarts the window lived through
+
+    def document(self, now: float) -> dict[str, Any]:
+        joules = {k: round(v, 6) for k, v in sorted(self.joules.items())}
+        doc: dict[str, Any] = {"id": self.id, "name": self.name, "uid": self.uid,
+                               "started": self.started, "duration_s": round(max(0.0, now - self.started), 6),
+                               "joules": joules, "total_j": round(sum(joules.values()), 6),
+                               "restarts": self.restarts, "unmeasured_s": round(self.unmeasured_s, 3)}
+        if self.scope:
+            attributed = {k: round(v, 6) for k, v in sorted(self.attributed.items())}
+            doc.update(scope=self.scope, attributed=attributed,
+                       attributed_total_j=round(sum(attributed.values()), 6))
+        return doc
+
+
+def _random_id() -> int:
+    return secrets.randbits(63) or 1
+
+
+class EnergyWindows:
+    """Open windows, fed by :meth:`add` (device increments) and :meth:`add_scoped` (attributed energy)."""
+
+    def __init__(self, clock: Clock | None = None, *, per_uid: int = 8, max_windows: int = 256,
+                 new_id: Callable[[], int] = _random_id) -> None:
+        self._clock = clock or RealClock()
+        self.per_uid = per_uid
+        self.max_windows = max_windows
+        self._new_id = new_id
+        self._windows: dict[int, Window] = {}
+        self.changed = False  # set by every change; the owner clears it after saving
+
+    def start(self, name: str, timeout_s: float, uid: int, scope: str = "") -> int:
+        """Open a window; returns its id (uint64, never 0). ``timeout_s``: 0 = one day, at most seven days;
+        ``scope``: see the module docstring ("" = devices only).
+
+        Raises InvalidArgument (bad timeout, name or scope), WindowLimit (too many open windows)."""
+        if not isinstance(timeout_s, float | int) or not math.isfinite(timeout_s) or timeout_s < 0:
+            raise InvalidArgument(f"timeout_s must be a number ≥ 0, got {timeout_s!r}")
+        if timeout_s > MAX_TIMEOUT_S:
+            raise InvalidArgument(f"timeout_s {timeout_s:g} s exceeds {MAX_TIMEOUT_S:g} s")
+        if len(name) > MAX_NAME:
+            raise InvalidArgument(f"window name longer than {MAX_NAME} characters")
+        parse_scope(scope)
+        self.expire()
+        mine = sum(1 for w in self._windows.values() if w.uid == uid)
+        limit = self.max_windows if uid == 0 else self.per_uid
+        if mine >= limit or len(self._windows) >= self.max_windows:
+            raise WindowLimit(f"uid {uid} has {mine} open energy windows (limit {limit}, "
+                              f"{self.max_windows} in all); stop one or wait for its timeout")
+        wid = self._new_id()
+        while wid in self._windows or wid <= 0:
+            wid = _random_id()
+        now = self._clock.wall()
+        self._windows[wid] = Window(wid, name, uid, now, now + (timeout_s or DEFAULT_TIMEOUT_S), scope)
+        self.changed = True
+        return wid
+
+    def stop(self, window_id: int, uid: int, *, root: bool = False,
+             name: str | None = None) -> dict[str, Any]:
+        """Close a window: ``{"id", "name", "uid", "started", "duration_s", "joules": {device id: J},
+        "total_j", "restarts", "unmeasured_s"}`` and, for a scoped window, ``"scope"``, ``"attributed"``
+        ({device id: J}) and ``"attributed_total_j"``. ``name``: when given (not None or ""), the window must
+        have been opened with that name.
+
+        Raises UnknownWindow, NotOwner (another uid's window, unless ``root``), WrongWindow."""
+        self.expire()
+        window = self._windows.get(window_id)
+        if window is None:
+            raise UnknownWindow(f"no open energy window {window_id}")
+        if window.uid != uid and not root:
+            raise NotOwner(f"energy window {window_id} belongs to uid {window.uid}")
+        if name and window.name != name:
+            raise WrongWindow(f"energy window {window_id} is {window.name!r}, not {name!r}; left open")
+        del self._windows[window_id]
+        self.changed = True
+        return window.document(self._clock.wall())
+
+    def list(self, uid: int, *, root: bool = False) -> list[dict[str, Any]]:
+        """The caller's open windows (every window for root), oldest first, as :meth:`stop` documents them
+        so far."""
+        self.expire()
+        now = self._clock.wall()
+        return [w.document(now) for w in sorted(self._windows.values(), key=lambda w: w.started)
+                if root or w.uid == uid]
+
+    def expire(self) -> None:
+        """Drop windows whose timeout has passed."""
+        now = self._clock.wall()
+        for wid in [w.id for w in self._windows.values() if w.deadline <= now]:
+            del self._windows[wid]
+            self.changed = True
+
+    def open_count(self, uid: int | None = None) -> int:
+        return sum(1 for w in self._windows.values() if uid is None or w.uid == uid)
+
+    def scopes(self) -> set[str]:
+        """The scopes open windows sum (for the accountant to total)."""
+        return {w.scope for w in self._windows.values() if w.scope}
+
+    def add(self, increment: Increment) -> None:
+        """Device joules since the previous snapshot, to every open window."""
+        if not self._windows:
+            return
+        for window in self._windows.values():
+            for device_id, joules in increment.joules.items():
+                window.joules[device_id] = window.joules.get(device_id, 0.0) + joules
+            if increment.unmeasured_s:
+                window.unmeasured_s += max(increment.unmeasured_s.values())
+        self.expire()
+
+    def add_scoped(self, per_scope: Mapping[str, Mapping[str, float]]) -> None:
+        """{scope: {device id: J}} attributed in one accounting interval, to the windows of each scope."""
+        for window in self._windows.values():
+            for device_id, joules in per_scope.get(window.scope, {}).items():
+                window.attributed[device_id] = window.attributed.get(device_id, 0.0) + joules
+
+    # ---- persistence -----------------------------------------------------------------------------------
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"id": w.id, "name": w.name, "uid": w.uid, "started": w.started, "deadline": w.deadline,
+                 "scope": w.scope, "joules": w.joules, "attributed": w.attributed,
+                 "unmeasured_s": w.unmeasured_s, "restarts": w.restarts} for w in self._windows.values()]
+
+    def restore(self, items: Iterable[Any], *, restarted: bool = True) -> int:
+        """Windows saved by :meth:`to_json` (a previous daemon's); malformed entries are dropped, expired
+        ones too. Returns how many were restored."""
+        n = 0
+        for d in items if isinstance(items, list) else []:
+            try:
+                w = Window(int(d["id"]), str(d["name"])[:MAX_NAME], int(d["uid"]), float(d["started"]),
+                           float(d["deadline"]), str(d.get("scope") or ""),
+                           {str(k): float(v) for k, v in dict(d.get("joules") or {}).items()},
+                           {str(k): float(v) for k, v in dict(d.get("attributed") or {}).items()},
+                           float(d.get("unmeasured_s") or 0.0), int(d.get("restarts") or 0) + int(restarted))
+                parse_scope(w.scope)
+            except (KeyError, TypeError, ValueError, AithermError):
+                continue
+            if w.id > 0 and w.id not in self._windows:
+                self._windows[w.id] = w
+                n += 1
+        self.expire()
+        return n
