@@ -1,15 +1,24 @@
 """The energy side of the daemon, fed by published snapshots: one meter, the energy windows, and (when
-the daemon gives it backends) the accountant that says which process used the joules.
+given a process table) the accountant that says which process used the joules, and the energy history.
 
 :meth:`EnergyService.on_publish` is a :class:`~aithermd.publish.hub.StateHub` listener (cheap: one pass
-over the snapshot's energy channels); the process accounting runs at its own cadence, off the event loop.
-State (open windows, the meter's counter points, idle floors) is kept in ``<state_dir>/energy.json``, written
-at most every ``save_every_s`` and on stop, so windows and their sums survive a daemon restart.
+over the snapshot's energy channels). Every ``interval_s`` of snapshot time it starts one accounting pass
+as a task: each GPU backend's ``ausage()`` (process lists, on the NVML worker) and the process scan (in a
+thread), then the split, the ledger, the scoped windows and the history, back on the loop. Only one pass
+runs at a time; a slow one delays the next, never the tick.
+
+State is kept in the state directory: ``energy.json`` (open windows, the meter's counter points, the joules
+not yet accounted and where accounting stopped, idle floors) written at most every ``save_every_s`` and on
+stop, and ``energy-history.json``. So windows, their sums and the history survive a daemon restart, and the
+energy used while the daemon was down is counted (and attributed with the first interval after it) once the
+counters are read again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,77 +26,174 @@ from typing import Any
 
 import structlog
 
+from aithermd.accounting.accountant import Accountant, is_package_zone
+from aithermd.accounting.history import FORMAT as HISTORY_FORMAT
+from aithermd.accounting.history import EnergyHistory
 from aithermd.accounting.meter import EnergyMeter, points_from_json, points_to_json
+from aithermd.accounting.procs import ProcessTable
 from aithermd.accounting.windows import EnergyWindows
 from aithermd.clock import Clock, RealClock
 from aithermd.files import read_regular
 from aithermd.model import Event, Snapshot
 
 STATE_FILE = "energy.json"
+HISTORY_FILE = "energy-history.json"
 FORMAT = "aithermd-energy/1"
 MAX_STATE_BYTES = 4 << 20
 
 
+def _floats(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+
+
 class EnergyService:
-    """``state_dir`` None: nothing is kept across restarts (tests, ``--dry-run``)."""
+    """``state_dir`` None: nothing is kept across restarts (tests, ``--dry-run``). ``table``: the process
+    table (None: windows only, no attribution); ``gpus``: backends with ``ausage()``."""
 
     def __init__(self, clock: Clock | None = None, state_dir: Path | None = None, *, per_uid: int = 8,
-                 max_windows: int = 256, save_every_s: float = 60.0) -> None:
+                 max_windows: int = 256, save_every_s: float = 60.0, table: ProcessTable | None = None,
+                 gpus: Sequence[Any] = (), interval_s: float = 5.0, cost_per_kwh: float | None = None,
+                 currency: str = "") -> None:
         self.clock = clock or RealClock()
-        self.state_path = None if state_dir is None else Path(state_dir) / STATE_FILE
+        self.state_dir = None if state_dir is None else Path(state_dir)
         self.save_every_s = save_every_s
+        self.interval_s = interval_s
+        self.cost_per_kwh, self.currency = cost_per_kwh, currency
+        self.gpus = list(gpus)
         self._log = structlog.get_logger("aithermd.energy")
-        saved = self._load()
+        saved = self._load(STATE_FILE, FORMAT)
         self.meter = EnergyMeter(seed=points_from_json(saved.get("points")))
         self.windows = EnergyWindows(self.clock, per_uid=per_uid, max_windows=max_windows)
         restored = self.windows.restore(saved.get("windows") or [])
         if restored:
             self._log.info("energy_windows_restored", windows=restored)
-        self.saved_state = saved
+        self.accountant = None if table is None else Accountant(table, _floats(saved.get("floors")))
+        self.history = EnergyHistory(self._load(HISTORY_FILE, HISTORY_FORMAT))
+        until = saved.get("accounted_until")
+        self._accounted_until: float | None = float(until) if isinstance(until, int | float) else None
+        self._pending: dict[str, float] = _floats(saved.get("pending"))
+        self._latest: Snapshot | None = None
+        self._next_pass: float | None = None
+        self._task: asyncio.Task[None] | None = None
         self._last_save: float | None = None
 
-    def _load(self) -> dict[str, Any]:
-        if self.state_path is None:
+    def _load(self, name: str, fmt: str) -> dict[str, Any]:
+        if self.state_dir is None:
             return {}
+        path = self.state_dir / name
         try:
-            data = json.loads(read_regular(self.state_path, MAX_STATE_BYTES)[:MAX_STATE_BYTES + 1])
+            data = json.loads(read_regular(path, MAX_STATE_BYTES)[:MAX_STATE_BYTES + 1])
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
-            self._log.warning("energy_state_unreadable", path=str(self.state_path), error=str(exc),
-                              message="energy windows start empty")
+            self._log.warning("energy_state_unreadable", path=str(path), error=str(exc),
+                              message="starting without it")
             return {}
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            self._log.warning("energy_state_unreadable", path=str(self.state_path), error="unknown format")
+        if not isinstance(data, dict) or data.get("format") != fmt:
+            self._log.warning("energy_state_unreadable", path=str(path), error="unknown format")
             return {}
         return data
 
+    # ---- per snapshot (event loop) -----------------------------------------------------------------------
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         increment = self.meter.feed(snapshot)
         self.windows.add(increment)
+        self._latest = snapshot
+        if self.accountant is not None:
+            for device, joules in increment.joules.items():
+                if device.startswith("gpu") or is_package_zone(device):
+                    self._pending[device] = self._pending.get(device, 0.0) + joules
+            if self._accounted_until is None:
+                self._accounted_until = snapshot.t_wall
+            if self._next_pass is None:
+                self._next_pass = snapshot.t_mono + self.interval_s
+            elif snapshot.t_mono >= self._next_pass and (self._task is None or self._task.done()):
+                self._next_pass = snapshot.t_mono + self.interval_s
+                self._task = asyncio.get_running_loop().create_task(self.account())
         now = self.clock.monotonic()
         if self.windows.changed or self._last_save is None or now - self._last_save >= self.save_every_s:
             self.save()
 
+    # ---- one accounting pass -------------------------------------------------------------------------------
+    async def account(self) -> None:
+        """Read usage and the process table off the loop, then :meth:`apply` (logs, never raises)."""
+        assert self.accountant is not None
+        try:
+            usage = []
+            for backend in self.gpus:
+                usage.extend(await backend.ausage())
+            cpu = await asyncio.to_thread(self.accountant.table.scan)
+            self.apply(usage, cpu)
+        except Exception as exc:  # noqa: BLE001 - accounting never takes the daemon down
+            self._log.warning("accounting_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def apply(self, usage: Sequence[Any], cpu: dict[Any, float]) -> None:
+        """Account the energy pending since the last pass (up to the latest snapshot)."""
+        if self.accountant is None or self._latest is None:
+            return
+        t_wall = self._latest.t_wall
+        dt = max(0.0, t_wall - (self._accounted_until if self._accounted_until is not None else t_wall))
+        joules, self._pending = self._pending, {}
+        self._accounted_until = t_wall
+        identities = {d.id: (d.info.get("uuid") or None) for d in self._latest.devices}
+        per_scope = self.accountant.account(t_wall, dt, joules, usage, cpu, identities, self.windows.scopes())
+        self.windows.add_scoped(per_scope)
+        for split in self.accountant.last_splits.values():
+            self.history.add(split, self.accountant.info, t_wall)
+        self.history.trim()
+
+    def report(self, since_wall: float, by: str) -> dict[str, Any]:
+        """The energy history report (:meth:`~aithermd.accounting.history.EnergyHistory.report`)."""
+        return self.history.report(since_wall, by, cost_per_kwh=self.cost_per_kwh, currency=self.currency)
+
+    def processes_document(self) -> dict[str, Any]:
+        """``GetProcesses``: per GPU its processes now; the processes with the most energy; totals per
+        unit, job and container; per device the total, idle and unattributed joules."""
+        acc = self.accountant
+        if acc is None:
+            return {"enabled": False, "gpus": {}, "processes": [], "groups": {}, "devices": {}}
+        return {"enabled": True, "t_wall": self._accounted_until, "interval_s": self.interval_s,
+                "gpus": acc.gpu_document(), "processes": acc.process_document(),
+                "groups": acc.ledger.group_document(),
+                "devices": {d: {k: round(v, 3) for k, v in t.items()} for d, t in
+                            sorted(acc.ledger.devices.items())}}
+
+    # ---- state -----------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {"format": FORMAT, "points": points_to_json(self.meter.points()),
-                "windows": self.windows.to_json()}
+                "windows": self.windows.to_json(), "accounted_until": self._accounted_until,
+                "pending": dict(self._pending),
+                "floors": self.accountant.floors_json() if self.accountant is not None else {}}
 
     def save(self) -> None:
-        """Write the state file now (atomically); a failure is logged, never raised."""
+        """Write the state files now (atomically); a failure is logged, never raised. Counter points, window
+        sums and the joules not yet accounted are saved together, so they agree after a restart."""
         self._last_save = self.clock.monotonic()
         self.windows.changed = False
-        if self.state_path is None:
+        if self.state_dir is None:
             return
-        tmp = self.state_path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        self._write(STATE_FILE, self.state())
+        if self.accountant is not None:
+            self._write(HISTORY_FILE, self.history.to_json())
+
+    def _write(self, name: str, data: dict[str, Any]) -> None:
+        assert self.state_dir is not None
+        path = self.state_dir / name
+        tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
         try:
             with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps(self.state(), separators=(",", ":")))
+                f.write(json.dumps(data, separators=(",", ":")))
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
+            os.replace(tmp, path)
         except OSError as exc:
-            self._log.warning("energy_state_not_saved", path=str(self.state_path), error=str(exc))
+            self._log.warning("energy_state_not_saved", path=str(path), error=str(exc))
 
     def stop(self) -> None:
+        """Save; a pass still running is cancelled (its interval is accounted after the restart)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
         self.save()

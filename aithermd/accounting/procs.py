@@ -1,0 +1,162 @@
+"""The processes of the machine: CPU time per process (psutil) and who each one is (``/proc``).
+
+:class:`ProcessTable` scans every process once per accounting interval through psutil
+(``process_iter(["cpu_times"])``: one ``/proc/PID/stat`` read each; psutil keeps the process objects
+between scans) and reads, for each process it has not seen before, its identity from ``<proc_root>/PID``:
+
+- ``status`` (``Uid:`` line, real uid), ``comm``, ``cmdline`` (NUL-separated, shown with spaces, control
+  characters replaced: a command line is anyone's text and reaches every user's terminal), ``cgroup``
+  (:func:`~aithermd.accounting.cgroups.parse_cgroup`).
+
+A process is keyed by (pid, start time): a pid reused by a new process is a new process. NVML lists host
+pids; a pid that is not in this table (aithermd in a container without ``hostPID``, or a process that just
+ended) gets an identity with ``visible`` False.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from aithermd.accounting.cgroups import ROOT, CgroupIdentity, parse_cgroup
+
+MAX_CMDLINE = 512
+ProcKey = tuple[int, float]
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """Who a process is. ``start``: its start time (s since the epoch, psutil ``create_time``)."""
+
+    pid: int
+    start: float
+    ppid: int = 0
+    uid: int | None = None
+    user: str = ""
+    comm: str = ""
+    cmdline: str = ""
+    cgroup: CgroupIdentity = ROOT
+    visible: bool = True
+
+    @property
+    def key(self) -> ProcKey:
+        return (self.pid, self.start)
+
+
+def printable(text: str, limit: int = MAX_CMDLINE) -> str:
+    """``text`` with control characters replaced by ``?``, at most ``limit`` characters."""
+    text = text[:limit]
+    return "".join("?" if unicodedata.category(ch) == "Cc" else ch for ch in text)
+
+
+class ProcReader:
+    """Identity files of processes under ``proc_root`` (``/proc``, or a recorded or simulated tree)."""
+
+    def __init__(self, proc_root: str | os.PathLike[str] = "/proc") -> None:
+        self.root = os.fspath(proc_root)
+        self._users: dict[int, str] = {}
+
+    def _read(self, pid: int, name: str, limit: int = 8192) -> bytes | None:
+        try:
+            with open(os.path.join(self.root, str(pid), name), "rb") as f:
+                return f.read(limit)
+        except OSError:
+            return None
+
+    def user(self, uid: int | None) -> str:
+        if uid is None:
+            return ""
+        name = self._users.get(uid)
+        if name is None:
+            try:
+                name = pwd.getpwuid(uid).pw_name
+            except (KeyError, OverflowError):
+                name = str(uid)
+            self._users[uid] = name
+        return name
+
+    def identity(self, pid: int, start: float, ppid: int = 0) -> ProcessInfo:
+        """The process's identity; what cannot be read stays empty (a process that ended meanwhile)."""
+        uid = None
+        status = self._read(pid, "status")
+        if status is not None:
+            for line in status.decode("utf-8", "replace").splitlines():
+                if line.startswith("Uid:"):
+                    fields = line.split()
+                    if len(fields) > 1 and fields[1].isdigit():
+                        uid = int(fields[1])
+                    break
+        comm = (self._read(pid, "comm", 64) or b"").decode("utf-8", "replace").strip()
+        raw = self._read(pid, "cmdline", 4 * MAX_CMDLINE) or b""
+        cmdline = " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)
+        cgroup_text = self._read(pid, "cgroup", 16384)
+        cgroup = parse_cgroup(cgroup_text.decode("utf-8", "replace")) if cgroup_text else ROOT
+        visible = status is not None or cgroup_text is not None
+        return ProcessInfo(pid, start, ppid, uid, self.user(uid), printable(comm, 64), printable(cmdline),
+                           cgroup, visible)
+
+
+class ProcessTable:
+    """CPU seconds per process and identities, scanned through ``psutil_module`` (psutil, or the
+    simulator's) and ``reader``."""
+
+    def __init__(self, psutil_module: Any = None, reader: ProcReader | None = None) -> None:
+        if psutil_module is None:
+            import psutil as psutil_module
+        self.ps = psutil_module
+        self.reader = reader or ProcReader()
+        self.info: dict[ProcKey, ProcessInfo] = {}
+        self.by_pid: dict[int, ProcKey] = {}
+
+    def scan(self) -> dict[ProcKey, float]:
+        """{key: CPU seconds so far (user + system, with reaped children's)} of every process now; the
+        identities of new ones are read into :attr:`info`, those of ended ones dropped."""
+        cpu: dict[ProcKey, float] = {}
+        by_pid: dict[int, ProcKey] = {}
+        info: dict[ProcKey, ProcessInfo] = {}
+        for proc in self.ps.process_iter(["cpu_times"]):
+            times = proc.info.get("cpu_times")
+            if times is None:  # AccessDenied, or it ended meanwhile
+                continue
+            try:
+                key = self._key(proc)
+            except Exception:  # noqa: BLE001 - psutil.Error: it ended meanwhile
+                continue
+            cpu[key] = float(times[0] + times[1] + getattr(times, "children_user", 0.0)
+                             + getattr(times, "children_system", 0.0))
+            by_pid[key[0]] = key
+            known = self.info.get(key)
+            if known is None:
+                try:
+                    ppid = int(proc.ppid())
+                except Exception:  # noqa: BLE001
+                    ppid = 0
+                known = self.reader.identity(key[0], key[1], ppid)
+            info[key] = known
+        self.info, self.by_pid = info, by_pid
+        return cpu
+
+    @staticmethod
+    def _key(proc: Any) -> ProcKey:
+        return (int(proc.pid), round(float(proc.create_time()), 2))
+
+    def lookup(self, pid: int) -> ProcessInfo:
+        """The identity of ``pid`` as of the last scan; an invisible one when it is not in the table."""
+        key = self.by_pid.get(pid)
+        if key is not None:
+            return self.info[key]
+        return ProcessInfo(pid, 0.0, visible=False, comm=f"pid {pid}")
+
+    def ancestors(self, key: ProcKey) -> Iterable[int]:
+        """Pids of ``key``'s parent, its parent, … (as of the last scan)."""
+        seen: set[int] = set()
+        info = self.info.get(key)
+        while info is not None and info.ppid and info.ppid not in seen:
+            seen.add(info.ppid)
+            yield info.ppid
+            parent = self.by_pid.get(info.ppid)
+            info = self.info.get(parent) if parent is not None else None
