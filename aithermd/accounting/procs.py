@@ -6,7 +6,10 @@ between scans) and reads, for each process it has not seen before, its identity 
 
 - ``status`` (``Uid:`` line, real uid), ``comm``, ``cmdline`` (NUL-separated, shown with spaces, control
   characters replaced: a command line is anyone's text and reaches every user's terminal), ``cgroup``
-  (:func:`~aithermd.accounting.cgroups.parse_cgroup`).
+  (:func:`~aithermd.accounting.cgroups.parse_cgroup`);
+- ``environ``, only for ``SLURM_JOB_ID`` and only when the cgroup names no Slurm job: Slurm configured
+  without cgroups (``proctrack/linuxproc``) leaves job processes in slurmd's cgroup, and their environment is
+  the one place that says which job they belong to (readable by root; nothing else of it is kept).
 
 A process is keyed by (pid, start time): a pid reused by a new process is a new process. NVML lists host
 pids; a pid that is not in this table (aithermd in a container without ``hostPID``, or a process that just
@@ -17,14 +20,17 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import unicodedata
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aithermd.accounting.cgroups import ROOT, CgroupIdentity, parse_cgroup
 
 MAX_CMDLINE = 512
+MAX_ENVIRON = 65536
+_SLURM_JOB = re.compile(rb"(?:^|\0)SLURM_JOB_ID=([0-9]{1,12})(?:\0|$)")
 ProcKey = tuple[int, float]
 
 
@@ -95,6 +101,11 @@ class ProcReader:
         cmdline = " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)
         cgroup_text = self._read(pid, "cgroup", 16384)
         cgroup = parse_cgroup(cgroup_text.decode("utf-8", "replace")) if cgroup_text else ROOT
+        if cgroup.slurm_job is None:
+            environ = self._read(pid, "environ", MAX_ENVIRON)
+            m = _SLURM_JOB.search(environ) if environ else None
+            if m:
+                cgroup = replace(cgroup, slurm_job=int(m.group(1)))
         visible = status is not None or cgroup_text is not None
         return ProcessInfo(pid, start, ppid, uid, self.user(uid), printable(comm, 64), printable(cmdline),
                            cgroup, visible)

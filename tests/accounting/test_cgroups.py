@@ -69,3 +69,23 @@ def test_malformed_never_raises(text):
 def test_a_job_number_needs_the_job_component():
     assert parse_cgroup("0::/user.slice/myjob_12.scope\n").slurm_job is None
     assert parse_cgroup("0::/system.slice/slurmstepd.scope/job_7/step_extern\n").slurm_step == "extern"
+
+
+def test_identity_from_a_proc_tree(tmp_path):
+    from aithermd.accounting.procs import ProcReader
+
+    d = tmp_path / "4711"
+    d.mkdir()
+    (d / "status").write_text("Name:\tpython\nUid:\t0\t0\t0\t0\n")
+    (d / "comm").write_text("python\n")
+    (d / "cmdline").write_bytes(b"python\0train.py\0--name=\x1b[2J\0")
+    (d / "cgroup").write_text((FIXTURES / "build-vm-hybrid.cgroup").read_text())
+    # Slurm with proctrack/linuxproc (seen with slurmd 22.05 here): the job is only in the environment
+    (d / "environ").write_bytes(b"HOME=/root\0SLURM_JOB_ID=2\0SLURM_JOBID=2\0")
+    info = ProcReader(tmp_path).identity(4711, 1.0, ppid=1)
+    assert info.user == "root" and info.comm == "python" and info.cgroup.slurm_job == 2
+    assert info.cmdline == "python train.py --name=?[2J"  # no escape sequence reaches a terminal
+    (d / "environ").write_bytes(b"XSLURM_JOB_ID=9\0")
+    assert ProcReader(tmp_path).identity(4711, 1.0).cgroup.slurm_job is None
+    gone = ProcReader(tmp_path).identity(999, 1.0)
+    assert not gone.visible and gone.cgroup == ROOT

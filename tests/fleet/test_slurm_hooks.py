@@ -1,8 +1,10 @@
-"""The Slurm prolog and epilog in a fake job environment: a real private D-Bus with a fake aithermd on it,
-the real aithermctl and busctl, and a fake scontrol that records its arguments.
+"""The Slurm prolog and epilog in a fake job environment: a real private D-Bus with a fake aithermd on it
+(windows with the daemon's name check), the real aithermctl and busctl, and a fake scontrol that records
+its arguments (the epilog must not call it: slurmctld refuses to update a finished job).
 
-Issue 11: the prolog takes a detached hold of the job's policy (from the job comment or a default) and
-starts an energy window; the epilog releases both and records the job's joules per GPU (log and AdminComment).
+The prolog takes a detached hold of the job's policy (from the job comment or a default) and starts the
+job's scoped energy window; the epilog releases both, stops only its own window (by name) and records the
+node's and the job's own joules. The real Slurm is in test_slurm_real.py.
 """
 
 import asyncio
@@ -31,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SLURM = ROOT / "packaging" / "fleet" / "slurm"
 
 STOP_DOC = {"name": "slurm-42", "duration_s": 3600.0,
-            "joules": {"gpu0": 1_080_000.0, "gpu1": 720_000.5, "powercap:package-0": 360_000.0}}
+            "joules": {"gpu0": 1_080_000.0, "gpu1": 720_000.5, "powercap:package-0": 360_000.0},
+            "attributed": {"gpu1": 540_000.0, "cpu": 90_000.0}}
 
 
 class FakeDaemon(ServiceInterface):
@@ -59,17 +62,26 @@ class FakeDaemon(ServiceInterface):
             raise DBusError(wire.ERROR_UNKNOWN_COOKIE, f"no hold {cookie}")
 
     @method()
-    def StartEnergyWindow(self, name: "s", timeout_s: "d") -> "t":  # noqa: F821
-        self.calls.append(("StartEnergyWindow", name, timeout_s))
+    def StartScopedEnergyWindow(self, name: "s", timeout_s: "d", scope: "s") -> "t":  # noqa: F821
+        self.calls.append(("StartScopedEnergyWindow", name, timeout_s, scope))
         window = 1000 + len(self.windows)
-        self.windows[window] = name
+        self.windows[window] = (name, scope)
         return window
 
     @method()
-    def StopEnergyWindow(self, window: "t") -> "s":  # noqa: F821
-        self.calls.append(("StopEnergyWindow", window))
-        name = self.windows.pop(window)
-        return json.dumps({**STOP_DOC, "name": name})
+    def StopEnergyWindowNamed(self, window: "t", name: "s") -> "s":  # noqa: F821
+        self.calls.append(("StopEnergyWindowNamed", window, name))
+        if window not in self.windows:
+            raise DBusError(wire.ERROR_UNKNOWN_WINDOW, f"no open energy window {window}")
+        if name and self.windows[window][0] != name:
+            raise DBusError(wire.ERROR_WRONG_WINDOW, f"energy window {window} is {self.windows[window][0]!r}")
+        opened, scope = self.windows.pop(window)
+        return json.dumps({**STOP_DOC, "id": window, "name": opened, "scope": scope})
+
+    @method()
+    def ListEnergyWindows(self) -> "s":  # noqa: F821
+        self.calls.append(("ListEnergyWindows",))
+        return json.dumps([{"id": w, "name": n, "scope": s} for w, (n, s) in self.windows.items()])
 
 
 @dataclass
@@ -135,7 +147,8 @@ async def make_node(with_daemon: bool) -> AsyncIterator[Node]:
             "AITHERMD_SLURM_STATE_DIR": str(home / "state"),
             "AITHERMD_SLURM_LOG": str(home / "log" / "slurm-energy.log"),
             "SLURM_JOB_USER": "alice",
-            "SLURM_JOB_NODELIST": "gpu-node-1",
+            "SLURM_NODELIST": "gpu-node-1",  # what slurmd 22.05 gives a prolog (no SLURM_JOB_NODELIST)
+            "SLURM_JOB_NUM_NODES": "1",
         }
         yield Node(address, daemon, home, env)
     finally:
@@ -163,42 +176,55 @@ async def test_prolog_holds_the_commented_policy_and_starts_a_window(node: Node)
     assert rc == 0, out
     assert node.daemon is not None
     assert node.daemon.calls == [("HoldPolicy", "quiet", "slurm job 42", 0.0, True),
-                                 ("StartEnergyWindow", "slurm-42", 604800.0)]
+                                 ("StartScopedEnergyWindow", "slurm-42", 604800.0, "job:42")]
     assert (node.state / "42.hold").read_text() == "7\n"
     assert (node.state / "42.window").read_text() == "1000\n"
     assert (node.state / "42.policy").read_text() == "quiet\n"
     assert stat.S_IMODE((node.state / "42.hold").stat().st_mode) == 0o600
 
 
-async def test_epilog_releases_both_and_records_joules_per_gpu(node: Node) -> None:
+async def test_epilog_releases_both_and_records_the_jobs_own_joules(node: Node) -> None:
     job = {"SLURM_JOB_ID": "42", "SLURM_JOB_COMMENT": "aithermd:policy=quiet"}
     assert (await node.hook("prolog", **job))[0] == 0
     rc, out = await node.hook("epilog", **job)
     assert rc == 0, out
     assert node.daemon is not None
-    assert node.daemon.calls[2:] == [("ReleasePolicy", 7), ("StopEnergyWindow", 1000)]
+    assert node.daemon.calls[2:] == [("ReleasePolicy", 7), ("StopEnergyWindowNamed", 1000, "slurm-42")]
     assert node.daemon.holds == {} and node.daemon.windows == {}
     (line,) = node.log.read_text().splitlines()
     record = json.loads(line)
     assert record["job_id"] == 42 and record["user"] == "alice" and record["policy"] == "quiet"
-    assert record["host"] == socket.gethostname()
+    assert record["host"] == socket.gethostname() and record["window"] == 1000
     assert record["duration_s"] == 3600.0
     assert record["joules"] == STOP_DOC["joules"]
+    assert record["attributed"] == STOP_DOC["attributed"]
     assert record["job_gpus"] is None  # SLURM_JOB_GPUS not set: every GPU of the node
-    summary = f"aithermd@{socket.gethostname()}: gpu0=1080000J gpu1=720000J in 3600s"
-    assert node.scontrol_calls() == [["update", "JobId=42", f"AdminComment={summary}"]]
+    assert "0.175 kWh (its own share: cpu=90000J gpu1=540000J) in 3600s" in out
+    assert node.scontrol_calls() == []  # slurmctld refuses updates of finished jobs
     assert sorted(p.name for p in node.state.iterdir()) == []
 
 
-async def test_job_gpus_narrow_the_record(node: Node) -> None:
+async def test_job_gpus_narrow_the_device_record(node: Node) -> None:
     job = {"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "1"}
     await node.hook("prolog", **job)
     rc, out = await node.hook("epilog", **job)
     assert rc == 0, out
     record = json.loads(node.log.read_text())
     assert record["job_gpus"] == {"gpu1": 720_000.5}
-    summary = node.scontrol_calls()[0][2]
-    assert summary.startswith(f"AdminComment=aithermd@{socket.gethostname()}: gpu1=720000J ")
+
+
+async def test_a_stale_window_id_never_stops_another_jobs_window(node: Node) -> None:
+    await node.hook("prolog", SLURM_JOB_ID="51")
+    await node.hook("prolog", SLURM_JOB_ID="52")
+    assert node.daemon is not None
+    # job 51's saved id now names job 52's window (as ids that started at 1 after every restart did)
+    (node.state / "51.window").write_text("1001\n")
+    rc, out = await node.hook("epilog", SLURM_JOB_ID="51")
+    assert rc == 0, out
+    assert "not this job's open window" in out
+    assert [w for w, (n, _s) in node.daemon.windows.items()] == [1001]  # job 52's is still open
+    assert json.loads(node.log.read_text())["window"] == 1000  # found by its name, and stopped
+    assert ("StopEnergyWindowNamed", 1001, "slurm-51") in node.daemon.calls
 
 
 async def test_default_policy_when_the_comment_names_none(node: Node) -> None:
@@ -213,7 +239,7 @@ async def test_empty_default_holds_nothing_but_still_measures(node: Node) -> Non
     rc, out = await node.hook("epilog", SLURM_JOB_ID="45")
     assert rc == 0, out
     assert node.daemon is not None
-    assert [c[0] for c in node.daemon.calls] == ["StartEnergyWindow", "StopEnergyWindow"]
+    assert [c[0] for c in node.daemon.calls] == ["StartScopedEnergyWindow", "StopEnergyWindowNamed"]
     assert json.loads(node.log.read_text())["policy"] is None
 
 
@@ -233,12 +259,11 @@ async def test_unknown_policy_fails_open_and_strict_fails(node: Node) -> None:
     assert rc == 1
 
 
-async def test_multi_node_job_is_logged_but_leaves_the_comment_alone(node: Node) -> None:
-    job = {"SLURM_JOB_ID": "49", "SLURM_JOB_NODELIST": "gpu-node-[1-4]"}
+async def test_multi_node_job_has_one_line_per_node(node: Node) -> None:
+    job = {"SLURM_JOB_ID": "49", "SLURM_NODELIST": "gpu-node-[1-4]", "SLURM_JOB_NUM_NODES": "4"}
     await node.hook("prolog", **job)
     assert (await node.hook("epilog", **job))[0] == 0
     assert json.loads(node.log.read_text())["job_id"] == 49
-    assert node.scontrol_calls() == []
 
 
 async def test_no_daemon_never_blocks_the_node(empty_node: Node) -> None:

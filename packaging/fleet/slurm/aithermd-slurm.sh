@@ -10,14 +10,13 @@
 #   AITHERMD_SLURM_LOG              JSON lines, one per job and node; default /var/log/aithermd/slurm-energy.log
 #   AITHERMD_SLURM_STATE_DIR        hold cookie and window id between prolog and epilog; default
 #                                   /run/aithermd-slurm
-#   AITHERMD_SLURM_ADMIN_COMMENT    auto (default): on single-node jobs, put the joules per GPU in the job's
-#                                   AdminComment with scontrol; no: only the log
 #   AITHERMD_BUS                    system (default), session, or a D-Bus address
 #   AITHERMD_SLURM_STRICT           1: fail the prolog when the hold cannot be taken (Slurm then drains the
 #                                   node and requeues the job); default 0, fail open
 #
 # A job picks its policy with its comment: sbatch --comment "aithermd:policy=quiet" (other text may surround
 # it). Slurm runs prologs and epilogs with no PATH; the standard directories are appended to whatever is set.
+# slurmd passes them only SLURM_* variables (checked on Slurm 22.05): settings come from the file above.
 
 PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -30,7 +29,6 @@ AITHERMD_SLURM_DEFAULT_POLICY=${AITHERMD_SLURM_DEFAULT_POLICY-ai-training}
 AITHERMD_SLURM_WINDOW_TIMEOUT=${AITHERMD_SLURM_WINDOW_TIMEOUT:-604800}
 AITHERMD_SLURM_LOG=${AITHERMD_SLURM_LOG:-/var/log/aithermd/slurm-energy.log}
 AITHERMD_SLURM_STATE_DIR=${AITHERMD_SLURM_STATE_DIR:-/run/aithermd-slurm}
-AITHERMD_SLURM_ADMIN_COMMENT=${AITHERMD_SLURM_ADMIN_COMMENT:-auto}
 AITHERMD_SLURM_STRICT=${AITHERMD_SLURM_STRICT:-0}
 AITHERMD_BUS=${AITHERMD_BUS:-system}
 
@@ -78,10 +76,8 @@ daemon_call() {
     busctl "$(busctl_bus)" "${opts[@]}" --timeout=30 call "$DBUS_NAME" "$DBUS_PATH" "$DBUS_INTERFACE" "$@"
 }
 
-# Nodes in SLURM_JOB_NODELIST: 1 for "node7", more for "node[1-4]" or "a,b".
-single_node_job() {
-    case ${SLURM_JOB_NODELIST:-} in
-        *,* | *\[*) return 1 ;;
-        *) return 0 ;;
-    esac
+# The job's energy window: "slurm-<job>", summing the whole node and, apart, the job's own processes
+# (scope job:<job>: its Slurm cgroup, or SLURM_JOB_ID in its environment where Slurm tracks no cgroups).
+window_name() {
+    printf 'slurm-%s\n' "$1"
 }

@@ -25,7 +25,10 @@ if [ -n "$policy" ]; then
     fi
 fi
 
-if reply=$(daemon_call StartEnergyWindow sd "slurm-$job" "$AITHERMD_SLURM_WINDOW_TIMEOUT"); then
+name=$(window_name "$job")
+# the scoped window (aithermd ≥ 0.2); an older daemon only knows the device-wide one
+if reply=$(daemon_call StartScopedEnergyWindow sds "$name" "$AITHERMD_SLURM_WINDOW_TIMEOUT" "job:$job" 2>/dev/null) ||
+    reply=$(daemon_call StartEnergyWindow sd "$name" "$AITHERMD_SLURM_WINDOW_TIMEOUT"); then
     # busctl prints the reply as: t 42
     window=${reply#t }
     printf '%s\n' "$window" >"$AITHERMD_SLURM_STATE_DIR/$job.window"
