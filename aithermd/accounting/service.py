@@ -26,7 +26,8 @@ from typing import Any
 
 import structlog
 
-from aithermd.accounting.accountant import Accountant, is_package_zone
+from aithermd.accounting.accountant import CPU, Accountant, is_package_zone
+from aithermd.accounting.export import Exporter
 from aithermd.accounting.history import FORMAT as HISTORY_FORMAT
 from aithermd.accounting.history import EnergyHistory
 from aithermd.accounting.meter import EnergyMeter, points_from_json, points_to_json
@@ -56,7 +57,7 @@ class EnergyService:
     def __init__(self, clock: Clock | None = None, state_dir: Path | None = None, *, per_uid: int = 8,
                  max_windows: int = 256, save_every_s: float = 60.0, table: ProcessTable | None = None,
                  gpus: Sequence[Any] = (), interval_s: float = 5.0, cost_per_kwh: float | None = None,
-                 currency: str = "") -> None:
+                 currency: str = "", top_n: int = 10) -> None:
         self.clock = clock or RealClock()
         self.state_dir = None if state_dir is None else Path(state_dir)
         self.save_every_s = save_every_s
@@ -79,6 +80,8 @@ class EnergyService:
         self._next_pass: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_save: float | None = None
+        self.exporter = Exporter(top_n)
+        self._known: tuple[str, ...] = ()
 
     def _load(self, name: str, fmt: str) -> dict[str, Any]:
         if self.state_dir is None:
@@ -102,6 +105,12 @@ class EnergyService:
         increment = self.meter.feed(snapshot)
         self.windows.add(increment)
         self._latest = snapshot
+        if self.accountant is not None and snapshot.devices is not getattr(self, "_devices", None):
+            self._devices = snapshot.devices
+            self._known = tuple(d for d in increment.joules if d.startswith("gpu")) + (
+                (CPU,) if any(is_package_zone(d) for d in increment.joules) else ())
+            if not self.exporter.export.devices:  # every counter exists at 0 once its device is known
+                self.exporter.update(snapshot.t_wall, (), self.accountant.info, {}, {}, self._known)
         if self.accountant is not None:
             for device, joules in increment.joules.items():
                 if device.startswith("gpu") or is_package_zone(device):
@@ -144,6 +153,8 @@ class EnergyService:
         for split in self.accountant.last_splits.values():
             self.history.add(split, self.accountant.info, t_wall)
         self.history.trim()
+        self.exporter.update(t_wall, self.accountant.last_splits.values(), self.accountant.info,
+                             self.accountant.ledger.devices, self.accountant.last_usage, self._known)
 
     def report(self, since_wall: float, by: str) -> dict[str, Any]:
         """The energy history report (:meth:`~aithermd.accounting.history.EnergyHistory.report`)."""

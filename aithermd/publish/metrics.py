@@ -42,6 +42,8 @@ _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "memory_temperature": ("aithermd_gpu_memory_temperature_celsius", "GPU memory temperature (NVML).", 1.0),
     "power": ("aithermd_gpu_power_watts", "GPU power draw (NVML).", 1.0),
     "utilization": ("aithermd_gpu_utilization_ratio", "GPU utilisation, 0–1 (NVML).", 0.01),
+    "sm_clock": ("aithermd_gpu_sm_clock_hertz", "GPU SM clock (NVML).", 1e6),
+    "memory_clock": ("aithermd_gpu_memory_clock_hertz", "GPU memory clock (NVML).", 1e6),
 }
 
 
@@ -294,11 +296,16 @@ class MetricsHandle:
             self._server = None
 
 
-def start(listen: str, hub: StateHub) -> MetricsHandle:
+def start(listen: str, hub: StateHub, energy: Any = None) -> MetricsHandle:
     """Serve ``/metrics`` on ``listen`` (``"HOST:PORT"``, port 0 picks a free one; ``"none"`` serves nothing
-    but still counts, so ``observe_tick`` always works). Raises ValueError for a malformed address and
-    OSError when the port cannot be had (the daemon turns both into a warning)."""
+    but still counts, so ``observe_tick`` always works). ``energy``: the daemon's energy service, whose
+    accounting families (:mod:`aithermd.publish.energy_metrics`) are added. Raises ValueError for a
+    malformed address and OSError when the port cannot be had (the daemon turns both into a warning)."""
     handle = MetricsHandle(hub)
+    if energy is not None:
+        from aithermd.publish.energy_metrics import EnergyCollector
+
+        handle.registry.register(EnergyCollector(lambda: energy.exporter.export))
     address = parse_listen(listen)
     if address is not None:
         try:
