@@ -123,7 +123,7 @@ class EnergyHistory:
             total = math.fsum(joules.values())
             out: dict[str, Any] = {"name": name,
                                    "joules": {d: round(j, 3) for d, j in sorted(joules.items())},
-                                   "total_j": round(total, 3), "kwh": round(total / J_PER_KWH, 6)}
+                                   "total_j": round(total, 3), "kwh": round(total / J_PER_KWH, 9)}
             if cost_per_kwh is not None:
                 out["cost"] = round(total / J_PER_KWH * cost_per_kwh, 4)
             if by == "job" and name in self.jobs:

@@ -7,6 +7,8 @@ introspection data is ``systemd/io.github.aithermd.Daemon1.xml``. Read side (any
   ``DryRun``, with ``PropertiesChanged`` when a published snapshot changes them;
 - ``GetSnapshot`` (:mod:`~aithermd.publish.document`), ``GetHistory`` (:mod:`~aithermd.publish.history`),
   ``Explain``, ``ListPolicies``, ``GetPolicy`` (from the :class:`DaemonControl`);
+- ``GetProcesses`` (who uses each GPU; energy per process, unit, Slurm job, container) and
+  ``GetEnergyReport`` (the energy history) from the :class:`~aithermd.accounting.service.EnergyService`;
 - ``SnapshotUpdated(seq)`` at most once per ``snapshot_interval_s`` (the last one is never dropped), and
   ``Event(kind, json)`` per hub event (drift, fault, hotplug, actuation, ...) and per changed decision
   (kind ``decision``);
@@ -18,6 +20,7 @@ Privileged methods go through :mod:`~aithermd.publish.dbus_control`. Entry point
 
 import asyncio
 import json
+import math
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -31,6 +34,7 @@ from aithermd import __version__
 from aithermd.accounting.service import EnergyService
 from aithermd.accounting.windows import EnergyWindows
 from aithermd.clock import Clock
+from aithermd.errors import InvalidArgument
 from aithermd.model import Event as HubEvent
 from aithermd.model import Snapshot
 from aithermd.publish import wire
@@ -57,11 +61,11 @@ class Daemon1(ServiceInterface):
     """The exported interface (see the module docstring). Built by :func:`start`."""
 
     def __init__(self, control: DaemonControl, hub: StateHub, tracker: CallTracker,
-                 privileged: PrivilegedCalls, authorizer: Authorizer, windows: EnergyWindows, *,
+                 privileged: PrivilegedCalls, authorizer: Authorizer, energy: EnergyService, *,
                  dry_run: bool, snapshot_interval_s: float) -> None:
         super().__init__(wire.INTERFACE)
         self._control, self._hub, self._tracker = control, hub, tracker
-        self._priv, self._auth, self._windows = privileged, authorizer, windows
+        self._priv, self._auth, self._energy, self._windows = privileged, authorizer, energy, energy.windows
         self._dry_run = dry_run
         self._documents = DocumentCache()
         self._history = History(hub)
@@ -96,6 +100,17 @@ class Daemon1(ServiceInterface):
     def GetPolicy(self, name: DBusStr) -> DBusStr:  # noqa: N802
         with mapped_errors():
             return json.dumps(self._control.get_policy(name), default=str)
+
+    @method()
+    def GetProcesses(self) -> DBusStr:  # noqa: N802
+        return json.dumps(self._energy.processes_document(), separators=(",", ":"))
+
+    @method()
+    def GetEnergyReport(self, since: DBusDouble, by: DBusStr) -> DBusStr:  # noqa: N802
+        with mapped_errors():
+            if not math.isfinite(since):
+                raise InvalidArgument(f"since must be a finite wall-clock time, got {since!r}")
+            return json.dumps(self._energy.report(since, by), separators=(",", ":"))
 
     @method()
     async def StartEnergyWindow(self, name: DBusStr, timeout_s: DBusDouble) -> DBusUInt64:  # noqa: N802
@@ -319,8 +334,7 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
             energy = EnergyService(clock, per_uid=energy_per_uid)
             if hub.latest is not None:
                 energy.on_publish(hub.latest)
-        windows = energy.windows
-        interface = Daemon1(control, hub, tracker, privileged, authorizer, windows, dry_run=dry_run,
+        interface = Daemon1(control, hub, tracker, privileged, authorizer, energy, dry_run=dry_run,
                             snapshot_interval_s=snapshot_interval_s)
         conn.export(wire.OBJECT_PATH, interface)
         reply = await conn.request_name(wire.BUS_NAME, NameFlag.DO_NOT_QUEUE)
@@ -337,4 +351,4 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
     if own_energy:
         removers.append(hub.add_listener(energy.on_publish))
     log.info("dbus_ready", bus=bus, unique_name=conn.unique_name, name=wire.BUS_NAME)
-    return DbusHandle(conn, interface, tracker, windows, removers)
+    return DbusHandle(conn, interface, tracker, energy.windows, removers)

@@ -45,6 +45,17 @@ METHODS: dict[str, tuple[str, str]] = {
     # id, name ("" = any; else it must match) → JSON as StopEnergyWindow + "scope","attributed","restarts"
     "StopEnergyWindowNamed": ("ts", "s"),
     "ListEnergyWindows": ("", "s"),  # JSON [window document so far], the caller's own (root: all)
+    # JSON {"enabled","t_wall","interval_s","gpus": {gpuN: {"uuid","memory_used_bytes","memory_total_bytes",
+    # "basis","idle_floor_w","processes_error","utilization_error","processes": [{"pid","user","command",
+    # "comm","kinds","memory_bytes","sm_pct","watts","joules","visible","unit","job"?,"container"?}]}},
+    # "processes": [{"pid","start","user","comm","command","alive","unit",...,"joules": {device: J},
+    # "watts","basis","total_j"}], "groups": {"unit"|"job"|"container": {name: {device: J, "total_j",
+    # "users"}}}, "devices": {device: {"total_j","idle_j","unattributed_j"}}}
+    "GetProcesses": ("", "s"),
+    # since (wall s), by ("unit"|"job"|"container"|"process"|"day") → JSON {"since","first_day","by",
+    # "currency","cost_per_kwh","rows": [{"name","joules","total_j","kwh","cost"?,...}],"total","idle",
+    # "unattributed"}
+    "GetEnergyReport": ("ds", "s"),
     "SetActivePolicy": ("s", ""),
     "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
     "ReleasePolicy": ("u", ""),

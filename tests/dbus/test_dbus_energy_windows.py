@@ -139,3 +139,34 @@ def test_root_is_bounded_only_by_the_total_so_many_concurrent_jobs_each_get_a_wi
         windows.start("one too many", 0.0, uid=0)
     with pytest.raises(WindowLimit):
         windows.start("a user", 0.0, uid=1000)
+
+
+async def test_processes_and_the_energy_report_over_dbus(bus_address, polkitd, control, client, tmp_path):
+    from aithermd.publish import dbus_service
+    from aithermd.publish.hub import StateHub
+    from tests.accounting.bench import Bench
+
+    bench = Bench(tmp_path)
+    energy = bench.start_daemon(None)
+    bench.job(5001, 101, {0: 1.0})
+    bench.util[0], bench.power["gpu0"] = 100.0, 300.0
+    bench.run(10)
+    handle = await dbus_service.start(bus_address, control, StateHub(), snapshot_interval_s=0.0, energy=energy)
+    try:
+        (text,) = await ok(client, "GetProcesses")
+        doc = json.loads(text)
+        (row,) = doc["gpus"]["gpu0"]["processes"]
+        assert row["pid"] == 5001 and row["job"] == "slurm:101" and row["sm_pct"] == 100.0
+        assert doc["groups"]["job"]["slurm:101"]["gpu0"] == pytest.approx(3000.0)
+        # an unprivileged caller reads the same
+        other = await run_client_async(bus_address, [["GetProcesses", "", []]])
+        assert other[1]["error"] is None
+        (text,) = await ok(client, "GetEnergyReport", "ds", [0.0, "job"])
+        report = json.loads(text)
+        assert report["rows"][0]["name"] == "slurm:101"
+        assert report["rows"][0]["kwh"] == pytest.approx(3000 / 3.6e6)
+        for bad in ([0.0, "user"], [float("nan"), "job"]):
+            reply = await call(client, "GetEnergyReport", "ds", bad)
+            assert reply.error_name == wire.ERROR_INVALID_ARGUMENT
+    finally:
+        await handle.stop()
