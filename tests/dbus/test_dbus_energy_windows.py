@@ -151,7 +151,8 @@ async def test_processes_and_the_energy_report_over_dbus(bus_address, polkitd, c
     bench.job(5001, 101, {0: 1.0})
     bench.util[0], bench.power["gpu0"] = 100.0, 300.0
     bench.run(10)
-    handle = await dbus_service.start(bus_address, control, StateHub(), snapshot_interval_s=0.0, energy=energy)
+    handle = await dbus_service.start(bus_address, control, StateHub(), snapshot_interval_s=0.0,
+                                      energy=energy)
     try:
         (text,) = await ok(client, "GetProcesses")
         doc = json.loads(text)
