@@ -81,6 +81,7 @@ class EnergyService:
         self._task: asyncio.Task[None] | None = None
         self._last_save: float | None = None
         self.exporter = Exporter(top_n)
+        self._processes_text: str | None = None
         self._known: tuple[str, ...] = ()
 
     def _load(self, name: str, fmt: str) -> dict[str, Any]:
@@ -155,6 +156,7 @@ class EnergyService:
         self.history.trim()
         self.exporter.update(t_wall, self.accountant.last_splits.values(), self.accountant.info,
                              self.accountant.ledger.devices, self.accountant.last_usage, self._known)
+        self._processes_text = None
 
     def report(self, since_wall: float, by: str) -> dict[str, Any]:
         """The energy history report (:meth:`~aithermd.accounting.history.EnergyHistory.report`)."""
@@ -171,6 +173,14 @@ class EnergyService:
                 "groups": acc.ledger.group_document(),
                 "devices": {d: {k: round(v, 3) for k, v in t.items()} for d, t in
                             sorted(acc.ledger.devices.items())}}
+
+    def processes_text(self) -> str | None:
+        """:meth:`processes_document` as JSON, built once per pass; None without accounting."""
+        if self.accountant is None:
+            return None
+        if self._processes_text is None:
+            self._processes_text = json.dumps(self.processes_document(), separators=(",", ":"))
+        return self._processes_text
 
     # ---- state -----------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

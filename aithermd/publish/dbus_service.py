@@ -79,7 +79,11 @@ class Daemon1(ServiceInterface):
     # ---- read side -------------------------------------------------------------------------------------
     @method()
     def GetSnapshot(self) -> DBusStr:  # noqa: N802 - D-Bus member names are CamelCase
-        return self._documents.text(self._hub.latest)
+        text = self._documents.text(self._hub.latest)
+        processes = self._energy.processes_text()
+        if processes is None or not text.endswith("}"):
+            return text
+        return f'{text[:-1]},"processes":{processes}}}'  # the GetProcesses document, as of the last pass
 
     @method()
     async def GetHistory(self, seconds: DBusDouble) -> DBusStr:  # noqa: N802
@@ -103,7 +107,7 @@ class Daemon1(ServiceInterface):
 
     @method()
     def GetProcesses(self) -> DBusStr:  # noqa: N802
-        return json.dumps(self._energy.processes_document(), separators=(",", ":"))
+        return self._energy.processes_text() or json.dumps(self._energy.processes_document())
 
     @method()
     def GetEnergyReport(self, since: DBusDouble, by: DBusStr) -> DBusStr:  # noqa: N802

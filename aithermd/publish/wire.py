@@ -32,7 +32,9 @@ ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
 
 # Methods: name → (in signature, out signature). JSON documents are strings.
 METHODS: dict[str, tuple[str, str]] = {
-    "GetSnapshot": ("", "s"),  # JSON: sensors document + per knob "requested", "reason"; "policy": {...}
+    # JSON: sensors document + per knob "requested", "reason"; "policy": {...}; "processes": the GetProcesses
+    # document where the daemon accounts energy per process
+    "GetSnapshot": ("", "s"),
     # seconds → JSON {"t": [wall s...], "series": {channel_or_knob_id: [v|null...]}, "units": {id: unit}}
     "GetHistory": ("d", "s"),
     "Explain": ("s", "s"),  # knob id ("" = all) → JSON {knob_id: {"value","requested","rule","reason","inputs"}}

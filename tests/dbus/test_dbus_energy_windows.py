@@ -159,6 +159,8 @@ async def test_processes_and_the_energy_report_over_dbus(bus_address, polkitd, c
         (row,) = doc["gpus"]["gpu0"]["processes"]
         assert row["pid"] == 5001 and row["job"] == "slurm:101" and row["sm_pct"] == 100.0
         assert doc["groups"]["job"]["slurm:101"]["gpu0"] == pytest.approx(3000.0)
+        (snap,) = await ok(client, "GetSnapshot")
+        assert json.loads(snap)["processes"] == doc  # status --json and the TUI get it with the snapshot
         # an unprivileged caller reads the same
         other = await run_client_async(bus_address, [["GetProcesses", "", []]])
         assert other[1]["error"] is None
