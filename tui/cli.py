@@ -97,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("knob", nargs="?", default="", metavar="KNOB")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("energy", help="joules per GPU and RAPL zone while CMD runs",
-                       usage="aithermctl energy [--json] -- CMD [ARGS...]")
+    p = sub.add_parser("energy", help="joules per GPU and RAPL zone while CMD runs; the energy report",
+                       usage="aithermctl energy [--json] -- CMD [ARGS...]\n"
+                             "       aithermctl energy report [--since WHEN] "
+                             "[--by unit|job|container|process|day] [--json]")
     p.add_argument("--json", action="store_true", help="print the StopEnergyWindow document")
     p.add_argument("--timeout", type=_duration, default=7 * 86400.0, metavar="DURATION",
                    help="the daemon ends the window after DURATION if aithermctl dies (default 7d)")
@@ -128,11 +130,46 @@ def _command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     args.command = cmd
 
 
+def _since(text: str) -> float:
+    """WHEN for ``energy report --since``: a duration back from now (``7d``, ``24h``) or a local date
+    (``2026-07-01``)."""
+    import time
+
+    from aithermctl.durations import parse_duration
+    try:
+        return time.time() - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration or a date: {text!r} (examples: 7d, 24h, "
+                                         "2026-07-01)") from None
+
+
+def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``energy report ...``: the report's own options, parsed from what followed ``report``."""
+    p = argparse.ArgumentParser(prog="aithermctl energy report",
+                                description="Energy per unit, Slurm job, container, command or day, from the "
+                                            "history aithermd keeps (kWh, and cost where a price is set).")
+    p.add_argument("--since", type=_since, default=None, metavar="WHEN",
+                   help="a duration back from now (7d, 24h) or a date (2026-07-01); default 7d")
+    p.add_argument("--by", choices=("unit", "job", "container", "process", "day"), default="unit")
+    p.add_argument("--json", action="store_true", help="print the GetEnergyReport document")
+    report = p.parse_args(args.command[1:])
+    import time
+    args.report, args.by = True, report.by
+    args.since = report.since if report.since is not None else time.time() - 7 * 86400.0
+    args.json = args.json or report.json
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     verb = args.verb or "top"
-    if verb in ("run", "energy"):
+    if verb == "energy" and args.command[:1] == ["report"]:
+        _report(args, parser)
+    elif verb in ("run", "energy"):
         _command(args, parser)
     if verb == "override":
         if len(args.words) != 2:  # KNOB VALUE or clear KNOB (knob ids always hold a "/")

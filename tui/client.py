@@ -217,6 +217,12 @@ class DaemonClient:
     async def start_energy_window(self, name: str, timeout_s: float) -> int:
         return int(await self.call("StartEnergyWindow", name, float(timeout_s)))
 
+    async def energy_report(self, since: float, by: str) -> dict[str, Any]:
+        return await self._json("GetEnergyReport", float(since), by)
+
+    async def get_processes(self) -> dict[str, Any]:
+        return await self._json("GetProcesses")
+
     async def stop_energy_window(self, window_id: int) -> dict[str, Any]:
         """``{"name", "duration_s", "joules": {device_id: J}}``."""
         return await self._json("StopEnergyWindow", int(window_id))

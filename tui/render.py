@@ -9,6 +9,7 @@ from typing import Any
 
 from aithermctl.document import Doc, all_knobs, effective_policy, fmt, overview
 from aithermctl.durations import format_duration
+from aithermctl.processes import process_lines, processes_of
 
 LAYERS = {
     "safety": "a safety rule",
@@ -79,6 +80,11 @@ def status_text(doc: Doc, now: float | None = None) -> str:
             lines.append(f"        clock events: {', '.join(g.reasons)}")
         for p in g.problems:
             lines.append(f"        ! {p}")
+    proc = processes_of(doc)
+    if proc is not None:
+        lines.append("")
+        lines.append("Processes (pid, user, SM, GPU memory, W, energy so far, job/unit, command)")
+        lines += process_lines(proc)
     if ov.packages:
         lines.append("")
         lines.append("CPU packages")

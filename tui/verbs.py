@@ -180,7 +180,17 @@ async def explain(client: DaemonClient, args: argparse.Namespace) -> int:
     return wire.EXIT_OK
 
 
+async def energy_report(client: DaemonClient, args: argparse.Namespace) -> int:
+    from aithermctl.processes import report_text
+
+    report = await client.energy_report(args.since, args.by)
+    _print(json.dumps(report, indent=1, ensure_ascii=False) + "\n" if args.json else report_text(report))
+    return wire.EXIT_OK
+
+
 async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
+    if getattr(args, "report", False):
+        return await energy_report(client, args)
     name = os.path.basename(args.command[0])[:64] or "energy"
     window = await client.start_energy_window(name, args.timeout)
     try:

@@ -82,13 +82,14 @@ class Accountant:
             splits.append(split_gpu(u.device_id, energy, dt_s, floor.value, holders))
             if dt_s > 0:
                 floor.observe(energy / dt_s, dt_s, idle=not holders)
+        baseline = self._cpu_before is None  # no CPU times yet: cannot tell an idle CPU from a busy one
         used = self._cpu_used(cpu, t_wall)
         package = [j for d, j in joules.items() if is_package_zone(d)]
         if package:
             energy = math.fsum(package)
             floor = self._floor("rapl:package")
             splits.append(split_cpu(CPU, energy, dt_s, floor.value, used))
-            if dt_s > 0:
+            if dt_s > 0 and not baseline:
                 floor.observe(energy / dt_s, dt_s, idle=sum(used.values()) / dt_s < CPU_BUSY_CORES)
         for split in splits:
             self.ledger.add(split, self.info, t_wall, dt_s)

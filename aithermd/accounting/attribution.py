@@ -118,10 +118,12 @@ def split_cpu(device: str, energy_j: float, dt_s: float, idle_floor_w: float | N
 class IdleFloor:
     """A device's idle draw (W), learnt from its mean power per interval.
 
-    The floor drops at once to any lower draw seen (busy or not: a busy device drawing less than the floor
-    proves the floor too high) and rises towards a higher *idle* draw only slowly (``rise_s``, an hour by
-    default), so one odd interval cannot lift it. Before any observation it is None (no idle part: all
-    energy is active). ``value`` may be seeded from the state directory."""
+    It is first set by an *idle* interval (a GPU nobody holds, a CPU with less than half a core of process
+    time): a daemon started under load must not take the load for the floor. Until then it is None (no idle
+    part: all energy is active). Then it drops at once to any lower draw seen (busy or not: a busy device
+    drawing less than the floor proves the floor too high) and rises towards a higher idle draw only slowly
+    (``rise_s``, an hour by default), so one odd interval cannot lift it. ``value`` may be seeded from the
+    state directory."""
 
     def __init__(self, value: float | None = None, *, rise_s: float = 3600.0) -> None:
         self.value = value if value is not None and math.isfinite(value) and value >= 0 else None
@@ -130,7 +132,10 @@ class IdleFloor:
     def observe(self, power_w: float, dt_s: float, *, idle: bool) -> float | None:
         if not math.isfinite(power_w) or power_w < 0 or not math.isfinite(dt_s) or dt_s <= 0:
             return self.value
-        if self.value is None or power_w < self.value:
+        if self.value is None:
+            if idle:
+                self.value = power_w
+        elif power_w < self.value:
             self.value = power_w
         elif idle:
             self.value += (power_w - self.value) * min(1.0, dt_s / self.rise_s)

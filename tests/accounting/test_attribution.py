@@ -83,6 +83,7 @@ def test_cpu_split_always_adds_up(energy, dt, floor, cpu):
 
 def test_idle_floor_drops_fast_and_rises_slowly():
     floor = IdleFloor()
+    assert floor.observe(300.0, 5.0, idle=False) is None  # started under load: the load is not the floor
     assert floor.observe(40.0, 5.0, idle=True) == 40.0
     assert floor.observe(300.0, 5.0, idle=False) == 40.0  # busy: no rise
     assert floor.observe(30.0, 5.0, idle=False) == 30.0  # a busy card below the floor: floor too high
