@@ -11,10 +11,10 @@ from aithermd.accounting.attribution import IdleFloor
 from aithermd.accounting.procs import ProcessTable, ProcReader
 from aithermd.accounting.service import EnergyService
 from aithermd.backends.nvml import NvmlBackend
-from aithermd.clock import FakeClock
 from aithermd.model import Channel, Device, DeviceKind, Quantity, Reading, Snapshot
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.processes import SLURM_CGROUP, SimProcess, SimProcesses
+from tests.support.clock import SimClock
 
 DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-smi-q"
 RTX4090 = DUMPS / "rtx4090-x8-nvidia-smi-q.txt"
@@ -31,7 +31,7 @@ def _device(dev_id: str, kind: DeviceKind, info: dict) -> Device:
 class Bench:
     tmp: Path
     gpus: int = 2
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: SimClock = field(default_factory=SimClock)
 
     def __post_init__(self) -> None:
         self.nvml = FakeNvml.from_dumps([RTX4090] * self.gpus)

@@ -11,10 +11,10 @@ import pytest
 from aithermd.accounting.meter import EnergyMeter, points_from_json, points_to_json
 from aithermd.accounting.service import STATE_FILE, EnergyService
 from aithermd.accounting.windows import EnergyWindows, UnknownWindow, WrongWindow, parse_scope
-from aithermd.clock import FakeClock
 from aithermd.errors import InvalidArgument
 from aithermd.model import Device
 from aithermd.publish.reference import reference_snapshot
+from tests.support.clock import SimClock
 
 
 def _snap(seq, clock, **kw):
@@ -24,7 +24,7 @@ def _snap(seq, clock, **kw):
 def test_ids_are_random_63_bit_and_never_repeat_across_restarts(tmp_path):
     seen = set()
     for _restart in range(20):
-        windows = EnergyWindows(FakeClock())
+        windows = EnergyWindows(SimClock())
         for _ in range(10):
             wid = windows.start("w", 0.0, uid=0)
             assert 0 < wid < 2**63 and wid not in seen
@@ -32,7 +32,7 @@ def test_ids_are_random_63_bit_and_never_repeat_across_restarts(tmp_path):
 
 
 def test_stop_checks_the_name_and_leaves_a_mismatch_open():
-    windows = EnergyWindows(FakeClock())
+    windows = EnergyWindows(SimClock())
     wid = windows.start("slurm-41", 0.0, uid=0)
     with pytest.raises(WrongWindow, match="slurm-41"):
         windows.stop(wid, uid=0, name="slurm-42")
@@ -40,7 +40,7 @@ def test_stop_checks_the_name_and_leaves_a_mismatch_open():
 
 
 def test_a_caller_lists_its_own_windows_and_root_all():
-    windows = EnergyWindows(FakeClock())
+    windows = EnergyWindows(SimClock())
     windows.start("mine", 0.0, uid=1000)
     windows.start("theirs", 0.0, uid=1001)
     assert [w["name"] for w in windows.list(1000)] == ["mine"]
@@ -53,11 +53,11 @@ def test_bad_scopes_are_refused(scope):
     with pytest.raises(InvalidArgument):
         parse_scope(scope)
     with pytest.raises(InvalidArgument):
-        EnergyWindows(FakeClock()).start("x", 0.0, uid=0, scope=scope)
+        EnergyWindows(SimClock()).start("x", 0.0, uid=0, scope=scope)
 
 
 def test_scoped_windows_sum_only_their_scope():
-    windows = EnergyWindows(FakeClock())
+    windows = EnergyWindows(SimClock())
     a = windows.start("slurm-1", 0.0, uid=0, scope="job:1")
     b = windows.start("slurm-2", 0.0, uid=0, scope="job:2")
     assert windows.scopes() == {"job:1", "job:2"}
@@ -67,7 +67,7 @@ def test_scoped_windows_sum_only_their_scope():
 
 
 def test_windows_and_their_sums_survive_a_restart(tmp_path):
-    clock = FakeClock()
+    clock = SimClock()
     first = EnergyService(clock, tmp_path)
     first.on_publish(_snap(1, clock))
     wid = first.windows.start("slurm-7", 0.0, uid=0, scope="job:7")
@@ -91,7 +91,7 @@ def test_windows_and_their_sums_survive_a_restart(tmp_path):
 
 
 def test_a_crash_loses_nothing_once_the_counters_are_read_again(tmp_path):
-    clock = FakeClock()
+    clock = SimClock()
     first = EnergyService(clock, tmp_path, save_every_s=60.0)
     first.on_publish(_snap(1, clock))
     wid = first.windows.start("w", 0.0, uid=0)  # saved at once (a new window)
@@ -106,7 +106,7 @@ def test_a_crash_loses_nothing_once_the_counters_are_read_again(tmp_path):
 
 
 def test_a_renumbered_gpu_is_not_measured_against_another_boards_point():
-    clock = FakeClock()
+    clock = SimClock()
     meter = EnergyMeter()
     meter.feed(_snap(1, clock))
     saved = points_from_json(json.loads(json.dumps(points_to_json(meter.points()))))
@@ -120,7 +120,7 @@ def test_a_renumbered_gpu_is_not_measured_against_another_boards_point():
 
 
 def test_a_counter_reset_after_a_long_gap_is_unmeasured_not_guessed():
-    clock = FakeClock()
+    clock = SimClock()
     meter = EnergyMeter(max_estimate_s=60.0)
     meter.feed(_snap(50, clock))
     clock.advance(600.0)
@@ -130,12 +130,12 @@ def test_a_counter_reset_after_a_long_gap_is_unmeasured_not_guessed():
 
 def test_an_unreadable_state_file_starts_empty(tmp_path):
     (tmp_path / STATE_FILE).write_text("{not json")
-    service = EnergyService(FakeClock(), tmp_path)
+    service = EnergyService(SimClock(), tmp_path)
     assert service.windows.open_count() == 0
     (tmp_path / STATE_FILE).write_text(json.dumps({"format": "aithermd-energy/1", "windows": [
         {"id": 5, "name": "ok", "uid": 0, "started": 0, "deadline": 4e9},
         {"id": "x"},
         {"id": 6, "name": "bad scope", "uid": 0, "started": 0, "deadline": 4e9, "scope": "zz"}]}))
-    assert EnergyService(FakeClock(), tmp_path).windows.open_count() == 1
+    assert EnergyService(SimClock(), tmp_path).windows.open_count() == 1
     with pytest.raises(UnknownWindow):
-        EnergyService(FakeClock(), tmp_path).windows.stop(6, uid=0)
+        EnergyService(SimClock(), tmp_path).windows.stop(6, uid=0)
