@@ -167,7 +167,9 @@ async def test_processes_and_the_energy_report_over_dbus(bus_address, polkitd, c
         (text,) = await ok(client, "GetEnergyReport", "ds", [0.0, "job"])
         report = json.loads(text)
         assert report["rows"][0]["name"] == "slurm:101"
-        assert report["rows"][0]["kwh"] == pytest.approx(3000 / 3.6e6)
+        row = report["rows"][0]
+        assert row["joules"]["gpu0"] == pytest.approx(3000.0)  # and its CPU time's share of the package
+        assert row["kwh"] == pytest.approx(row["total_j"] / 3.6e6) and row["joules"]["cpu"] > 0
         for bad in ([0.0, "user"], [float("nan"), "job"]):
             reply = await call(client, "GetEnergyReport", "ds", bad)
             assert reply.error_name == wire.ERROR_INVALID_ARGUMENT
