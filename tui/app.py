@@ -9,6 +9,7 @@ come back as one readable line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from textual.screen import Screen
 from aithermctl.errors import ClientError
 from aithermctl.messages import (
     ConnectionChanged,
+    EnergyReportArrived,
     EventArrived,
     HistoryArrived,
     PolicyInfoArrived,
@@ -32,6 +34,7 @@ from aithermctl.screens.events import EventsScreen
 from aithermctl.screens.overview import OverviewScreen
 from aithermctl.screens.plots import PlotsScreen
 from aithermctl.screens.policy import PolicyScreen
+from aithermctl.screens.processes import ProcessesScreen
 from aithermctl.state import TuiState
 
 
@@ -39,13 +42,15 @@ class AithermApp(App[int]):
     CSS_PATH = "aithermctl.tcss"
     TITLE = "aithermctl"
     ENABLE_COMMAND_PALETTE = False
-    MODES = {"overview": OverviewScreen, "plots": PlotsScreen, "policy": PolicyScreen, "events": EventsScreen}
+    MODES = {"overview": OverviewScreen, "plots": PlotsScreen, "policy": PolicyScreen, "events": EventsScreen,
+             "processes": ProcessesScreen}
     DEFAULT_MODE = "overview"
     BINDINGS = [
         Binding("1,o", "switch_mode('overview')", "Overview"),
         Binding("2,g", "switch_mode('plots')", "Plots"),
         Binding("3,p", "switch_mode('policy')", "Policy"),
         Binding("4,e", "switch_mode('events')", "Events"),
+        Binding("5,j", "switch_mode('processes')", "Processes"),
         Binding("v", "override", "Override"),
         Binding("h", "hold", "Hold"),
         Binding("ctrl+r", "reload", "Reload", show=False),
@@ -105,6 +110,23 @@ class AithermApp(App[int]):
             self.post_message(PolicyInfoArrived(policies, await self.client.explain("")))
         except ClientError:
             pass  # the status line already says what is wrong with the connection
+
+    def refresh_energy_report(self, by: str) -> None:
+        """Fetch today's energy report by ``by`` (the processes screen shows it)."""
+        self.run_worker(functools.partial(self._fetch_energy_report, by), group="energy-report",
+                        exclusive=True)
+
+    async def _fetch_energy_report(self, by: str) -> None:
+        since = time.mktime(time.localtime(self.clock())[:3] + (0, 0, 0, 0, 0, -1))  # local midnight
+        try:
+            report = await self.client.energy_report(since, by)
+        except (ClientError, AttributeError):
+            return  # an older daemon without GetEnergyReport: the table stays empty
+        self.post_message(EnergyReportArrived(report))
+
+    def on_energy_report_arrived(self, message: EnergyReportArrived) -> None:
+        self.state.energy_report = message.report
+        self._render()
 
     def submit(self, request: dict[str, Any], origin: Screen | None = None) -> None:
         """Run a change the user asked for; the result comes back as :class:`RequestDone`."""

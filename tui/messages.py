@@ -43,3 +43,8 @@ class RequestDone(Message):
     request: dict[str, Any]
     error: str | None = None
     origin: Any = field(default=None, repr=False)
+
+
+@dataclass
+class EnergyReportArrived(Message):
+    report: dict[str, Any]

@@ -22,6 +22,7 @@ class TuiState:
     policies: list[dict[str, Any]] = field(default_factory=list)
     explained: dict[str, Any] = field(default_factory=dict)
     span_s: float = 300.0  # what the plots show
+    energy_report: dict[str, Any] | None = None  # the last GetEnergyReport (processes screen)
 
     def add_event(self, kind: str, event: dict[str, Any]) -> None:
         self.events.append((kind, event))

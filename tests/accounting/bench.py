@@ -14,6 +14,7 @@ from aithermd.backends.nvml import NvmlBackend
 from aithermd.model import Channel, Device, DeviceKind, Quantity, Reading, Snapshot
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.processes import SLURM_CGROUP, SimProcess, SimProcesses
+from aithermd.sim.smi_dump import load_dump
 from tests.support.clock import SimClock
 
 DUMPS = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-smi-q"
@@ -34,7 +35,7 @@ class Bench:
     clock: SimClock = field(default_factory=SimClock)
 
     def __post_init__(self) -> None:
-        self.nvml = FakeNvml.from_dumps([RTX4090] * self.gpus)
+        self.nvml = FakeNvml([load_dump(RTX4090)[0]] * self.gpus)
         for g in self.nvml.gpus:
             g.processes.clear()
         self.procs = SimProcesses(self.tmp / "proc", self.nvml)

@@ -86,6 +86,13 @@ class FakeClient:
         while True:
             yield await self._events.get()
 
+    async def energy_report(self, since: float, by: str) -> dict[str, Any]:
+        self.calls.append(("energy_report", (since, by)))
+        report = getattr(self, "report", None)
+        if report is None:
+            raise errors.ClientError("no GetEnergyReport on this daemon")
+        return {**report, "by": by}
+
     async def list_policies(self) -> list[dict[str, Any]]:
         await self._call("list_policies")
         return self.policies

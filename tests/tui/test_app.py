@@ -2,6 +2,7 @@
 how it follows new snapshots, reconnects, and how changes and their refusals are shown."""
 
 import copy
+import json
 
 from conftest import load
 from fake_client import FakeClient
@@ -351,3 +352,41 @@ async def test_before_the_first_snapshot_it_says_it_is_waiting():
         await pilot.pause(0.1)
         await settle(pilot)
         assert "CPU packages" in screen_text(app) and "Waiting" not in screen_text(app)
+
+
+def _with_processes(tmp_path):
+    """The fixture snapshot plus the process document the real accounting produces (two jobs on gpu0)."""
+    from tests.accounting.bench import Bench
+
+    bench = Bench(tmp_path)
+    energy = bench.start_daemon(None)
+    bench.job(5001, 101, {0: 3.0}, memory_mib=9000)
+    bench.job(5002, 102, {0: 1.0, 1: 1.0}, memory_mib=2000)
+    for i in (0, 1):
+        bench.util[i], bench.power[f"gpu{i}"] = 100.0, 400.0
+    bench.run(10)
+    doc = load("snapshot.json")
+    doc["processes"] = json.loads(energy.processes_text())
+    return doc, energy
+
+
+async def test_gpu_cards_show_memory_and_the_processes_screen_sorts(tmp_path):
+    doc, energy = _with_processes(tmp_path)
+    client = FakeClient(doc)
+    client.report = energy.report(0.0, "job")
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "mem 10.7/24.0G" in text and "2 processes" in text  # gpu0: 9000 + 2000 MiB and the driver's
+        await pilot.press("5")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "gpu0 10.7 / 24.0 GiB (utilization)" in text
+        rows = [line for line in text.splitlines() if "train.py" in line]
+        assert "5001" in rows[0] and "75%" in rows[0] and "slurm:101" in rows[0]  # the most watts first
+        assert "slurm:101" in text and "Energy today by job" in text
+        await pilot.press("s")  # by energy so far
+        await pilot.press("s")  # by GPU memory
+        await settle(pilot)
+        assert "sorted by memory" in screen_text(app)

@@ -14,7 +14,7 @@ class DataScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusLine()
         yield from self.compose_body()
-        yield Footer()
+        yield Footer(compact=True)
 
     def compose_body(self) -> ComposeResult:
         yield from ()

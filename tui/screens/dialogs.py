@@ -136,6 +136,7 @@ HELP = """\
   2 g   plots: temperature, power and limits (+/- zoom)
   3 p   policy: policies, holds, states and windows, why
   4 e   events: decisions, drift, faults, hotplug (f: filter)
+  5 j   processes per GPU, energy today (s sort, b by job/unit)
 
 [b]Changes[/b] (need root or polkit)
   v     override a knob, or clear an override

@@ -7,6 +7,7 @@ from textual.containers import Grid, VerticalScroll
 from textual.widgets import Static
 
 from aithermctl.document import overview
+from aithermctl.processes import processes_of
 from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 from aithermctl.widgets.fans import BoardFans
@@ -39,8 +40,12 @@ class OverviewScreen(DataScreen):
             new = [GpuCard(id=f"card-{g.id}") for g in ov.gpus[len(cards):]]
             grid.mount_all(new)
             cards += new
+        gpus = (processes_of(state.doc) or {}).get("gpus") or {}
         for card, view in zip(cards, ov.gpus, strict=False):
             card.view = view
+            g = gpus.get(view.id)
+            card.memory = None if g is None else (g.get("memory_used_bytes"), g.get("memory_total_bytes"))
+            card.processes = None if g is None else len(g.get("processes") or ())
         self.query_one("#no-gpu", Static).update(
             "" if ov.gpus else "No GPU: the daemon sees no NVIDIA driver on this machine.")
         self.query_one(CpuPackages).packages = ov.packages

@@ -1,5 +1,5 @@
-"""GpuCard: one GPU's temperature, power against its limit, utilization, fans, clock-event reasons and the
-rule that set its limit."""
+"""GpuCard: one GPU's temperature, power against its limit, utilization, fans, memory in use, clock-event
+reasons and the rule that set its limit."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from aithermctl.document import GpuView, fmt
+from aithermctl.processes import gib
 from aithermctl.widgets.gauge import gauge, ratio
 
 LABEL = 16  # width of the left column
 
 
-def card_text(view: GpuView, width: int) -> Text:
-    """The card body for a content area ``width`` cells wide."""
+def card_text(view: GpuView, width: int, memory: tuple[int | None, int | None] | None = None,
+              processes: int | None = None) -> Text:
+    """The card body for a content area ``width`` cells wide; ``memory`` (used, total bytes) and the number
+    of ``processes`` where the daemon accounts them."""
     bar_w = max(4, min(40, width - LABEL - 18))
     text = Text()
 
@@ -30,6 +33,10 @@ def card_text(view: GpuView, width: int) -> Text:
         f"{fmt(view.limit_min_w)}–{fmt(view.limit_max_w, 'W')}", 0.9, 0.98)
     fans = " ".join(fmt(f.pct, "%") for f in view.fans) or "—"
     row(f"util {fmt(view.util_pct, '%')}", ratio(view.util_pct, 100.0), f"fans {fans}", 2.0, 2.0)
+    if memory is not None and memory[1]:
+        used, total = memory
+        procs = "" if processes is None else f"{processes} process{'' if processes == 1 else 'es'}"
+        row(f"mem {gib(used)}/{gib(total)}G", ratio(used, total), procs, 0.9, 0.97)
     text.append("limit ", style="dim")
     text.append(view.rule or "default (no rule)", style="bold cyan" if view.rule else "dim")
     if view.default_w is not None and view.limit_w is not None and abs(view.limit_w - view.default_w) > 0.5:
@@ -51,6 +58,8 @@ class GpuCard(Widget):
 
     DEFAULT_CSS = "GpuCard { height: auto; border: round $accent; padding: 0 1; }"
     view: reactive[GpuView | None] = reactive(None, layout=True)
+    memory: reactive[tuple[int | None, int | None] | None] = reactive(None, layout=True)
+    processes: reactive[int | None] = reactive(None)
 
     def watch_view(self, view: GpuView | None) -> None:
         if view is not None:
@@ -59,4 +68,4 @@ class GpuCard(Widget):
     def render(self) -> Text:
         if self.view is None:
             return Text("waiting for the daemon…", style="dim")
-        return card_text(self.view, self.content_size.width or 60)
+        return card_text(self.view, self.content_size.width or 60, self.memory, self.processes)
