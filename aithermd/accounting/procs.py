@@ -62,9 +62,10 @@ def printable(text: str, limit: int = MAX_CMDLINE) -> str:
 class ProcReader:
     """Identity files of processes under ``proc_root`` (``/proc``, or a recorded or simulated tree)."""
 
-    def __init__(self, proc_root: str | os.PathLike[str] = "/proc") -> None:
+    def __init__(self, proc_root: str | os.PathLike[str] = "/proc",
+                 users: dict[int, str] | None = None) -> None:
         self.root = os.fspath(proc_root)
-        self._users: dict[int, str] = {}
+        self._users: dict[int, str] = dict(users or {})  # uid → name, looked up in the passwd database once
 
     def _read(self, pid: int, name: str, limit: int = 8192) -> bytes | None:
         try:

@@ -9,8 +9,10 @@ fake NVML's state file (``nvml-state.json``). Each :meth:`SimulatedMachine.step`
    (draw = min(limit, demand), throughput with diminishing returns, the driver's thermal slowdown) and the
    lumped thermal model (:mod:`aithermd.sim.thermal`) with its fans and the case air as intake;
 3. writes the results: ``set_dynamic``/``add_energy`` on the fake NVML, temperatures, RPMs and RAPL energy
-   in the board's files. Temperatures and RPMs are what the sensors would report of the true state,
-   quantized and jittered by :mod:`aithermd.sim.sensor_noise`; the physics and the summary keep the truth.
+   in the board's files; the processes on the GPUs (:mod:`aithermd.sim.processes`: the default cast follows
+   the workload's phases) get their utilization samples, CPU time and ``/proc`` files (under ``proc/``).
+   Temperatures and RPMs are what the sensors would report of the true state, quantized and jittered by
+   :mod:`aithermd.sim.sensor_noise`; the physics and the summary keep the truth.
 
 GPU thermal constants come from each card's default power limit (see :func:`gpu_thermal_params`).
 :meth:`summary` totals energy, work, work per joule, time per workload phase, limit changes, fan duty
@@ -30,9 +32,10 @@ from aithermd.sim.board import Board
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.gpu_model import GpuParams
 from aithermd.sim.gpu_profile import GpuProfile
+from aithermd.sim.processes import DefaultScenario, SimProcesses
 from aithermd.sim.profiles import shipped_profiles
 from aithermd.sim.sensor_noise import NVML_GPU, SensorNoise
-from aithermd.sim.workload import CycleWorkload, Workload
+from aithermd.sim.workload import IDLE, CycleWorkload, Workload
 
 # The default machine: an RTX 4090 (max limit 600 W above its 450 W default: raising pays) and an RTX 6000
 # Ada (max = default = 300 W: "raise" can only mean "return from a relaxed limit").
@@ -139,8 +142,10 @@ class SimulatedMachine:
     """
 
     def __init__(self, root: str | Path, *, profiles: Sequence[GpuProfile] | None = None,
-                 workload: Workload | None = None, seed: int = 0, sensor_noise: bool = True) -> None:
+                 workload: Workload | None = None, seed: int = 0, sensor_noise: bool = True,
+                 wall_start: float = 0.0) -> None:
         self.root = Path(root)
+        self.wall_start = wall_start  # the simulated wall clock at t_s = 0 (process start times, samples)
         self.root.mkdir(parents=True, exist_ok=True)
         self.profiles = list(profiles) if profiles is not None else default_profiles()
         self.workload: Workload = workload if workload is not None else CycleWorkload(seed=seed)
@@ -149,6 +154,10 @@ class SimulatedMachine:
         self.psutil = SimPsutil()
         self.nvml_state_path = self.root / NVML_STATE
         self.nvml = FakeNvml(self.profiles, state_path=self.nvml_state_path)
+        for gpu in self.nvml.gpus:  # the dumps' processes belong to other machines: this one has its own cast
+            gpu.processes.clear()
+        self.processes = SimProcesses(self.root / "proc", self.nvml)
+        self.scenario = DefaultScenario(self.processes, len(self.profiles))
         self.t_s = 0.0
         self.phase_s: dict[str, float] = {}
         self.fan_changes: list[tuple[float, str, int]] = []  # (t_s, pwm file, raw value) in manual mode
@@ -174,11 +183,14 @@ class SimulatedMachine:
             raise ValueError(f"dt_s must be > 0, got {dt_s}")
         t = self.t_s
         phase = self.workload.phase(t)
+        wall = self.wall_start + t + dt_s
+        self.scenario.update(phase != IDLE, wall - dt_s)
         self.phase_s[phase] = self.phase_s.get(phase, 0.0) + dt_s
         gpu_heat = 0.0
         air = self.board.case_air_c
         for i, g in enumerate(self.gpus):
             gpu_heat += self._step_gpu(i, g, t, dt_s, air)
+        self.processes.step(wall, dt_s, lambda i: self.workload.gpu_util_pct(i, t))
         cpu_util = self.workload.cpu_util_pct(t)
         self.psutil.advance(dt_s, cpu_util)
         state = self.board.step(dt_s, cpu_util_pct=cpu_util, gpu_heat_w=gpu_heat)

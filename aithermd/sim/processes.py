@@ -59,6 +59,14 @@ class _PsProcess:
 
 
 class SimProcesses:
+    """The simulated processes (see the module docstring); ``process_table()`` is what the daemon's energy
+    accounting reads them through."""
+
+    def process_table(self) -> Any:
+        from aithermd.accounting.procs import ProcessTable, ProcReader
+
+        return ProcessTable(psutil_module=self, reader=ProcReader(self.root, users=USERS))
+
     def __init__(self, proc_root: str | os.PathLike[str], nvml: FakeNvml) -> None:
         self.root = Path(proc_root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -120,6 +128,7 @@ class SimProcesses:
             yield ps
 
 
+USERS = {1000: "you", 1001: "alice", 1002: "bob"}  # the simulated machine's accounts (uid → name)
 SLURM_CGROUP = "0::/system.slice/slurmstepd.scope/job_{job}/step_batch/user/task_0"
 NOTEBOOK_CGROUP = "0::/system.slice/jupyter.service"
 DESKTOP_CGROUP = ("0::/user.slice/user-1000.slice/user@1000.service/session.slice/"

@@ -240,8 +240,9 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     workload = make_workload(opts)
     profiles = list(opts.profiles) if opts.profiles is not None else machine_profiles(opts.gpu_profiles)
     places = make_places(opts.state_dir)
-    machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed)
     clock = SimClock(wall_start=opts.wall_start)
+    machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed,
+                               wall_start=clock.wall())
     recorder = Recorder(t0=clock.monotonic())
     live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
