@@ -214,6 +214,16 @@ class DaemonClient:
     async def reload(self) -> None:
         await self.call("Reload")
 
+    async def start_scoped_energy_window(self, name: str, timeout_s: float, scope: str) -> int:
+        """A window that also sums ``scope``'s own joules; falls back to a device-only window on a daemon
+        without scoped windows."""
+        try:
+            return int(await self.call("StartScopedEnergyWindow", name, float(timeout_s), scope))
+        except errors.ClientError as exc:
+            if exc.dbus_name != "org.freedesktop.DBus.Error.UnknownMethod":
+                raise
+        return await self.start_energy_window(name, timeout_s)
+
     async def start_energy_window(self, name: str, timeout_s: float) -> int:
         return int(await self.call("StartEnergyWindow", name, float(timeout_s)))
 

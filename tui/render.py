@@ -202,4 +202,11 @@ def energy_text(result: Mapping[str, Any], command: str) -> str:
     if sum(1 for k in joules if k.startswith("gpu")) > 1:
         mean = f"{gpu_total / duration:10.1f} W mean" if duration > 0 else ""
         lines.append(f"  {'all GPUs':<{width}} {gpu_total:12.1f} J {mean}")
+    own: Mapping[str, float] = result.get("attributed") or {}
+    if "scope" in result:
+        lines.append("its own share (by its processes' GPU utilization and CPU time):")
+        for dev, j in sorted(own.items()):
+            lines.append(f"  {dev:<{width}} {j:12.1f} J")
+        if not own:
+            lines.append("  none measured (the daemon accounts per process every few seconds)")
     return "\n".join(lines) + "\n"

@@ -192,7 +192,8 @@ async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
     if getattr(args, "report", False):
         return await energy_report(client, args)
     name = os.path.basename(args.command[0])[:64] or "energy"
-    window = await client.start_energy_window(name, args.timeout)
+    # the command is our child: the process tree under us is its own share of the devices
+    window = await client.start_scoped_energy_window(name, args.timeout, f"pid:{os.getpid()}")
     try:
         rc = await run_child(args.command)
     finally:

@@ -172,18 +172,26 @@ class FakeDaemon:
             raise _Err(wire.ERROR_POLICY_INVALID, self.reload_error)
 
     def m_StartEnergyWindow(self, msg: Message, name: str, timeout_s: float) -> int:
+        return self.m_StartScopedEnergyWindow(msg, name, timeout_s, "")
+
+    def m_StartScopedEnergyWindow(self, msg: Message, name: str, timeout_s: float, scope: str) -> int:
         self._next += 1
-        self.windows[self._next] = (name, time.monotonic())
+        self.windows[self._next] = (name, time.monotonic(), scope)
         return self._next
 
     def m_StopEnergyWindow(self, msg: Message, window: int) -> str:
+        return self.m_StopEnergyWindowNamed(msg, window, "")
+
+    def m_StopEnergyWindowNamed(self, msg: Message, window: int, expected: str) -> str:
         if window not in self.windows:
             raise _Err(wire.ERROR_UNKNOWN_WINDOW, f"no energy window {window}")
-        name, start = self.windows.pop(window)
+        name, start, scope = self.windows.pop(window)
         duration = time.monotonic() - start
         watts = {"gpu0": 500.0, "gpu1": 24.0, "powercap:package-0": 86.0}
-        return json.dumps({"name": name, "duration_s": duration,
-                           "joules": {k: w * duration for k, w in watts.items()}})
+        doc = {"name": name, "duration_s": duration, "joules": {k: w * duration for k, w in watts.items()}}
+        if scope:  # its own share: the whole of gpu0 and a tenth of the CPU package, as the accounting says
+            doc.update(scope=scope, attributed={"gpu0": 500.0 * duration, "cpu": 8.6 * duration})
+        return json.dumps(doc)
 
 
 class _Err(Exception):

@@ -178,8 +178,12 @@ async def test_energy_reports_joules_duration_and_mean_power(fake_daemon, privat
     gpu0 = next(line for line in lines if line.strip().startswith("gpu0"))
     assert gpu0.split()[2] == "J" and gpu0.endswith("500.0 W mean")  # the fake draws 500 W
     assert any(line.strip().startswith("all GPUs") for line in lines)
-    (start_call,) = [c for c in fake_daemon.calls if c[0] == "StartEnergyWindow"]
-    assert start_call[1] == ["sh", 7 * 86400.0]
+    (start_call,) = [c for c in fake_daemon.calls if c[0] == "StartScopedEnergyWindow"]
+    assert start_call[1][:2] == ["sh", 7 * 86400.0]
+    kind, _, pid = start_call[1][2].partition(":")  # aithermctl's own pid: the command is in its tree
+    assert kind == "pid" and pid.isdigit()
+    own = lines[lines.index("its own share (by its processes' GPU utilization and CPU time):") + 1:]
+    assert [line.split()[0] for line in own] == ["cpu", "gpu0"]
     rc, out, _ = await ctl(private_bus, "energy", "--json", "--", "true")
     assert rc == 0 and set(json.loads(out)["joules"]) == {"gpu0", "gpu1", "powercap:package-0"}
 
