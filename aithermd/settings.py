@@ -50,6 +50,10 @@ class DaemonSettings(BaseModel):
     - ``bus``: ``system`` | ``session`` | ``none`` | a D-Bus address.
     - ``metrics_listen``: ``HOST:PORT`` of the Prometheus endpoint, or ``none``.
     - ``log_format``: ``auto`` (JSON when stderr is not a terminal) | ``json`` | ``console``; ``log_level``.
+    - ``energy_interval_s``: how often energy is attributed to processes, s (1–3600; 0: no attribution,
+      energy windows still sum the devices); ``energy_top_n``: consumers per family with series of their own
+      in Prometheus (the rest is ``other``); ``energy_cost_per_kwh`` and ``energy_currency``: the price the
+      energy report multiplies by (None: no cost).
 
     Built directly it holds exactly what it is given; :func:`load_settings` layers the file, the
     environment and the flags.
@@ -70,6 +74,17 @@ class DaemonSettings(BaseModel):
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    energy_interval_s: float = Field(5.0, ge=0.0, le=3600.0)
+    energy_top_n: int = Field(10, ge=0, le=1000)
+    energy_cost_per_kwh: float | None = Field(None, ge=0.0)
+    energy_currency: str = Field("", max_length=8, pattern=r"^[^\x00-\x1f\x7f]*$")
+
+    @field_validator("energy_interval_s")
+    @classmethod
+    def _check_interval(cls, value: float) -> float:
+        if 0 < value < 1.0:
+            raise ValueError("must be 0 (no attribution) or at least 1 s")
+        return value
 
     @field_validator("metrics_listen")
     @classmethod

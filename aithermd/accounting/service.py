@@ -101,6 +101,21 @@ class EnergyService:
             return {}
         return data
 
+    @classmethod
+    def for_daemon(cls, settings: Any, clock: Clock, backends: Sequence[Any],
+                   table: ProcessTable | None = None) -> EnergyService:
+        """The daemon's service: state in ``settings.state_dir`` (none with ``dry_run``, which writes
+        nothing), attribution every ``energy_interval_s`` over the GPU backends (those with ``ausage``)
+        and ``table`` (default: this machine's processes through psutil and ``/proc``)."""
+        interval = settings.energy_interval_s
+        if interval > 0 and table is None:
+            table = ProcessTable()
+        return cls(clock, None if settings.dry_run else settings.state_dir,
+                   table=table if interval > 0 else None,
+                   gpus=[b for b in backends if hasattr(b, "ausage")], interval_s=interval or 5.0,
+                   cost_per_kwh=settings.energy_cost_per_kwh, currency=settings.energy_currency,
+                   top_n=settings.energy_top_n)
+
     # ---- per snapshot (event loop) -----------------------------------------------------------------------
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         increment = self.meter.feed(snapshot)
