@@ -23,6 +23,17 @@ from aithermd.model import GpuUsage
 
 CPU = "cpu"
 CPU_BUSY_CORES = 0.5  # below half a core of process CPU time, the package counts as idle (floor may rise)
+GPU_IDLE_PCT = 5.0  # a GPU whose every process kept each engine under 5 % counts as idle (a desktop's
+# compositor holds the display GPU for ever: waiting for a GPU nobody holds would never learn its floor)
+
+
+def _gpu_idle(u: GpuUsage) -> bool:
+    """Nobody holds the GPU, or the driver says none of its holders kept it busy."""
+    if not u.processes:
+        return True
+    if u.utilization is None:
+        return False
+    return all(max(p.sm_pct, p.encoder_pct, p.decoder_pct) < GPU_IDLE_PCT for p in u.utilization.values())
 
 
 def is_package_zone(device_id: str) -> bool:
@@ -81,7 +92,7 @@ class Accountant:
             floor = self._floor(identities.get(u.device_id) or u.device_id)
             splits.append(split_gpu(u.device_id, energy, dt_s, floor.value, holders))
             if dt_s > 0:
-                floor.observe(energy / dt_s, dt_s, idle=not holders)
+                floor.observe(energy / dt_s, dt_s, idle=_gpu_idle(u))
         baseline = self._cpu_before is None  # no CPU times yet: cannot tell an idle CPU from a busy one
         used = self._cpu_used(cpu, t_wall)
         package = [j for d, j in joules.items() if is_package_zone(d)]

@@ -118,8 +118,9 @@ def split_cpu(device: str, energy_j: float, dt_s: float, idle_floor_w: float | N
 class IdleFloor:
     """A device's idle draw (W), learnt from its mean power per interval.
 
-    It is first set by an *idle* interval (a GPU nobody holds, a CPU with less than half a core of process
-    time): a daemon started under load must not take the load for the floor. Until then it is None (no idle
+    It is first set by an *idle* interval (a GPU nobody holds or whose holders keep it under 5 %, a CPU with
+    less than half a core of process time): a daemon started under load must not take the load for the
+    floor. Until then it is None (no idle
     part: all energy is active). Then it drops at once to any lower draw seen (busy or not: a busy device
     drawing less than the floor proves the floor too high) and rises towards a higher idle draw only slowly
     (``rise_s``, an hour by default), so one odd interval cannot lift it. ``value`` may be seeded from the

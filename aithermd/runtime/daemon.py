@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from aithermd.accounting.service import EnergyService
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.restore import restore_journal
@@ -64,7 +65,7 @@ class Daemon:
                  backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
                  before_sample: Callable[[float], None] | None = None, hub: StateHub | None = None,
                  engine: Engine | None = None, environ: Mapping[str, str] | None = None,
-                 live: LiveOptions | None = None) -> None:
+                 live: LiveOptions | None = None, processes: Any = None) -> None:
         self.settings = settings
         self.live_options = live  # hotplug, logind, fast lane (runtime.live); None: as the settings say
         self.live: Live | None = None
@@ -73,6 +74,8 @@ class Daemon:
         self.sleep = sleep
         self.before_sample = before_sample
         self._injected = list(backends) if backends is not None else None
+        self._processes = processes  # the process table energy is attributed over (None: this machine's)
+        self.energy: EnergyService | None = None
         self._engine = engine
         self._environ = environ
         self._log = structlog.get_logger("aithermd.daemon")
@@ -206,6 +209,8 @@ class Daemon:
         self._log.info("start", policy=self.control.active, devices=len(world.devices),
                        knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
         watchdog = (asyncio.create_task(self._watchdog()) if self.notifier.watchdog_interval_s else None)
+        self.energy = EnergyService.for_daemon(s, self.clock, backends, self._processes)
+        remove_energy = self.hub.add_listener(self.energy.on_publish)
         code = 1
         try:
             if not self._stop.is_set():  # a stop during start-up: no service, no tick, straight to restore
@@ -240,6 +245,8 @@ class Daemon:
                 await self._stop_services()
             except Exception:  # noqa: BLE001
                 pass
+            remove_energy()
+            _guard(self.energy.stop)  # windows, counter points and the history saved for the next start
             worker.shutdown()
             self._close(backends, own_backends)
             self.notifier.close()
@@ -311,7 +318,8 @@ class Daemon:
             if mod is not None:
                 try:
                     handle = await asyncio.wait_for(
-                        mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock),
+                        mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock,
+                                  energy=self.energy),
                         START_TIMEOUT_S)
                     self._services.append(("dbus", handle))
                 except Exception as exc:  # noqa: BLE001 - the daemon runs on without a bus
@@ -320,7 +328,7 @@ class Daemon:
             mod = self._service_module("aithermd.publish.metrics")
             if mod is not None:
                 try:
-                    self._services.append(("metrics", mod.start(s.metrics_listen, self.hub)))
+                    self._services.append(("metrics", mod.start(s.metrics_listen, self.hub, self.energy)))
                 except Exception as exc:  # noqa: BLE001 - the daemon runs on without metrics
                     self._log.warning("metrics_unavailable", listen=s.metrics_listen,
                                       error=f"{type(exc).__name__}: {exc}")

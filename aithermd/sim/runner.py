@@ -248,7 +248,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
     daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock),
                     sleep=sim_sleep(clock, opts.speedup),
-                    before_sample=Stepper(machine, clock.monotonic(), live))
+                    before_sample=Stepper(machine, clock.monotonic(), live),
+                    processes=machine.processes.process_table())
     daemon.hub.add_listener(recorder)
     if live is not None:
         daemon.hub.add_listener(live_actuations(recorder, live))

@@ -108,3 +108,20 @@ def test_a_stale_window_id_never_charges_another_job(tmp_path):
     with pytest.raises(Exception, match="no open energy window"):
         service.windows.stop(old, uid=0, name="slurm-401")
     assert service.windows.list(0, root=True)[0]["name"] == "slurm-402"
+
+
+def test_the_display_gpus_floor_is_learnt_while_the_compositor_holds_it(tmp_path):
+    from aithermd.sim.processes import DESKTOP_CGROUP, SimProcess
+
+    bench = Bench(tmp_path)
+    service = bench.start_daemon(None)
+    service.accountant.floors.clear()  # a fresh install: no floor known yet
+    bench.procs.start(SimProcess(1850, "gnome-shell", ["/usr/bin/gnome-shell"], DESKTOP_CGROUP, uid=0,
+                                 gpus={0: (300.0, 1.0)}, graphics=True))
+    bench.util[0], bench.power["gpu0"] = 1.0, 22.0  # the desktop at 1 %: an idle card it holds for ever
+    bench.run(20)
+    floor = service.accountant.floors[bench.nvml.gpu(0).uuid].value
+    assert floor == pytest.approx(22.0)  # learnt while only the compositor held the card
+    shell = service.accountant.ledger.processes
+    (record,) = [r for r in shell.values() if r.info.pid == 1850]
+    assert record.idle_j["gpu0"] > 0.5 * record.joules["gpu0"]  # once learnt, what it holds is idle floor
