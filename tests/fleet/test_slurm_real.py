@@ -39,13 +39,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def until(predicate, timeout_s: float, what: str) -> None:
+def until(predicate, timeout_s: float, what: str, explain=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}\n{explain()}")
 
 
 class Cluster:
@@ -74,7 +74,8 @@ class Cluster:
                             f"AITHERMD_SLURM_STATE_DIR='{h}/hooks'\nAITHERMD_SLURM_DEFAULT_POLICY=quiet\n")
         for hook in ("prolog", "epilog"):
             wrapper = h / f"{hook}.sh"
-            wrapper.write_text(f"#!/bin/bash\nexport AITHERMD_SLURM_CONF='{settings}' PATH='{BIN}'\n"
+            wrapper.write_text(f"#!/bin/bash\nexport AITHERMD_SLURM_CONF='{settings}'\n"
+                               f"export PATH='{BIN}:/usr/bin:/bin'\n"
                                f"exec '{HOOKS / (hook + '.sh')}' 2>>'{h}/{hook}.err'\n")
             wrapper.chmod(0o755)
         node = socket.gethostname()
@@ -129,6 +130,15 @@ PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def state(self, job: int) -> str:
         out = self.run("scontrol", "show", "job", str(job)).stdout
         return next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "")
+
+    def explain(self) -> str:
+        """The hooks' stderr and the tails of slurmd's and slurmctld's logs, for a failure message."""
+        out = []
+        for name in ("prolog.err", "epilog.err", "slurmd.log", "slurmctld.log", "slurmd.out"):
+            path = self.home / name
+            if path.exists():
+                out.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-15:]))
+        return "\n".join(out)
 
     def records(self) -> list[dict]:
         return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
@@ -185,7 +195,8 @@ def node(tmp_path_factory) -> Iterator[tuple[Cluster, Daemon]]:
 def test_a_job_gets_its_window_and_record_and_no_admin_comment(node):
     cluster, _daemon = node
     job = cluster.submit(3, comment="run 7 aithermd:policy=quiet")
-    until(lambda: any(r["job_id"] == job for r in cluster.records()), 90, "the epilog's record")
+    until(lambda: any(r["job_id"] == job for r in cluster.records()), 90, "the epilog's record",
+          cluster.explain)
     (record,) = [r for r in cluster.records() if r["job_id"] == job]
     assert record["policy"] == "quiet" and record["user"] == "root"
     assert record["window"] > 0 and record["duration_s"] >= 2.0
@@ -200,11 +211,12 @@ def test_a_daemon_restart_mid_job_keeps_the_jobs_window(node):
     cluster, daemon = node
     job = cluster.submit(10)
     window_file = cluster.home / "hooks" / f"{job}.window"
-    until(window_file.exists, 60, "the prolog's window")
+    until(window_file.exists, 60, "the prolog's window", cluster.explain)
     opened = int(window_file.read_text())
     daemon.stop()  # systemd restarts it (Restart=on-failure, an upgrade, the watchdog)
     daemon.start()
-    until(lambda: any(r["job_id"] == job for r in cluster.records()), 90, "the epilog's record")
+    until(lambda: any(r["job_id"] == job for r in cluster.records()), 90, "the epilog's record",
+          cluster.explain)
     (record,) = [r for r in cluster.records() if r["job_id"] == job]
     assert record["window"] == opened and record["daemon_restarts"] == 1
     assert record["duration_s"] >= 9.0
