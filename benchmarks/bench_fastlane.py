@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from aithermd.actuate.applier import Applier
+from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.hwmon import HwmonBackend
@@ -87,8 +88,9 @@ def tick_for(s: DaemonSettings, backends) -> Tick:
     world = build_world(s, backends, engine)
     control = Control(s.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
                       knobs=lambda: world.knobs, reload=lambda: None, default_policy=s.policy, pinned=True)
-    return Tick(world, applier=Applier(Journal(s.state_dir)), control=control, hub=hub, engine=engine,
-                clock=clock, worker=Worker(2.0), tick_s=2.0, dry_run=False)
+    executor = Executor(Applier(Journal(s.state_dir)), Worker(2.0))
+    return Tick(world, executor=executor, control=control, hub=hub, engine=engine, clock=clock, tick_s=2.0,
+                dry_run=False)
 
 
 RATES = (10.0, FastLaneOptions().rate_hz, 20.0)
@@ -151,7 +153,7 @@ async def cost_cases(seconds: float) -> list[tuple]:
             lane.rearm(await cycle.run(1))
             rows.append((label, len(lane.watch), *await measure(lane, seconds)))
             lane.stop()
-            cycle.worker.shutdown()
+            cycle.executor.worker.shutdown()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         fake = FakeNvml.from_dumps(GPU_DUMPS)
@@ -164,7 +166,7 @@ async def cost_cases(seconds: float) -> list[tuple]:
         lane.rearm(await cycle.run(2))
         rows.append(("2 GPUs, fake NVML", len(lane.watch), *await measure(lane, seconds)))
         lane.stop()
-        cycle.worker.shutdown()
+        cycle.executor.worker.shutdown()
         backend.close()
     return rows
 

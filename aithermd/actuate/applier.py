@@ -13,6 +13,8 @@
   when the daemon stops.
 - **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
 - **Dry-run** logs each actuation it would make and writes nothing, not even the journal.
+- **Paused** (:meth:`Applier.pause`, while the machine sleeps): nothing is written or handed back and no
+  drift is counted (a driver resetting knobs on resume is not a conflict) until :meth:`Applier.resume`.
 
 Every method is synchronous (NVML knobs are driven from the loop's worker thread) and never raises for a
 device fault: faults come back as :class:`~aithermd.model.Event` and in :attr:`Applier.faults`.
@@ -76,17 +78,26 @@ class Applier:
         self.faults: dict[str, str] = {}
         self._log = structlog.get_logger("aithermd.actuate")
         self._who: dict[str, tuple[str, Any]] = {}  # knob → (rule, layer) of its last logged write
+        self.paused = False
 
     @property
     def owned(self) -> frozenset[str]:
         return frozenset(self._owned)
+
+    def pause(self) -> None:
+        """Stop writing (the machine is about to sleep): :meth:`apply`, :meth:`give_back` and
+        :meth:`observe` do nothing until :meth:`resume`."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
 
     # -- between ticks -------------------------------------------------------------------------------
     def observe(self, knob: Knob, kv: KnobValue | None, t_mono: float, t_wall: float) -> list[Event]:
         """Compare an owned knob's sampled state with what we left there; report drift, step back after
         repeated changes. Returns the events (none when nothing changed)."""
         own = self._owned.get(knob.id)
-        if own is None or own.after is None or knob.id in self.stepped_back:
+        if own is None or own.after is None or knob.id in self.stepped_back or self.paused:
             return []
         if kv is None or kv.status != Status.OK or kv.value is None or own.after.value is None:
             return []
@@ -117,7 +128,7 @@ class Applier:
               current: KnobValue | None, t_wall: float) -> tuple[KnobValue | None, list[Event]]:
         """Bring ``knob`` to ``value`` (daemon units, already clamped) for ``decision``; ``current`` is this
         tick's read-back. Returns the knob's state afterwards and the events."""
-        if knob.id in self.stepped_back or not knob.writable:
+        if knob.id in self.stepped_back or not knob.writable or self.paused:
             return current, []
         own = self._owned.get(knob.id)
         if same_setting(knob, current, value):
@@ -139,6 +150,8 @@ class Applier:
             if knob.id not in self.journal:
                 saved = backend.save_knob(knob.id)
                 self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
+            if self.paused:  # paused while the original was read (a slow NVML call): write nothing
+                return current, []
             backend.write_knob(knob.id, value)
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
             return current, self._fault(t_wall, knob, device_id, "write", exc)
@@ -187,6 +200,8 @@ class Applier:
     # -- hand back -----------------------------------------------------------------------------------
     def give_back(self, backend: Backend, knob: Knob, t_wall: float) -> list[Event]:
         """No decision owns ``knob`` any more: put its journaled original back and forget it."""
+        if self.paused:
+            return []
         own = self._owned.pop(knob.id, None)
         self.stepped_back.discard(knob.id)
         self._who.pop(knob.id, None)

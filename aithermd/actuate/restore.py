@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +39,14 @@ Opener = Callable[[Mapping[str, Any]], Backend]
 class RestoreReport:
     """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``absent``: knob id →
     why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, absent since
-    an earlier boot, dropped (not a failure)."""
+    an earlier boot, dropped (not a failure); ``kept``: restored but still journaled (a write to them may
+    still land)."""
 
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     absent: Mapping[str, str] = field(default_factory=dict)
     forgotten: Mapping[str, str] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -87,14 +89,20 @@ def _proves_absence(locator: Mapping[str, Any]) -> bool:
 
 
 def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opener: Opener | None = None,
-                    sysfs_root: Path | None = None, boot_id: str | None = None) -> RestoreReport:
-    """Restore every entry of ``journal``, newest first, and forget each one restored.
+                    sysfs_root: Path | None = None, boot_id: str | None = None, last: Collection[str] = (),
+                    keep: Callable[[str], bool] | None = None,
+                    only: Collection[str] | None = None) -> RestoreReport:
+    """Restore every entry of ``journal`` (or ``only`` those knob ids), newest first, and forget each one
+    restored.
 
     ``backends``: already open backends, matched to entries by locator (the daemon's own); other locators
     are opened with ``opener`` (default :func:`aithermd.backends.open_backend`) and closed afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
     --sysfs-root``). A knob its backend does not know is absent: kept, or forgotten when it was recorded
     in a boot other than ``boot_id`` (default: the current one; see the module doc).
+    The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
+    its restore begins stays journaled once restored (``RestoreReport.kept``): a write to it may still land
+    (the daemon's final restore, :mod:`aithermd.actuate.execute`).
     Never raises for one knob's failure; raises JournalError when the journal cannot be written.
     """
     log = structlog.get_logger("aithermd.restore")
@@ -107,9 +115,11 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     absent: dict[str, str] = {}
     forgotten: dict[str, str] = {}
     restored: list[str] = []
-    entries: list[JournalEntry] = list(journal.entries().values())
+    newest: list[JournalEntry] = [e for e in list(journal.entries().values())[::-1]
+                                  if only is None or e.knob_id in only]
+    kept: list[str] = []
     try:
-        for entry in reversed(entries):
+        for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
             locator = _relocate(entry.locator, sysfs_root)
             key = locator_key(locator)
             backend = open_now.get(key)
@@ -127,6 +137,7 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 failures[entry.knob_id] = why
                 _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
                 continue
+            again = keep is not None and keep(entry.knob_id)  # asked before: a write may land during ours
             try:
                 backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
@@ -148,18 +159,20 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 continue
             restored.append(entry.knob_id)
             _say(log.info, "restored", knob=entry.knob_id, device=entry.device_id, saved=dict(entry.saved))
+            if again:
+                kept.append(entry.knob_id)
     finally:
         for backend in opened:
             try:
                 backend.close()
             except Exception:  # noqa: BLE001
                 _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
-    if failures or absent:
-        for knob_id in [*restored, *forgotten]:
+    if failures or absent or kept or only is not None:
+        for knob_id in [*(k for k in restored if k not in kept), *forgotten]:
             journal.forget(knob_id)
     else:
         journal.clear()
-    return RestoreReport(tuple(restored), failures, absent, forgotten)
+    return RestoreReport(tuple(restored), failures, absent, forgotten, tuple(kept))
 
 
 def restore_one(journal: Journal, backend: Backend, knob_id: str) -> None:

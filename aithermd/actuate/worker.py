@@ -36,24 +36,24 @@ class Worker:
         """True while a job that missed its budget is still running."""
         return self._busy is not None and not self._busy.done()
 
-    async def hop(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the worker thread; None when the worker is still busy with an earlier job, or
-        this one took longer than :attr:`budget_s` (it finishes in the background). Exceptions of ``fn``
-        propagate."""
+    async def hop(self, fn: Callable[..., Any], *args: Any, budget_s: float | None = None,
+                  submitted: Callable[[asyncio.Future[Any]], None] | None = None) -> Any:
+        """``fn(*args)`` in the worker thread, awaited for ``budget_s`` (default :attr:`budget_s`); None when
+        the worker is still busy with an earlier job, or this one took longer (it finishes in the
+        background). ``submitted(future)`` is told of the job as it is queued (to track it until it
+        returns). Exceptions of ``fn`` propagate."""
         if self.busy:
             return None
         future = asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        if submitted is not None:
+            submitted(future)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.budget_s)
+            budget = self.budget_s if budget_s is None else budget_s
+            return await asyncio.wait_for(asyncio.shield(future), budget)
         except TimeoutError:
             self._busy = future
             future.add_done_callback(_retrieve)
             return None
-
-    async def drain(self, timeout_s: float) -> None:
-        """Wait (up to ``timeout_s`` s) for a job still running in the background."""
-        if self._busy is not None and not self._busy.done():
-            await asyncio.wait({self._busy}, timeout=timeout_s)
 
     def shutdown(self) -> None:
         """Stop taking jobs; a job still running is left to finish (never waited for)."""

@@ -27,6 +27,7 @@ import structlog
 
 from aithermd.accounting.service import EnergyService
 from aithermd.actuate.applier import Applier
+from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.restore import restore_journal
 from aithermd.actuate.worker import Worker
@@ -65,8 +66,10 @@ class Daemon:
                  backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
                  before_sample: Callable[[float], None] | None = None, hub: StateHub | None = None,
                  engine: Engine | None = None, environ: Mapping[str, str] | None = None,
-                 live: LiveOptions | None = None, processes: Any = None) -> None:
+                 live: LiveOptions | None = None, processes: Any = None,
+                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
         self.settings = settings
+        self.stop_timeout_s = stop_timeout_s  # each stop step: services, writes in flight, abandoned writes
         self.live_options = live  # hotplug, logind, fast lane (runtime.live); None: as the settings say
         self.live: Live | None = None
         self.clock = clock or RealClock()
@@ -198,10 +201,10 @@ class Daemon:
                 self._close(backends, own_backends)
                 return 1
             self.control.active = s.policy
-        applier = Applier(journal, dry_run=s.dry_run)
         worker = Worker(max(s.tick_s, 0.5))
-        self.tick = Tick(world, applier=applier, control=self.control, hub=self.hub, engine=self.engine,
-                         clock=self.clock, worker=worker, tick_s=s.tick_s, dry_run=s.dry_run,
+        executor = Executor(Applier(journal, dry_run=s.dry_run), worker)
+        self.tick = Tick(world, executor=executor, control=self.control, hub=self.hub, engine=self.engine,
+                         clock=self.clock, tick_s=s.tick_s, dry_run=s.dry_run,
                          before_sample=self.before_sample)
         self.scheduler = Scheduler(s.tick_s, self.clock, self.sleep)
         self.notifier = Notifier(self._environ)
@@ -224,20 +227,19 @@ class Daemon:
             if watchdog is not None:
                 watchdog.cancel()
             try:  # nothing writes between ticks any more
-                await asyncio.wait_for(self.live.stop(), STOP_TIMEOUT_S)
+                await asyncio.wait_for(self.live.stop(), self.stop_timeout_s)
             except Exception as exc:  # noqa: BLE001 - the restore below must run whatever happened
                 _guard(self._log.error, "live_stop_failed", error=f"{type(exc).__name__}: {exc}")
-            await self.tick.drain(STOP_TIMEOUT_S)
-            if not s.dry_run:
-                try:  # a fresh thread: the worker may be stuck in a hung NVML call
-                    report = await asyncio.to_thread(restore_journal, journal, backends=backends)
+            if s.dry_run:
+                await executor.close(self.stop_timeout_s)
+            else:
+                try:  # every write in flight waited for (or abandoned), then every journaled knob restored
+                    report = await executor.restore_all(backends, self.stop_timeout_s)
                 except Exception as exc:  # noqa: BLE001 - JournalError: the journal stays for 'restore'
                     code = 1
                     _guard(self._log.error, "restore_failed", error=str(exc))
                 else:
-                    for knob_id in report.restored:
-                        applier.forget(knob_id)
-                    if not report.ok:
+                    if not report.ok or report.kept:
                         code = 1
                     _guard(self._log.info, "stop", restored=len(report.restored), failed=dict(report.failed))
             _guard(self.notifier.stopping)

@@ -7,9 +7,9 @@ takes the same lock, so no write ever interleaves with a tick. Between ticks it 
 
 - **hotplug** (:mod:`aithermd.watchers.hotplug`): rediscovers the families whose udev events settled and
   swaps the new world in;
-- **sleep** (:mod:`aithermd.watchers.logind`): on PrepareForSleep(true) the tick's applier is replaced by
-  a paused one (no write, no hand-back, no drift count: a driver resetting knobs on resume is not a
-  conflict) and a background worker hop is drained; on PrepareForSleep(false), or when no resume comes
+- **sleep** (:mod:`aithermd.watchers.logind`): on PrepareForSleep(true) the applier is paused (no write,
+  no hand-back, no drift count: a driver resetting knobs on resume is not a conflict) and the writes in
+  flight are waited for; on PrepareForSleep(false), or when no resume comes
   within ``max_pause_s`` of awake time, every owned knob is re-applied to the last decision and read back,
   and one ``sleep`` event says what was rewritten, found in place or did not stick;
 - **fast lane** (:mod:`aithermd.watchers.fastlane`): re-armed after every tick from the published snapshot.
@@ -43,7 +43,8 @@ class LiveOptions:
     from ``Live.hotplug.submit()``); ``sleep_bus``: ``"system"`` or a D-Bus address where logind is
     watched (None: not watched); ``inhibit``: hold a delay inhibitor lock; ``fastlane``: its options (None:
     off); ``settle_s``: quiet time before hotplug events are applied (s); ``max_pause_s``: awake time after
-    PrepareForSleep(true) after which writing resumes anyway (s)."""
+    PrepareForSleep(true) after which writing resumes anyway (s); ``resume_timeout_s``: longest wait for the
+    NVML knobs' re-apply on resume (s)."""
 
     hotplug: bool = False
     udev: bool = True
@@ -52,6 +53,7 @@ class LiveOptions:
     fastlane: FastLaneOptions | None = None
     settle_s: float = 0.2
     max_pause_s: float = 120.0
+    resume_timeout_s: float = 10.0
 
     @classmethod
     def for_daemon(cls, settings: Any, real_time: bool, *, machine_sysfs: str = "/sys") -> LiveOptions:
@@ -66,27 +68,6 @@ class LiveOptions:
                else "system" if settings.bus == "system" or on_sys else None)
         fast = FastLaneOptions(threaded=True) if settings.tick_s > 0.1 else None
         return cls(hotplug=on_sys, sleep_bus=bus, fastlane=fast)
-
-
-class PausedApplier:
-    """The applier while the machine sleeps: writes and hand-backs are dropped, drift is not counted;
-    everything else is the real applier's."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-    def apply(self, backend: Any, knob: Any, device_id: str, decision: Any, value: float, current: Any,
-              t_wall: float) -> tuple[Any, list[Event]]:
-        return current, []
-
-    def give_back(self, backend: Any, knob: Any, t_wall: float) -> list[Event]:
-        return []
-
-    def observe(self, knob: Any, kv: Any, t_mono: float, t_wall: float) -> list[Event]:
-        return []
 
 
 class _Hub:
@@ -173,13 +154,9 @@ class Live:
                     await service.stop()
                 except Exception as exc:  # noqa: BLE001 - stopping goes on
                     self._log.warning("service_stop_failed", error=f"{type(exc).__name__}: {exc}")
-        try:
-            async with self.tick_lock:  # a fast-lane write or a resume in flight finishes first
-                if self.paused:
-                    self.daemon.tick.applier = self._real_applier()
-                    self.paused_since = None
-        except Exception as exc:  # noqa: BLE001 - the daemon's restore comes next, whatever happened here
-            self._log.warning("live_stop_failed", error=f"{type(exc).__name__}: {exc}")
+        if self.paused:  # the final restore writes, paused or not
+            self.daemon.tick.applier.resume()
+            self.paused_since = None
 
     # -- the tick --------------------------------------------------------------------------------------
     async def tick(self, seq: int) -> Snapshot:
@@ -201,26 +178,22 @@ class Live:
     async def _rediscover(self, families: set[str]) -> None:
         d = self.daemon
         tick = d.tick
-        world, events = await rediscover(tick.world, families, applier=self._real_applier(),
+        world, events = await rediscover(tick.world, families, applier=tick.applier,
                                          t_wall=d.clock.wall())
         if world is not tick.world:
             tick.world = world
         self.emit(events)
 
-    def _real_applier(self) -> Any:
-        applier = self.daemon.tick.applier
-        return applier.real if isinstance(applier, PausedApplier) else applier
-
     # -- suspend and resume ----------------------------------------------------------------------------
     async def suspend(self) -> None:
-        """Stop writing: the applier is paused after the tick in flight, a background hop is drained."""
+        """Stop writing: the applier is paused after the tick in flight, writes in flight are waited for."""
         d = self.daemon
         async with self.tick_lock:
             if self.paused:
                 return
-            d.tick.applier = PausedApplier(d.tick.applier)
+            d.tick.applier.pause()
             self.paused_since = d.clock.monotonic()
-            await d.tick.drain(5.0)
+            await d.tick.executor.settle(5.0)
         self._log.info("suspend", message="writes paused until resume")
         self.emit([Event("sleep", d.clock.wall(), "system", "suspending: writes paused until resume",
                          {"action": "suspend"})])
@@ -231,58 +204,34 @@ class Live:
 
     async def _resume_locked(self, why: str) -> None:
         d = self.daemon
-        cycle = d.tick
-        real = self._real_applier()
-        cycle.applier = real
+        tick = d.tick
+        applier = tick.applier
+        applier.resume()
         self.paused_since = None
-        world, t_wall = cycle.world, d.clock.wall()
-        if getattr(real, "dry_run", False):
+        world, t_wall = tick.world, d.clock.wall()
+        if applier.dry_run:
             self.emit([Event("sleep", t_wall, "system", f"{why}: dry-run, nothing to re-apply",
                              {"action": "resume"})])
             return
-        wanted = [(k, dec) for k, dec in cycle.decisions.items()
-                  if k in real.owned and k in world.knobs and dec.value is not None
-                  and dec.layer != Layer.DEFAULT and k not in real.stepped_back]
-        inline = [w for w in wanted if world.owner[w[0]] in world.inline]
-        threaded = [w for w in wanted if world.owner[w[0]] not in world.inline]
-        results = self._reapply(cycle, world, inline, t_wall)
-        if threaded:
-            future = asyncio.get_running_loop().run_in_executor(cycle.worker.executor, self._reapply, cycle,
-                                                                world, threaded, t_wall)
-            try:
-                results += await asyncio.wait_for(future, 10.0)
-            except Exception as exc:  # noqa: BLE001 - the next tick writes them
-                self._log.warning("resume_nvml_late", error=repr(exc))
-        rewritten = [k for k, status, _ in results if status == "rewritten"]
-        in_place = [k for k, status, _ in results if status == "in_place"]
-        failed = [k for k, status, _ in results if status == "failed"]
-        events = [e for _, _, evs in results for e in evs]
+        wanted = [(k, dec) for k, dec in tick.decisions.items()
+                  if k in applier.owned and k in world.knobs and dec.value is not None
+                  and dec.layer != Layer.DEFAULT and k not in applier.stepped_back]
+        applied = await tick.executor.apply(world, wanted, t_wall=t_wall,
+                                            budget_s=self.options.resume_timeout_s)
+        if applied.late:  # the next tick writes them
+            self._log.warning("resume_nvml_late", knobs=applied.late)
+        rewritten, in_place, failed = [], [], []
+        for r in applied.results:
+            knob = world.knobs[r.knob_id]
+            if not same_setting(knob, r.after, r.value):
+                failed.append(r.knob_id)
+            elif same_setting(knob, r.before, r.value):
+                in_place.append(r.knob_id)
+            else:
+                rewritten.append(r.knob_id)
         message = (f"{why}: {len(rewritten)} setting(s) re-applied, {len(in_place)} found in place, "
                    f"{len(failed)} did not stick")
         self._log.info("resume", rewritten=rewritten, in_place=in_place, failed=failed)
         self.emit([Event("sleep", t_wall, "system", message, {"action": "resume", "rewritten": rewritten,
                                                               "in_place": in_place, "failed": failed}),
-                   *events])
-
-    @staticmethod
-    def _reapply(cycle: Any, world: Any, wanted: list[tuple[str, Any]],
-                 t_wall: float) -> list[tuple[str, str, list[Event]]]:
-        out: list[tuple[str, str, list[Event]]] = []
-        for knob_id, dec in wanted:
-            backend, knob = world.owner[knob_id], world.knobs[knob_id]
-            value = knob.clamp(float(dec.value))
-            try:
-                before = backend.read_knob(knob_id)
-            except Exception:  # noqa: BLE001
-                before = None
-            after, events = cycle.applier.apply(backend, knob, knob.device_id, dec, value, before, t_wall)
-            try:
-                after = backend.read_knob(knob_id)
-            except Exception:  # noqa: BLE001
-                pass
-            if not same_setting(knob, after, value):
-                status = "failed"
-            else:
-                status = "in_place" if same_setting(knob, before, value) else "rewritten"
-            out.append((knob_id, status, events))
-        return out
+                   *applied.events])

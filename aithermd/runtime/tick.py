@@ -8,7 +8,8 @@
 - **Arbitrate**: the engine's winning decision per knob, clamped again to the knob's constraints; a knob we
   own that no decision claims any more (or a ``default`` decision) is handed back (journaled original
   restored); no-ops are dropped by the applier.
-- **Actuate**: journal first, write, read back (:mod:`aithermd.actuate.applier`).
+- **Actuate**: through the one apply path (:mod:`aithermd.actuate.execute`): clamp, journal first, write,
+  read back; the threaded backends' knobs in one hop to the worker thread.
 - **Publish**: one frozen :class:`~aithermd.model.Snapshot` and the tick's events to the StateHub.
 """
 
@@ -16,14 +17,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from aithermd.actuate.applier import Applier
-from aithermd.actuate.worker import Worker
-from aithermd.backends.base import Backend
+from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
 from aithermd.model import Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
 from aithermd.publish.hub import StateHub
@@ -32,33 +31,29 @@ from aithermd.runtime.sampling import Sampler, list_processes
 from aithermd.runtime.world import Engine, World
 
 
-@dataclass(frozen=True)
-class Wanted:
-    backend: Backend
-    knob_id: str
-    decision: Decision
-    value: float
-
-
 class Tick:
     """The tick's pipeline over a :class:`World` (swap ``world`` between ticks to reload). ``lock`` is held
     for a whole tick; whatever writes between ticks takes it too."""
 
-    def __init__(self, world: World, *, applier: Applier, control: Any, hub: StateHub, engine: Engine,
-                 clock: Clock, worker: Worker, tick_s: float, dry_run: bool,
+    def __init__(self, world: World, *, executor: Executor, control: Any, hub: StateHub, engine: Engine,
+                 clock: Clock, tick_s: float, dry_run: bool,
                  before_sample: Callable[[float], None] | None = None,
                  processes: Callable[[], Any] = list_processes) -> None:
-        self.applier, self.control, self.hub, self.engine = applier, control, hub, engine
-        self.clock, self.worker, self.tick_s, self.dry_run = clock, worker, tick_s, dry_run
+        self.executor, self.control, self.hub, self.engine = executor, control, hub, engine
+        self.clock, self.tick_s, self.dry_run = clock, tick_s, dry_run
         self.before_sample = before_sample
         self.lock = asyncio.Lock()
-        self.sampler = Sampler(clock, worker, processes)
+        self.sampler = Sampler(clock, executor.worker, processes)
         self.health = Health()
         self.state: Any = engine.initial_state()
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
         self.world = world
         self._log = structlog.get_logger("aithermd.tick")
+
+    @property
+    def applier(self) -> Applier:
+        return self.executor.applier
 
     # -- one tick --------------------------------------------------------------------------------------
     async def run(self, seq: int) -> Snapshot:
@@ -113,16 +108,16 @@ class Tick:
         return True
 
     # -- arbitrate and actuate -------------------------------------------------------------------------
-    def arbitrate(self, world: World, lost: set[str]) -> tuple[list[Wanted], list[str]]:
-        """The writes this tick's decisions want, and the owned knobs to hand back."""
-        wanted: list[Wanted] = []
+    def arbitrate(self, world: World, lost: set[str]) -> tuple[list[tuple[str, Decision]], list[str]]:
+        """The decisions this tick wants written (knob id, decision), and the owned knobs to hand back."""
+        wanted: list[tuple[str, Decision]] = []
         claimed: set[str] = set()
         for knob_id, d in self.decisions.items():
             knob = world.knobs.get(knob_id)
             if knob is None or knob.device_id in lost or d.value is None or d.layer == Layer.DEFAULT:
                 continue
             claimed.add(knob_id)
-            wanted.append(Wanted(world.owner[knob_id], knob_id, d, knob.clamp(float(d.value))))
+            wanted.append((knob_id, d))
         back = [k for k in self.applier.owned if k not in claimed and k in world.knobs
                 and world.knobs[k].device_id not in lost]
         return wanted, back
@@ -130,40 +125,7 @@ class Tick:
     async def _actuate(self, world: World, knobs: dict[str, KnobValue], lost: set[str], t_wall: float,
                        hop_ok: bool) -> list[Event]:
         wanted, back = self.arbitrate(world, lost)
-        inline = [w for w in wanted if w.backend in world.inline]
-        threaded = [w for w in wanted if w.backend not in world.inline]
-        back_inline = [b for b in back if world.owner[b] in world.inline]
-        events, after = self._apply(world, inline, back_inline, knobs, t_wall)
-        knobs.update(after)
-        back_threaded = [b for b in back if world.owner[b] not in world.inline]
-        if hop_ok and (threaded or back_threaded):
-            result = await self.worker.hop(self._apply, world, threaded, back_threaded, dict(knobs), t_wall)
-            if result is not None:
-                events += result[0]
-                knobs.update(result[1])
-        return events
-
-    def _apply(self, world: World, wanted: list[Wanted], back: list[str], knobs: Mapping[str, KnobValue],
-               t_wall: float) -> tuple[list[Event], dict[str, KnobValue]]:
-        """Hand back, then write; returns the events and the knobs' values read back afterwards."""
-        events: list[Event] = []
-        after: dict[str, KnobValue] = {}
-        for knob_id in back:
-            events += self.applier.give_back(world.owner[knob_id], world.knobs[knob_id], t_wall)
-            try:
-                after[knob_id] = world.owner[knob_id].read_knob(knob_id)
-            except Exception:  # noqa: BLE001 - the next sample tells
-                pass
-        for w in wanted:
-            knob = world.knobs[w.knob_id]
-            value, ev = self.applier.apply(w.backend, knob, knob.device_id, w.decision, w.value,
-                                           knobs.get(w.knob_id), t_wall)
-            if value is not None:
-                after[w.knob_id] = value
-            events += ev
-        return events, after
-
-    async def drain(self, timeout_s: float) -> None:
-        """Wait (up to ``timeout_s``) for a worker job still running in the background, so that a late
-        write cannot land after the final restore."""
-        await self.worker.drain(timeout_s)
+        applied = await self.executor.apply(world, wanted, back=back, current=knobs, t_wall=t_wall,
+                                            threaded=hop_ok)
+        knobs.update(applied.after)
+        return applied.events

@@ -14,7 +14,7 @@ Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread
 descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.readers`) —
 every ``1 / rate_hz`` s. When one reaches its trigger the lane applies the safety layer's own decisions for
 it (power limits to their minimum, the device's fans and the fans whose curve reads it to full) through the
-loop's :class:`~aithermd.actuate.applier.Applier` (journal first, write, read back), under the loop's tick
+one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under the loop's tick
 lock so it never interleaves with a tick. The next main tick sees the same temperature, its safety layer
 latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
 With nothing to watch the lane sleeps until the next re-arm (no cost).
@@ -37,10 +37,9 @@ from typing import Any
 
 import structlog
 
-from aithermd.backends.readers import HwmonReader, NvmlReader
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
-from aithermd.model import Decision, DeviceKind, Event, Reading, Snapshot, Status
+from aithermd.model import DeviceKind, Event, Reading, Snapshot, Status
 from aithermd.policy import safety
 
 CRITICAL_RULE = "safety/critical-temperature"
@@ -96,8 +95,8 @@ class FastLane:
         self.acted: set[str] = set()
         self.polls = 0
         self.actions = 0
-        self._hwmon: dict[str, HwmonReader] = {}
-        self._nvml: dict[str, NvmlReader] = {}
+        self._hwmon: dict[str, Any] = {}  # channel id → a reader read on the loop (read(), close())
+        self._nvml: dict[str, Any] = {}  # channel id → a reader awaited on its worker (aread(timeout_s))
         self._base: Mapping[str, Reading] = {}
         self._plan: Any = None
         self._devices: Any = None
@@ -131,8 +130,8 @@ class FastLane:
         with self._readers_lock:
             for cid in [c for c in self._hwmon if c not in watch]:
                 self._hwmon.pop(cid).close()
-            for dev in [d for d in self._nvml if f"{d}/temperature" not in watch]:
-                del self._nvml[dev]
+            for cid in [c for c in self._nvml if c not in watch]:
+                del self._nvml[cid]
             self.watch = watch
             self.acted.clear()
             # already at its trigger in this tick: the tick's own safety layer acted (and latches); the lane
@@ -162,14 +161,14 @@ class FastLane:
         return hot
 
     def _reader(self, world: Any, cid: str, device_id: str) -> bool:
-        if cid in self._hwmon or (cid.endswith("/temperature") and device_id in self._nvml):
+        if cid in self._hwmon or cid in self._nvml:
             return True
         reader = reader_for(world.device_owner.get(device_id), cid)
-        if isinstance(reader, HwmonReader):
-            self._hwmon[cid] = reader
+        if hasattr(reader, "aread"):  # an NVML reader: its calls belong to the backend's worker
+            self._nvml[cid] = reader
             return True
-        if isinstance(reader, NvmlReader):
-            self._nvml[device_id] = reader
+        if reader is not None:
+            self._hwmon[cid] = reader
             return True
         return False
 
@@ -233,13 +232,13 @@ class FastLane:
             value = quick.read()
             if value is not None:
                 fresh[cid] = value
-        for dev, gpu in list(self._nvml.items()):
+        for cid, gpu in list(self._nvml.items()):
             try:
                 temp, _ = await gpu.aread(self.options.nvml_timeout_s)
             except Exception:  # noqa: BLE001 - BackendTimeout, a closed worker: the main tick reports
                 continue
             if temp is not None:
-                fresh[f"{dev}/temperature"] = temp
+                fresh[cid] = temp
         critical = {cid: (v, self.watch[cid]) for cid, v in fresh.items()
                     if cid in self.watch and v >= self.watch[cid] and cid not in self.acted}
         if not critical:
@@ -260,17 +259,11 @@ class FastLane:
             mine = {k: d for k, d in decided.items() if d.rule == CRITICAL_RULE and k in world.knobs
                     and not critical.keys().isdisjoint(d.inputs)}
             t_wall = self.clock.wall()
-            inline = [(k, d) for k, d in mine.items() if world.owner[k] in world.inline]
-            threaded = [(k, d) for k, d in mine.items() if world.owner[k] not in world.inline]
-            events = self._apply(cycle, world, inline, t_wall)
-            if threaded:
-                loop = asyncio.get_running_loop()
-                future = loop.run_in_executor(cycle.worker.executor, self._apply, cycle, world, threaded,
-                                              t_wall)
-                try:
-                    events += await asyncio.wait_for(future, self.options.apply_timeout_s)
-                except Exception as exc:  # noqa: BLE001 - TimeoutError: the worker is busy; the tick acts
-                    self._log.warning("fastlane_nvml_late", knobs=[k for k, _ in threaded], error=repr(exc))
+            applied = await cycle.executor.apply(world, mine.items(), t_wall=t_wall,
+                                                 budget_s=self.options.apply_timeout_s)
+            events = applied.events
+            if applied.late:  # the worker is busy or slow: the tick's safety layer acts on them
+                self._log.warning("fastlane_nvml_late", knobs=applied.late)
             self.acted.update(critical)
             self.actions += 1
         for cid, (value, trig) in critical.items():
@@ -281,20 +274,6 @@ class FastLane:
                             knobs=data["knobs"])
             events.insert(0, Event("fault", t_wall, cid, message, data))
         self.emit(events)
-
-    @staticmethod
-    def _apply(cycle: Any, world: Any, wanted: list[tuple[str, Decision]], t_wall: float) -> list[Event]:
-        events: list[Event] = []
-        for knob_id, d in wanted:
-            backend, knob = world.owner[knob_id], world.knobs[knob_id]
-            try:
-                current = backend.read_knob(knob_id)
-            except Exception:  # noqa: BLE001 - the applier writes anyway and reports
-                current = None
-            _, ev = cycle.applier.apply(backend, knob, knob.device_id, d, knob.clamp(float(d.value)), current,
-                                        t_wall)
-            events += ev
-        return events
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def stop(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from aithermd.actuate.applier import Applier
+from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal
 from aithermd.actuate.worker import Worker
 from aithermd.publish.hub import StateHub
@@ -84,9 +85,9 @@ def make_tick(settings: DaemonSettings, backends, clock, hub: StateHub | None = 
     control = Control(settings.state_dir, clock=clock, hub=hub, policies=lambda: world.policies,
                         knobs=lambda: world.knobs, reload=lambda: None, default_policy=settings.policy,
                         pinned=True)
-    return Tick(world, applier=Applier(Journal(settings.state_dir)), control=control, hub=hub,
-                engine=engine, clock=clock, worker=Worker(max(settings.tick_s, 0.5)), tick_s=settings.tick_s,
-                dry_run=False)
+    executor = Executor(Applier(Journal(settings.state_dir)), Worker(max(settings.tick_s, 0.5)))
+    return Tick(world, executor=executor, control=control, hub=hub, engine=engine, clock=clock,
+                tick_s=settings.tick_s, dry_run=False)
 
 
 def write(root: Path, rel: str, value: int) -> None:

@@ -38,7 +38,7 @@ def board(tmp_path, root, policy_dir, clock):
     cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
                        clock)
     yield cycle, io
-    cycle.worker.shutdown()
+    cycle.executor.worker.shutdown()
 
 
 async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
@@ -125,7 +125,7 @@ async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_d
     before = io.preads
     assert await lane.poll_once() is False
     assert io.preads == before and read(root, f"{AMDGPU}/pwm1") != 255
-    cycle.worker.shutdown()
+    cycle.executor.worker.shutdown()
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def gpus(tmp_path, root, policy_dir, clock):
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
     cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
     yield fake, cycle
-    cycle.worker.shutdown()
+    cycle.executor.worker.shutdown()
     backend.close()
 
 

@@ -134,7 +134,7 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
         assert [d.id for d in world.devices] == ids  # back, under the same id
         assert [(e.subject, e.data["action"]) for e in events] == [(AMD, "added")]
     finally:
-        cycle.worker.shutdown()
+        cycle.executor.worker.shutdown()
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def two_gpus(tmp_path, root, policy_dir, clock):
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
     cycle = make_tick(settings_for(tmp_path, root, policy_dir), [backend], clock)
     yield fake, cycle
-    cycle.worker.shutdown()
+    cycle.executor.worker.shutdown()
     backend.close()
 
 

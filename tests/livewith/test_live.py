@@ -7,7 +7,7 @@ import asyncio
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions, PausedApplier
+from aithermd.runtime.live import LiveOptions
 
 from .conftest import NCT, read, settings_for, write
 
@@ -17,7 +17,7 @@ async def test_a_suspend_without_resume_ends_after_max_pause_s(tmp_path, root, p
     d = Daemon(settings, clock=clock, backends=[HwmonBackend(str(root))], sleep=clock.sleep,
                live=LiveOptions(max_pause_s=5.0))
     seen = []
-    d.hub.add_listener(lambda snap, evs: seen.append((snap.seq, isinstance(d.tick.applier, PausedApplier),
+    d.hub.add_listener(lambda snap, evs: seen.append((snap.seq, d.tick.applier.paused,
                                                       read(root, f"{NCT}/pwm1_enable"),
                                                       [e.message for e in evs if e.kind == "sleep"])))
     tasks = []

@@ -1,0 +1,251 @@
+"""The one apply path: every write the daemon makes — the tick's, the resume re-apply's, the fast lane's.
+
+:meth:`Executor.apply` takes decisions (knob id → :class:`~aithermd.model.Decision`, daemon units) and for
+each knob: clamps the value to the knob's own constraints, reads the knob first when the caller has no
+fresh value, then hands it to the :class:`~aithermd.actuate.applier.Applier` (journal first, write, read
+back, drift, no-op). Knobs of inline backends (hwmon, powercap) are written on the event loop; those of
+threaded ones (NVML) in one job on the loop's :class:`~aithermd.actuate.worker.Worker`, awaited under a
+budget. Knobs no decision claims any more are handed back (their journaled original restored) first.
+
+Every job on the worker that writes is tracked until it returns, with the knob it is writing at that
+moment. :meth:`Executor.settle` waits for them (suspend); :meth:`Executor.close` stops every later write
+(queued jobs and the rest of a running one write nothing more) and waits for them with a deadline. A write
+that has not returned by then is *abandoned*: :meth:`Executor.close` names its knob, so that the final
+restore rewrites it last, keeps its journal entry while the write may still land, and rewrites it again
+once the write returned (:meth:`Executor.returned`). The restore therefore wins: a late NVML write can
+no longer land after the final restore unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, Protocol
+
+import structlog
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.restore import RestoreReport, restore_journal
+from aithermd.actuate.worker import Worker
+from aithermd.backends.base import Backend
+from aithermd.model import Decision, Event, Knob, KnobValue
+
+
+class Knobs(Protocol):
+    """What the apply path needs of the world: ``knobs`` (id → Knob), ``owner`` (knob id → backend) and the
+    ``inline`` backends (the others are threaded)."""
+
+    @property
+    def knobs(self) -> Mapping[str, Knob]: ...
+
+    @property
+    def owner(self) -> Mapping[str, Backend]: ...
+
+    @property
+    def inline(self) -> tuple[Backend, ...]: ...
+
+
+class Result(NamedTuple):
+    """One knob's outcome: ``value`` asked (clamped, daemon units), its state ``before`` and ``after``
+    (None when unreadable)."""
+
+    knob_id: str
+    value: float
+    before: KnobValue | None
+    after: KnobValue | None
+
+
+@dataclass
+class Applied:
+    """What :meth:`Executor.apply` did: the ``events``, the knobs' values read back ``after`` (by knob id),
+    one :class:`Result` per decision applied, and the ``late`` knob ids of threaded backends whose job did
+    not answer within the budget (or could not be queued: the worker busy, the executor closed)."""
+
+    events: list[Event] = field(default_factory=list)
+    after: dict[str, KnobValue] = field(default_factory=dict)
+    results: list[Result] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)
+
+
+class _Job:
+    """One batch of writes on the worker; ``writing``: the knob inside a backend call right now."""
+
+    __slots__ = ("knobs", "writing", "future")
+
+    def __init__(self, knobs: Sequence[str]) -> None:
+        self.knobs = tuple(knobs)
+        self.writing: str | None = None
+        self.future: asyncio.Future[Any] | None = None
+
+
+class Executor:
+    """The apply path of one daemon run over ``applier`` and ``worker`` (see the module doc)."""
+
+    def __init__(self, applier: Applier, worker: Worker) -> None:
+        self.applier = applier
+        self.worker = worker
+        self.closed = False
+        self._jobs: set[_Job] = set()
+        self._abandoned: dict[str, _Job] = {}
+        self._log = structlog.get_logger("aithermd.execute")
+
+    # -- writing -----------------------------------------------------------------------------------------
+    async def apply(self, world: Knobs, decisions: Iterable[tuple[str, Decision]], *, t_wall: float,
+                    back: Sequence[str] = (), current: Mapping[str, KnobValue] | None = None,
+                    threaded: bool = True, budget_s: float | None = None) -> Applied:
+        """Hand back ``back`` (knob ids), then bring each knob of ``decisions`` to its decision's value.
+        ``current``: this tick's sampled values (None: each knob is read first); ``threaded``: False skips
+        the threaded backends' knobs (their sample did not answer); ``budget_s``: how long the worker job is
+        awaited (default the worker's budget). Never raises for a device fault."""
+        out = Applied()
+        if self.closed:
+            out.late = [k for k, _ in decisions] + list(back)
+            return out
+        knobs, owner, inline = world.knobs, world.owner, world.inline
+        here: list[tuple[str, Decision]] = []
+        there: list[tuple[str, Decision]] = []
+        for item in decisions:
+            if item[0] in knobs and item[1].value is not None:
+                (here if owner[item[0]] in inline else there).append(item)
+        back_here = [k for k in back if owner[k] in inline]
+        back_there = [k for k in back if owner[k] not in inline]
+        self._batch(world, here, back_here, current, t_wall, None, out)
+        if not (there or back_there) or not threaded:
+            return out
+        now = None if current is None else {**current, **out.after}
+        job = _Job([k for k, _ in there] + back_there)
+        result = await self.worker.hop(self._batch, world, there, back_there, now, t_wall, job,
+                                       budget_s=budget_s, submitted=lambda f: self._track(job, f))
+        if result is None:
+            out.late = list(job.knobs)
+        else:
+            self._merge(out, result)
+        return out
+
+    @staticmethod
+    def _merge(out: Applied, part: Applied) -> None:
+        out.events += part.events
+        out.after.update(part.after)
+        out.results += part.results
+
+    def _batch(self, world: Knobs, wanted: Sequence[tuple[str, Decision]], back: Sequence[str],
+               current: Mapping[str, KnobValue] | None, t_wall: float, job: _Job | None,
+               out: Applied | None = None) -> Applied:
+        """Hand back, then write, one knob at a time (on the loop or in the worker thread), into ``out`` (a
+        new :class:`Applied` by default); nothing once the executor is closed."""
+        out = Applied() if out is None else out
+        try:
+            self._hand_back(world, back, t_wall, job, out)
+            self._write(world, wanted, current, t_wall, job, out)
+        finally:
+            if job is not None:
+                job.writing = None
+        return out
+
+    def _hand_back(self, world: Knobs, back: Sequence[str], t_wall: float, job: _Job | None,
+                   out: Applied) -> None:
+        for knob_id in back:
+            if self.closed:
+                return
+            backend, knob = world.owner[knob_id], world.knobs[knob_id]
+            if job is not None:
+                job.writing = knob_id
+            out.events += self.applier.give_back(backend, knob, t_wall)
+            try:
+                out.after[knob_id] = backend.read_knob(knob_id)
+            except Exception:  # noqa: BLE001 - the next sample tells
+                pass
+
+    def _write(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
+               current: Mapping[str, KnobValue] | None, t_wall: float, job: _Job | None,
+               out: Applied) -> None:
+        for knob_id, decision in wanted:
+            if self.closed:
+                return
+            backend, knob = world.owner[knob_id], world.knobs[knob_id]
+            if job is not None:
+                job.writing = knob_id
+            value = knob.clamp(float(decision.value))
+            if current is not None:
+                before = current.get(knob_id)
+            else:
+                try:
+                    before = backend.read_knob(knob_id)
+                except Exception:  # noqa: BLE001 - the applier writes anyway and reports
+                    before = None
+            after, events = self.applier.apply(backend, knob, knob.device_id, decision, value, before, t_wall)
+            if after is not None:
+                out.after[knob_id] = after
+            out.events += events
+            out.results.append(Result(knob_id, value, before, after))
+
+    # -- in flight -----------------------------------------------------------------------------------------
+    def _track(self, job: _Job, future: asyncio.Future[Any]) -> None:
+        job.future = future
+        self._jobs.add(job)
+        future.add_done_callback(lambda _: self._jobs.discard(job))
+
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """Knob ids of the jobs on the worker that have not returned yet."""
+        return frozenset(k for job in self._jobs for k in job.knobs)
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` s for every write in flight; True when none is left."""
+        futures = {job.future for job in self._jobs if job.future is not None}
+        if futures:
+            await asyncio.wait(futures, timeout=timeout_s)
+        return not self._jobs
+
+    async def close(self, timeout_s: float) -> frozenset[str]:
+        """No write starts from now on; wait up to ``timeout_s`` s for those in flight. Returns the knobs
+        whose write is still inside a backend call (abandoned: see the module doc)."""
+        self.closed = True
+        self.applier.pause()  # a job between reading an original and writing stops there
+        await self.settle(timeout_s)
+        for job in list(self._jobs):
+            if job.writing is not None:
+                self._abandoned[job.writing] = job
+        if self._abandoned:
+            self._log.error("writes_abandoned", knobs=sorted(self._abandoned),
+                            message="still inside a backend call at stop: restored last, journal kept")
+        return frozenset(self._abandoned)
+
+    def returned(self, knob_id: str) -> bool:
+        """True when the abandoned write to ``knob_id`` has returned since (it can no longer land later)."""
+        job = self._abandoned.get(knob_id)
+        return job is None or job.future is None or job.future.done()
+
+    async def wait_abandoned(self, timeout_s: float) -> frozenset[str]:
+        """Wait up to ``timeout_s`` s for the abandoned writes; returns the knobs whose write returned."""
+        futures = {job.future for job in self._abandoned.values() if job.future is not None}
+        if futures:
+            await asyncio.wait(futures, timeout=timeout_s)
+        return frozenset(k for k in self._abandoned if self.returned(k))
+
+    # -- the final restore ---------------------------------------------------------------------------------
+    async def restore_all(self, backends: Sequence[Backend], timeout_s: float) -> RestoreReport:
+        """The daemon's last act: :meth:`close` (waiting up to ``timeout_s`` s for the writes in flight),
+        then every journaled knob restored from a fresh thread (the worker may be stuck in a hung call),
+        abandoned ones last and kept journaled while their write may still land; then up to ``timeout_s``
+        s more for those writes, each knob whose write returned restored again and forgotten. Returns the
+        report: ``kept`` lists the knobs left journaled for ``aithermd restore`` (their write never
+        returned). Raises JournalError when the journal cannot be written."""
+        abandoned = await self.close(timeout_s)
+        journal = self.applier.journal
+        report = await asyncio.to_thread(restore_journal, journal, backends=backends, last=abandoned,
+                                         keep=lambda k: k in abandoned and not self.returned(k))
+        if abandoned:
+            returned = await self.wait_abandoned(timeout_s)
+            again = await asyncio.to_thread(restore_journal, journal, backends=backends, only=returned)
+            still = tuple(k for k in report.kept if k not in again.restored)
+            restored = (*report.restored, *(k for k in again.restored if k not in report.restored))
+            report = replace(report, restored=restored, failed={**report.failed, **again.failed}, kept=still)
+            if still:
+                self._log.error("restore_uncertain", knobs=list(still),
+                                message="a write never returned: left journaled for 'aithermd restore'")
+        for knob_id in report.restored:
+            if knob_id not in report.kept:
+                self.applier.forget(knob_id)
+        return report
