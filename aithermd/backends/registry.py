@@ -53,7 +53,7 @@ def family_of(backend: Backend) -> str:
 @dataclass(frozen=True)
 class Inventory:
     """What discovery found. ``backends`` in sample order (``inline`` ones are sampled on the event loop,
-    ``threaded`` ones — NVML — in the loop's worker thread); ``devices`` in backend order then each
+    ``threaded`` ones — NVML — in the loop's worker thread, only when they found a device); ``devices`` in backend order then each
     backend's own bus-path order; ``knobs`` knob id → :class:`Knob`; ``owner`` knob id → backend;
     ``device_owner`` device id → backend."""
 
@@ -67,7 +67,11 @@ class Inventory:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inline", tuple(b for b in self.backends if not is_threaded(b)))
-        object.__setattr__(self, "threaded", tuple(b for b in self.backends if is_threaded(b)))
+        # a threaded backend that found nothing (NVML on a machine without a GPU) has nothing to read: no
+        # worker hop for it every tick; a rediscovery that finds a device makes a new inventory
+        owners = {id(b) for b in self.device_owner.values()}
+        object.__setattr__(self, "threaded",
+                           tuple(b for b in self.backends if is_threaded(b) and id(b) in owners))
 
     def devices_of(self, backend: Backend) -> list[Device]:
         return [d for d in self.devices if self.device_owner.get(d.id) is backend]
