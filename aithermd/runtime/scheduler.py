@@ -64,7 +64,15 @@ class Scheduler:
                                   skipped=missed)
 
     async def _wait(self, delay: float, stop: asyncio.Event) -> None:
-        """Sleep ``delay`` s with the injected sleep, ending early when ``stop`` is set."""
+        """Sleep ``delay`` s with the injected sleep, ending early when ``stop`` is set. In real time this is
+        one timer on the running task (no task created and cancelled per tick)."""
+        if self.sleep is asyncio.sleep:
+            try:
+                async with asyncio.timeout(delay):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+            return
         sleeper = asyncio.ensure_future(self.sleep(delay))
         stopper = asyncio.ensure_future(stop.wait())
         try:

@@ -66,3 +66,18 @@ async def test_until_stops_after_the_tick(clock):
 def test_period_must_be_positive(clock):
     with pytest.raises(ValueError):
         Scheduler(0.0, clock)
+
+
+async def test_real_time_ticks_wait_for_their_deadline_on_one_timer():
+    from aithermd.clock import RealClock
+    clock = RealClock()
+    t = Scheduler(0.02, clock)
+    seen = []
+
+    async def tick(seq, deadline):
+        seen.append((seq, deadline, clock.monotonic()))
+
+    await asyncio.wait_for(t.run(tick, asyncio.Event(), max_ticks=3), timeout=10.0)
+    assert [s for s, _, _ in seen] == [1, 2, 3]
+    assert all(now >= deadline for _, deadline, now in seen)  # never before its deadline
+    assert seen[2][1] - seen[0][1] == pytest.approx(0.04)  # on the grid
