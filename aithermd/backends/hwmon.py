@@ -43,6 +43,7 @@ from aithermd.backends.sysfs import (
     classify_oserror,
     read_optional_int,
     read_optional_text,
+    why_not_writable,
 )
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import UnknownKnob
@@ -252,10 +253,10 @@ class HwmonBackend:
             Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if f"pwm{nr}_enable" in files else None
         )
         why_not = None
-        if not io.writable(pwm.path):
-            why_not = f"pwm{nr} not writable (needs root)"
-        elif enable is not None and not io.writable(enable.path):
-            why_not = f"pwm{nr}_enable not writable (needs root)"
+        if (why := why_not_writable(io, pwm.path)) is not None:
+            why_not = f"pwm{nr} not writable ({why})"
+        elif enable is not None and (why := why_not_writable(io, enable.path)) is not None:
+            why_not = f"pwm{nr}_enable not writable ({why})"
         fan = f"{dev_id}/fan{nr}"
         knob = Knob(
             id=f"{dev_id}/pwm{nr}",

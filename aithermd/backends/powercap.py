@@ -35,6 +35,7 @@ from aithermd.backends.sysfs import (
     classify_oserror,
     read_optional_int,
     read_optional_text,
+    why_not_writable,
     write_error,
 )
 from aithermd.clock import Clock, RealClock
@@ -191,7 +192,8 @@ class RaplBackend:
         hi = read_optional_int(io, prefix + "max_power_uw")
         lo = read_optional_int(io, prefix + "min_power_uw")
         limit = Attribute(io, prefix + "power_limit_uw")
-        writable = io.writable(limit.path)
+        why = why_not_writable(io, limit.path)
+        writable = why is None
         knob = Knob(
             id=f"{dev_id}/{kind}",
             device_id=dev_id,
@@ -200,7 +202,7 @@ class RaplBackend:
             min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
             max=units.uw_to_w(hi) if hi is not None and hi > 0 else None,
             writable=writable,
-            why_not=None if writable else f"{os.path.basename(limit.path)} not writable (needs root)",
+            why_not=None if writable else f"{os.path.basename(limit.path)} not writable ({why})",
         )
         self._limits[knob.id] = _Limit(
             knob, limit, Attribute(io, prefix + "time_window_us") if has_window else None

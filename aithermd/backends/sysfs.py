@@ -84,6 +84,28 @@ class SysfsIO:
     def writable(self, path: str) -> bool:
         return os.access(path, os.W_OK)
 
+READ_ONLY_MOUNT = ("read-only file system: sysfs is mounted read-only here (a container, or a unit's "
+                   "ProtectKernelTunables= without ReadWritePaths=/sys/devices)")
+
+
+def why_not_writable(io: SysfsIO, path: str) -> str | None:
+    """None when ``io`` may write ``path``, else why not, in words (:func:`not_writable_reason`)."""
+    return None if io.writable(path) else not_writable_reason(path)
+
+
+def not_writable_reason(path: str) -> str:
+    """Why a file that ``access(W_OK)`` refused cannot be written: a read-only mount (``statvfs``
+    ``ST_RDONLY``, EROFS on write), or the caller is not root ("needs root"), or, for root, the file's mode
+    or a security module."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return READ_ONLY_MOUNT
+    except OSError:
+        pass
+    if os.geteuid() != 0:
+        return "needs root"
+    return "permission denied to root (the file's mode, or a security module)"
+
 
 def errno_name(err: int | None) -> str:
     return errno.errorcode.get(err or 0, f"errno {err}")
@@ -180,10 +202,12 @@ def read_optional_text(io: SysfsIO, path: str) -> str | None:
 
 
 def write_error(exc: OSError, what: str, *, denied_hint: str = "needs root") -> BackendError:
-    """The :mod:`aithermd.errors` class for a failed sysfs write: EACCES/EPERM/EROFS → NoPermission (with
-    ``denied_hint``), EINVAL → OutOfRange (the driver refused the value), ENODEV/ENOENT → DeviceLost, else
+    """The :mod:`aithermd.errors` class for a failed sysfs write: EACCES/EPERM → NoPermission (with
+    ``denied_hint``), EROFS → NoPermission naming the read-only mount, EINVAL → OutOfRange (the driver refused the value), ENODEV/ENOENT → DeviceLost, else
     BackendError."""
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno == errno.EROFS:
+        return NoPermission(f"{what}: {READ_ONLY_MOUNT}")
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return NoPermission(f"{what}: {exc.strerror} ({denied_hint})")
     if exc.errno == errno.EINVAL:
         return OutOfRange(f"{what}: rejected by the driver (EINVAL)")
