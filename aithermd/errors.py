@@ -6,6 +6,12 @@ makes a knob read-only, :class:`DeviceLost` and I/O errors are health problems t
 
 from __future__ import annotations
 
+# Exit status of `aithermd run` for a configuration it cannot start with (an invalid settings or policy file,
+# a missing active policy, a sysfs root or state directory it cannot use): EX_CONFIG of sysexits.h. The unit's
+# RestartPreventExitStatus= names it, so systemd does not restart into the same error; fix the file and start
+# the service again.
+EXIT_CONFIG = 78
+
 
 class AithermError(Exception):
     """Base of every error aithermd raises on purpose."""

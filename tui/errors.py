@@ -53,8 +53,12 @@ class DaemonNotRunning(ClientError):
 
     exit_code = wire.EXIT_NOT_RUNNING
 
-    def __init__(self, bus: str) -> None:
-        super().__init__(f"aithermd is not running on {bus_label(bus)} (start it: {start_hint(bus)})")
+    def __init__(self, bus: str, reason: str = "", dbus_name: str | None = None) -> None:
+        if reason:  # D-Bus activation asked systemd, which could not start it (masked, failed, start limit)
+            super().__init__(f"aithermd is not running on {bus_label(bus)}: {reason.rstrip('.')} (see "
+                             "systemctl status aithermd and journalctl -u aithermd)", dbus_name)
+        else:
+            super().__init__(f"aithermd is not running on {bus_label(bus)} (start it: {start_hint(bus)})")
         self.bus = bus
 
 
@@ -105,6 +109,9 @@ _FAILURES: dict[str, str] = {
     wire.ERROR_BUSY: "try again in a moment",
 }
 _NOT_RUNNING = {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"}
+# D-Bus activation that could not start the service: the unit is masked, failed, hit its start limit, or the
+# activation helper exited (dbus-daemon passes systemd's error on, or reports the spawn failure itself)
+_ACTIVATION_FAILED = ("org.freedesktop.systemd1.", "org.freedesktop.DBus.Error.Spawn.")
 _ACCESS = {wire.ERROR_NOT_AUTHORIZED, "org.freedesktop.DBus.Error.AccessDenied",
            "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"}
 _NO_REPLY = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout",
@@ -126,6 +133,8 @@ def from_dbus(name: str, text: str, method: str, bus: str) -> ClientError:
     text = " ".join((text or "").split())  # one line, whatever the daemon sent
     if name in _NOT_RUNNING:
         return DaemonNotRunning(bus)
+    if name.startswith(_ACTIVATION_FAILED):  # e.g. org.freedesktop.systemd1.UnitMasked
+        return DaemonNotRunning(bus, text or name, name)
     if name in _ACCESS:
         what, action = _WHAT.get(method, (f"call {method}", None))
         return NotAuthorized(what, text, action, name)

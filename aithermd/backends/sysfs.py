@@ -203,8 +203,8 @@ def read_optional_text(io: SysfsIO, path: str) -> str | None:
 
 def write_error(exc: OSError, what: str, *, denied_hint: str = "needs root") -> BackendError:
     """The :mod:`aithermd.errors` class for a failed sysfs write: EACCES/EPERM → NoPermission (with
-    ``denied_hint``), EROFS → NoPermission naming the read-only mount, EINVAL → OutOfRange (the driver refused the value), ENODEV/ENOENT → DeviceLost, else
-    BackendError."""
+    ``denied_hint``), EROFS → NoPermission naming the read-only mount, EINVAL → OutOfRange (the driver
+    refused the value), ENODEV/ENOENT → DeviceLost, else BackendError."""
     if exc.errno == errno.EROFS:
         return NoPermission(f"{what}: {READ_ONLY_MOUNT}")
     if exc.errno in (errno.EACCES, errno.EPERM):

@@ -1,7 +1,8 @@
 """``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
 
-Exit codes: 0 clean stop (every journaled knob restored), 1 invalid settings or policies, or a knob that
-could not be restored, 2 an unreadable config file or a sysfs root that is not a directory.
+Exit codes: 0 clean stop (every journaled knob restored); 1 a knob that could not be restored, or a failure
+at run time; 2 a usage error; 78 (EX_CONFIG) a configuration it cannot start with: invalid settings or
+policies, an unreadable config file, a sysfs root that is not a directory, a state directory it cannot write.
 """
 
 from __future__ import annotations
@@ -66,29 +67,29 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, signals: Any) -> int:
     from aithermd import log
-    from aithermd.errors import PolicyErrors
+    from aithermd.errors import EXIT_CONFIG, PolicyErrors
     from aithermd.runtime.daemon import Daemon
 
     if args.config is not None and not args.config.is_file():
         print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     try:
         settings = settings_from_args(args)
     except PolicyErrors as exc:
         for err in exc.errors:
             print(err.format(), file=sys.stderr)
-        return 1
+        return EXIT_CONFIG
     if not getattr(args, "simulate", False) and not settings.sysfs_root.is_dir():
         print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
               "e.g. /sys)", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     if not getattr(args, "simulate", False) and not settings.dry_run:
         problem = _state_dir_problem(settings.state_dir)
         if problem:
             print(f"{settings.state_dir}: error: {problem}: the journal of every original setting lives there, "
                   "so nothing may be written without it (give a writable --state-dir DIR, or --dry-run)",
                   file=sys.stderr)
-            return 2
+            return EXIT_CONFIG
     log.setup(settings.log_level, settings.log_format)
     if getattr(args, "simulate", False):
         from aithermd.sim.runner import run_simulated

@@ -5,8 +5,9 @@ introspection data is ``systemd/io.github.aithermd.Daemon1.xml``. Read side (any
 
 - properties ``Version``, ``ActivePolicy``, ``Holds`` (JSON), ``PolicyStates`` (JSON), ``DegradedDevices``,
   ``DryRun``, with ``PropertiesChanged`` when a published snapshot changes them;
-- ``GetSnapshot`` (:mod:`~aithermd.publish.document`), ``GetHistory`` (:mod:`~aithermd.publish.history`),
-  ``Explain``, ``ListPolicies``, ``GetPolicy`` (from the :class:`DaemonControl`);
+- ``GetSnapshot`` (:mod:`~aithermd.publish.document`; before the first tick it waits for it),
+  ``GetHistory`` (:mod:`~aithermd.publish.history`), ``Explain``, ``ListPolicies``, ``GetPolicy`` (from
+  the :class:`DaemonControl`);
 - ``GetProcesses`` (who uses each GPU; energy per process, unit, Slurm job, container) and
   ``GetEnergyReport`` (the energy history) from the :class:`~aithermd.accounting.service.EnergyService`;
 - ``SnapshotUpdated(seq)`` at most once per ``snapshot_interval_s`` (the last one is never dropped), and
@@ -19,6 +20,7 @@ Privileged methods go through :mod:`~aithermd.publish.dbus_control`. Entry point
 """
 
 import asyncio
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -48,6 +50,10 @@ from aithermd.publish.polkit import Authorizer
 
 __all__ = ["BusUnavailable", "Daemon1", "DbusHandle", "start"]
 
+# How long GetSnapshot waits for the first tick's snapshot when the name is owned before it (D-Bus
+# activation: the call that started the daemon is the first to read); then it answers what it has.
+FIRST_SNAPSHOT_WAIT_S = 15.0
+
 DBusStrList = Annotated[list[str], DBusSignature("as")]
 DBusTwoStr = Annotated[list[str], DBusSignature("ss")]
 
@@ -75,10 +81,16 @@ class Daemon1(ServiceInterface):
         self._last_signal = float("-inf")
         self._pending: asyncio.TimerHandle | None = None
         self.connected = True
+        self._first_publish = asyncio.Event()
+        if hub.latest is not None:
+            self._first_publish.set()
 
     # ---- read side -------------------------------------------------------------------------------------
     @method()
-    def GetSnapshot(self) -> DBusStr:  # noqa: N802 - D-Bus member names are CamelCase
+    async def GetSnapshot(self) -> DBusStr:  # noqa: N802 - D-Bus member names are CamelCase
+        if self._hub.latest is None:  # D-Bus activation: the caller that started us waits for the first tick
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first_publish.wait(), FIRST_SNAPSHOT_WAIT_S)
         text = self._documents.text(self._hub.latest)
         processes = self._energy.processes_text()
         if processes is None or not text.endswith("}"):
@@ -223,6 +235,7 @@ class Daemon1(ServiceInterface):
 
     def on_publish(self, snapshot: Snapshot, events: Sequence[HubEvent]) -> None:
         """Hub listener: PropertiesChanged, Event signals and the rate-limited SnapshotUpdated."""
+        self._first_publish.set()
         if not self.connected:
             return
         props = self._properties(snapshot)

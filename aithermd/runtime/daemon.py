@@ -34,7 +34,7 @@ from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
 from aithermd.backends.registry import discover, open_for_daemon
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.errors import EXIT_CONFIG, PolicyError, PolicyErrors
 from aithermd.model import Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.control import Control
@@ -59,8 +59,9 @@ def _guard(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
 
 
 class Daemon:
-    """One daemon run. ``await run()`` returns the exit code (0 clean, 1 start failure or a knob that
-    could not be restored). ``hub`` holds the published snapshots; ``control`` the DaemonControl."""
+    """One daemon run. ``await run()`` returns the exit code (0 clean, 78 EX_CONFIG an invalid policy set
+    or a missing active policy at start, 1 another start failure or a knob that could not be restored).
+    ``hub`` holds the published snapshots; ``control`` the DaemonControl."""
 
     def __init__(self, settings: DaemonSettings, *, clock: Clock | None = None,
                  backends: Sequence[Backend] | None = None, sleep: Sleep = asyncio.sleep,
@@ -187,7 +188,7 @@ class Daemon:
             for err in exc.errors:
                 self._log.error("policy_error", error=str(err))
             self._close(backends, own_backends)
-            return 1
+            return EXIT_CONFIG
         self.control = Control(s.state_dir, clock=self.clock, hub=self.hub,
                                policies=lambda: self._policies().policies,
                                knobs=lambda: self.tick.world.knobs if self.tick else world.knobs,
@@ -199,7 +200,7 @@ class Daemon:
                 self._log.error("policy_error", error=f"policy {s.policy!r} not found in {where}; "
                                 f"known: {', '.join(sorted(world.policies))}")
                 self._close(backends, own_backends)
-                return 1
+                return EXIT_CONFIG
             self.control.active = s.policy
         worker = Worker(max(s.tick_s, 0.5))
         executor = Executor(Applier(journal, dry_run=s.dry_run), worker)

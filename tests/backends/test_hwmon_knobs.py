@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -133,8 +134,36 @@ def test_read_only_pwm_says_why(tmp_path):
     root = copy_machine(tmp_path, "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp")
     backend = HwmonBackend(str(root), io=ReadOnly())
     knob = next(d for d in backend.discover() if d.id == NCT).knobs[0]
-    assert knob.writable is False and knob.why_not == "pwm1_enable not writable (needs root)"
+    why = "needs root" if os.geteuid() else "permission denied to root (the file's mode, or a security " \
+        "module)"
+    assert knob.writable is False and knob.why_not == f"pwm1_enable not writable ({why})"
     backend.close()
+
+
+def test_a_read_only_sysfs_mount_is_named_not_root(tmp_path, monkeypatch):
+    """/sys mounted read-only (a container; ProtectKernelTunables= without ReadWritePaths=): the knob says so,
+    not "needs root", and so does a write refused with EROFS."""
+    import errno
+
+    from aithermd.backends import sysfs
+    from aithermd.errors import NoPermission
+
+    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    real = os.statvfs
+
+    class ReadOnlyMount(FaultIO):
+        def writable(self, path: str) -> bool:
+            return False
+
+    monkeypatch.setattr(sysfs.os, "statvfs", lambda p: os.statvfs_result(
+        (*real(p)[:8], real(p).f_flag | os.ST_RDONLY, real(p)[9])))
+    backend = HwmonBackend(str(root), io=ReadOnlyMount())
+    knob = next(d for d in backend.discover() if d.id == NCT).knobs[0]
+    assert knob.why_not.startswith("pwm1 not writable (read-only file system: sysfs is mounted read-only")
+    assert "needs root" not in knob.why_not
+    backend.close()
+    err = sysfs.write_error(OSError(errno.EROFS, "Read-only file system"), "pwm1")
+    assert isinstance(err, NoPermission) and "read-only" in str(err) and "needs root" not in str(err)
 
 
 def test_pwm_modes():

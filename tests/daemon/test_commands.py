@@ -7,6 +7,7 @@ import pytest
 from aithermd.actuate.journal import JOURNAL_FILE, Journal
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
+from aithermd.errors import EXIT_CONFIG
 from tests.support.machines import copy_machine
 
 from .proc import knob_files
@@ -61,23 +62,25 @@ def test_restore_with_a_corrupt_journal_exits_2(tmp_path, capsys):
 
 
 def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):
+    """Configuration errors exit 78 (EX_CONFIG), which the unit's RestartPreventExitStatus= names: systemd
+    does not restart into the same error (a restart loop of ~21 starts a minute before)."""
     cfg = tmp_path / "aithermd.yaml"
     cfg.write_text("tick_s: 1\ntick_s_: 2\n")
-    assert main(["run", "--config", str(cfg)]) == 1
+    assert main(["run", "--config", str(cfg)]) == EXIT_CONFIG == 78
     expected = f"{cfg}:2:1: error: tick_s_: unknown setting (hint: did you mean 'tick_s'?)"
     assert expected in capsys.readouterr().err
 
 
-def test_run_with_an_unreadable_config_exits_2(tmp_path, capsys):
-    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
+def test_run_with_an_unreadable_config_exits_78(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == EXIT_CONFIG
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_run_with_an_unknown_policy_exits_1(tmp_path):
+def test_run_with_an_unknown_policy_exits_78(tmp_path):
     root = copy_machine(tmp_path)
     args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
             "--metrics-listen", "none", "--no-nvml", "--policy", "no-such-policy", "--log-format", "json"]
-    assert main(args) == 1
+    assert main(args) == EXIT_CONFIG
 
 
 def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, capsys):
@@ -87,6 +90,6 @@ def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, c
     blocker.write_text("")
     code = main(["run", "--sysfs-root", str(root), "--state-dir", str(blocker / "state"), "--bus", "none",
                  "--metrics-listen", "none"])
-    assert code == 2
+    assert code == EXIT_CONFIG
     assert "cannot create the state directory" in capsys.readouterr().err
     assert knob_files(root) == before

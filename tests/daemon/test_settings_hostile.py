@@ -70,10 +70,10 @@ def test_flag_errors_name_the_flag_as_typed(flags, expected):
     assert [e.format() for e in info.value.errors] == [expected]
 
 
-def test_run_with_a_sysfs_root_that_is_not_a_directory_exits_2(tmp_path, capsys):
+def test_run_with_a_sysfs_root_that_is_not_a_directory_exits_78(tmp_path, capsys):
     from aithermd.cli import main
     missing = tmp_path / "no-such-sys"  # before: the daemon ran controlling nothing, silently
     assert main(["run", "--sysfs-root", str(missing), "--state-dir", str(tmp_path / "s"), "--bus", "none",
-                 "--metrics-listen", "none", "--no-nvml"]) == 2
+                 "--metrics-listen", "none", "--no-nvml"]) == 78
     assert capsys.readouterr().err == (f"{missing}: error: sysfs root is not a directory (give the root of a "
                                        "sysfs tree, e.g. /sys)\n")

@@ -185,3 +185,23 @@ async def test_a_long_history_is_built_off_the_loop_and_shared(service, client, 
     docs = [json.loads(text) for (text,) in replies]
     assert all(d == docs[0] for d in docs)
     assert len(docs[0]["t"]) == 300 and docs[0]["series"]["gpu1/energy"][-1] == 1000.0 + 100.0 * 300
+
+
+async def test_get_snapshot_before_the_first_tick_waits_for_it(bus_address, polkitd, control, client):
+    """D-Bus activation: the name is owned before the first tick, and the call that started the daemon is
+    the first to read. It gets the first tick's snapshot, not an empty document."""
+    from aithermd.publish import dbus_service
+    from aithermd.publish.hub import StateHub
+
+    hub = StateHub()
+    handle = await dbus_service.start(bus_address, control, hub, snapshot_interval_s=0.0)
+    try:
+        reply = asyncio.ensure_future(ok(client, "GetSnapshot"))
+        await asyncio.sleep(0.3)
+        assert not reply.done()  # no snapshot yet: the reader waits
+        hub.publish(reference_snapshot(1))
+        (text,) = await asyncio.wait_for(reply, 10)
+        doc = json.loads(text)
+        assert doc["seq"] == 1 and any(d["id"] == "gpu0" for d in doc["devices"])
+    finally:
+        await handle.stop()

@@ -32,9 +32,10 @@ def unit_settings(text: str) -> dict[str, list[str]]:
 
 @pytest.fixture()
 def installed_unit(tmp_path: Path) -> Path:
-    aithermd = venv_script("aithermd")
-    text = UNIT.read_text().replace("/usr/bin/aithermd", str(aithermd))
-    assert str(aithermd) in text
+    aithermd, aithermctl = venv_script("aithermd"), venv_script("aithermctl")
+    text = (UNIT.read_text().replace("/usr/bin/aithermd ", f"{aithermd} ")
+            .replace("/usr/bin/aithermctl ", f"{aithermctl} "))
+    assert str(aithermd) in text and str(aithermctl) in text
     copy = tmp_path / "aithermd.service"
     copy.write_text(text)
     return copy
@@ -135,3 +136,32 @@ def test_unit_parses_as_ini() -> None:
     parser.read_string(UNIT.read_text())
     assert parser.sections() == ["Unit", "Service", "Install"]
     assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def _seconds(value: str) -> float:
+    """A systemd time span in the forms this unit uses: "2s", "120s", "2min"."""
+    if value.endswith("min"):
+        return float(value.removesuffix("min")) * 60
+    return float(value.removesuffix("s"))
+
+
+def test_a_configuration_error_is_not_restarted_and_a_crash_loop_can_fail() -> None:
+    """A config error exits EX_CONFIG, which stops the restarts at once; any other crash loop trips the start
+    limit: StartLimitBurst starts, each at least RestartSec apart, fit in StartLimitIntervalSec."""
+    from aithermd.errors import EXIT_CONFIG
+
+    s = unit_settings(UNIT.read_text())
+    assert s["Restart"] == ["on-failure"]
+    assert str(EXIT_CONFIG) in s["RestartPreventExitStatus"][0].split()
+    burst = int(s["StartLimitBurst"][0])
+    interval, restart = _seconds(s["StartLimitIntervalSec"][0]), _seconds(s["RestartSec"][0])
+    assert (burst - 1) * restart < interval, "the start limit can never trip"
+
+
+def test_reload_waits_for_the_daemons_answer() -> None:
+    """`systemctl reload` fails when the daemon refuses the policies: ExecReload= is a call that returns the
+    refusal (aithermctl policy reload exits 1 on PolicyInvalid), not a bare SIGHUP."""
+    s = unit_settings(UNIT.read_text())
+    (reload,) = s["ExecReload"]
+    assert "kill" not in reload and reload.split()[0] == "/usr/bin/aithermctl"
+    assert reload.split()[-2:] == ["policy", "reload"] and "--bus system" in reload

@@ -164,3 +164,39 @@ async def test_reconnects_after_the_connection_dropped(fake_daemon, private_bus)
     assert not c.connected
     assert (await c.get_snapshot())["seq"] == 1234  # connect() again is implicit
     await c.close()
+
+
+def test_activation_that_cannot_start_the_daemon_is_not_running_exit_3(tmp_path):
+    """D-Bus activation of a unit that is masked or keeps failing: the bus answers with the activation's
+    error (here dbus-daemon's own Spawn.ChildExited from an activation file whose Exec fails, on a systemd
+    host org.freedesktop.systemd1.UnitMasked and friends). aithermctl says aithermd is not running: exit 3."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("dbus-daemon") is None:
+        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
+    services = tmp_path / "services"
+    services.mkdir()
+    (services / f"{wire.BUS_NAME}.service").write_text(
+        f"[D-BUS Service]\nName={wire.BUS_NAME}\nExec=/bin/false\n")
+    (tmp_path / "bus.conf").write_text(f"""<!DOCTYPE busconfig PUBLIC
+ "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig><type>session</type><listen>unix:path={tmp_path}/bus</listen><auth>EXTERNAL</auth>
+<servicedir>{services}</servicedir>
+<policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/>
+<allow own="*"/></policy></busconfig>
+""")
+    proc = subprocess.Popen(["dbus-daemon", f"--config-file={tmp_path}/bus.conf", "--print-address",
+                             "--nofork", "--nopidfile"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        address = proc.stdout.readline().strip()
+        out = subprocess.run([sys.executable, "-m", "aithermctl", "--bus", address, "status"],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert out.returncode == wire.EXIT_NOT_RUNNING, out.stderr
+    assert out.stderr.startswith(f"aithermctl: aithermd is not running on the bus at {address}: ")
+    assert "journalctl -u aithermd" in out.stderr and len(out.stderr.splitlines()) == 1
