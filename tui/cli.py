@@ -115,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated time runs K times faster")
     p.add_argument("--no-tui", action="store_true",
                    help="print the bus address and wait (for scripting: aithermctl --bus ADDRESS ...)")
+    p.add_argument("--metrics-listen", default="127.0.0.1:8736", metavar="HOST:PORT|none",
+                   help="Prometheus metrics of the simulated daemon (default 127.0.0.1:8736)")
 
     sub.add_parser("top", help="the terminal UI (the default)")
     return parser

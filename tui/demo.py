@@ -1,7 +1,9 @@
 """``aithermctl demo``: a private D-Bus, aithermd on the simulated workstation, and the TUI on top.
 
 Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs and board in a temporary
-directory), its own temporary state directory, no metrics endpoint, on a private ``dbus-daemon``. On exit
+directory), its own temporary state directory, on a private ``dbus-daemon``; it serves Prometheus metrics on
+``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken
+is a warning in the daemon's log, and the demo runs on without metrics). On exit
 (quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
 removed.
 """
@@ -24,12 +26,16 @@ from aithermd.publish import wire
 DEFAULT_SPEEDUP = 5.0  # the default idle → training → idle cycle takes 2 minutes of wall time
 
 
-def daemon_command(address: str, state_dir: str, policy: str | None, speedup: float | None) -> list[str]:
+DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the daemon's own default: point a Prometheus at the demo
+
+
+def daemon_command(address: str, state_dir: str, policy: str | None, speedup: float | None,
+                   metrics_listen: str = DEFAULT_METRICS_LISTEN) -> list[str]:
     """The ``aithermd run --simulate`` command line (the ``aithermd`` script next to this Python, else
     ``python -m aithermd``)."""
     script = Path(sys.executable).with_name("aithermd")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aithermd"]
-    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", "none", "--state-dir", state_dir,
+    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", metrics_listen, "--state-dir", state_dir,
             "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}"]
     if policy:
         cmd += ["--policy", policy]
@@ -104,8 +110,9 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"aithermctl: demo: {exc}", file=sys.stderr)
             return wire.EXIT_FAILURE
         with log.open("wb") as sink:
+            metrics_listen = getattr(args, "metrics_listen", DEFAULT_METRICS_LISTEN)
             daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
-                                                     args.speedup),
+                                                     args.speedup, metrics_listen),
                                       stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
                                       start_new_session=True)
         if not asyncio.run(wait_for_daemon(address, daemon)):
@@ -113,8 +120,10 @@ def run_demo(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return wire.EXIT_FAILURE
         if args.no_tui:
+            metrics = ("" if metrics_listen.strip().lower() == "none"
+                       else f"  metrics: http://{metrics_listen}/metrics\n")
             print(f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
-                  f"  log: {log}\nCtrl-C stops it.", flush=True)
+                  f"{metrics}  log: {log}\nCtrl-C stops it.", flush=True)
             while daemon.poll() is None:
                 time.sleep(0.5)
             print(f"aithermctl: demo: aithermd exited ({daemon.returncode}); its log:\n{_tail(log)}",

@@ -14,17 +14,18 @@ ratio); labels ``gpu_index``/``gpu_uuid``/``gpu_name``, ``chip``/``sensor``/``la
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from aithermd import __version__
 from aithermd.backends.nvml_probe import REASONS
-from aithermd.model import DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
+from aithermd.model import Device, DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
 from aithermd.publish.document import decision_changes
 from aithermd.publish.hub import StateHub
 from aithermd.publish.scrape import CLIENT_TIMEOUT_S, ScrapeServer, exposition
@@ -35,8 +36,14 @@ TICK_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 # NVML clocks-event reasons always rendered (0 or 1), so a reason that clears reads 0 instead of vanishing.
 CLOCK_EVENT_REASONS = tuple(name for _, name in REASONS)
 
-_GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name"]
-_HWMON_LABELS = ["chip", "sensor", "label"]
+# GPU series also carry dcgm-exporter's own names for the index and UUID (``gpu``, ``UUID``), so
+# `aithermd_gpu_power_watts * on (UUID) group_left DCGM_FI_DEV_GPU_UTIL` joins without label_replace.
+_GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name", "gpu", "UUID"]
+# hwmon series: the lm-sensors chip name, node_exporter's hwmon chip name (``node_chip``, its ``chip`` label:
+# bus type and device, e.g. platform_nct6775_656) and sensor (tempN, fanN, the same in both), the label or
+# else the sensor name.
+_HWMON_LABELS = ["chip", "node_chip", "sensor", "label"]
+_NODE_CHIP_INVALID = re.compile(r"[^a-z0-9:_]")
 _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "temperature": ("aithermd_gpu_temperature_celsius", "GPU core temperature (NVML).", 1.0),
     "memory_temperature": ("aithermd_gpu_memory_temperature_celsius", "GPU memory temperature (NVML).", 1.0),
@@ -45,6 +52,27 @@ _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "sm_clock": ("aithermd_gpu_sm_clock_hertz", "GPU SM clock (NVML).", 1e6),
     "memory_clock": ("aithermd_gpu_memory_clock_hertz", "GPU memory clock (NVML).", 1e6),
 }
+
+
+def node_exporter_chip(dev: Device) -> str:
+    """node_exporter's hwmon ``chip`` label for ``dev`` (collector/hwmon_linux.go, hwmonName): the device's
+    bus directory and name, each lower-cased with characters outside ``[a-z0-9:_]`` made ``_``
+    (``devices/platform/nct6775.656`` → ``platform_nct6775_656``); for a chip with no device link, its name."""
+    def clean(text: str) -> str:
+        return _NODE_CHIP_INVALID.sub("_", text.strip().lower()).strip("_")
+
+    parts = str(dev.info.get("bus_path", "")).split("/")
+    if len(parts) >= 2 and not parts[-1].startswith("hwmon") and parts[:2] != ["devices", "virtual"]:
+        kind, name = clean(parts[-2]), clean(parts[-1])
+        if kind and name:
+            return f"{kind}_{name}"
+    return clean(dev.name)
+
+
+def _gpu_labels(dev: Device) -> list[str]:
+    uuid = str(dev.info.get("uuid", ""))
+    index = dev.id.removeprefix("gpu")
+    return [index, uuid, dev.name, index, uuid]
 
 
 def _ok(snapshot: Snapshot, channel_id: str) -> float | None:
@@ -58,7 +86,10 @@ class EventCounters:
     ``decisions``: {(knob, rule): n} counts changes of a knob's winning decision (rule or value);
     ``drift``: {knob: n} counts ``drift``/``conflict`` events; ``faults``: {device: n} counts ``fault``
     events.
-    Entries of knobs and devices no longer in the snapshot are dropped. Each dict is replaced, never mutated,
+    ``drift`` and ``faults`` hold every knob and device of the snapshot from the first one it appears in
+    (start or hotplug), at 0 until its first event, so ``increase()`` and ``rate()`` see that first event
+    (a series born at 1 increases by nothing). Entries of knobs and devices no longer in the snapshot are
+    dropped. Each dict is replaced, never mutated,
     once published, so the scrape thread reads a consistent copy without a lock.
     """
 
@@ -89,15 +120,16 @@ class EventCounters:
         if faults is not None:
             self.faults = faults
         if self._previous is None or self._previous.devices is not snapshot.devices:
-            self._prune(snapshot)
+            self._follow_devices(snapshot)
         self._previous = snapshot
 
-    def _prune(self, snapshot: Snapshot) -> None:
-        devices = {d.id for d in snapshot.devices}
-        knobs = {k.id for d in snapshot.devices for k in d.knobs}
-        self.decisions = {k: v for k, v in self.decisions.items() if k[0] in knobs}
-        self.drift = {k: v for k, v in self.drift.items() if k in knobs}
-        self.faults = {k: v for k, v in self.faults.items() if k in devices}
+    def _follow_devices(self, snapshot: Snapshot) -> None:
+        """Counters for exactly the snapshot's devices and knobs: new ones at 0, vanished ones dropped."""
+        devices = [d.id for d in snapshot.devices]
+        knobs = [k.id for d in snapshot.devices for k in d.knobs]
+        self.decisions = {k: v for k, v in self.decisions.items() if k[0] in set(knobs)}
+        self.drift = {k: self.drift.get(k, 0) for k in knobs}
+        self.faults = {d: self.faults.get(d, 0) for d in devices}
 
 
 class SnapshotCollector(Collector):
@@ -138,7 +170,7 @@ class SnapshotCollector(Collector):
         for dev in s.devices:
             if dev.kind is not DeviceKind.GPU:
                 continue
-            labels = [dev.id.removeprefix("gpu"), str(dev.info.get("uuid", "")), dev.name]
+            labels = _gpu_labels(dev)
             for ch in dev.channels:
                 value = _ok(s, ch.id)
                 if value is None:
@@ -166,28 +198,34 @@ class SnapshotCollector(Collector):
                                   labels=_HWMON_LABELS)
         fans = GaugeMetricFamily("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
                                  labels=_HWMON_LABELS)
+        # the fan's own labels (chip, node_chip, sensor fanN, label), so duty and RPM join on them
         duty = GaugeMetricFamily("aithermd_fan_duty_ratio", "Fan duty, 0–1 (hwmon pwmN/255, NVML fan "
-                                 "speed).", labels=["knob"])
+                                 "speed).", labels=["knob", *_HWMON_LABELS])
         for dev in s.devices:
-            if dev.kind is DeviceKind.HWMON:
-                chip = dev.chip or dev.id.removeprefix("hwmon:")
+            hwmon = dev.kind is DeviceKind.HWMON
+            chip = (dev.chip or dev.id.removeprefix("hwmon:")) if hwmon else dev.id
+            node_chip = node_exporter_chip(dev) if hwmon else ""
+            channels = {ch.id: ch for ch in dev.channels}
+            if hwmon:
                 for ch in dev.channels:
                     family = (temps if ch.quantity is Quantity.TEMPERATURE
                               else fans if ch.quantity is Quantity.FAN else None)
                     value = _ok(s, ch.id) if family is not None else None
                     if value is not None:
-                        family.add_metric([chip, ch.attribute, ch.label or ""], value)
+                        family.add_metric([chip, node_chip, ch.attribute, ch.label or ch.attribute], value)
             for knob in dev.knobs:
                 if knob.kind in (KnobKind.PWM, KnobKind.FAN):
                     kv = s.knobs.get(knob.id)
                     if kv is not None and kv.value is not None:
-                        duty.add_metric([knob.id], kv.value / 100.0)
+                        fan = channels.get(knob.fan_channel or "")
+                        sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
+                        label = (fan.label if fan is not None else None) or sensor
+                        duty.add_metric([knob.id, chip, node_chip, sensor, label], kv.value / 100.0)
         yield from (temps, fans, duty)
 
     def _powercap(self, s: Snapshot) -> Iterator[Metric]:
-        package = GaugeMetricFamily("aithermd_cpu_package_power_watts",
-                                    "CPU package power over the last tick (RAPL package-N zones).",
-                                    labels=["zone"])
+        # One series per zone: CPU package power is aithermd_rapl_power_watts{zone=~"package-.*"} (core,
+        # uncore, dram and psys are not packages); no second family repeats it.
         power = GaugeMetricFamily("aithermd_rapl_power_watts",
                                   "RAPL zone power over the last tick (powercap energy_uj).", labels=["zone"])
         energy = CounterMetricFamily("aithermd_rapl_energy_joules", "RAPL zone energy counter (powercap).",
@@ -202,15 +240,13 @@ class SnapshotCollector(Collector):
                 value = _ok(s, ch.id)
                 if value is not None and ch.quantity is Quantity.POWER:
                     power.add_metric([zone], value)
-                    if zone.startswith("package-"):  # core, uncore, dram and psys are not packages
-                        package.add_metric([zone], value)
                 elif value is not None and ch.quantity is Quantity.ENERGY:
                     energy.add_metric([zone], value)
             for knob in dev.knobs:
                 kv = s.knobs.get(knob.id)
                 if knob.kind in (KnobKind.PL1, KnobKind.PL2) and kv is not None and kv.value is not None:
                     limits.add_metric([zone, str(knob.kind)], kv.value)
-        yield from (package, power, energy, limits)
+        yield from (power, energy, limits)
 
     def _policy(self, s: Snapshot) -> Iterator[Metric]:
         active = GaugeMetricFamily("aithermd_policy_active", "1 for the active policy.", labels=["policy"])
@@ -270,6 +306,10 @@ class MetricsHandle:
         self.counters = EventCounters()
         self.collector = SnapshotCollector(hub, self.counters)
         self.registry.register(self.collector)
+        # the daemon's own process_* (CPU seconds, resident memory, open fds, start time) and python_info,
+        # as every Prometheus client exports them
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
                                buckets=TICK_BUCKETS_S, registry=self.registry)
         self._remove_listener = hub.add_listener(self.counters.on_publish)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -289,13 +290,14 @@ class Daemon:
             loaded, self._pending = self._pending, None
             self.tick.world = with_policies(self.tick.world, loaded)
             self.control.policies_changed(set(loaded.policies), self.settings.policy)
-        started = self.clock.monotonic()
+        started = time.perf_counter()  # the tick's real duration, also under a simulated clock
         snapshot = await self.live.tick(seq)  # under the tick lock, after hotplug/resume changes
         self._last_tick_done = self.clock.monotonic()
+        duration_s = time.perf_counter() - started
         for _, handle in self._services:
             observe = getattr(handle, "observe_tick", None)
             if observe is not None:
-                observe(self._last_tick_done - started)
+                observe(duration_s)
         status = (f"policy {snapshot.policy.active}, {len(self.tick.applier.owned)} knobs controlled, "
                   f"{len(snapshot.degraded)} degraded" + (" (dry-run)" if snapshot.dry_run else ""))
         if seq == 1:

@@ -106,7 +106,7 @@ def test_alert_labels_exist(scrape: dict[str, set[str]]) -> None:
 
 
 def test_label_check_can_fail(scrape: dict[str, set[str]]) -> None:
-    assert check_labels("x", 'max by (gpu) (aithermd_gpu_power_watts{card="0"})', "{{board}}", scrape) == [
+    assert check_labels("x", 'max by (slot) (aithermd_gpu_power_watts{card="0"})', "{{board}}", scrape) == [
         "x: label 'board' is on none of ['aithermd_gpu_power_watts']",
         "x: label 'card' is on none of ['aithermd_gpu_power_watts']",
-        "x: label 'gpu' is on none of ['aithermd_gpu_power_watts']"]
+        "x: label 'slot' is on none of ['aithermd_gpu_power_watts']"]

@@ -255,8 +255,15 @@ async def test_unknown_policy_fails_open_and_strict_fails(node: Node) -> None:
     assert rc == 0 and "could not hold policy turbo" in out
     assert not (node.state / "47.hold").exists() and (node.state / "47.window").exists()
     node.env["AITHERMD_SLURM_STRICT"] = "1"
+    assert node.daemon is not None
+    before = len(node.daemon.calls)
     rc, out = await node.hook("prolog", SLURM_JOB_ID="48", SLURM_JOB_COMMENT="aithermd:policy=turbo")
     assert rc == 1
+    # what Slurm does with a failed prolog: drain, requeue held (slurm.conf(5)); no window left open for a
+    # job that does not run
+    assert "requeues the job held (scontrol release 48" in out and "nohold_on_prolog_fail" in out
+    assert [c[0] for c in node.daemon.calls[before:]] == ["HoldPolicy"]
+    assert not (node.state / "48.window").exists()
 
 
 async def test_multi_node_job_has_one_line_per_node(node: Node) -> None:

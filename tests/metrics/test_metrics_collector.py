@@ -46,15 +46,22 @@ def test_hwmon_powercap_and_policy_metrics():
                  label="Tctl") == r["hwmon:k10temp-pci-00c3/temp1"].value
     assert value(found, "aithermd_fan_speed_rpm", chip="nct6798-isa-0290", sensor="fan2",
                  label="CPU fan") == r["hwmon:nct6798-isa-0290/fan2"].value
-    assert value(found, "aithermd_fan_speed_rpm", chip="nct6798-isa-0290", sensor="fan1", label="") > 0
-    assert value(found, "aithermd_fan_duty_ratio", knob="hwmon:nct6798-isa-0290/pwm1") == 0.5
+    # a fan without a label is named by its sensor; RPM and duty share chip, node_chip, sensor and label
+    assert value(found, "aithermd_fan_speed_rpm", chip="nct6798-isa-0290", sensor="fan1", label="fan1") > 0
+    fan1 = {"chip": "nct6798-isa-0290", "node_chip": "nct6798", "sensor": "fan1", "label": "fan1"}  # no bus_path
+    assert value(found, "aithermd_fan_speed_rpm", **fan1) > 0
+    assert value(found, "aithermd_fan_duty_ratio", knob="hwmon:nct6798-isa-0290/pwm1", **fan1) == 0.5
     assert value(found, "aithermd_fan_duty_ratio", knob="gpu1/fan0") == 0.43
-    assert value(found, "aithermd_cpu_package_power_watts", zone="package-0") == r[
-        "powercap:package-0/power"].value
+    rpm_labels = {frozenset(k for k, _ in ls) for (n, ls) in found if n == "aithermd_fan_speed_rpm"}
+    duty_labels = {frozenset(k for k, _ in ls) - {"knob"} for (n, ls) in found if n == "aithermd_fan_duty_ratio"}
+    assert rpm_labels == duty_labels == {frozenset(fan1)}
+    # CPU package power is one series: the package zone of aithermd_rapl_power_watts
+    assert value(found, "aithermd_rapl_power_watts", zone="package-0") == r["powercap:package-0/power"].value
+    assert "aithermd_cpu_package_power_watts" not in names(found)
     assert value(found, "aithermd_rapl_energy_joules_total", zone="dram") == r["powercap:dram/energy"].value
     assert value(found, "aithermd_rapl_power_watts", zone="dram") == r["powercap:dram/power"].value
-    assert not [ls for (n, ls), _ in found.items()  # dram is a RAPL zone, not a CPU package
-                if n == "aithermd_cpu_package_power_watts" and ("zone", "dram") in ls]
+    # dcgm-exporter's join labels on every GPU series
+    assert value(found, "aithermd_gpu_power_watts", gpu="0", UUID=GPU0["gpu_uuid"]) == r["gpu0/power"].value
     assert value(found, "aithermd_gpu_clock_event_reason", gpu_index="0", reason="board_limit") == 0.0
     assert value(found, "aithermd_rapl_power_limit_watts", zone="package-0", constraint="pl1") == 125.0
     assert value(found, "aithermd_rapl_power_limit_watts", zone="package-0", constraint="pl2") == 253.0
@@ -134,3 +141,46 @@ def test_before_the_first_tick_only_build_info_and_the_histogram():
                                      "aithermd_tick_duration_seconds_sum",
                                      "aithermd_tick_duration_seconds_created"}
     handle.stop()
+
+
+def test_fault_and_drift_counters_exist_at_zero_for_every_device_and_knob_from_the_start():
+    """increase(aithermd_faults_total[10m]) > 0 must see a device's first fault: the series exists at 0
+    from the moment the device is known (a series born at 1 increases by nothing)."""
+    snap = reference_snapshot(1, gpus=1)
+    hub, handle = handle_with(snap)
+    found = scrape(handle)
+    devices = {d.id for d in snap.devices}
+    knobs = {k.id for d in snap.devices for k in d.knobs}
+    faults = {dict(ls)["device"]: v for (n, ls), v in found.items() if n == "aithermd_faults_total"}
+    drift = {dict(ls)["knob"]: v for (n, ls), v in found.items() if n == "aithermd_drift_total"}
+    assert faults == dict.fromkeys(devices, 0.0) and drift == dict.fromkeys(knobs, 0.0)
+    hub.publish(reference_snapshot(2, gpus=1), [Event("fault", 1.0, "gpu0/temperature", "read failed",
+                                                      {"device": "gpu0"})])
+    assert value(scrape(handle), "aithermd_faults_total", device="gpu0") == 1.0
+    # hotplug: a second GPU appears; its counters start at 0 too, and gpu0 keeps its count
+    hub.publish(reference_snapshot(3, gpus=2))
+    found = scrape(handle)
+    assert value(found, "aithermd_faults_total", device="gpu1") == 0.0
+    assert value(found, "aithermd_drift_total", knob="gpu1/power_limit") == 0.0
+    assert value(found, "aithermd_faults_total", device="gpu0") == 1.0
+    hub.publish(reference_snapshot(4, gpus=1))  # and it goes when the GPU goes
+    assert not [ls for (n, ls) in scrape(handle) if n == "aithermd_faults_total" and ("device", "gpu1") in ls]
+
+
+def test_hwmon_series_carry_node_exporters_chip_name_on_a_recorded_machine():
+    """node_exporter names a hwmon chip by its device's bus directory and name (hwmon_linux.go, hwmonName):
+    node_hwmon_temp_celsius{chip="pci0000:00_0000:00:18_3",sensor="temp1"} for k10temp. The same value is
+    aithermd's node_chip label, so the two join on (node_chip=chip, sensor)."""
+    from pathlib import Path
+
+    from aithermd.backends.hwmon import HwmonBackend
+
+    root = Path(__file__).parents[1] / "fixtures/sysfs/asus-rog-strix-x570-f-nct6798-amdgpu-k10temp/sys"
+    backend = HwmonBackend(str(root))
+    try:
+        chips = {d.id: metrics.node_exporter_chip(d) for d in backend.discover()}
+    finally:
+        backend.close()
+    assert chips == {"hwmon:k10temp-pci-00c3": "pci0000:00_0000:00:18_3",
+                     "hwmon:amdgpu-pci-0700": "pci0000:00_0000:07:00_0",
+                     "hwmon:nct6798-isa-0290": "platform_nct6775_656"}

@@ -267,3 +267,40 @@ async def test_tui_follows_the_simulated_daemon_and_reconnects_after_a_restart(p
     finally:
         daemon.terminate()
         daemon.wait(30)
+
+
+def test_demo_serves_metrics_with_real_tick_durations_and_process_metrics():
+    """`aithermctl demo` serves the simulated daemon's metrics; the tick histogram holds real durations
+    (measured in real time, not on the simulated clock, where every tick took 0 s), and process_* are
+    there as from any Prometheus client."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "demo", "--no-tui", "--speedup", "20",
+                             "--metrics-listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert f"  metrics: http://127.0.0.1:{port}/metrics\n" in lines
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            except OSError:  # the exporter starts just after the bus name is owned
+                text = ""
+            values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                      if line and not line.startswith("#")}
+            if values.get("aithermd_tick_duration_seconds_count", 0) >= 5:
+                break
+            assert time.monotonic() < deadline, "no ticks counted"
+            time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert values["aithermd_tick_duration_seconds_sum"] > 0
+    assert values["aithermd_tick_duration_seconds_bucket{le=\"0.0005\"}"] < values[
+        "aithermd_tick_duration_seconds_count"]  # not every tick in the lowest bucket (0 s)
+    assert values["process_resident_memory_bytes"] > 10e6 and values["process_cpu_seconds_total"] > 0

@@ -155,7 +155,7 @@ def build() -> dict[str, Any]:
 
     lay.row("CPU and board")
     lay.add(timeseries("CPU package power against PL1/PL2", [
-        target(f"aithermd_cpu_package_power_watts{{{SEL}}}", "{{instance}} {{zone}}"),
+        target(f'aithermd_rapl_power_watts{{{SEL}, zone=~"package-.*"}}', "{{instance}} {{zone}}"),
         target(f"aithermd_rapl_power_limit_watts{{{SEL}}}", "{{instance}} {{zone}} {{constraint}}", "B"),
     ], "watt", "RAPL power per zone, and its power caps (dashed).",
         limit_overrides(".* (pl1|pl2|PL1|PL2)$")), 8, 8)
@@ -164,7 +164,7 @@ def build() -> dict[str, Any]:
     ], "celsius"), 8, 8)
     lay.add(timeseries("Fans", [
         target(f"aithermd_fan_speed_rpm{{{SEL}}}", "{{instance}} {{chip}} {{sensor}}"),
-        target(f"aithermd_fan_duty_ratio{{{SEL}}} * 100", "{{instance}} {{knob}} duty %", "B"),
+        target(f"aithermd_fan_duty_ratio{{{SEL}}} * 100", "{{instance}} {{chip}} {{sensor}} duty %", "B"),
     ], "rpm", "Fan speed (rpm) and the duty aithermd drives (%, right axis).",
         [{"matcher": {"id": "byFrameRefID", "options": "B"},
           "properties": [{"id": "unit", "value": "percent"},

@@ -12,7 +12,9 @@
 #                                   /run/aithermd-slurm
 #   AITHERMD_BUS                    system (default), session, or a D-Bus address
 #   AITHERMD_SLURM_STRICT           1: fail the prolog when the hold cannot be taken (Slurm then drains the
-#                                   node and requeues the job); default 0, fail open
+#                                   node and requeues the job held until `scontrol release`, or, with
+#                                   SchedulerParameters=nohold_on_prolog_fail, to run elsewhere);
+#                                   default 0, fail open
 #
 # A job picks its policy with its comment: sbatch --comment "aithermd:policy=quiet" (other text may surround
 # it). Slurm runs prologs and epilogs with no PATH; the standard directories are appended to whatever is set.

@@ -12,7 +12,6 @@ job=$(job_id) || exit 0
 umask 077
 mkdir -p "$AITHERMD_SLURM_STATE_DIR" || { say "cannot create $AITHERMD_SLURM_STATE_DIR"; exit 0; }
 policy=$(job_policy)
-status=0
 
 if [ -n "$policy" ]; then
     if cookie=$(aithermctl --bus "$AITHERMD_BUS" hold "$policy" --reason "slurm job $job" --detach); then
@@ -20,8 +19,16 @@ if [ -n "$policy" ]; then
         printf '%s\n' "$cookie" >"$AITHERMD_SLURM_STATE_DIR/$job.hold"
         say "holding policy $policy (cookie $cookie)"
     else
+        if [ "$AITHERMD_SLURM_STRICT" = 1 ]; then
+            # Slurm's answer to a failed prolog (slurm.conf(5), Prolog): the node is drained and the job
+            # requeued in a held state; it runs again only after `scontrol release JOBID`, or at once
+            # elsewhere when SchedulerParameters has nohold_on_prolog_fail.
+            say "could not hold policy $policy; AITHERMD_SLURM_STRICT=1: failing the prolog, so Slurm drains" \
+                "this node and requeues the job held (scontrol release $job; or set" \
+                "SchedulerParameters=nohold_on_prolog_fail to requeue it to run elsewhere)"
+            exit 1
+        fi
         say "could not hold policy $policy; the job runs under the active policy"
-        [ "$AITHERMD_SLURM_STRICT" = 1 ] && status=1
     fi
 fi
 
@@ -37,4 +44,4 @@ else
     say "could not start an energy window; the job's energy will not be recorded"
 fi
 
-exit "$status"
+exit 0
