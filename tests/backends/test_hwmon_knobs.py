@@ -148,7 +148,7 @@ def test_a_read_only_sysfs_mount_is_named_not_root(tmp_path, monkeypatch):
     from aithermd.backends import sysfs
     from aithermd.errors import NoPermission
 
-    root = copy_machine("asus-rog-strix-x570-f-nct6798-amdgpu-k10temp", tmp_path)
+    root = copy_machine(tmp_path, "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp")
     real = os.statvfs
 
     class ReadOnlyMount(FaultIO):
