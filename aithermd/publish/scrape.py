@@ -6,7 +6,7 @@ the library's own escaping and float formatting), but keeps each series' ``name{
 family's HELP/TYPE lines once made: a scrape then costs one formatted float per sample. The cache is keyed
 by name and labels (bounded: cleared past :data:`PREFIX_CACHE_MAX` entries).
 
-:class:`ScrapeServer` answers ``GET /metrics`` (and ``/``) with HTTP/1.1 ``Connection: close``, one request
+:class:`ScrapeServer` answers ``GET /metrics`` (and ``/`` with a landing page that links to it) with HTTP/1.1 ``Connection: close``, one request
 at a time, each client given :data:`CLIENT_TIMEOUT_S` to send its request head; other methods get 405, other
 paths 404. Its thread blocks in ``select`` on the listening socket and a wake-up pipe with no timeout, so an
 unscraped daemon never wakes it (the standard library's ``serve_forever`` polls every 0.5 s).
@@ -35,6 +35,9 @@ _OM_SUFFIXES = ("_created", "_gsum", "_gcount")
 _prefixes: dict[tuple[str, tuple[tuple[str, str], ...]], str] = {}
 _headers: dict[tuple[str, str, str], str] = {}
 
+
+LANDING_PAGE = (b"<!DOCTYPE html>\n<html><head><title>aithermd exporter</title></head><body>\n"
+                b"<h1>aithermd exporter</h1>\n<p><a href=\"/metrics\">Metrics</a></p>\n</body></html>\n")
 
 def _prefix(name: str, labels: dict[str, str]) -> str:
     key = (name, tuple(labels.items()))
@@ -139,7 +142,9 @@ class ScrapeServer:
         method, path = (parts[0], parts[1].split(b"?", 1)[0]) if len(parts) >= 2 else (b"", b"")
         if method not in (b"GET", b"HEAD"):
             status, ctype, body = b"405 Method Not Allowed", b"text/plain", b"only GET /metrics\n"
-        elif path not in (b"/metrics", b"/"):
+        elif path == b"/":  # a landing page, as every Prometheus exporter has, pointing to the metrics
+            status, ctype, body = b"200 OK", b"text/html; charset=utf-8", LANDING_PAGE
+        elif path != b"/metrics":
             status, ctype, body = b"404 Not Found", b"text/plain", b"try /metrics\n"
         else:
             status, ctype, body = b"200 OK", CONTENT_TYPE.encode(), self._body()

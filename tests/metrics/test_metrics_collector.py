@@ -134,12 +134,15 @@ def test_tick_duration_histogram():
     assert value(found, "aithermd_tick_duration_seconds_sum") == pytest.approx(0.2043)
 
 
-def test_before_the_first_tick_only_build_info_and_the_histogram():
+def test_before_the_first_tick_only_build_info_the_histogram_and_the_process():
     handle = metrics.start("none", StateHub())
-    assert names(scrape(handle)) <= {"aithermd_build_info", "aithermd_tick_duration_seconds_bucket",
-                                     "aithermd_tick_duration_seconds_count",
-                                     "aithermd_tick_duration_seconds_sum",
-                                     "aithermd_tick_duration_seconds_created"}
+    found = {n for n in names(scrape(handle)) if not n.startswith(("process_", "python_"))}
+    assert found <= {"aithermd_build_info", "aithermd_tick_duration_seconds_bucket",
+                     "aithermd_tick_duration_seconds_count", "aithermd_tick_duration_seconds_sum",
+                     "aithermd_tick_duration_seconds_created"}
+    # the daemon's own process, as every Prometheus client exports it
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
+            "process_start_time_seconds", "python_info"} <= names(scrape(handle))
     handle.stop()
 
 

@@ -124,6 +124,11 @@ def test_http_answers_only_get_and_head_of_metrics():
         head = ask(b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
         assert b"aithermd_build_info" in ask(b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        # / is a landing page that links to the metrics, as exporters have; not the metrics themselves
+        landing = ask(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert landing.startswith(b"HTTP/1.1 200") and b"Content-Type: text/html" in landing
+        assert b'<a href="/metrics">' in landing and b"aithermd_build_info" not in landing
+        assert ask(b"GET /favicon.ico HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 404")
     finally:
         handle.stop()
         handle.stop()  # twice is fine
