@@ -244,9 +244,7 @@ def _errors(exc: ValidationError, config: Path | None, marks: Mapping[str, tuple
         loc = err.get("loc") or ()
         key = ".".join(str(p) for p in loc) or None
         top = str(loc[0]) if loc else ""
-        message = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            message = "unknown setting"
+        message = _in_words(err)
         hint = None
         if err.get("type") == "extra_forbidden":
             close = _closest(top, DaemonSettings.model_fields)
@@ -265,3 +263,21 @@ def _closest(word: str, choices: Mapping[str, Any]) -> str | None:
     import difflib
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+def _in_words(err: Mapping[str, Any]) -> str:
+    """A pydantic error in the project's words: bounds as "must be at least 0.05 (got 0)"."""
+    kind, ctx, got = err.get("type"), err.get("ctx") or {}, err.get("input")
+    shown = f"{got:g}" if isinstance(got, int | float) and not isinstance(got, bool) else repr(got)
+    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("more than", "gt"),
+              "less_than_equal": ("at most", "le"), "less_than": ("less than", "lt")}
+    if kind in bounds and bounds[kind][1] in ctx:
+        words, key = bounds[kind]
+        return f"must be {words} {ctx[key]:g} (got {shown})"
+    if kind == "extra_forbidden":
+        return "unknown setting"
+    if kind in ("float_parsing", "int_parsing", "float_type", "int_type"):
+        return f"must be a number (got {shown})"
+    if kind == "finite_number":
+        return f"must be a finite number (got {shown})"
+    return str(err.get("msg", "invalid"))

@@ -78,3 +78,17 @@ def pwm_to_pct(pwm: float) -> float:
 def pct_to_pwm(duty_pct: float) -> int:
     """Duty in % → hwmon ``pwmN`` (0–255), clamped and rounded."""
     return max(0, min(PWM_MAX, round(duty_pct * PWM_MAX / 100.0)))
+
+
+def rounded(value: float | None, digits: int = 2) -> float | None:
+    """``value`` to ``digits`` decimals for logs and events (a pwm read back as 93/255 is 36.47 %, not
+    36.470588235294116); None stays None."""
+    return None if value is None else round(value, digits)
+
+
+def num(value: float | None) -> str:
+    """A knob value in a message: at most one decimal, no trailing zeros ("36.5", "450"); None → "?"."""
+    if value is None:
+        return "?"
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text

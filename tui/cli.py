@@ -37,6 +37,13 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration_or_zero(text: str) -> float:
+    """A DURATION, or 0 for none (a hold or override with no end, as the daemon's D-Bus API has it)."""
+    if text.strip() in ("0", "0s", "none"):
+        return 0.0
+    return _duration(text)
+
+
 def _cookie(text: str) -> int:
     """A hold cookie: the D-Bus uint32 ``HoldPolicy`` returned."""
     try:
@@ -72,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("hold", help="hold a policy on top of the active one; prints the cookie")
     p.add_argument("policy", metavar="POLICY")
     p.add_argument("--reason", required=True, metavar="TEXT", help="why (shown to everyone)")
-    p.add_argument("--timeout", type=_duration, default=0.0, metavar="DURATION",
-                   help="end the hold after DURATION")
+    p.add_argument("--timeout", type=_duration_or_zero, default=0.0, metavar="DURATION",
+                   help="end the hold after DURATION (default 0: no end)")
     p.add_argument("--detach", action="store_true",
                    help="keep the hold after aithermctl exits (release it with: aithermctl release COOKIE)")
 
@@ -89,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="aithermctl override KNOB VALUE [--for DURATION]\n"
                              "       aithermctl override clear KNOB")
     p.add_argument("words", nargs="+", metavar="KNOB VALUE | clear KNOB",
-                   help="VALUE in the knob's unit: W for limits, %% for fans (250, 250W, 60%%)")
-    p.add_argument("--for", dest="seconds", type=_duration, default=0.0, metavar="DURATION",
-                   help="end the override after DURATION (default: until cleared)")
+                   help="VALUE in the knob's unit: W for limits, %% for fans (250, 250W, 60%%); for a power "
+                        "limit, N%% is N percent of its default, as in policies")
+    p.add_argument("--for", dest="seconds", type=_duration_or_zero, default=0.0, metavar="DURATION",
+                   help="end the override after DURATION (default 0: until cleared)")
 
     p = sub.add_parser("explain", help="why each knob has its value (one paragraph per knob)")
     p.add_argument("knob", nargs="?", default="", metavar="KNOB")

@@ -35,7 +35,8 @@ def daemon_command(address: str, state_dir: str, policy: str | None, speedup: fl
     ``python -m aithermd``)."""
     script = Path(sys.executable).with_name("aithermd")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aithermd"]
-    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", metrics_listen, "--state-dir", state_dir,
+    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", metrics_listen,
+            "--state-dir", state_dir,
             "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}"]
     if policy:
         cmd += ["--policy", policy]

@@ -96,7 +96,7 @@ class DaemonError(ClientError):
 
 # D-Bus error name → (class, hint appended to the daemon's message)
 _REJECTIONS: dict[str, str] = {
-    wire.ERROR_UNKNOWN_KNOB: "knob ids: aithermctl status",
+    wire.ERROR_UNKNOWN_KNOB: "knob ids: aithermctl explain",
     wire.ERROR_UNKNOWN_POLICY: "policies: aithermctl policy list",
     wire.ERROR_UNKNOWN_COOKIE: "holds: aithermctl status",
     wire.ERROR_UNKNOWN_WINDOW: "the window ended or timed out",

@@ -144,8 +144,13 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
         text += f" Inputs: {_inputs_text(entry['inputs'])}."
     if knob:
         lo, hi, default = knob.get("min"), knob.get("max"), knob.get("default")
-        if lo is not None or hi is not None:
+        if lo is not None and hi is not None:
             text += f" Range {fmt(lo, unit)} to {fmt(hi, unit)}"
+        elif hi is not None:
+            text += f" Range up to {fmt(hi, unit)}"
+        elif lo is not None:
+            text += f" Range from {fmt(lo, unit)}"
+        if lo is not None or hi is not None:
             text += f", default {fmt(default, unit)}." if default is not None else "."
         if not knob.get("writable", True):
             text += f" Read-only here: {knob.get('why_not') or 'no reason given'}."

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from aithermctl import render
 from aithermctl.client import DaemonClient
 from aithermctl.document import all_knobs
-from aithermctl.durations import check_unit, parse_value
+from aithermctl.durations import check_unit, format_duration, parse_value
 from aithermctl.errors import ClientError
 from aithermd.publish import wire
 
@@ -159,16 +159,32 @@ async def override(client: DaemonClient, args: argparse.Namespace) -> int:
         await client.clear_override(second)
         _note(f"override of {second} cleared")
         return wire.EXIT_OK
+    knob = all_knobs(await client.get_snapshot()).get(first, {})
+    unit = str(knob.get("unit") or "")
     try:
-        value = parse_value(second)
-        check_unit(second, all_knobs(await client.get_snapshot()).get(first, {}).get("unit"))
+        value, how = override_value(second, knob)
     except ValueError as exc:
         _note(str(exc))
         return wire.EXIT_USAGE
     await client.set_override(first, value, args.seconds)
-    until = f" for {args.seconds:g} s" if args.seconds else " until cleared"
-    _note(f"{first} overridden to {value:g}{until}")
+    until = f" for {format_duration(args.seconds)}" if args.seconds else " until cleared"
+    _note(f"{first} overridden to {value:g}{' ' + unit if unit and unit != '%' else unit}{how}{until}")
     return wire.EXIT_OK
+
+
+def override_value(text: str, knob: dict) -> tuple[float, str]:
+    """(value in the knob's unit, how it was worked out) for an override VALUE. ``N%`` of a power limit
+    (a W knob) is N percent of its default, as in policies ('80%'). Raises ValueError."""
+    value = parse_value(text)
+    unit = knob.get("unit")
+    if text.strip().endswith("%") and unit == "W":
+        default = knob.get("default")
+        if not isinstance(default, int | float):
+            raise ValueError(f"{text.strip()!r} is a percentage of the default limit, and this knob reports "
+                             "none: give watts")
+        return round(default * value / 100.0, 1), f" ({value:g} % of the default {default:g} W)"
+    check_unit(text, unit)
+    return value, ""
 
 
 async def explain(client: DaemonClient, args: argparse.Namespace) -> int:

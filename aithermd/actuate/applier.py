@@ -32,6 +32,7 @@ from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.model import Decision, Event, Knob, KnobValue, Status
+from aithermd.units import num, rounded
 
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
@@ -109,7 +110,7 @@ class Applier:
         while own.behind and own.behind[0] < t_mono - self.conflict_window_s:
             own.behind.popleft()
         what = (f"mode {own.after.mode} → {kv.mode}" if mode_changed and not moved
-                else f"{own.after.value:g} → {kv.value:g} {knob.unit}")
+                else f"{num(own.after.value)} → {num(kv.value)} {knob.unit}")
         events = [self._event("drift", t_wall, knob, own.device_id,
                               f"{knob.id} changed behind our back: {what}",
                               expected=own.after.value, got=kv.value, mode=kv.mode, why="changed")]
@@ -179,10 +180,10 @@ class Applier:
             case = (value, after.value, after.mode)
             if own.stuck != case:
                 own.stuck = case
-                got = "unreadable" if after.value is None else f"{after.value:g} {knob.unit}"
+                got = "unreadable" if after.value is None else f"{num(after.value)} {knob.unit}"
                 events.append(self._event(
                     "drift", t_wall, knob, own.device_id,
-                    f"{knob.id} did not stick: asked {value:g} {knob.unit}, read back {got}"
+                    f"{knob.id} did not stick: asked {num(value)} {knob.unit}, read back {got}"
                     + (f" in mode {after.mode}" if after.mode not in MANUAL_MODES else ""),
                     expected=value, got=after.value, mode=after.mode, why="did_not_stick"))
         enforced = after.extra.get("enforced_w") if after.extra else None
@@ -191,7 +192,7 @@ class Applier:
                 own.capped = True
                 events.append(self._event(
                     "drift", t_wall, knob, own.device_id,
-                    f"{knob.id}: enforced limit {enforced:g} W is below the requested {value:g} W "
+                    f"{knob.id}: enforced limit {num(enforced)} W is below the requested {num(value)} W "
                     "(a BMC or driver cap)", expected=value, got=enforced, why="enforced_below_requested"))
         else:
             own.capped = False
@@ -234,15 +235,16 @@ class Applier:
         who = (decision.rule, decision.layer)
         log = self._log.info if self._who.get(knob.id) != who else self._log.debug
         self._who[knob.id] = who
-        log("actuation", device=device_id, knob=knob.id, old=old, new=new, unit=knob.unit,
+        log("actuation", device=device_id, knob=knob.id, old=rounded(old), new=rounded(new), unit=knob.unit,
             rule=decision.rule, layer=str(decision.layer), **extra)
 
     def _actuation_event(self, t_wall: float, knob: Knob, device_id: str, decision: Decision,
                          old: float | None, new: float) -> Event:
-        was = "?" if old is None else f"{old:g}"
-        message = f"{knob.id}: {was} → {new:g} {knob.unit} ({decision.rule})"
+        was = "?" if old is None else f"{num(old)}"
+        message = f"{knob.id}: {was} → {num(new)} {knob.unit} ({decision.rule})"
         return Event("actuation", t_wall, knob.id, message,
-                     {"device": device_id, "old": old, "new": new, "unit": knob.unit, "rule": decision.rule,
+                     {"device": device_id, "old": rounded(old), "new": rounded(new), "unit": knob.unit,
+                      "rule": decision.rule,
                       "layer": str(decision.layer), "dry_run": self.dry_run})
 
     def _event(self, kind: str, t_wall: float, knob: Knob, device_id: str, message: str,

@@ -22,8 +22,9 @@ HELP = "run the daemon (the control loop)"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="settings file (default /etc/aithermd/aithermd.yaml when it exists)")
-    parser.add_argument("--policy", metavar="NAME",
-                        help="the active policy; wins over the choice kept in the state directory")
+    parser.add_argument("--policy", metavar="NAME|FILE",
+                        help="the active policy (a name, or a policy file); wins over the choice kept in the "
+                             "state directory")
     parser.add_argument("--policy-dir", dest="policy_dirs", action="append", metavar="DIR",
                         help="another policy directory, after the shipped and admin ones (repeatable)")
     parser.add_argument("--state-dir", type=Path, metavar="DIR",
@@ -73,12 +74,18 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
     if args.config is not None and not args.config.is_file():
         print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
         return EXIT_CONFIG
+    if getattr(args, "policy", None) and _looks_like_a_file(args.policy):
+        problem = _policy_from_file(args)
+        if problem:
+            print(f"aithermd run: --policy {args.policy}: {problem}", file=sys.stderr)
+            return 2
     try:
         settings = settings_from_args(args)
     except PolicyErrors as exc:
-        for err in exc.errors:
-            print(err.format(), file=sys.stderr)
-        return EXIT_CONFIG
+        flags = [e for e in exc.errors if e.path.startswith("--")]
+        for err in flags or exc.errors:  # a bad flag is a usage error: exit 2, in the project's words
+            print(f"aithermd run: {err.path} {err.message}" if flags else err.format(), file=sys.stderr)
+        return 2 if flags else EXIT_CONFIG
     if not getattr(args, "simulate", False) and not settings.sysfs_root.is_dir():
         print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
               "e.g. /sys)", file=sys.stderr)
@@ -105,4 +112,29 @@ def _state_dir_problem(state_dir: Path) -> str | None:
         return f"cannot create the state directory ({exc.strerror})"
     if not os.access(state_dir, os.W_OK | os.X_OK):
         return "the state directory is not writable"
+    return None
+
+
+def _looks_like_a_file(policy: str) -> bool:
+    return os.sep in policy or policy.endswith((".yaml", ".yml"))
+
+
+def _policy_from_file(args: argparse.Namespace) -> str | None:
+    """``--policy FILE`` (as ``aithermd replay --policy`` takes it): the file becomes the active policy,
+    named by its stem, through a private directory holding a link to it (so a reload re-reads the file,
+    and no other file beside it is loaded). Returns why the file cannot be used, or None."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = Path(args.policy).expanduser()
+    if not path.is_file():
+        return "no such policy file (give a policy name, or the path of a .yaml file)"
+    if path.suffix not in (".yaml", ".yml"):
+        return "a policy file's name ends in .yaml"
+    directory = tempfile.mkdtemp(prefix="aithermd-policy-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    os.symlink(path.resolve(), os.path.join(directory, path.stem + ".yaml"))
+    args.policy_dirs = [*(args.policy_dirs or []), directory]
+    args.policy = path.stem
     return None

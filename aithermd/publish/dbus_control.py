@@ -161,8 +161,8 @@ class PrivilegedCalls:
         if not knob.writable:
             raise errors.InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
         if (knob.min is not None and value < knob.min) or (knob.max is not None and value > knob.max):
-            raise errors.OutOfRange(f"{knob_id}: {value:g} {knob.unit} outside [{knob.min}, {knob.max}] "
-                                    f"{knob.unit}")
+            where = range_text(knob.min, knob.max, knob.unit)
+            raise errors.OutOfRange(f"{knob_id}: {value:g} {knob.unit} is {where}")
 
     async def _still_connected(self, name: str) -> bool:
         reply = await self._bus.call(bus_daemon_message("NameHasOwner", "s", [name]))
@@ -177,3 +177,13 @@ class PrivilegedCalls:
                 self._control.release_owner(name)
             except Exception:  # never let a control bug break the bus's message handling
                 self._log.exception("release_owner_failed", owner=name)
+
+
+def range_text(lo: float | None, hi: float | None, unit: str) -> str:
+    """Where a value fell outside a knob's range, in words, for a range that may be open at either end:
+    "outside 150–600 W", "above the maximum 95 W", "below the minimum 30 %"."""
+    if lo is not None and hi is not None:
+        return f"outside {lo:g}–{hi:g} {unit}"
+    if hi is not None:
+        return f"above the maximum {hi:g} {unit}"
+    return f"below the minimum {lo:g} {unit}"

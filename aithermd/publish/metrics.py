@@ -57,7 +57,8 @@ _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
 def node_exporter_chip(dev: Device) -> str:
     """node_exporter's hwmon ``chip`` label for ``dev`` (collector/hwmon_linux.go, hwmonName): the device's
     bus directory and name, each lower-cased with characters outside ``[a-z0-9:_]`` made ``_``
-    (``devices/platform/nct6775.656`` → ``platform_nct6775_656``); for a chip with no device link, its name."""
+    (``devices/platform/nct6775.656`` → ``platform_nct6775_656``); for a chip with no device link, its
+    name."""
     def clean(text: str) -> str:
         return _NODE_CHIP_INVALID.sub("_", text.strip().lower()).strip("_")
 
@@ -244,7 +245,8 @@ class SnapshotCollector(Collector):
                     energy.add_metric([zone], value)
             for knob in dev.knobs:
                 kv = s.knobs.get(knob.id)
-                if knob.kind in (KnobKind.PL1, KnobKind.PL2) and kv is not None and kv.value is not None:
+                # 0 µW is "no limit set" (a core or uncore zone's PL1), not a cap of 0 W
+                if knob.kind in (KnobKind.PL1, KnobKind.PL2) and kv is not None and kv.value:
                     limits.add_metric([zone, str(knob.kind)], kv.value)
         yield from (power, energy, limits)
 

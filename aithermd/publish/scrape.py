@@ -6,7 +6,8 @@ the library's own escaping and float formatting), but keeps each series' ``name{
 family's HELP/TYPE lines once made: a scrape then costs one formatted float per sample. The cache is keyed
 by name and labels (bounded: cleared past :data:`PREFIX_CACHE_MAX` entries).
 
-:class:`ScrapeServer` answers ``GET /metrics`` (and ``/`` with a landing page that links to it) with HTTP/1.1 ``Connection: close``, one request
+:class:`ScrapeServer` answers ``GET /metrics`` (and ``/`` with a landing page that links to it) with
+HTTP/1.1 ``Connection: close``, one request
 at a time, each client given :data:`CLIENT_TIMEOUT_S` to send its request head; other methods get 405, other
 paths 404. Its thread blocks in ``select`` on the listening socket and a wake-up pipe with no timeout, so an
 unscraped daemon never wakes it (the standard library's ``serve_forever`` polls every 0.5 s).

@@ -179,3 +179,11 @@ def test_a_write_logs_at_info_only_when_its_rule_or_layer_changes(setup):
     assert acts == [("info", 60.0, "balanced/cpu-fans"), ("debug", 70.0, "balanced/cpu-fans"),
                     ("debug", 80.0, "balanced/cpu-fans"), ("info", 100.0, "safety/critical"),
                     ("info", 50.0, "balanced/cpu-fans")]
+
+
+def test_events_carry_short_numbers_not_long_floats(setup):
+    """A pwm read back as 100/255 is 39.2156862745098 %: events and their messages say 39.2."""
+    b, _, applier, knob = setup
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    (event,) = events
+    assert event.data["old"] == 39.22 and event.message == f"{knob.id}: 39.2 → 60 % (balanced/cpu-fans)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aithermd.actuate.journal import JOURNAL_FILE, Journal
@@ -93,3 +95,26 @@ def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, c
     assert code == EXIT_CONFIG
     assert "cannot create the state directory" in capsys.readouterr().err
     assert knob_files(root) == before
+
+
+def test_a_bad_flag_value_is_a_usage_error_in_plain_words(capsys):
+    """--tick 0 exited 1 with pydantic's "Input should be greater than or equal to 0.05"."""
+    assert main(["run", "--tick", "0", "--simulate"]) == 2
+    assert capsys.readouterr().err == "aithermd run: --tick must be at least 0.05 (got 0)\n"
+
+
+def test_run_policy_takes_a_file_as_replay_does(tmp_path, capsys):
+    """`aithermd run --policy FILE` runs that file, named by its stem; nothing beside it is loaded."""
+    from pathlib import Path
+
+    shipped = Path(__file__).parents[2] / "policies" / "quiet.yaml"
+    mine = tmp_path / "lab.yaml"
+    mine.write_text(shipped.read_text())
+    (tmp_path / "broken.yaml").write_text("not: [a policy\n")  # beside it, never loaded
+    code = main(["run", "--simulate", "--policy", str(mine), "--duration", "20", "--speedup", "0",
+                 "--summary-json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["policy"] == "lab"
+    assert main(["run", "--simulate", "--policy", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such policy file" in capsys.readouterr().err

@@ -60,9 +60,9 @@ def test_restore_with_a_broken_config_falls_back_to_the_default_state_dir(tmp_pa
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    ({"tick_s": 0.0}, "--tick: error: tick_s: Input should be greater than or equal to 0.05"),
-    ({"tick_s": float("nan")}, "--tick: error: tick_s: Input should be a finite number"),
-    ({"tick_s": float("inf")}, "--tick: error: tick_s: Input should be a finite number"),
+    ({"tick_s": 0.0}, "--tick: error: tick_s: must be at least 0.05 (got 0)"),
+    ({"tick_s": float("nan")}, "--tick: error: tick_s: must be a finite number (got nan)"),
+    ({"tick_s": float("inf")}, "--tick: error: tick_s: must be a finite number (got inf)"),
 ])
 def test_flag_errors_name_the_flag_as_typed(flags, expected):
     with pytest.raises(PolicyErrors) as info:

@@ -70,17 +70,18 @@ def test_alerts_fire_on_the_exporters_own_series(tmp_path: Path) -> None:
                     {"exp_labels": {"severity": "warning", "device": "gpu0", **INSTANCE},
                      "exp_annotations": {
                          "summary": "device gpu0 on node1:8736 reports faults",
-                         "description": "1 faults on gpu0 in 10 minutes (failed reads, implausible values, a "
-                                        "lost GPU). `aithermctl doctor` and `journalctl -u aithermd` tell which."}}]},
+                         "description": "1 faults on gpu0 in 10 minutes (failed reads, implausible values, "
+                                        "a lost GPU). `aithermctl doctor` and `journalctl -u aithermd` tell "
+                                        "which."}}]},
                 {"eval_time": "5m", "alertname": "AithermdKnobDrift", "exp_alerts": []},
                 {"eval_time": "7m", "alertname": "AithermdKnobDrift", "exp_alerts": [
                     {"exp_labels": {"severity": "warning", "knob": KNOB, **INSTANCE},
                      "exp_annotations": {
                          "summary": f"{KNOB} on node1:8736 keeps drifting",
-                         "description": f"aithermd counted 3 drift or conflict events on {KNOB} in 15 minutes. "
-                                        "Another program (fancontrol, CoolerControl, nvidia-smi -pl, a BMC) is "
-                                        "probably writing the same knob; aithermd steps back from a knob it "
-                                        "keeps losing. See `journalctl -u aithermd`."}}]},
+                         "description": f"aithermd counted 3 drift or conflict events on {KNOB} in 15 "
+                                        "minutes. Another program (fancontrol, CoolerControl, nvidia-smi "
+                                        "-pl, a BMC) is probably writing the same knob; aithermd steps back "
+                                        "from a knob it keeps losing. See `journalctl -u aithermd`."}}]},
             ],
         }],
     }

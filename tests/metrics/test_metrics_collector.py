@@ -48,12 +48,14 @@ def test_hwmon_powercap_and_policy_metrics():
                  label="CPU fan") == r["hwmon:nct6798-isa-0290/fan2"].value
     # a fan without a label is named by its sensor; RPM and duty share chip, node_chip, sensor and label
     assert value(found, "aithermd_fan_speed_rpm", chip="nct6798-isa-0290", sensor="fan1", label="fan1") > 0
-    fan1 = {"chip": "nct6798-isa-0290", "node_chip": "nct6798", "sensor": "fan1", "label": "fan1"}  # no bus_path
+    # (the reference device has no bus_path, so node_chip falls back to its name)
+    fan1 = {"chip": "nct6798-isa-0290", "node_chip": "nct6798", "sensor": "fan1", "label": "fan1"}
     assert value(found, "aithermd_fan_speed_rpm", **fan1) > 0
     assert value(found, "aithermd_fan_duty_ratio", knob="hwmon:nct6798-isa-0290/pwm1", **fan1) == 0.5
     assert value(found, "aithermd_fan_duty_ratio", knob="gpu1/fan0") == 0.43
     rpm_labels = {frozenset(k for k, _ in ls) for (n, ls) in found if n == "aithermd_fan_speed_rpm"}
-    duty_labels = {frozenset(k for k, _ in ls) - {"knob"} for (n, ls) in found if n == "aithermd_fan_duty_ratio"}
+    duty_labels = {frozenset(k for k, _ in ls) - {"knob"} for (n, ls) in found
+                   if n == "aithermd_fan_duty_ratio"}
     assert rpm_labels == duty_labels == {frozenset(fan1)}
     # CPU package power is one series: the package zone of aithermd_rapl_power_watts
     assert value(found, "aithermd_rapl_power_watts", zone="package-0") == r["powercap:package-0/power"].value
@@ -187,3 +189,18 @@ def test_hwmon_series_carry_node_exporters_chip_name_on_a_recorded_machine():
     assert chips == {"hwmon:k10temp-pci-00c3": "pci0000:00_0000:00:18_3",
                      "hwmon:amdgpu-pci-0700": "pci0000:00_0000:07:00_0",
                      "hwmon:nct6798-isa-0290": "platform_nct6775_656"}
+
+
+def test_a_rapl_limit_of_zero_is_no_limit_not_a_cap_of_zero_watts():
+    """powercap reports 0 µW for a constraint no one set (a core zone's PL1): no series, not 0 W."""
+    from types import MappingProxyType
+
+    from aithermd.model import KnobValue
+
+    snap = reference_snapshot(1)
+    knobs = dict(snap.knobs)
+    knobs["powercap:package-0/pl1"] = KnobValue("powercap:package-0/pl1", 0.0)
+    _, handle = handle_with(replace(snap, knobs=MappingProxyType(knobs)))
+    found = scrape(handle)
+    limits = {dict(ls)["constraint"] for (n, ls) in found if n == "aithermd_rapl_power_limit_watts"}
+    assert limits == {"pl2"}

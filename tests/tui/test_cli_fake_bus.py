@@ -133,12 +133,16 @@ async def test_run_of_a_missing_command_is_127_and_releases(fake_daemon, private
 async def test_override_set_clear_and_refusals(fake_daemon, private_bus):
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "400W", "--for", "15m")
     assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 900.0)}
-    assert "gpu0/power_limit overridden to 400 for 900 s" in err
+    assert "gpu0/power_limit overridden to 400 W for 15m 00s" in err  # the unit, the duration as typed
     rc, _, _ = await ctl(private_bus, "override", "clear", "gpu0/power_limit")
     assert rc == 0 and fake_daemon.overrides == {}
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "9999")
     assert rc == wire.EXIT_USAGE and err == (
         "aithermctl: gpu0/power_limit: 9999 W is outside 150–600 (limits: aithermctl explain KNOB)\n")
+    # '80%' of a power limit is 80 % of its default, as policies read it (it was refused here)
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "80%", "--for", "0")
+    assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (360.0, 0.0)}  # --for 0: until cleared
+    assert "gpu0/power_limit overridden to 360 W (80 % of the default 450 W) until cleared" in err
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "lots")
     assert rc == wire.EXIT_USAGE and "not a value: 'lots'" in err
     fake_daemon.deny.add("SetOverride")
@@ -212,3 +216,10 @@ async def test_usage_errors_are_exit_2(private_bus):
     assert (await ctl(private_bus, "override", "gpu0/power_limit"))[0] == wire.EXIT_USAGE
     rc, _, err = await ctl(private_bus, "hold", "quiet", "--reason", "x", "--timeout", "soon")
     assert rc == wire.EXIT_USAGE and "not a duration: 'soon'" in err
+
+
+async def test_hold_timeout_0_is_no_end(fake_daemon, private_bus):
+    """The daemon's own word for it is "0: no end"; the command line took no 0 before."""
+    rc, out, err = await ctl(private_bus, "hold", "quiet", "--reason", "r", "--timeout", "0", "--detach")
+    assert rc == 0, err
+    assert [(h["policy"], h["expires"], h["detached"]) for h in fake_daemon.holds] == [("quiet", None, True)]

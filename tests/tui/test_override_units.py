@@ -1,5 +1,6 @@
-"""``aithermctl override KNOB 80%`` on a knob set in W used to set 80 W (SetOverride carries the number only):
-a unit that is not the knob's is a usage error, and nothing is sent."""
+"""``aithermctl override KNOB 80%`` on a knob set in W used to set 80 W (SetOverride carries the number only).
+Now ``N%`` of a power limit is N percent of its default, as in policies; any other unit that is not the
+knob's is a usage error, and nothing is sent."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def test_another_unit_is_refused(text, unit, given):
 
 
 async def test_override_with_the_wrong_unit_sends_nothing(fake_daemon, private_bus):
-    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "80%")
+    rc, _, err = await ctl(private_bus, "override", "gpu0/fan0", "50W")
     assert rc == wire.EXIT_USAGE and fake_daemon.overrides == {}
-    assert err == "aithermctl: '80%' is in %, but this knob is set in W: give a value in W\n"
+    assert err == "aithermctl: '50W' is in W, but this knob is set in %: give a value in %\n"
     rc, _, _ = await ctl(private_bus, "override", "gpu0/power_limit", "400W")
     assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 0.0)}

@@ -76,3 +76,25 @@ def test_a_holds_time_left_is_measured_on_the_daemons_clock():
     doc = {"t_wall": 1000.0, "devices": [], "policy": {"active": "balanced", "states": {}, "holds": [
         {"cookie": 3, "policy": "quiet", "reason": "r", "owner": ":1.2", "detached": False, "expires": 1600.0}]}}
     assert "cookie 3: quiet — r (until :1.2 leaves, 10m 00s left)" in status_text(doc)
+
+
+def test_a_range_open_at_one_end_reads_without_a_dash():
+    """A knob with a maximum and no minimum (a RAPL PL1: max_power_uw only) read "Range — to 95 W"."""
+    from aithermctl.render import explain_paragraph
+
+    text = explain_paragraph("powercap:package-0/pl1", {"value": 65.0, "layer": "default"},
+                             {"unit": "W", "min": None, "max": 95.0, "default": None})
+    assert "Range up to 95 W." in text and "—" not in text and "None" not in text
+
+
+def test_out_of_range_words_for_open_ranges():
+    from aithermd.publish.dbus_control import range_text
+
+    assert range_text(150.0, 600.0, "W") == "outside 150–600 W"
+    assert range_text(None, 95.0, "W") == "above the maximum 95 W"  # was "outside [None, 95.0] W"
+    assert range_text(30.0, None, "%") == "below the minimum 30 %"
+
+
+def test_unknown_knob_hint_names_a_command_that_lists_knob_ids():
+    err = from_dbus(wire.ERROR_UNKNOWN_KNOB, "no knob 'gpu9/power_limit'", "SetOverride", "system")
+    assert str(err) == "no knob 'gpu9/power_limit' (knob ids: aithermctl explain)"
