@@ -32,3 +32,4 @@ complete -c aithermctl -n "__fish_seen_subcommand_from run demo" -l policy -x -a
 complete -c aithermctl -n "__fish_seen_subcommand_from override" -l for -x -d 'DURATION'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l speedup -x -d 'Simulated time runs K times faster'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l no-tui -d 'Print the bus address and wait'
+complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l metrics-listen -x -d 'Prometheus metrics HOST:PORT or none'
