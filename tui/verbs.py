@@ -53,6 +53,8 @@ async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
     elif args.policy_verb == "set":
         await client.set_active_policy(args.name)
         _note(f"active policy is now {args.name}")
+        for line in (await client.get_policy(args.name)).get("warnings") or ():
+            _note(f"warning: {line} (this rule does nothing on this machine)")
     else:
         await client.reload()
         _note("policies reloaded")

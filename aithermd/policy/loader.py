@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,13 +239,17 @@ def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
     return found
 
 
-def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False) -> dict[str, Policy]:
-    """Every policy in ``dirs`` by name (later directories override earlier ones), all-or-nothing.
+def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False,
+                  skip: Collection[str] = ()) -> dict[str, Policy]:
+    """Every policy in ``dirs`` by name (later directories override earlier ones), all-or-nothing; the
+    files whose paths are in ``skip`` are left out (the daemon's start leaves out broken ones).
 
     Raises PolicyErrors with the problems of every file when any file is invalid."""
     errors: list[PolicyError] = []
     loaded: dict[str, Policy] = {}
     for name, path in sorted(policy_files(dirs).items()):
+        if str(path) in skip:
+            continue
         try:
             loaded[name] = load_policy_file(path, strict_permissions=strict_permissions)
         except PolicyErrors as exc:

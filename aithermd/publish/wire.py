@@ -39,7 +39,8 @@ METHODS: dict[str, tuple[str, str]] = {
     "GetHistory": ("d", "s"),
     "Explain": ("s", "s"),  # knob id ("" = all) → JSON {knob_id: {"value","requested","rule","reason","inputs"}}
     "ListPolicies": ("", "s"),  # JSON [{"name","path","description","active"}]
-    "GetPolicy": ("s", "s"),  # name → JSON {"name","path","source" (YAML text),"description"}
+    # name → JSON {"name","path","source" (YAML text),"description","warnings" (what selects nothing here)}
+    "GetPolicy": ("s", "s"),
     "StartEnergyWindow": ("sd", "t"),  # name, timeout_s (0 = one day) → window id
     "StopEnergyWindow": ("t", "s"),  # id → JSON {"id","name","duration_s","joules": {device_id: J},"total_j"}
     # name, timeout_s, scope ("job:N", "unit:NAME", "container:ID", "cgroup:/PATH", "pid:N", "") → window id

@@ -41,8 +41,10 @@ class Control:
 
     def __init__(self, state_dir: Path, *, clock: Clock, hub: StateHub,
                  policies: Callable[[], Mapping[str, Any]], knobs: Callable[[], Mapping[str, Knob]],
-                 reload: Callable[[], None], default_policy: str, pinned: bool = False) -> None:
+                 reload: Callable[[], None], default_policy: str, pinned: bool = False,
+                 warnings: Callable[[Any], list[str]] | None = None) -> None:
         self.path = Path(state_dir) / STATE_FILE
+        self._warnings = warnings or (lambda _policy: [])
         self._clock, self._hub, self._reload = clock, hub, reload
         self._policies, self._knobs = policies, knobs
         self._log = structlog.get_logger("aithermd.control")
@@ -143,7 +145,8 @@ class Control:
                 source = Path(info["path"]).read_text(encoding="utf-8")
             except OSError:
                 source = ""
-        return {**info, "source": source or ""}
+        # references that select nothing on this machine (aithermctl policy set prints them)
+        return {**info, "source": source or "", "warnings": self._warnings(policy)}
 
     def set_active_policy(self, name: str) -> None:
         self._policy(name)

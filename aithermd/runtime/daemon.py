@@ -22,6 +22,7 @@ import asyncio
 import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -44,7 +45,14 @@ from aithermd.runtime.scheduler import Scheduler, Sleep
 from aithermd.runtime.sd_notify import Notifier
 from aithermd.runtime.signals import Signals
 from aithermd.runtime.tick import Tick
-from aithermd.runtime.world import Engine, PolicySet, World, build_world, load_policies, with_policies
+from aithermd.runtime.world import (
+    Engine,
+    PolicySet,
+    World,
+    load_policies,
+    load_policies_at_start,
+    with_policies,
+)
 from aithermd.settings import DaemonSettings
 
 STOP_TIMEOUT_S = 5.0
@@ -94,6 +102,7 @@ class Daemon:
         self.notifier: Notifier | None = None
         self._services: list[tuple[str, Any]] = []
         self._last_tick_done: float | None = None
+        self._checked: dict[str, tuple[int, int]] = {}  # policy → (policy, devices) last checked
 
     # -- requests (safe from signal handlers: they only set flags and events) -------------------------
     def request_stop(self) -> None:
@@ -118,6 +127,8 @@ class Daemon:
         logs each error as FILE:LINE (the old policies stay)."""
         if self.tick is None:
             raise RuntimeError("the daemon is not running")
+        if self.notifier is not None:
+            self.notifier.reloading()
         try:
             old = self._policies()
             loaded = load_policies(self.settings, self.engine)
@@ -137,6 +148,9 @@ class Daemon:
                                 line=getattr(err, "line", None))
             self._log.error("reload_refused", errors=len(exc.errors), message="old policies kept")
             raise
+        finally:
+            if self.notifier is not None:
+                self.notifier.reloaded()
         self._pending = loaded
         self._log.info("reload", policies=sorted(loaded.policies))
 
@@ -184,16 +198,29 @@ class Daemon:
         found = discover(backends)
         self._restore_dirty(journal, backends)
         try:
-            world = build_world(s, backends, self.engine, found)
+            policy_set, skipped = load_policies_at_start(s, self.engine)
         except PolicyErrors as exc:
             for err in exc.errors:
                 self._log.error("policy_error", error=str(err))
             self._close(backends, own_backends)
             return EXIT_CONFIG
+        world = World(found, policy_set)
+        for err in skipped:  # loud, but the daemon runs the valid policies; a reload refuses the file
+            self._log.error("policy_skipped", error=str(err), path=err.path, line=err.line,
+                            message="not loaded; fix or remove it (a reload refuses it until then)")
         self.control = Control(s.state_dir, clock=self.clock, hub=self.hub,
                                policies=lambda: self._policies().policies,
                                knobs=lambda: self.tick.world.knobs if self.tick else world.knobs,
-                               reload=self.reload_now, default_policy=s.policy, pinned=s.policy_pinned)
+                               reload=self.reload_now, default_policy=s.policy, pinned=s.policy_pinned,
+                               warnings=self.selection_warnings)
+        broken = {Path(err.path).stem for err in skipped}
+        wanted = self.control.active if self.control.active not in broken else None
+        if wanted is None or (wanted not in world.policies and s.policy in broken):
+            name = self.control.active if wanted is None else s.policy
+            self._log.error("policy_error", error=f"the active policy {name!r} is invalid (above); "
+                            "nothing was written")
+            self._close(backends, own_backends)
+            return EXIT_CONFIG
         if self.control.active not in world.policies:
             self._log.warning("kept_policy_missing", policy=self.control.active, fallback=s.policy)
             if s.policy not in world.policies:
@@ -304,6 +331,30 @@ class Daemon:
             self.notifier.ready(status)
         else:
             self.notifier.status(status)
+        self._warn_unmatched()
+
+    def selection_warnings(self, policy: Any) -> list[str]:
+        """Each reference of ``policy`` (a loaded Policy) that selects nothing on this machine: a fan, GPU,
+        RAPL zone or sensor that does not exist here (what ``aithermd check --sysfs-root`` reports), as
+        ``FILE:LINE:COL: error: KEY: ...`` lines; [] for a policy without a document (a test engine's)."""
+        if self.tick is None or getattr(policy, "document", None) is None:
+            return []
+        from aithermd.policy.devicecheck import check_devices
+        return [err.format() for err in check_devices(policy, self.tick.world.devices)]
+
+    def _warn_unmatched(self) -> None:
+        """Warn once per policy and machine when a policy in force (active or held) selects nothing here:
+        at start, after a reload, a policy change or a hold, and after hotplug."""
+        assert self.tick is not None and self.control is not None
+        world = self.tick.world
+        for name in dict.fromkeys([self.control.active, *(h.policy for h in self.control.holds)]):
+            policy = world.policies.get(name)
+            if policy is None or self._checked.get(name) == (id(policy), id(world.devices)):
+                continue
+            self._checked[name] = (id(policy), id(world.devices))
+            for line in self.selection_warnings(policy):
+                self._log.warning("policy_selects_nothing", policy=name, error=line,
+                                  message="this rule does nothing on this machine")
 
     async def _watchdog(self) -> None:
         """WATCHDOG=1 every half WATCHDOG_USEC while ticks keep completing."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Mapping
 
 import structlog
@@ -70,6 +71,17 @@ class Notifier:
             return False
         self._last_status = text
         return self.send(f"STATUS={text}")
+
+    def reloading(self) -> bool:
+        """``RELOADING=1`` with ``MONOTONIC_USEC`` (CLOCK_MONOTONIC, µs), as Type=notify-reload (systemd
+        253 and later) requires before the ``READY=1`` that ends the reload; older systemd shows the unit
+        as "reloading" meanwhile."""
+        now_us = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        return self.send("RELOADING=1", f"MONOTONIC_USEC={now_us}")
+
+    def reloaded(self) -> bool:
+        """``READY=1`` after a reload, accepted or refused (the old policies run on either way)."""
+        return self.send("READY=1")
 
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")

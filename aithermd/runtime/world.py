@@ -28,9 +28,9 @@ from aithermd.settings import DaemonSettings, default_policy_dirs
 
 @dataclass(frozen=True)
 class Engine:
-    """The policy engine's contract: ``load_policies(dirs, strict_permissions=) -> {name: Policy}``
-    (raises PolicyErrors), ``evaluate(active, holds, inp, state, overrides) -> EngineResult``,
-    ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the ``EngineInput`` type."""
+    """The policy engine's contract: ``load_policies(dirs, strict_permissions=, skip=) -> {name: Policy}``
+    (raises PolicyErrors; ``skip``: file paths to leave out),
+    ``evaluate(active, holds, inp, state, overrides) -> EngineResult``, ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the ``EngineInput`` type."""
 
     load_policies: Callable[..., Mapping[str, Any]]
     evaluate: Callable[..., Any]
@@ -125,6 +125,28 @@ def load_policies(settings: DaemonSettings, engine: Engine) -> PolicySet:
     """:func:`load_policy_set` as a :class:`PolicySet`. Raises PolicyErrors."""
     policies, dirs = load_policy_set(settings, engine)
     return PolicySet(policies, dirs, bool(engine.needs_processes(list(policies.values()))))
+
+
+def load_policies_at_start(settings: DaemonSettings, engine: Engine) -> tuple[PolicySet, list[PolicyError]]:
+    """At start, a broken file beside the policies in use must not keep the daemon from running them: the
+    files that fail are left out, and their errors returned for the caller to log (and to refuse the start
+    when the active policy is among them). A reload stays all-or-nothing. Raises PolicyErrors when the
+    errors name no policy file that can be left out, or nothing valid is left."""
+    try:
+        return load_policies(settings, engine), []
+    except PolicyErrors as exc:
+        from aithermd.policy.loader import policy_files
+
+        dirs = policy_dirs(settings)
+        broken = {e.path for e in exc.errors}
+        if not broken <= {str(p) for p in policy_files(dirs).values()}:
+            raise
+        policies = engine.load_policies(list(dirs), strict_permissions=os.geteuid() == 0,
+                                        skip=frozenset(broken))
+        if not policies:
+            raise
+        return (PolicySet(MappingProxyType(dict(policies)), dirs,
+                          bool(engine.needs_processes(list(policies.values())))), list(exc.errors))
 
 
 def build_world(settings: DaemonSettings, backends: Sequence[Backend], engine: Engine,

@@ -118,3 +118,20 @@ def test_run_policy_takes_a_file_as_replay_does(tmp_path, capsys):
     assert json.loads(out.out)["policy"] == "lab"
     assert main(["run", "--simulate", "--policy", str(tmp_path / "missing.yaml")]) == 2
     assert "no such policy file" in capsys.readouterr().err
+
+
+def test_a_rule_that_selects_nothing_here_is_warned_about_at_start(tmp_path, capsys):
+    """A fan named exactly but absent from this machine (as `aithermd check --sysfs-root` reports it) was
+    accepted silently by the daemon."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "policies" / "quiet.yaml").read_text()
+    mine = tmp_path / "lab.yaml"
+    mine.write_text(text.replace('fans: {chip: ["nct*", "it87*", "f71*", "w83*"]}',
+                                 'fans: {chip: ["it8688e"]}'))
+    assert main(["run", "--simulate", "--policy", str(mine), "--duration", "5", "--speedup", "0",
+                 "--log-format", "json"]) == 0
+    warned = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+              if '"policy_selects_nothing"' in line]
+    assert len(warned) == 1 and warned[0]["level"] == "warning" and warned[0]["policy"] == "lab"
+    assert "lab.yaml:52:" in warned[0]["error"] and "selects no fan on this machine" in warned[0]["error"]

@@ -258,3 +258,32 @@ async def test_a_first_stale_read_is_warming_up_not_a_fault(settings, clock):
     assert degraded[0] == () and degraded[1] == ()
     assert b.kid("temp1") in degraded[3]
     assert [e.subject for e in faults] == [b.kid("temp1")]
+
+
+async def test_a_broken_unused_policy_file_does_not_stop_the_start(settings, clock, policy_dir, capsys):
+    """One broken file beside the active policy: the daemon starts with the valid ones and says which file
+    it left out (error level); a reload still refuses the set while the file is broken."""
+    (policy_dir / "typo.yaml").write_text("description: [unclosed\n")
+    d = make(settings, clock, FakeBackend())
+    reloads = []
+
+    def reload_once():
+        if not reloads:
+            try:
+                d.reload_now()
+                reloads.append("accepted")
+            except Exception as exc:  # noqa: BLE001
+                reloads.append(type(exc).__name__)
+        return False
+
+    assert await d.run(max_ticks=2, until=reload_once) == 0
+    assert d.hub.latest.policy.active == "balanced"
+    skipped = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+               if '"policy_skipped"' in line]
+    assert len(skipped) == 1 and skipped[0]["path"].endswith("typo.yaml") and skipped[0]["level"] == "error"
+    assert reloads == ["PolicyErrors"]
+
+
+async def test_a_broken_active_policy_still_stops_the_start(settings, clock, policy_dir):
+    (policy_dir / "balanced.yaml").write_text("description: [unclosed\n")
+    assert await make(settings, clock, FakeBackend()).run(max_ticks=1) == 78

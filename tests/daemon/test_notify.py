@@ -139,3 +139,32 @@ async def test_no_watchdog_ping_while_the_tick_hangs(settings, notify_socket):
     hang.set()
     d.request_stop()
     assert await asyncio.wait_for(task, 10) == 0
+
+
+async def test_a_reload_is_framed_by_reloading_and_ready(settings, clock, notify_socket, policy_dir):
+    """RELOADING=1 with MONOTONIC_USEC, then READY=1 when it is done, accepted or refused: what
+    Type=notify-reload (systemd 253 and later) waits for."""
+    import time
+
+    path, sock = notify_socket
+    d = Daemon(settings, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE,
+               environ={"NOTIFY_SOCKET": str(path)})
+    outcomes = []
+
+    def operate():
+        if d.hub.latest.seq == 1:
+            drain(sock)
+            d.reload_now()
+            outcomes.append(drain(sock))
+            (policy_dir / "broken.yaml").write_text("description: [x\n")
+            with pytest.raises(Exception):  # noqa: B017 - PolicyErrors, logged
+                d.reload_now()
+            outcomes.append(drain(sock))
+        return False
+
+    assert await d.run(max_ticks=2, until=operate) == 0
+    for messages in outcomes:
+        assert len(messages) == 2 and messages[1] == "READY=1"
+        reloading, stamp = messages[0].split("\n")
+        assert reloading == "RELOADING=1" and stamp.startswith("MONOTONIC_USEC=")
+        assert 0 <= time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000 - int(stamp.split("=")[1]) < 60e6

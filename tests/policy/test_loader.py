@@ -145,3 +145,17 @@ def test_unreadable_and_oversized_files(tmp_path):
     binary.write_bytes(b"rules: \xff\xfe\n")
     with pytest.raises(PolicyErrors, match="not UTF-8"):
         load_policy_file(binary)
+
+
+def test_load_policies_leaves_out_the_files_it_is_told_to_skip(tmp_path):
+    import shutil
+
+    from aithermd.errors import PolicyErrors
+    from aithermd.policy.loader import load_policies
+
+    shipped = Path(__file__).parents[2] / "policies"
+    shutil.copy(shipped / "quiet.yaml", tmp_path / "quiet.yaml")
+    (tmp_path / "typo.yaml").write_text("rules: [unclosed\n")
+    with pytest.raises(PolicyErrors):
+        load_policies([tmp_path])
+    assert list(load_policies([tmp_path], skip={str(tmp_path / "typo.yaml")})) == ["quiet"]

@@ -304,3 +304,34 @@ def test_demo_serves_metrics_with_real_tick_durations_and_process_metrics():
     assert values["aithermd_tick_duration_seconds_bucket{le=\"0.0005\"}"] < values[
         "aithermd_tick_duration_seconds_count"]  # not every tick in the lowest bucket (0 s)
     assert values["process_resident_memory_bytes"] > 10e6 and values["process_cpu_seconds_total"] > 0
+
+
+def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
+    """`aithermctl policy set` of a policy whose fan rule names a chip this machine lacks: set, and warned
+    about in one line with FILE:LINE (it was accepted silently)."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "policies" / "quiet.yaml").read_text()
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "lab.yaml").write_text(
+        text.replace('fans: {chip: ["nct*", "it87*", "f71*", "w83*"]}', 'fans: {chip: ["it8688e"]}'))
+    bus = PrivateBus.start("session")
+    daemon = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", bus.address,
+                               "--metrics-listen", "none", "--state-dir", str(tmp_path / "state"),
+                               "--policy-dir", str(policies), "--tick", "0.2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: ctl(bus.address, "status", "--json").returncode == 0, 60)
+        p = ctl(bus.address, "policy", "set", "lab")
+        assert p.returncode == 0, p.stderr
+        lines = p.stderr.splitlines()
+        assert lines[0] == "aithermctl: active policy is now lab"
+        assert len(lines) == 2 and lines[1].startswith(f"aithermctl: warning: {policies / 'lab.yaml'}:52:")
+        assert "selects no fan on this machine" in lines[1]
+        p = ctl(bus.address, "policy", "set", "quiet")  # a policy that fits: no warning
+        assert p.stderr.splitlines() == ["aithermctl: active policy is now quiet"]
+    finally:
+        daemon.terminate()
+        daemon.wait(30)
+        bus.stop()

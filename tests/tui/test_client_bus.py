@@ -189,7 +189,8 @@ def test_activation_that_cannot_start_the_daemon_is_not_running_exit_3(tmp_path)
 <allow own="*"/></policy></busconfig>
 """)
     proc = subprocess.Popen(["dbus-daemon", f"--config-file={tmp_path}/bus.conf", "--print-address",
-                             "--nofork", "--nopidfile"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             "--nofork", "--nopidfile"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         address = proc.stdout.readline().strip()
         out = subprocess.run([sys.executable, "-m", "aithermctl", "--bus", address, "status"],
