@@ -18,6 +18,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.screen import Screen
 
+from aithermctl.client import describe_owners
 from aithermctl.errors import ClientError
 from aithermctl.messages import (
     ConnectionChanged,
@@ -66,6 +67,7 @@ class AithermApp(App[int]):
         self.state.history.horizon_s = history_s
         self.poll_s, self.retry_s, self.clock = poll_s, retry_s, clock
         self._since_policy_info = 0
+        self._owners: dict[str, str | None] = {}  # hold owner (bus name) → "alice: python3 (pid 4242)"
 
     # workers ------------------------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -84,6 +86,8 @@ class AithermApp(App[int]):
                 async for doc in self.client.snapshots(self.poll_s):
                     if self.state.connected is not True:
                         self.post_message(ConnectionChanged(True))
+                    await describe_owners(self.client, (doc.get("policy") or {}).get("holds") or (),
+                                          self._owners)
                     self.post_message(SnapshotArrived(doc))
                     delay = self.retry_s[0]
             except ClientError as exc:

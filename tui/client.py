@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, Variant
@@ -169,6 +169,29 @@ class DaemonClient:
         """Whether someone owns bus name ``name`` (the daemon by default; also used for polkit)."""
         await self.connect()
         return bool((await self._raw(DBUS, "NameHasOwner", "s", [name]))[0])
+
+    async def describe_owner(self, name: str) -> str | None:
+        """Who bus connection ``name`` (a hold's owner, ``:1.42``) is, for people: ``"alice: python3 (pid
+        4242)"``: its uid and pid from the bus daemon (GetConnectionUnixUser, GetConnectionUnixProcessID),
+        the user name from the password database, the command from ``/proc/PID/comm``. None when the
+        connection is gone or the bus does not say."""
+        import pwd
+
+        try:
+            (uid,) = await self._raw(DBUS, "GetConnectionUnixUser", "s", [name])
+            (pid,) = await self._raw(DBUS, "GetConnectionUnixProcessID", "s", [name])
+        except errors.ClientError:
+            return None
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = f"uid {uid}"
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+                command = f.read().strip()
+        except OSError:
+            return f"{user} (pid {pid})"
+        return f"{user}: {command} (pid {pid})"
 
     # the daemon's methods, typed ----------------------------------------------------------------------
     async def get_snapshot(self) -> dict[str, Any]:
@@ -351,3 +374,20 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     return " ".join(text.split())
+
+
+async def describe_owners(client: Any, holds: Iterable[dict], known: dict | None = None) -> None:
+    """Give each hold held by a connection an ``owner_text`` ("alice: python3 (pid 4242)", not ":1.42");
+    ``known`` caches answers across calls (the TUI's)."""
+    describe = getattr(client, "describe_owner", None)
+    if describe is None:  # a client without it (a test's)
+        return
+    cache = {} if known is None else known
+    for hold in holds:
+        owner = str(hold.get("owner") or "")
+        if hold.get("detached") or not owner.startswith(":"):
+            continue
+        if owner not in cache:
+            cache[owner] = await describe(owner)
+        if cache[owner]:
+            hold["owner_text"] = cache[owner]

@@ -32,6 +32,12 @@ def _daemon_now(doc: Doc) -> float:
     return float(t) if isinstance(t, int | float) else time.time()
 
 
+def owner_text(hold: Mapping[str, Any]) -> str:
+    """A hold's owner for people: ``"alice: python3 (pid 4242)"`` when the client resolved it
+    (``owner_text``), else the bus name (``:1.42``)."""
+    return str(hold.get("owner_text") or hold.get("owner") or "?")
+
+
 def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
     """One line per hold: cookie, policy, reason, owner, expiry."""
     now = time.time() if now is None else now
@@ -41,7 +47,7 @@ def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) ->
         left = ""
         if isinstance(expires, int | float):
             left = f", {format_duration(max(0.0, expires - now))} left"
-        kind = "detached" if h.get("detached") else f"until {h.get('owner') or '?'} leaves"
+        kind = "detached" if h.get("detached") else f"until {owner_text(h)} leaves"
         lines.append(f"  cookie {h.get('cookie')}: {h.get('policy')} — {h.get('reason') or 'no reason'} "
                      f"({kind}{left})")
     return lines

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 
 from aithermctl import render
-from aithermctl.client import DaemonClient
+from aithermctl.client import DaemonClient, describe_owners
 from aithermctl.document import all_knobs
 from aithermctl.durations import check_unit, format_duration, parse_value
 from aithermctl.errors import ClientError
@@ -40,8 +40,12 @@ async def status(client: DaemonClient, args: argparse.Namespace) -> int:
         text = await client.call("GetSnapshot")  # exactly the daemon's document, byte for byte
         _print(text if text.endswith("\n") else text + "\n")
         return wire.EXIT_OK
-    _print(render.status_text(await client.get_snapshot()))
+    doc = await client.get_snapshot()
+    await describe_owners(client, (doc.get("policy") or {}).get("holds") or ())
+    _print(render.status_text(doc))
     return wire.EXIT_OK
+
+
 
 
 async def policy(client: DaemonClient, args: argparse.Namespace) -> int:

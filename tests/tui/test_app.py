@@ -3,6 +3,7 @@ how it follows new snapshots, reconnects, and how changes and their refusals are
 
 import copy
 import json
+import time
 
 from conftest import load
 from fake_client import FakeClient
@@ -156,7 +157,12 @@ async def test_events_screen_logs_signals_and_filters_by_kind():
         text = screen_text(app)
         assert "450 W → 520 W by ai-training/raise-under-load" in text
         assert "read failed (EIO)" in text and "GPU appeared" in text
-        await pilot.press("f", "f", "f")  # all → decision → drift → fault
+        await pilot.press("f")  # all → limits: power limits only, no fan decisions
+        await settle(pilot)
+        text = screen_text(app)
+        assert "Events (limits" in text and "450 W → 520 W by ai-training/raise-under-load" in text
+        assert "read failed (EIO)" not in text and "pwm3" not in text and "GPU appeared" not in text
+        await pilot.press("f", "f", "f")  # → decision → drift → fault
         await settle(pilot)
         text = screen_text(app)
         assert "Events (fault" in text and "read failed (EIO)" in text and "GPU appeared" not in text
@@ -172,13 +178,16 @@ async def test_reconnects_when_the_daemon_restarts():
         await settle(pilot, 5)
         top = " ".join(line.strip() for line in screen_text(app).splitlines()[:2])
         assert "○ aithermd is not running on the system bus (start it: systemctl start aithermd)" in top
+        # the last values stay on screen, marked stale with their time, and dimmed
+        stamp = time.strftime("%H:%M:%S", time.localtime(app.state.doc["t_wall"]))
+        assert f"STALE: values below are from {stamp}" in top and app.screen.has_class("stale")
         connects = client.connects
         await pilot.pause(0.1)
         assert client.connects > connects  # it keeps trying
         client.revive()
         await pilot.pause(0.1)
         await settle(pilot)
-        assert screen_text(app).startswith(" ● policy")
+        assert screen_text(app).startswith(" ● policy") and not app.screen.has_class("stale")
         assert [m for k, e in app.state.events if k == "connection" for m in [e["message"]]][-1] == \
             "reconnected to aithermd"
         assert sum(1 for name, _ in client.calls if name == "get_history") >= 2  # plots re-seeded

@@ -223,3 +223,21 @@ async def test_hold_timeout_0_is_no_end(fake_daemon, private_bus):
     rc, out, err = await ctl(private_bus, "hold", "quiet", "--reason", "r", "--timeout", "0", "--detach")
     assert rc == 0, err
     assert [(h["policy"], h["expires"], h["detached"]) for h in fake_daemon.holds] == [("quiet", None, True)]
+
+
+async def test_status_names_a_holds_owner_by_user_and_process(fake_daemon, private_bus):
+    """A hold held by a connection read "until :1.2 leaves"; the bus knows its uid and pid."""
+    import pwd
+
+    proc = await start(private_bus, "hold", "quiet", "--reason", "demo")
+    try:
+        await asyncio.wait_for(proc.stdout.readline(), 20)
+        rc, out, err = await ctl(private_bus, "status")
+        assert rc == 0, err
+        user = pwd.getpwuid(os.getuid()).pw_name
+        with open(f"/proc/{proc.pid}/comm") as f:
+            comm = f.read().strip()
+        assert f"(until {user}: {comm} (pid {proc.pid}) leaves)" in out
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await finish(proc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -26,6 +28,12 @@ class DataScreen(Screen):
         """Render ``state``; called by the app after each message and when the screen comes back."""
         line = self.query_one(StatusLine)
         line.connected, line.detail, line.policy = state.connected, state.detail, state.policy_line()
+        # the daemon is gone: the last values stay on screen, dimmed and marked with their time
+        stale = state.connected is False and state.doc is not None
+        t_wall = (state.doc or {}).get("t_wall")
+        line.stale_since = (time.strftime("%H:%M:%S", time.localtime(t_wall))
+                            if stale and isinstance(t_wall, int | float) else "stale" if stale else "")
+        self.set_class(stale, "stale")
         self.show_body(state)
 
     def show_body(self, state: TuiState) -> None:

@@ -23,6 +23,14 @@ def event_row(kind: str, event: dict[str, Any]) -> tuple[str, str, str, str]:
     return stamp, kind, str(event.get("subject") or ""), str(event.get("message") or event)
 
 
+LIMIT_KNOBS = ("/power_limit", "/pl1", "/pl2")  # GPU power limits, RAPL PL1/PL2
+
+
+def is_limit_event(event: dict[str, Any]) -> bool:
+    """Whether ``event`` is about a power limit (its subject is a GPU power limit or a RAPL PL1/PL2)."""
+    return str(event.get("subject") or "").endswith(LIMIT_KNOBS)
+
+
 class EventsScreen(DataScreen):
     BINDINGS = [Binding("f", "filter", "Filter")]
 
@@ -43,9 +51,10 @@ class EventsScreen(DataScreen):
         self.query_one(DataTable).border_title = f"Events ({self._kind}; f: filter)"
 
     def action_filter(self) -> None:
-        """Cycle through all, then each kind seen so far (in order of first appearance)."""
+        """Cycle through all, limits (power limits only: no fan decision floods them), then each kind seen
+        so far (in order of first appearance)."""
         state: TuiState = self.app.state  # type: ignore[attr-defined]
-        kinds = ["all", *dict.fromkeys(kind for kind, _ in state.events)]
+        kinds = ["all", "limits", *dict.fromkeys(kind for kind, _ in state.events)]
         self._kind = kinds[(kinds.index(self._kind) + 1) % len(kinds)] if self._kind in kinds else "all"
         self._title()
         self.query_one(DataTable).clear()
@@ -59,7 +68,7 @@ class EventsScreen(DataScreen):
         table = self.query_one(DataTable)
         at_end = table.cursor_row >= table.row_count - 1
         for kind, event in list(state.events)[-new:]:
-            if self._kind in ("all", kind):
+            if self._kind in ("all", kind) or (self._kind == "limits" and is_limit_event(event)):
                 stamp, k, subject, message = event_row(kind, event)
                 table.add_row(stamp, Text(k, style=STYLES.get(kind, "")), Text(subject), Text(message))
         self._shown = state.events_total

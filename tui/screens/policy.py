@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Static
 
 from aithermctl.document import effective_policy
 from aithermctl.durations import format_duration
+from aithermctl.render import owner_text
 from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 from aithermctl.widgets.gauge import bar
@@ -106,7 +107,7 @@ class PolicyScreen(DataScreen):
         now = float(t_wall) if isinstance(t_wall, int | float) else time.time()
         holds = policy.get("holds") or ()
         self._fill("#holds", [(str(h.get("cookie")), str(h.get("policy")), Text(str(h.get("reason") or "")),
-                               "detached" if h.get("detached") else str(h.get("owner") or ""),
+                               "detached" if h.get("detached") else owner_text(h),
                                format_duration(max(0.0, h["expires"] - now))
                                if isinstance(h.get("expires"), int | float) else "released")
                               for h in holds], [str(h.get("cookie")) for h in holds])
