@@ -13,7 +13,7 @@ from typing import Any
 from aithermctl.document import value
 
 # what a plot shows, per device kind: channel attributes and knob names
-PLOTTED = {"gpu": ("temperature", "power", "utilization", "power_limit"),
+PLOTTED = {"gpu": ("temperature", "power", "utilization", "power_limit", "memory_utilization", "fan0"),
            "powercap": ("power", "pl1", "pl2")}
 
 

@@ -37,4 +37,6 @@ def test_trims_to_the_horizon(snapshot_doc):
 def test_plotted_ids_are_gpu_and_package_series(snapshot_doc):
     ids = plotted_ids(snapshot_doc)
     assert ids["gpu0/temperature"] == 71.0 and ids["gpu0/power_limit"] == 520.0
-    assert "gpu0/fan0" not in ids and "hwmon:nct6798-isa-0290/fan1" not in ids
+    # a GPU's first fan and memory controller are plotted on a tall screen; board fans are not
+    assert ids["gpu0/fan0"] is not None and ids["gpu0/memory_utilization"] == 61.0
+    assert "gpu0/fan1" not in ids and "hwmon:nct6798-isa-0290/fan1" not in ids

@@ -19,6 +19,7 @@ SCREENS = Path(__file__).parent / "fixtures" / "screens"
     ("overview-80x24", "", (80, 24)),
     ("overview-140x40", "", (140, 40)),
     ("plots-80x24", "2", (80, 24)),
+    ("plots-140x40", "2", (140, 40)),
     ("policy-80x24", "3", (80, 24)),
     ("help-80x24", "question_mark", (80, 24)),
 ])

@@ -13,6 +13,7 @@ from aithermctl.state import TuiState
 from aithermctl.widgets.trace_plot import TracePlot
 
 SPANS = (60.0, 120.0, 300.0, 600.0)
+TALL_ROWS = 40
 
 
 class PlotsScreen(DataScreen):
@@ -25,7 +26,13 @@ class PlotsScreen(DataScreen):
             yield Grid(id="plots")
 
     def on_resize(self) -> None:
-        self.query_one("#plots").set_class(self.size.width >= 120, "wide")  # temperature | power per row
+        plots = self.query_one("#plots")
+        plots.set_class(self.size.width >= 120, "wide")  # temperature | power per row
+        # 40 rows and more: taller plots, and each GPU's utilization, memory and fan plots too
+        tall = self.size.height >= TALL_ROWS
+        if tall != plots.has_class("tall"):
+            plots.set_class(tall, "tall")
+            self.show(self.app.state)  # type: ignore[attr-defined]
 
     def action_zoom(self, step: int) -> None:
         state: TuiState = self.app.state  # type: ignore[attr-defined]
@@ -38,12 +45,20 @@ class PlotsScreen(DataScreen):
         if state.doc is None:
             return []
         ov = overview(state.doc)
+        tall = self.query_one("#plots").has_class("tall")
         out = []
         for g in ov.gpus:
             out.append((f"plot-{g.id}-temp", f"{g.id} temperature", f"{g.id}/temperature", None,
                         g.slowdown_c or 90.0, "°C"))
             out.append((f"plot-{g.id}-power", f"{g.id} power", f"{g.id}/power", f"{g.id}/power_limit",
                         g.limit_w or 100.0, "W"))
+            if tall:
+                out.append((f"plot-{g.id}-util", f"{g.id} utilization", f"{g.id}/utilization", None,
+                            100.0, "%"))
+                out.append((f"plot-{g.id}-mem", f"{g.id} memory busy", f"{g.id}/memory_utilization", None,
+                            100.0, "%"))
+                if state.history.window(f"{g.id}/fan0", state.span_s):
+                    out.append((f"plot-{g.id}-fan", f"{g.id} fan", f"{g.id}/fan0", None, 100.0, "%"))
         for p in ov.packages:
             safe = p.id.replace(":", "-")
             out.append((f"plot-{safe}-power", f"{p.name} power", f"{p.id}/power", f"{p.id}/pl1",
