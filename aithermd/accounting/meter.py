@@ -51,58 +51,72 @@ def _identity(dev: Any) -> str | None:
 
 class EnergyMeter:
     """Feed it every published snapshot (:meth:`feed`). ``kinds``: device kinds metered (GPU and powercap by
-    default)."""
+    default). Per snapshot it costs one reading lookup per energy channel: the devices' layout (energy and
+    power channel ids, identity) is worked out again only when the snapshot's device tuple changes, and points
+    are plain tuples (a frozen dataclass pays one ``__setattr__`` per field)."""
 
     def __init__(self, *, kinds: tuple[DeviceKind, ...] = (DeviceKind.GPU, DeviceKind.POWERCAP),
                  max_estimate_s: float = 60.0, seed: Mapping[str, Point] | None = None) -> None:
         self.kinds = kinds
         self.max_estimate_s = max_estimate_s
-        self._points: dict[str, Point] = dict(seed or {})
-        self._t_wall: float | None = max((p.t_wall for p in self._points.values()), default=None)
+        # channel id → (device, J, power W or None, t_wall, identity)
+        self._points: dict[str, tuple[str, float, float | None, float, str | None]] = {
+            cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity) for cid, p in (seed or {}).items()}
+        self._t_wall: float | None = max((p.t_wall for p in (seed or {}).values()), default=None)
+        self._devices: Any = None
+        self._layout: list[tuple[str, str, str | None, str | None]] = []  # (device, energy ch, power ch, id)
 
     def points(self) -> dict[str, Point]:
         """{channel id: last good point} (for saving across a restart)."""
-        return dict(self._points)
+        return {cid: Point(*p) for cid, p in self._points.items()}
 
-    def feed(self, s: Snapshot) -> Increment:
-        joules: dict[str, float] = {}
-        unmeasured: dict[str, float] = {}
-        points: dict[str, Point] = {}
-        for dev in s.devices:
+    def _plan(self, devices: Any) -> None:
+        layout = []
+        for dev in devices:
             if dev.kind not in self.kinds:
                 continue
-            power = None
+            power = next((ch.id for ch in dev.channels if ch.quantity is Quantity.POWER), None)
             for ch in dev.channels:
-                r = s.readings.get(ch.id)
-                if ch.quantity is Quantity.POWER and r is not None and r.status is Status.OK:
-                    power = r.value
-            identity = _identity(dev)
-            for ch in dev.channels:
-                if ch.quantity is not Quantity.ENERGY:
-                    continue
-                joules.setdefault(dev.id, 0.0)
-                r = s.readings.get(ch.id)
-                before = self._points.get(ch.id)
-                if before is not None and before.identity != identity:
-                    before = None  # another board behind the same id since the point was saved
-                if r is None or r.status is not Status.OK or r.value is None or not math.isfinite(r.value):
-                    if before is not None:
-                        points[ch.id] = before  # a failed read loses nothing: the next good one covers it
-                    continue
-                points[ch.id] = Point(dev.id, r.value, power, s.t_wall, identity)
-                if before is None:
-                    continue  # a new device counts from its next snapshot
-                delta = r.value - before.joules
-                gap = max(0.0, s.t_wall - before.t_wall)
-                if delta < 0:  # wrapped or reset
-                    if gap <= self.max_estimate_s:
-                        delta = (power or 0.0) * gap
-                    else:
-                        delta = 0.0
-                        unmeasured[dev.id] = unmeasured.get(dev.id, 0.0) + gap
-                joules[dev.id] += delta
-        dt = 0.0 if self._t_wall is None else max(0.0, s.t_wall - self._t_wall)
-        self._t_wall = s.t_wall
+                if ch.quantity is Quantity.ENERGY:
+                    layout.append((dev.id, ch.id, power, _identity(dev)))
+        self._devices, self._layout = devices, layout
+
+    def feed(self, s: Snapshot) -> Increment:
+        if s.devices is not self._devices:
+            self._plan(s.devices)
+        readings, now, ok = s.readings, s.t_wall, Status.OK
+        joules: dict[str, float] = {}
+        unmeasured: dict[str, float] = {}
+        points: dict[str, tuple[str, float, float | None, float, str | None]] = {}
+        before_all = self._points
+        for dev_id, cid, power_cid, identity in self._layout:
+            if dev_id not in joules:
+                joules[dev_id] = 0.0
+            r = readings.get(cid)
+            before = before_all.get(cid)
+            if before is not None and before[4] != identity:
+                before = None  # another board behind the same id since the point was saved
+            value = None if r is None or r.status is not ok else r.value
+            if value is None or not math.isfinite(value):
+                if before is not None:
+                    points[cid] = before  # a failed read loses nothing: the next good one covers it
+                continue
+            p = readings.get(power_cid) if power_cid is not None else None
+            power = p.value if p is not None and p.status is ok else None
+            points[cid] = (dev_id, value, power, now, identity)
+            if before is None:
+                continue  # a new device counts from its next snapshot
+            delta = value - before[1]
+            if delta < 0:  # wrapped or reset
+                gap = now - before[3]
+                if 0 <= gap <= self.max_estimate_s:
+                    delta = (power or 0.0) * gap
+                else:
+                    delta = 0.0
+                    unmeasured[dev_id] = unmeasured.get(dev_id, 0.0) + max(0.0, gap)
+            joules[dev_id] += delta
+        dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
+        self._t_wall = now
         self._points = points
         return Increment(dt, joules, unmeasured)
 

@@ -112,6 +112,7 @@ class EnergyWindows:
         self.max_windows = max_windows
         self._new_id = new_id
         self._windows: dict[int, Window] = {}
+        self._soonest = math.inf  # the earliest deadline of an open window
         self.changed = False  # set by every change; the owner clears it after saving
 
     def start(self, name: str, timeout_s: float, uid: int, scope: str = "") -> int:
@@ -137,6 +138,7 @@ class EnergyWindows:
             wid = _random_id()
         now = self._clock.wall()
         self._windows[wid] = Window(wid, name, uid, now, now + (timeout_s or DEFAULT_TIMEOUT_S), scope)
+        self._soonest = min(self._soonest, self._windows[wid].deadline)
         self.changed = True
         return wid
 
@@ -174,6 +176,7 @@ class EnergyWindows:
         for wid in [w.id for w in self._windows.values() if w.deadline <= now]:
             del self._windows[wid]
             self.changed = True
+        self._soonest = min((w.deadline for w in self._windows.values()), default=math.inf)
 
     def open_count(self, uid: int | None = None) -> int:
         return sum(1 for w in self._windows.values() if uid is None or w.uid == uid)
@@ -191,7 +194,8 @@ class EnergyWindows:
                 window.joules[device_id] = window.joules.get(device_id, 0.0) + joules
             if increment.unmeasured_s:
                 window.unmeasured_s += max(increment.unmeasured_s.values())
-        self.expire()
+        if self._soonest <= self._clock.wall():
+            self.expire()
 
     def add_scoped(self, per_scope: Mapping[str, Mapping[str, float]]) -> None:
         """{scope: {device id: J}} attributed in one accounting interval, to the windows of each scope."""
