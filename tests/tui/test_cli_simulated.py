@@ -335,3 +335,21 @@ def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
         daemon.terminate()
         daemon.wait(30)
         bus.stop()
+
+
+def test_processes_and_the_energy_report_of_the_simulated_workstation(sim_bus):
+    def desktop() -> dict | None:
+        doc = json.loads(ctl(sim_bus, "status", "--json").stdout)
+        gpu0 = ((doc.get("processes") or {}).get("gpus") or {}).get("gpu0") or {}
+        return next((p for p in gpu0.get("processes") or () if p["comm"] == "gnome-shell"), None)
+
+    shell = until(desktop, 60)  # the first accounting pass, 5 s after the start
+    assert shell["user"] == "you" and shell["kinds"] == "G"
+    assert shell["unit"] == "org.gnome.Shell@wayland.service"
+    text = ctl(sim_bus, "status").stdout
+    assert "Processes (pid, user" in text and "/usr/bin/gnome-shell" in text and "memory " in text
+    report = until(lambda: json.loads(ctl(sim_bus, "energy", "report", "--by", "unit",
+                                          "--json").stdout)["rows"])
+    assert report[0]["name"] == "org.gnome.Shell@wayland.service" and report[0]["total_j"] > 0
+    p = ctl(sim_bus, "energy", "report", "--by", "nonsense")
+    assert p.returncode == wire.EXIT_USAGE and "invalid choice" in p.stderr
