@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from aithermd.sim.fake_nvml_clocks import NvmlClockFunctions
 from aithermd.sim.fake_nvml_lib import (
     FUNCTION_SINCE,
     GPU_IS_LOST,
@@ -72,7 +73,8 @@ class _CFunction:
                 return exc.code
 
 
-class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, SimulatorControls):
+class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, NvmlClockFunctions,
+               SimulatorControls):
     """A set of fake GPUs behind NVML's C API.
 
     ``profiles``: the GPUs, in NVML index order. ``state_path``: JSON file written now and on every change

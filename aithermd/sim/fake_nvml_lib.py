@@ -55,6 +55,13 @@ VT_UINT, VT_ULL = 1, 3  # NVML_VALUE_TYPE_UNSIGNED_INT, NVML_VALUE_TYPE_UNSIGNED
 # entry points newer than some drivers: older branches raise FUNCTION_NOT_FOUND (approximate branch numbers)
 FUNCTION_SINCE = MappingProxyType(
     {
+        "nvmlGpmQueryDeviceSupport": 520,
+        "nvmlGpmSampleAlloc": 520,
+        "nvmlGpmSampleFree": 520,
+        "nvmlGpmSampleGet": 520,
+        "nvmlGpmMetricsGet": 520,
+        "nvmlDeviceSetGpuLockedClocks": 418,
+        "nvmlDeviceResetGpuLockedClocks": 418,
         "nvmlDeviceGetTemperatureV": 555,
         "nvmlDeviceGetCurrentClocksEventReasons": 535,
         "nvmlDeviceGetFanControlPolicy_v2": 520,

@@ -73,7 +73,8 @@ class NvmlReadingFunctions:
         return SUCCESS
 
     def _nvmlDeviceGetPerformanceState(self, handle: Any, pstate: Any) -> int:
-        ps = _need(self._dev(handle, "nvmlDeviceGetPerformanceState").profile.pstate)
+        gpu = self._dev(handle, "nvmlDeviceGetPerformanceState")
+        ps = _need(gpu.pstate if gpu.pstate is not None else gpu.profile.pstate)
         _out(pstate).value = int(ps.lstrip("Pp")) if ps.lstrip("Pp").isdigit() else 32
         return SUCCESS
 

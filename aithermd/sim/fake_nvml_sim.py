@@ -60,16 +60,21 @@ class SimulatorControls:
         clock_event_reasons: Iterable[str] | int | None = None,
         fan_speed_pct: float | Sequence[float] | None = None,
         persistence_mode: bool | None = None,
+        pstate: str | None = None,
+        gpm_tensor_pct: float | None = None,
     ) -> None:
         """Set what the GPU reads now (daemon units; None leaves a value unchanged). ``fan_speed_pct`` (one
         value for every fan, or one per fan) is the automatic curve's duty: it moves fans in automatic mode,
-        fans under manual control keep their target. ``clock_event_reasons``: names or the bit mask."""
+        fans under manual control keep their target. ``clock_event_reasons``: names or the bit mask;
+        ``pstate``: ``"P0"`` … ``"P12"``; ``gpm_tensor_pct`` the tensor-pipe activity GPM will integrate
+        (see :meth:`add_energy`)."""
         with self._lock:
             g = self.gpus[index]
             for name, value in (
                 ("temp_c", temp_c),
                 ("memory_temp_c", memory_temp_c),
                 ("persistence", persistence_mode),
+                ("pstate", pstate),
             ):
                 if value is not None:
                     setattr(g, name, value)
@@ -85,6 +90,8 @@ class SimulatorControls:
                     setattr(g, name, int(round(value)))
             if clock_event_reasons is not None:
                 g.reasons = reasons_mask(clock_event_reasons)
+            if gpm_tensor_pct is not None:
+                g.gpm_tensor_pct = gpm_tensor_pct
             if fan_speed_pct is not None:
                 duties = (
                     [fan_speed_pct] * len(g.fans)
@@ -96,10 +103,26 @@ class SimulatorControls:
                     if not fan.manual:
                         fan.speed_pct = fan.target_pct = fan.auto_pct
 
-    def add_energy(self, index: int, joules: float) -> None:
-        """Advance the GPU's total-energy counter (read in mJ) by ``joules``."""
+    def add_energy(self, index: int, joules: float, dt_s: float = 0.0) -> None:
+        """Advance the GPU's total-energy counter (read in mJ) by ``joules``, and its GPM counters by
+        ``dt_s`` seconds at the present utilization and tensor activity."""
         with self._lock:
-            self.gpus[index].energy_mj += int(round(joules * 1000.0))
+            g = self.gpus[index]
+            g.energy_mj += int(round(joules * 1000.0))
+            if dt_s > 0:
+                g.gpm_elapsed_s += dt_s
+                g.gpm_busy_s += dt_s * (g.gpu_util_pct or 0) / 100.0
+                g.gpm_tensor_s += dt_s * g.gpm_tensor_pct / 100.0
+
+    def locked_clock_max_mhz(self, index: int) -> float | None:
+        """The upper SM clock (MHz) of the range locked through NVML, clamped to what the card supports;
+        None when the clocks are not locked."""
+        from aithermd.sim.fake_nvml_clocks import effective_lock
+
+        with self._lock:
+            self._sync()
+            lock = effective_lock(self.gpus[index])
+            return None if lock is None else float(lock[1])
 
     def power_limit_w(self, index: int) -> float | None:
         """The management power limit now in force (W), as last set through NVML or the shared file."""

@@ -112,6 +112,7 @@ class FakeGpu:
     fans: list[FakeFan] = field(default_factory=list)
     lost: bool = False
     removed: bool = False
+    locked_clocks: tuple[int, int] | None = None  # (min, max) MHz as set; see fake_nvml_clocks
     temp_c: float | None = None
     memory_temp_c: float | None = None
     power_mw: int | None = None
@@ -127,6 +128,11 @@ class FakeGpu:
     # nvmlDeviceGetProcessUtilization returns (only processes with non-zero utilization get samples)
     util_samples: deque[tuple[int, int, int, int, int, int]] = field(
         default_factory=lambda: deque(maxlen=PROCESS_SAMPLES))
+    pstate: str | None = None
+    gpm_tensor_pct: float = 0.0  # what the simulator says the tensor pipes do now (%)
+    gpm_elapsed_s: float = 0.0  # GPM counters: time, busy time and tensor-active time (s)
+    gpm_busy_s: float = 0.0
+    gpm_tensor_s: float = 0.0
 
     @classmethod
     def from_profile(cls, profile: GpuProfile, bus_id: str, fan_count: int | None = None) -> FakeGpu:
@@ -150,6 +156,7 @@ class FakeGpu:
             reasons=reasons_mask(r for r in p.clock_event_reasons if r in REASON_BITS),
             persistence=p.persistence_mode,
             processes={info.pid: FakeProcess.from_info(info) for info in p.processes},
+            pstate=p.pstate,
         )
 
     @property
@@ -202,11 +209,14 @@ class FakeGpu:
             "lost": self.lost,
             "removed": self.removed,
             "fans": [vars(f).copy() for f in self.fans],
+            "locked_clocks": None if self.locked_clocks is None else list(self.locked_clocks),
         }
 
     def apply_control(self, data: dict[str, Any]) -> None:
         self.limit_mw, self.lost, self.removed = data["limit_mw"], data["lost"], data["removed"]
         self.fans = [FakeFan(**f) for f in data["fans"]]
+        locked = data.get("locked_clocks")
+        self.locked_clocks = None if locked is None else (int(locked[0]), int(locked[1]))
 
     def dynamic(self) -> dict[str, Any]:
         keys = (
@@ -220,6 +230,11 @@ class FakeGpu:
             "memory_clock_mhz",
             "reasons",
             "persistence",
+            "pstate",
+            "gpm_tensor_pct",
+            "gpm_elapsed_s",
+            "gpm_busy_s",
+            "gpm_tensor_s",
         )
         return {k: getattr(self, k) for k in keys}
 
