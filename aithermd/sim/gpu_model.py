@@ -1,39 +1,34 @@
-"""What a GPU draws and how much work it does, given its load, power limit and temperature. Pure.
+"""What a GPU draws, shows and truly does in one step, given its job, power limit, clock lock and
+temperature. Pure.
 
-Power: the card asks for ``demand = idle + util · (peak − idle)`` and the driver holds the draw at the
-enforced power limit, so ``draw = min(limit, demand)`` (NVML ``nvmlDeviceGetEnforcedPowerLimit``: "the
-power management algorithm caps the board power draw at this value"). ``peak`` is what sustained training
-would draw with no limit: ``peak_demand_ratio`` × the default limit (1.2 by default — training kernels
-hold a card at its default limit, and cards that allow a higher limit draw more when given it, which is
-why raising the limit buys work at all).
+Two truths (:mod:`aithermd.sim.jobs`): :class:`GpuOutput` carries what NVML would show — power,
+utilization, memory utilization, SM clock, clock-event reasons, P-state, and on Hopper-class cards the GPM
+tensor and SM activity — and, apart, the hidden ``work`` the job really did (seconds of unbound full-speed
+work per second). The daemon only ever sees the first.
 
-Performance with diminishing returns in power: under a cap the driver lowers clocks and voltage until the
-draw fits. Throughput relative to the uncapped run follows a power law in the dynamic (above-idle) power::
+Power: the job's demand this second is the trace's own ``power.draw`` when the workload has one, else the
+job's own draw (a share of the card's default limit) scaled by utilization and its second-by-second swing.
+Under a limit the law of :mod:`aithermd.sim.law` (fitted on the Zeus sweeps) gives the drawn power and
+throughput against that demand; under an SM clock lock the job's own clock law
+(:func:`aithermd.sim.jobs.operate`). Nothing is gained above the job's own demand: a higher limit changes
+nothing once it no longer binds. Idle draws the card's floor (the dump's idle draw), or more when the
+card is held high.
 
-    throughput = util · ((draw − idle) / (demand − idle)) ** alpha      alpha = 0.4
+What NVML shows, and why it misleads the cheap proxies the realistic way:
 
-so halving the dynamic power keeps 76 % of the work, and work per joule rises as the limit falls.
-Source and calibration — published power-vs-throughput measurements of power-capped GPUs:
-
-- Krzywaniak, Czarnul, Proficz, "Performance and Energy Aware Training of a Deep Neural Network in a
-  Multi-GPU Environment with Power Capping", Euro-Par 2023: Parallel Processing Workshops (Springer
-  LNCS, 2024), doi:10.1007/978-3-031-48803-0_1: caps of 160–200 W instead of the default 260 W cut
-  training energy by up to 25 % for a modest loss of speed. The law above gives 20 % less energy per
-  unit of work at 180 W.
-- Frey et al., "Benchmarking Resource Usage for Efficient Distributed Deep Learning", MIT Lincoln Lab,
-  arXiv:2201.12423 (2022): 3,400 training runs under power caps; training time fits a power law in the
-  power cap with small exponents (well below 1: sub-linear slowdown).
-- "AI Application Benchmarking: Power-Aware Performance Analysis for Vision and Language Models",
-  arXiv:2603.16164: H100/H200 power-cap sweeps; the efficiency peak sits below the default limit and
-  depends on the workload. A 14 % lower cap (700 → 600 W on an H100) costing 5–15 % of throughput is the
-  commonly reported range; the law above gives 6 %.
+- utilization (% of time a kernel ran) does not fall under a cap: kernels run longer but back to back;
+- the SM clock falls with the cap by more than the work does when the job is memory-bound (Amdahl over the
+  clock with the hidden μ), so "utilization × SM clock" overstates the slowdown;
+- memory utilization is the memory-bound share of the step time (``util · μ · r``): high for decode;
+- GPM (``nvmlGpmMetricsGet``, Hopper and newer only): tensor-pipe activity, the share of time the SMs ran
+  tensor work, ``util · (1 − μ) · r / φ``; times the clock it tracks the true work (the pipe's cycles are
+  the work's cycles), hence the second-best signal after a job's own progress counter.
 
 The driver's own slowdown: at or above the GPU's slowdown temperature (``nvidia-smi -q`` "GPU Slowdown
 Temp", NVML ``NVML_TEMPERATURE_THRESHOLD_SLOWDOWN``) the hardware cuts clocks by half or more (clock event
-reasons ``HW_SLOWDOWN`` and ``HW_THERMAL_SLOWDOWN``); here the dynamic power budget halves at the threshold
-and shrinks linearly to nothing at the shutdown temperature (the driver keeps cutting clocks while the card
-heats further), and stays halved until the temperature is ``slowdown_hysteresis_c`` below the threshold.
-A power-bound card reports
+reasons ``HW_SLOWDOWN`` and ``HW_THERMAL_SLOWDOWN``); here the power budget above idle halves at the
+threshold and shrinks linearly to nothing at the shutdown temperature, and stays halved until the
+temperature is ``slowdown_hysteresis_c`` below the threshold. A power-bound card reports
 ``SW_POWER_CAP``; a card with no work reports ``GPU_IDLE``.
 """
 
@@ -41,10 +36,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aithermd.sim import jobs as jobmod
 from aithermd.sim.gpu_profile import GpuProfile
+from aithermd.sim.jobs import IDLE, Job
 
-ALPHA = 0.4
-IDLE_CLOCK_MHZ = 210.0
+IDLE_CLOCK_MHZ = 210.0  # RTX 4090 dump, P8 idle SM clock
+HELD_CLOCK_RATIO = 0.6  # SM clock of a held-high idle card, over its top clock (model choice)
+HOPPER_ARCHITECTURES = ("hopper", "blackwell")  # GPM needs Hopper or newer (NVML nvmlGpmQueryDeviceSupport)
 
 # clock event reason names as the NVML backend decodes them (nvmlClocksEventReason*)
 GPU_IDLE = "gpu_idle"
@@ -55,35 +53,37 @@ HW_THERMAL_SLOWDOWN = "hw_thermal_slowdown"
 
 @dataclass(frozen=True, slots=True)
 class GpuParams:
-    """One card's electrical and thermal limits, in W, °C and MHz.
+    """One card's electrical and thermal facts, in W, °C and MHz.
 
-    ``idle_w`` < ``peak_w``; ``slowdown_temp_c`` is the driver's own slowdown threshold; ``max_clock_mhz``
-    the SM clock at full speed.
+    ``idle_w`` is the idle floor, ``default_w`` the default power limit (jobs' own draws are shares of
+    it); ``slowdown_temp_c`` the driver's own slowdown threshold; ``max_clock_mhz`` the SM clock of a job
+    no limit holds; ``gpm`` whether NVML offers GPM metrics (Hopper and newer); ``datacenter`` whether the
+    card idles at P0 (datacenter boards do) rather than P8.
     """
 
     idle_w: float
-    peak_w: float
+    default_w: float
     slowdown_temp_c: float
     max_clock_mhz: float = 2520.0
     shutdown_temp_c: float | None = None  # None: slowdown + 5 °C
-    alpha: float = ALPHA
     slowdown_factor: float = 0.5
     slowdown_hysteresis_c: float = 3.0
+    gpm: bool = False
+    datacenter: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= self.idle_w < self.peak_w:
-            raise ValueError(f"need 0 <= idle_w < peak_w, got {self.idle_w}, {self.peak_w}")
-        if not 0 < self.alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {self.alpha}")
+        if not 0 <= self.idle_w < self.default_w:
+            raise ValueError(f"need 0 <= idle_w < default_w, got {self.idle_w}, {self.default_w}")
 
     @classmethod
-    def from_profile(cls, profile: GpuProfile, *, peak_demand_ratio: float = 1.2) -> GpuParams:
+    def from_profile(cls, profile: GpuProfile) -> GpuParams:
         """Parameters from a card's ``nvidia-smi -q`` profile.
 
         ``idle_w``: the dump's power draw when it looks idle (below 20 % of the default limit; dumps are
         mostly taken idle), else 6 % of the default limit. ``slowdown_temp_c``: the dump's slowdown
         temperature, else its target temperature + 3 °C (dumps that give the threshold only as T.Limit
-        offsets), else 90 °C. Raises ``ValueError`` when the profile has no default or current limit.
+        offsets), else 90 °C. ``gpm`` from the architecture. Raises ``ValueError`` when the profile has no
+        default or current limit.
         """
         default = profile.default_power_limit_w or profile.power_limit_w
         if not default:
@@ -99,27 +99,32 @@ class GpuParams:
         shutdown = profile.shutdown_temp_c
         if not shutdown or shutdown <= slowdown:
             shutdown = None
-        return cls(idle_w=idle, peak_w=peak_demand_ratio * default, slowdown_temp_c=slowdown,
-                   max_clock_mhz=profile.max_sm_clock_mhz or 2000.0, shutdown_temp_c=shutdown)
+        arch = (profile.architecture or "").lower()
+        return cls(idle_w=idle, default_w=default, slowdown_temp_c=slowdown,
+                   max_clock_mhz=profile.max_sm_clock_mhz or 2000.0, shutdown_temp_c=shutdown,
+                   gpm=arch.startswith(HOPPER_ARCHITECTURES), datacenter=not profile.fan_speeds_pct)
 
 
 @dataclass(frozen=True, slots=True)
 class GpuOutput:
-    """One step's result: ``power_w`` drawn, ``throughput`` (work per second, 1.0 = full load uncapped),
-    ``sm_clock_mhz``, ``slowdown`` (the driver's thermal slowdown is engaged) and ``reasons`` (clock event
-    reason names)."""
+    """One step's result. Visible: ``power_w``, ``util_pct``, ``memory_util_pct``, ``sm_clock_mhz``,
+    ``reasons`` (clock event reason names), ``pstate``, ``gpm_tensor_pct`` (None without GPM),
+    ``slowdown`` (the driver's thermal slowdown is engaged). Hidden: ``work`` (work per second, 1.0 =
+    full load, unbound)."""
 
     power_w: float
-    throughput: float
+    work: float
+    util_pct: float
+    memory_util_pct: float
     sm_clock_mhz: float
     slowdown: bool
     reasons: tuple[str, ...]
+    pstate: str
+    gpm_tensor_pct: float | None = None
 
-
-def demand_w(params: GpuParams, util_pct: float) -> float:
-    """Power (W) the card would draw at ``util_pct`` with no limit: linear from idle to peak."""
-    util = min(100.0, max(0.0, util_pct)) / 100.0
-    return params.idle_w + util * (params.peak_w - params.idle_w)
+    @property
+    def throughput(self) -> float:
+        return self.work
 
 
 def slowdown_engaged(params: GpuParams, temp_c: float, was_engaged: bool) -> bool:
@@ -130,47 +135,70 @@ def slowdown_engaged(params: GpuParams, temp_c: float, was_engaged: bool) -> boo
     return was_engaged and temp_c > params.slowdown_temp_c - params.slowdown_hysteresis_c
 
 
-def relative_throughput(params: GpuParams, util_pct: float, power_w: float) -> float:
-    """Work per second at ``util_pct`` while drawing ``power_w`` (1.0 = 100 % util, uncapped)."""
+def demand_w(params: GpuParams, job: Job | None, util_pct: float, *, draw_w: float | None = None,
+             scale: float = 1.0) -> float:
+    """What the card would draw this second with nothing binding (W): ``draw_w`` when known, else the
+    job's own draw × ``scale`` at 100 % utilization, linear from the idle floor below it."""
+    if draw_w is not None:
+        return max(draw_w, 0.0)
+    if job is None or job.kind == IDLE:
+        return params.idle_w
     util = min(100.0, max(0.0, util_pct)) / 100.0
-    if util <= 0:
-        return 0.0
-    need = demand_w(params, util_pct) - params.idle_w
-    have = max(0.0, power_w - params.idle_w)
-    if have >= need:
-        return util
-    return util * (have / need) ** params.alpha
+    own = max(params.idle_w, job.draw_ratio * params.default_w * scale)
+    return params.idle_w + util * (own - params.idle_w)
 
 
-def gpu_step(params: GpuParams, *, util_pct: float, limit_w: float, temp_c: float,
-             was_slowdown: bool = False) -> GpuOutput:
-    """Draw, throughput and clock of one card this step.
+def gpu_step(params: GpuParams, job: Job | None, *, util_pct: float, limit_w: float, temp_c: float,
+             was_slowdown: bool = False, draw_w: float | None = None, scale: float = 1.0,
+             lock_mhz: float | None = None) -> GpuOutput:
+    """Draw, work and what NVML shows of one card this step.
 
-    ``limit_w`` is the enforced power limit; ``temp_c`` the die temperature at the start of the step;
-    ``was_slowdown`` whether the thermal slowdown was on in the previous step (for its hysteresis).
+    ``job`` (None: idle at the floor); ``util_pct`` the workload's utilization; ``limit_w`` the enforced
+    power limit; ``temp_c`` the die temperature at the start of the step; ``was_slowdown`` whether the
+    thermal slowdown was on in the previous step; ``draw_w``/``scale`` the demand (:func:`demand_w`);
+    ``lock_mhz`` the upper SM clock of a locked clock range (None: not locked).
     """
     slowdown = slowdown_engaged(params, temp_c, was_slowdown)
-    want = demand_w(params, util_pct)
+    util = min(100.0, max(0.0, util_pct))
+    lock = None if lock_mhz is None else min(1.0, lock_mhz / params.max_clock_mhz)
+    busy = job is not None and job.kind != IDLE and util > 0
+    if not busy:
+        floor = params.idle_w
+        if job is not None and job.kind == IDLE:
+            power = jobmod.held_idle_w(job, floor, lock)
+        else:
+            power = draw_w if draw_w is not None else floor
+            if draw_w is not None and lock is not None and lock <= 0.2 and draw_w > floor:
+                power = floor + (draw_w - floor) * (1.0 - 0.55)  # the midpoint of HELD_SM_SHARE
+        held = power > 1.25 * floor
+        clock = IDLE_CLOCK_MHZ if not held else params.max_clock_mhz * HELD_CLOCK_RATIO
+        if lock is not None:
+            clock = min(clock, params.max_clock_mhz * lock)
+        pstate = "P0" if held or params.datacenter else "P8"
+        return GpuOutput(power_w=power, work=0.0, util_pct=util, memory_util_pct=0.0,
+                         sm_clock_mhz=round(clock), slowdown=slowdown, reasons=(GPU_IDLE,), pstate=pstate,
+                         gpm_tensor_pct=0.0 if params.gpm else None)
+    assert job is not None
+    want = demand_w(params, job, util, draw_w=draw_w, scale=scale)
     budget = max(params.idle_w, limit_w)
     if slowdown:
         shutdown = params.shutdown_temp_c or params.slowdown_temp_c + 5.0
         span = shutdown - params.slowdown_temp_c
         factor = params.slowdown_factor * min(1.0, max(0.0, (shutdown - temp_c) / span))
         budget = params.idle_w + factor * (min(budget, want) - params.idle_w)
-    power = min(want, budget)
-    throughput = relative_throughput(params, util_pct, power)
+    op = jobmod.operate(job, budget / max(want, 1e-6), lock)
+    power = max(params.idle_w, want * op.u)
+    share = util / 100.0
     reasons: list[str] = []
-    if util_pct <= 0:
-        reasons.append(GPU_IDLE)
-    if want > limit_w and not slowdown:
+    if op.capped and not slowdown:
         reasons.append(SW_POWER_CAP)
     if slowdown:
         reasons += [HW_SLOWDOWN, HW_THERMAL_SLOWDOWN]
-    util = min(100.0, max(0.0, util_pct)) / 100.0
-    clock = (IDLE_CLOCK_MHZ if util <= 0
-             else IDLE_CLOCK_MHZ + (params.max_clock_mhz - IDLE_CLOCK_MHZ) * throughput / util)
-    return GpuOutput(power_w=power, throughput=throughput, sm_clock_mhz=round(clock),
-                     slowdown=slowdown, reasons=tuple(reasons))
+    tensor = 100.0 * share * (1.0 - job.mem_frac) * op.r / op.clock if params.gpm else None
+    return GpuOutput(power_w=power, work=share * op.r, util_pct=util,
+                     memory_util_pct=100.0 * share * job.mem_frac * op.r,
+                     sm_clock_mhz=round(params.max_clock_mhz * op.clock), slowdown=slowdown,
+                     reasons=tuple(reasons), pstate="P0", gpm_tensor_pct=tensor)
 
 
 def firmware_fan_pct(temp_c: float, *, spinning: bool, target_temp_c: float = 84.0) -> float:

@@ -3,35 +3,34 @@
 :class:`SimulatedMachine` owns a directory of its own holding the board's sysfs tree (``sys/``) and the
 fake NVML's state file (``nvml-state.json``). Each :meth:`SimulatedMachine.step` advances simulated time:
 
-1. reads what the daemon set — GPU power limits and fan targets/modes through the fake NVML, pwm and
-   RAPL limits through the board's files;
-2. asks the workload for utilization, runs each GPU through :func:`aithermd.sim.gpu_model.gpu_step`
-   (draw = min(limit, demand), throughput with diminishing returns, the driver's thermal slowdown) and the
-   lumped thermal model (:mod:`aithermd.sim.thermal`) with its fans and the case air as intake;
-3. writes the results: ``set_dynamic``/``add_energy`` on the fake NVML, temperatures, RPMs and RAPL energy
-   in the board's files; the processes on the GPUs (:mod:`aithermd.sim.processes`: the default cast follows
-   the workload's phases) get their utilization samples, CPU time and ``/proc`` files (under ``proc/``).
-   Temperatures and RPMs are what the sensors would report of the true state, quantized and jittered by
-   :mod:`aithermd.sim.sensor_noise`; the physics and the summary keep the truth.
+1. reads what the daemon set — GPU power limits, locked SM clocks and fan targets/modes through the fake
+   NVML, pwm and RAPL limits through the board's files;
+2. asks the workload for each GPU's load (utilization, demand, the job behind it), runs each GPU through
+   :func:`aithermd.sim.gpu_model.gpu_step` (the power-limit law fitted on the Zeus sweeps, the job's
+   clock law, the driver's thermal slowdown) and its two-node cooler (:mod:`aithermd.sim.gpu_sim`) with
+   its fans and the case air as intake, and its stock twin beside it;
+3. writes what NVML would show: ``set_dynamic``/``add_energy`` on the fake NVML, temperatures, RPMs and
+   RAPL energy in the board's files; the processes on the GPUs (:mod:`aithermd.sim.processes`: the default
+   cast follows the workload's phases) get their utilization samples, CPU time and ``/proc`` files (under
+   ``proc/``). Temperatures and RPMs are what the sensors would report of the true state, quantized and
+   jittered by :mod:`aithermd.sim.sensor_noise`; the physics, the hidden work and the summary keep the
+   truth.
 
-GPU thermal constants come from each card's default power limit (see :func:`gpu_thermal_params`).
-:meth:`summary` totals energy, work, work per joule, time per workload phase, limit changes, fan duty
-changes and peak temperatures.
+:meth:`summary` totals energy, work, work per joule against the stock twin, time per workload phase,
+limit changes, fan duty changes and peak temperatures.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aithermd.sim import gpu_model, thermal
 from aithermd.sim.board import Board
 from aithermd.sim.fake_nvml import FakeNvml
-from aithermd.sim.gpu_model import GpuParams
 from aithermd.sim.gpu_profile import GpuProfile
+from aithermd.sim.gpu_sim import SimGpu, step_card
 from aithermd.sim.processes import DefaultScenario, SimProcesses
 from aithermd.sim.profiles import shipped_profiles
 from aithermd.sim.sensor_noise import NVML_GPU, SensorNoise
@@ -47,22 +46,6 @@ def default_profiles() -> list[GpuProfile]:
     """The shipped profiles of :data:`DEFAULT_PROFILES`, in order."""
     shipped = shipped_profiles()
     return [shipped[slug] for slug in DEFAULT_PROFILES]
-
-
-def gpu_thermal_params(profile: GpuProfile, idle_w: float) -> thermal.ThermalParams:
-    """A card's cooler from its default limit (the cooler is sized for it).
-
-    With fans: the default limit settles 28 K above the intake air at 100 % fan (an RTX 4090 at 450 W runs
-    about 65–70 °C in a warm case with its fans near 70 %), idle power 12 K above it with the fans stopped
-    (the dump's 40 °C at 27 W on the 4090), time constant 90 s (1–2 minutes to heat up under load, as
-    traces show). Passively cooled cards (no fans: datacenter boards) rely on the case airflow and run
-    hotter: 35 K at full case fans.
-    """
-    default = profile.default_power_limit_w or profile.power_limit_w or 300.0
-    rise = 28.0 if profile.fan_speeds_pct else 35.0
-    return thermal.ThermalParams.from_design_point(power_w=default, rise_at_full_fan_k=rise,
-                                                   rise_passive_at_w=idle_w, passive_rise_k=12.0,
-                                                   time_constant_s=90.0)
 
 
 CPU_THREADS = 24  # a 12-core, 24-thread Ryzen 9 on the X570 board
@@ -112,26 +95,6 @@ class SimPsutil:
         return self.threads if logical else self.threads // 2
 
 
-@dataclass
-class SimGpu:
-    """The physics state of one simulated card, with its running totals."""
-
-    profile: GpuProfile
-    params: GpuParams
-    cooling: thermal.ThermalParams
-    temp_c: float
-    fans: int
-    slowdown: bool = False
-    spinning: bool = False
-    energy_j: float = 0.0
-    work: float = 0.0
-    peak_temp_c: float = 0.0
-    slowdown_s: float = 0.0
-    limit_changes: list[tuple[float, float, float]] = field(default_factory=list)  # (t_s, old_w, new_w)
-    last_limit_w: float | None = None
-    fan_duty_pct: float = 0.0
-
-
 class SimulatedMachine:
     """A workstation under ``root`` (created if missing; must not hold a machine yet).
 
@@ -165,13 +128,8 @@ class SimulatedMachine:
         self.peak_cpu_c = 0.0
         self.peak_case_c = 0.0
         self.cpu_energy_j = 0.0
-        self.gpus: list[SimGpu] = []
-        for i, prof in enumerate(self.profiles):
-            params = GpuParams.from_profile(prof)
-            cooling = gpu_thermal_params(prof, params.idle_w)
-            self.gpus.append(SimGpu(profile=prof, params=params, cooling=cooling,
-                                    temp_c=prof.temp_c if prof.temp_c is not None else 35.0,
-                                    fans=len(prof.fan_speeds_pct), last_limit_w=self.nvml.power_limit_w(i)))
+        self.gpus: list[SimGpu] = [SimGpu.create(prof, self.nvml.power_limit_w(i))
+                                   for i, prof in enumerate(self.profiles)]
 
     @property
     def sysfs_root(self) -> Path:
@@ -189,7 +147,7 @@ class SimulatedMachine:
         gpu_heat = 0.0
         air = self.board.case_air_c
         for i, g in enumerate(self.gpus):
-            gpu_heat += self._step_gpu(i, g, t, dt_s, air)
+            gpu_heat += g.cooling.heat_into_case * self._step_gpu(i, g, t, dt_s, air)
         self.processes.step(wall, dt_s, lambda i: self.workload.gpu_util_pct(i, t))
         cpu_util = self.workload.cpu_util_pct(t)
         self.psutil.advance(dt_s, cpu_util)
@@ -205,34 +163,26 @@ class SimulatedMachine:
         if limit != g.last_limit_w:
             g.limit_changes.append((t, g.last_limit_w or 0.0, limit or 0.0))
             g.last_limit_w = limit
-        enforced = self.nvml.enforced_power_limit_w(i) or limit or g.params.peak_w
-        util = self.workload.gpu_util_pct(i, t)
-        out = gpu_model.gpu_step(g.params, util_pct=util, limit_w=enforced, temp_c=g.temp_c,
-                                 was_slowdown=g.slowdown)
-        g.slowdown = out.slowdown
-        auto = gpu_model.firmware_fan_pct(g.temp_c, spinning=g.spinning,
-                                          target_temp_c=g.profile.target_temp_c or 84.0)
-        g.spinning = auto > 0
-        duties = [auto if self.nvml.fan_auto(i, f) else float(self.nvml.fan_target_pct(i, f))
-                  for f in range(g.fans)]
-        airflow = sum(duties) / len(duties) if duties else self.board.case_fan_duty_pct()
-        g.temp_c = thermal.step_temperature_c(g.cooling, g.temp_c, power_w=out.power_w, duty_pct=airflow,
-                                              air_c=air_c, dt_s=dt_s)
-        g.energy_j += out.power_w * dt_s
-        g.work += out.throughput * dt_s
-        g.peak_temp_c = max(g.peak_temp_c, g.temp_c)
-        g.slowdown_s += dt_s if out.slowdown else 0.0
-        g.fan_duty_pct = airflow
-        default = g.profile.default_power_limit_w or g.params.peak_w
-        load = (out.power_w - g.params.idle_w) / max(1.0, default - g.params.idle_w)
+        enforced = self.nvml.enforced_power_limit_w(i) or limit or g.params.default_w
+        load = self.workload.gpu_load(i, t)
+        case_duty = self.board.case_fan_duty_pct()
+        duties = [None if self.nvml.fan_auto(i, f) else float(self.nvml.fan_target_pct(i, f))
+                  for f in range(g.fans)] if g.fans else None
+        out, auto = step_card(g.params, g.cooling, g.card, load, limit_w=enforced,
+                              lock_mhz=self.nvml.locked_clock_max_mhz(i), fan_duties=duties,
+                              case_duty_pct=case_duty, air_c=air_c, dt_s=dt_s,
+                              target_temp_c=g.profile.target_temp_c or 84.0)
+        g.step_twin(load, case_duty, air_c, dt_s)
+        load_share = (out.power_w - g.params.idle_w) / max(1.0, g.params.default_w - g.params.idle_w)
         noise = self.gpu_noise
         self.nvml.set_dynamic(
-            i, temp_c=noise.temp_c(NVML_GPU, g.temp_c, load), power_draw_w=out.power_w, gpu_util_pct=util,
-            memory_util_pct=util * 0.6, sm_clock_mhz=out.sm_clock_mhz,
-            memory_temp_c=(noise.temp_c(NVML_GPU, g.temp_c + 6, load)
+            i, temp_c=noise.temp_c(NVML_GPU, g.card.temp_c, load_share), power_draw_w=out.power_w,
+            gpu_util_pct=out.util_pct, memory_util_pct=out.memory_util_pct, sm_clock_mhz=out.sm_clock_mhz,
+            memory_temp_c=(noise.temp_c(NVML_GPU, g.card.temp_c + 6, load_share)
                            if g.profile.memory_temp_c is not None else None),
-            clock_event_reasons=out.reasons, fan_speed_pct=auto if g.fans else None)
-        self.nvml.add_energy(i, out.power_w * dt_s)
+            clock_event_reasons=out.reasons, fan_speed_pct=auto if g.fans else None, pstate=out.pstate,
+            gpm_tensor_pct=out.gpm_tensor_pct)
+        self.nvml.add_energy(i, out.power_w * dt_s, dt_s)
         return out.power_w
 
     def _watch_fans(self) -> None:
@@ -258,7 +208,7 @@ class SimulatedMachine:
         for i, g in enumerate(self.gpus):
             gpus[f"gpu{i}"] = {
                 "name": g.profile.name, "energy_j": round(g.energy_j, 1), "work": round(g.work, 2),
-                "work_per_kj": round(1000.0 * g.work / g.energy_j, 4) if g.energy_j else 0.0,
+                **g.totals(),
                 "peak_temp_c": round(g.peak_temp_c, 1), "slowdown_temp_c": g.params.slowdown_temp_c,
                 "slowdown_s": g.slowdown_s, "limit_changes": [list(c) for c in g.limit_changes],
                 "final_limit_w": self.nvml.power_limit_w(i),
@@ -267,11 +217,19 @@ class SimulatedMachine:
             }
         gpu_energy = sum(g.energy_j for g in self.gpus)
         work = sum(g.work for g in self.gpus)
+        stock_energy = sum(g.twin.energy_j for g in self.gpus)
+        stock_work = sum(g.twin.work for g in self.gpus)
+        wpk = 1000.0 * work / gpu_energy if gpu_energy else 0.0
+        stock_wpk = 1000.0 * stock_work / stock_energy if stock_energy else 0.0
         return {
             "duration_s": round(self.t_s, 3), "energy_j": round(gpu_energy + self.cpu_energy_j, 1),
             "gpu_energy_j": round(gpu_energy, 1), "cpu_energy_j": round(self.cpu_energy_j, 1),
             "work": round(work, 2),
-            "work_per_kj": round(1000.0 * work / gpu_energy, 4) if gpu_energy else 0.0,
+            "work_per_kj": round(wpk, 4),
+            "stock": {"energy_j": round(stock_energy, 1), "work": round(stock_work, 2),
+                      "work_per_kj": round(stock_wpk, 4)},
+            "work_per_j_gain_pct": round(100.0 * (wpk / stock_wpk - 1.0), 2) if stock_wpk else 0.0,
+            "slowdown_pct": round(100.0 * (1.0 - work / stock_work), 2) if stock_work > 0 else 0.0,
             "phase_s": {k: round(v, 1) for k, v in self.phase_s.items()}, "gpus": gpus,
             "peak_cpu_c": round(self.peak_cpu_c, 1), "peak_case_c": round(self.peak_case_c, 1),
             "fan_changes": len(self.fan_changes),

@@ -77,13 +77,17 @@ def test_balanced_does_more_work_per_joule_than_the_stock_default_limit(default_
     assert balanced["gpu_energy_j"] < stock["gpu_energy_j"]
 
 
-def test_ai_training_does_more_work_per_hour_where_the_maximum_exceeds_the_default(default_cycle_runs):
+def test_a_limit_above_the_default_buys_no_work_a_job_cannot_use(default_cycle_runs):
+    """ai-training raises the 4090 to its 600 W maximum; the job draws well under its 450 W default
+    (calibrated on the Zeus sweeps and the real traces), so it gets at most the last percent or two the
+    default still clipped off its peaks, and never less than stock."""
     run, stock = default_cycle_runs["ai-training"], default_cycle_runs["stock"]
     gpu = run["gpus"]["gpu0"]
     assert gpu["max_limit_w"] > gpu["default_limit_w"]
-    per_hour = 3600.0 / run["duration_s"]
-    assert gpu["work"] * per_hour > stock["gpus"]["gpu0"]["work"] * 3600.0 / stock["duration_s"] * 1.03
     assert any(c[2] == gpu["max_limit_w"] for c in gpu["limit_changes"])  # it went to the maximum
+    work, stock_work = gpu["work"], stock["gpus"]["gpu0"]["work"]
+    assert stock_work * 0.999 <= work <= stock_work * 1.02
+    assert gpu["stock_work"] == pytest.approx(stock_work, rel=0.01)  # the twin is the stock run
 
 
 @pytest.mark.parametrize("policy", ["balanced", "ai-training"])

@@ -7,6 +7,8 @@ import pytest
 from aithermd.sim import gpu_model, thermal
 from aithermd.sim.gpu_model import GpuParams
 from aithermd.sim.gpu_profile import GpuProfile
+from aithermd.sim.jobs import DECODE, IDLE, TRAINING, Job
+from aithermd.sim.law import JobLaw
 
 P = thermal.ThermalParams(heat_capacity_j_per_k=1000.0, g_passive_w_per_k=2.0, g_fan_w_per_k=13.0)
 
@@ -62,70 +64,112 @@ def test_design_point_constants_meet_their_steady_states():
     assert thermal.steady_state_c(p, power_w=27, duty_pct=0, air_c=0) == pytest.approx(12)
 
 
-G = GpuParams(idle_w=30.0, peak_w=540.0, slowdown_temp_c=85.0, max_clock_mhz=2520.0)
+G = GpuParams(idle_w=30.0, default_w=450.0, slowdown_temp_c=85.0, max_clock_mhz=2520.0)
+JOB = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.4)  # draws 315 W when nothing binds
 
 
-def test_power_is_min_of_limit_and_demand():
-    assert gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=60).power_w == pytest.approx(450)
-    assert gpu_model.gpu_step(G, util_pct=100, limit_w=600, temp_c=60).power_w == pytest.approx(540)
-    assert gpu_model.gpu_step(G, util_pct=0, limit_w=450, temp_c=40).power_w == pytest.approx(30)
-    assert gpu_model.gpu_step(G, util_pct=50, limit_w=450, temp_c=60).power_w == pytest.approx(285)
+def step(**kw):
+    args = dict(util_pct=100, limit_w=450, temp_c=60)
+    args.update(kw)
+    job = args.pop("job", JOB)
+    return gpu_model.gpu_step(G, job, **args)
 
 
-def test_throughput_has_diminishing_returns_in_power():
-    limits = [150, 250, 350, 450, 540]
-    out = [gpu_model.gpu_step(G, util_pct=100, limit_w=w, temp_c=60) for w in limits]
-    work = [o.throughput for o in out]
-    per_joule = [o.throughput / o.power_w for o in out]
-    assert work == sorted(work) and work[-1] == pytest.approx(1.0)
-    gains = [b - a for a, b in zip(work, work[1:], strict=False)]
-    assert all(g2 < g1 for g1, g2 in zip(gains, gains[1:], strict=False))  # each 100 W buys less
-    assert per_joule == sorted(per_joule, reverse=True)  # lower limit, more work per joule
+def test_a_job_draws_its_own_demand_whatever_the_limit_above_it():
+    assert step().power_w == pytest.approx(315, rel=0.02)
+    assert step(limit_w=600).power_w == pytest.approx(step(limit_w=450).power_w, rel=3e-3)
+    assert step(limit_w=600).work == pytest.approx(1.0, abs=1e-3)  # no gain above its own draw
+    assert step(util_pct=0).power_w == pytest.approx(30)
+    assert step(util_pct=50).power_w == pytest.approx(30 + 0.5 * 285, rel=0.02)
+    assert step(draw_w=280.0).power_w == pytest.approx(280.0, rel=0.01)  # a trace's own draw
 
 
-def test_calibration_matches_the_cited_measurements():
-    # a 14 % lower cap costs about 6 % (the 5–15 % reported for H100 700 → 600 W)
-    h100 = GpuParams(idle_w=70, peak_w=840, slowdown_temp_c=89)
-    full = gpu_model.gpu_step(h100, util_pct=100, limit_w=700, temp_c=60).throughput
-    capped = gpu_model.gpu_step(h100, util_pct=100, limit_w=600, temp_c=60).throughput
-    assert 0.85 <= capped / full <= 0.95
+def test_a_cap_at_the_own_draw_costs_little_and_saves_more():
+    free, capped = step(), step(limit_w=315)
+    slow = 1 - capped.work / free.work
+    gain = (capped.work / capped.power_w) / (free.work / free.power_w) - 1
+    assert 0.005 < slow < 0.05 and gain > 0.04
+    deep = step(limit_w=150)
+    assert deep.work < capped.work and deep.power_w < capped.power_w
 
 
-def test_reasons_name_the_power_cap_and_idle():
-    assert gpu_model.SW_POWER_CAP in gpu_model.gpu_step(G, util_pct=100, limit_w=300, temp_c=60).reasons
-    assert gpu_model.gpu_step(G, util_pct=0, limit_w=300, temp_c=40).reasons == (gpu_model.GPU_IDLE,)
-    assert gpu_model.gpu_step(G, util_pct=100, limit_w=600, temp_c=60).reasons == ()
+def test_throughput_falls_monotonically_and_faster_past_the_knee():
+    limits = [100, 150, 200, 250, 300, 350, 450]
+    works = [step(limit_w=w).work for w in limits]
+    assert works == sorted(works)
+    per_w_above = (works[-2] - works[-3]) / 50
+    per_w_below = (works[1] - works[0]) / 50
+    assert per_w_below > 2 * per_w_above  # the knee at deep caps
 
 
-def test_driver_slowdown_above_its_threshold_with_hysteresis():
-    hot = gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=85)
+def test_reasons():
+    assert gpu_model.SW_POWER_CAP in step(limit_w=200).reasons
+    assert step(util_pct=0).reasons == (gpu_model.GPU_IDLE,)
+    assert step(limit_w=600).reasons == ()
+
+
+def test_thermal_slowdown_halves_then_shrinks_toward_shutdown():
+    hot = step(temp_c=85)
     assert hot.slowdown and gpu_model.HW_THERMAL_SLOWDOWN in hot.reasons
-    assert hot.power_w == pytest.approx(30 + 0.5 * 420)
-    hotter = gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=88)  # shutdown at 85 + 5 by default
-    assert hotter.power_w == pytest.approx(30 + 0.5 * 0.4 * 420)
-    assert gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=95).power_w == pytest.approx(30)
-    assert hot.throughput < gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=80).throughput
-    assert gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=83, was_slowdown=True).slowdown
-    assert not gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=83, was_slowdown=False).slowdown
-    assert not gpu_model.gpu_step(G, util_pct=100, limit_w=450, temp_c=81.9, was_slowdown=True).slowdown
+    assert hot.power_w < step().power_w
+    hotter = step(temp_c=88)  # shutdown at 85 + 5 by default
+    assert hotter.power_w < hot.power_w
+    assert step(temp_c=95).power_w == pytest.approx(30)
+    assert hot.work < step(temp_c=80).work
+    assert step(temp_c=83, was_slowdown=True).slowdown
+    assert not step(temp_c=83, was_slowdown=False).slowdown
+    assert not step(temp_c=81.9, was_slowdown=True).slowdown
 
 
-def test_clock_follows_throughput():
-    full = gpu_model.gpu_step(G, util_pct=100, limit_w=600, temp_c=60)
-    capped = gpu_model.gpu_step(G, util_pct=100, limit_w=200, temp_c=60)
-    assert full.sm_clock_mhz == 2520 and 210 < capped.sm_clock_mhz < 2520
-    assert gpu_model.gpu_step(G, util_pct=0, limit_w=600, temp_c=40).sm_clock_mhz == 210
+def test_visible_clock_overstates_the_slowdown_of_a_memory_bound_job():
+    compute = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.0)
+    memory = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.6)
+    # the hidden memory-bound fraction does not change the work (the law does), only what the clock shows
+    assert step(job=memory, limit_w=250).work == pytest.approx(step(job=compute, limit_w=250).work, rel=1e-9)
+    c = step(job=compute, limit_w=250)
+    m = step(job=memory, limit_w=250)
+    assert c.sm_clock_mhz / 2520 == pytest.approx(c.work, abs=1e-3)  # compute-bound: the clock is the work
+    assert m.sm_clock_mhz / 2520 < m.work - 0.03  # memory-bound: the clock falls further than the work
+    assert step(util_pct=0).sm_clock_mhz == 210
+
+
+def test_gpm_tensor_activity_times_the_clock_tracks_the_work():
+    hopper = GpuParams(idle_w=70.0, default_w=700.0, slowdown_temp_c=90.0, max_clock_mhz=1980.0, gpm=True)
+    outs = [gpu_model.gpu_step(hopper, JOB, util_pct=100, limit_w=w, temp_c=50) for w in (700, 450, 350)]
+    tracked = [o.gpm_tensor_pct * o.sm_clock_mhz for o in outs]
+    assert tracked[1] / tracked[0] == pytest.approx(outs[1].work / outs[0].work, rel=0.01)
+    assert tracked[2] / tracked[0] == pytest.approx(outs[2].work / outs[0].work, rel=0.01)
+    assert step().gpm_tensor_pct is None  # no GPM before Hopper
+
+
+def test_a_clock_lock_holds_a_decode_job_cheaply():
+    decode = Job(DECODE, 0.3, mem_frac=0.995, sm_share=0.4)
+    free = step(job=decode)
+    locked = step(job=decode, lock_mhz=600)
+    assert locked.work / free.work > 0.97
+    assert locked.power_w < 0.8 * free.power_w
+    assert step(job=decode, limit_w=450).power_w == pytest.approx(free.power_w)  # stock cap never binds
+
+
+def test_held_high_idle_draws_above_the_floor_until_the_clock_is_locked():
+    held = Job(IDLE, 0.0, held_ratio=2.0, held_sm_share=0.5)
+    out = step(job=held, util_pct=0)
+    assert out.power_w == pytest.approx(60.0) and out.pstate == "P0" and out.work == 0
+    assert step(job=held, util_pct=0, lock_mhz=210).power_w == pytest.approx(45.0)
+    assert step(job=None, util_pct=0).pstate == "P8"
 
 
 def test_params_from_a_profile():
     prof = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=450, power_draw_w=26.84,
                       slowdown_temp_c=None, target_temp_c=84.0, max_sm_clock_mhz=3120)
     p = GpuParams.from_profile(prof)
-    assert (p.idle_w, p.peak_w, p.slowdown_temp_c, p.max_clock_mhz) == (26.84, 540.0, 87.0, 3120)
+    assert (p.idle_w, p.default_w, p.slowdown_temp_c, p.max_clock_mhz) == (26.84, 450, 87.0, 3120)
+    assert not p.gpm
     busy = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=350, power_draw_w=183.0,
-                      slowdown_temp_c=90)
+                      slowdown_temp_c=90, architecture="Hopper")
     assert GpuParams.from_profile(busy).idle_w == pytest.approx(21.0)
     assert GpuParams.from_profile(busy).slowdown_temp_c == 90
+    assert GpuParams.from_profile(busy).gpm
     with pytest.raises(ValueError):
         GpuParams.from_profile(GpuProfile(name="x", pci_bus_id="0"))
 
