@@ -3,8 +3,10 @@
 - a header names the fields, with or without units (``power.draw [W]``; ``--format=csv,nounits``);
   any order and subset; values with or without units (``33.09 W``), ``[N/A]``/``[Not Supported]`` as unknown;
 - with an ``index``/``uuid``/``pci.bus_id`` column each row names its GPU, and a sample ends when a GPU
-  repeats; without one, each sample lists the GPUs in order, and rows less than half a period after a
-  sample's first row belong to that sample (the period is the median step between samples);
+  repeats; without one, each sample lists the GPUs in order, and the number of GPUs is the one that
+  explains the whole trace best (:mod:`aithermd.policy.trace_gpus`: static columns, the gaps between and
+  inside samples, and each GPU's continuity), so rows of one sample read tenths of a second apart, or
+  samples less than a second apart, still give the right count;
 - ``timestamp`` as nvidia-smi prints it (``2026/01/03 15:36:53.507``) or ISO 8601; without it samples are
   taken 1 s apart. Gaps in time are kept; time must not go backwards.
 
@@ -26,6 +28,7 @@ from types import MappingProxyType
 
 from aithermd.errors import AithermError
 from aithermd.files import read_regular
+from aithermd.policy.trace_gpus import count_gpus
 
 ID_COLUMNS = ("index", "uuid", "pci.bus_id", "gpu_bus_id")
 # fields read as numbers (a value that is neither a number nor an unknown marker is malformed); every other
@@ -47,7 +50,7 @@ _TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\
 # no nvidia-smi field comes near this (W, %, °C, MHz, MiB): a value beyond it is garbage, and would turn
 # the replay's energy sums into infinities
 MAX_VALUE = 1e7
-MIN_STEP_S = 0.04  # rows closer than this are taken as one sample when estimating the period
+MIN_STEP_S = 0.04  # samples closer than this are left out when estimating the period
 
 
 class TraceError(AithermError):
@@ -207,12 +210,15 @@ def _parse(lines: list[str]) -> Trace:
     numeric = [(i, f) for i, f in enumerate(fields) if f in NUMERIC]
     texts = [(i, f) for i, f in enumerate(fields) if f not in NUMERIC and f != "timestamp"]
     parsed: list[tuple[float | None, str | None, GpuRow]] = []
+    fractional = False  # a stamp written with fractions of a second
     last_t = None
     stamps: dict[str, float] = {}
     for lineno, row in rows:
         if len(row) != len(fields):
             raise TraceError(lineno, f"expected {len(fields)} fields as in the header, found {len(row)}")
         t = parse_time(row[ts_col], lineno, stamps) if ts_col is not None else None
+        if t is not None and not fractional:
+            fractional = "." in row[ts_col].strip()[17:]
         if t is not None and last_t is not None and t < last_t - 1e-3:
             raise TraceError(lineno, "time goes backwards")
         if t is not None:
@@ -228,10 +234,10 @@ def _parse(lines: list[str]) -> Trace:
         parsed.append((t, row[id_col].strip() if id_col is not None else None, gpu_row))
     if not parsed:
         raise TraceError(hline + 1, "no samples after the header")
-    return _group(fields, parsed, id_col is not None, ts_col is not None)
+    return _group(fields, parsed, id_col is not None, ts_col is not None, fractional)
 
 
-def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool) -> Trace:
+def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool, fractional: bool) -> Trace:
     groups: list[list[tuple[float | None, str | None, GpuRow]]] = []
     order: dict[str, int] = {}
     period = 1.0
@@ -246,19 +252,10 @@ def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool) -> T
             order.setdefault(item[1], len(order))
             current.append(item)
         groups.append(current)
-    elif timed:
-        steps = [b[0] - a[0] for a, b in zip(parsed, parsed[1:], strict=False) if b[0] - a[0] >= MIN_STEP_S]
-        period = statistics.median(steps) if steps else 1.0
-        current = [parsed[0]]
-        for item in parsed[1:]:
-            if item[0] - current[0][0] < period / 2:
-                current.append(item)
-            else:
-                groups.append(current)
-                current = [item]
-        groups.append(current)
     else:
-        groups = [[item] for item in parsed]
+        times = [item[0] for item in parsed] if timed else None
+        n = count_gpus([(item[2].values, item[2].text) for item in parsed], times, fractional)
+        groups = [parsed[k:k + n] for k in range(0, len(parsed), n)]
     n_gpus = len(order) if by_id else max(len(g) for g in groups)
     t0 = groups[0][0][0] if timed else 0.0
     samples = []
@@ -268,7 +265,7 @@ def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool) -> T
             gpus[order[ident] if by_id else pos] = row
         t_abs = g[0][0] if timed else float(k)
         samples.append(TraceSample(t=t_abs - t0, t_wall=t_abs, gpus=tuple(gpus), line=g[0][2].line))
-    if timed and by_id and len(samples) > 1:
+    if timed and len(samples) > 1:
         steps = [b.t - a.t for a, b in zip(samples, samples[1:], strict=False) if b.t - a.t >= MIN_STEP_S]
         period = statistics.median(steps) if steps else 1.0
     ids = tuple(sorted(order, key=order.get)) if by_id else tuple(str(i) for i in range(n_gpus))
