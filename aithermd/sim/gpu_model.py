@@ -150,13 +150,14 @@ def demand_w(params: GpuParams, job: Job | None, util_pct: float, *, draw_w: flo
 
 def gpu_step(params: GpuParams, job: Job | None, *, util_pct: float, limit_w: float, temp_c: float,
              was_slowdown: bool = False, draw_w: float | None = None, scale: float = 1.0,
-             lock_mhz: float | None = None) -> GpuOutput:
+             lock_mhz: float | None = None, jitter: float = 1.0) -> GpuOutput:
     """Draw, work and what NVML shows of one card this step.
 
     ``job`` (None: idle at the floor); ``util_pct`` the workload's utilization; ``limit_w`` the enforced
     power limit; ``temp_c`` the die temperature at the start of the step; ``was_slowdown`` whether the
     thermal slowdown was on in the previous step; ``draw_w``/``scale`` the demand (:func:`demand_w`);
-    ``lock_mhz`` the upper SM clock of a locked clock range (None: not locked).
+    ``lock_mhz`` the upper SM clock of a locked clock range (None: not locked); ``jitter`` the second's own
+    swing on top of the drawn power (never above the limit).
     """
     slowdown = slowdown_engaged(params, temp_c, was_slowdown)
     util = min(100.0, max(0.0, util_pct))
@@ -164,12 +165,13 @@ def gpu_step(params: GpuParams, job: Job | None, *, util_pct: float, limit_w: fl
     busy = job is not None and job.kind != IDLE and util > 0
     if not busy:
         floor = params.idle_w
-        if job is not None and job.kind == IDLE:
+        if job is not None and job.kind == IDLE and draw_w is None:
             power = jobmod.held_idle_w(job, floor, lock)
         else:
-            power = draw_w if draw_w is not None else floor
-            if draw_w is not None and lock is not None and lock <= 0.2 and draw_w > floor:
-                power = floor + (draw_w - floor) * (1.0 - 0.55)  # the midpoint of HELD_SM_SHARE
+            power = draw_w * jitter if draw_w is not None else floor
+            if draw_w is not None and lock is not None and lock <= 0.2 and power > floor:
+                share = job.held_sm_share if job is not None else sum(jobmod.HELD_SM_SHARE) / 2.0
+                power = floor + (power - floor) * (1.0 - share)
         held = power > 1.25 * floor
         clock = IDLE_CLOCK_MHZ if not held else params.max_clock_mhz * HELD_CLOCK_RATIO
         if lock is not None:
@@ -187,7 +189,9 @@ def gpu_step(params: GpuParams, job: Job | None, *, util_pct: float, limit_w: fl
         factor = params.slowdown_factor * min(1.0, max(0.0, (shutdown - temp_c) / span))
         budget = params.idle_w + factor * (min(budget, want) - params.idle_w)
     op = jobmod.operate(job, budget / max(want, 1e-6), lock)
-    power = max(params.idle_w, want * op.u)
+    power = max(params.idle_w, min(want * op.u * jitter, max(budget, want * op.u)))
+    if slowdown:  # the hardware cuts the clocks itself: the draw follows its budget
+        power = max(params.idle_w, min(power, budget))
     share = util / 100.0
     reasons: list[str] = []
     if op.capped and not slowdown:

@@ -92,7 +92,7 @@ def step_card(params: GpuParams, cooling: GpuCooling, state: CardState, load: Gp
     def run(temp_c: float) -> GpuOutput:
         return gpu_model.gpu_step(params, load.job, util_pct=load.util_pct, limit_w=limit_w, temp_c=temp_c,
                                   was_slowdown=state.slowdown, draw_w=load.draw_w, scale=load.scale,
-                                  lock_mhz=lock_mhz)
+                                  lock_mhz=lock_mhz, jitter=load.jitter)
 
     out = run(state.temp_c)
     die = state.sink_c + cooling.die_k_per_w * out.power_w

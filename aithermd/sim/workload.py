@@ -13,6 +13,9 @@ Two workloads:
   real traces' busy samples do: their 1 s power.draw stays within 0.92–1.06 × its median 80 % of the time
   (RTX 4090 trace; 0.88–1.13 in the Windows trace, whose phases last minutes), and the highest second of a
   minute is 1.10 × that minute's mean in both — white noise of σ 4 % plus a slow swing of ±5 % does that.
+  The slow swing moves the demand the power-limit law sees; the white noise only what the power reads
+  (the law, fitted on epoch averages, already holds the seconds' bursts). A trace's own draw is treated
+  alike: smoothed over 10 s for the law, its seconds' deviation from that shown on top.
   The CPU feeds the GPUs (35–45 % while busy) and idles at 2–5 %.
 - :class:`TraceWorkload`: the ``utilization.gpu`` column of a real ``nvidia-smi --query-gpu ...
   --format=csv`` log (``--trace FILE``), parsed by :mod:`aithermd.policy.trace`, and its ``power.draw``
@@ -34,6 +37,7 @@ from typing import Protocol
 from aithermd.sim.jobs import DECODE, IDLE, TRAINING, Job, job_for
 
 NOISE_SIGMA = 0.04  # per-second demand noise (see the module docstring)
+SMOOTH_S = 10.0  # a trace's power.draw is smoothed over this long for the power-limit law
 SWING = 0.05  # slow swing of the demand, ± share of the own draw
 SWING_PERIOD_S = (90.0, 300.0)
 
@@ -41,13 +45,16 @@ SWING_PERIOD_S = (90.0, 300.0)
 @dataclass(frozen=True, slots=True)
 class GpuLoad:
     """One GPU at one instant: ``util_pct`` (what NVML will show), the ``job`` (None: idle at its floor),
-    ``draw_w`` the job's own demand this second when the workload knows it in watts (a trace's
-    power.draw), else None and ``scale`` × the job's own draw (its second-by-second fluctuation)."""
+    ``draw_w`` the job's own demand when the workload knows it in watts (a trace's power.draw, smoothed
+    over :data:`SMOOTH_S`), else None and ``scale`` × the job's own draw (its slow swing); ``jitter`` the
+    second's own deviation from that, which the drawn power shows but the power-limit law already
+    contains (the Zeus epochs average over their seconds)."""
 
     util_pct: float
     job: Job | None = None
     draw_w: float | None = None
     scale: float = 1.0
+    jitter: float = 1.0
 
 
 class Workload(Protocol):
@@ -69,13 +76,14 @@ def _noise(seed: int, channel: int, t_s: float) -> random.Random:
     return random.Random(seed * 1_000_003 + channel * 7_919 + int(t_s // 1))
 
 
-def demand_scale(seed: int, gpu: int, t_s: float) -> float:
-    """The job's demand this second as a share of its own draw: 1 + white noise + a slow swing (mean 1)."""
+def demand_scale(seed: int, gpu: int, t_s: float) -> tuple[float, float]:
+    """The job's demand as a share of its own draw: its slow swing (1 ± :data:`SWING`), and the second's
+    white noise as a factor on top (mean 1)."""
     rng = _noise(seed, 101 + gpu, t_s)
     slow = random.Random(seed * 7_919 + gpu)
     period = slow.uniform(*SWING_PERIOD_S)
     swing = SWING * math.sin(2.0 * math.pi * int(t_s) / period + slow.uniform(0.0, 2.0 * math.pi))
-    return max(0.5, 1.0 + swing + rng.gauss(0.0, NOISE_SIGMA))
+    return 1.0 + swing, max(0.5, 1.0 + rng.gauss(0.0, NOISE_SIGMA))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +136,8 @@ class CycleWorkload:
     def gpu_load(self, gpu: int, t_s: float) -> GpuLoad:
         job = self.job(gpu, t_s)
         busy = job is not None and job.kind != IDLE
-        return GpuLoad(self.gpu_util_pct(gpu, t_s), job,
-                       scale=demand_scale(self.seed, gpu, t_s) if busy else 1.0)
+        scale, jitter = demand_scale(self.seed, gpu, t_s) if busy else (1.0, 1.0)
+        return GpuLoad(self.gpu_util_pct(gpu, t_s), job, scale=scale, jitter=jitter)
 
     def cpu_util_pct(self, t_s: float) -> float:
         rng = _noise(self.seed, 0, t_s)
@@ -179,12 +187,25 @@ class TraceWorkload:
         say); at 0 % it idles, held at whatever the trace drew."""
         k = self._index(t_s)
         util = 0.0 if k is None else float(self.utils_pct[k][min(gpu, len(self.utils_pct[k]) - 1)])
-        draw = None
+        draw, jitter = None, 1.0
         if k is not None and self.powers_w is not None:
-            row = self.powers_w[k]
-            draw = row[min(gpu, len(row) - 1)]
+            col = min(gpu, len(self.powers_w[k]) - 1)
+            raw = self.powers_w[k][col]
+            if raw is not None:
+                draw = self._smooth(k, col)
+                jitter = raw / draw if draw and draw > 0 else 1.0
         kind = TRAINING if util > 0 else IDLE
-        return GpuLoad(util, job_for(kind, self.seed, gpu), draw_w=draw)
+        return GpuLoad(util, job_for(kind, self.seed, gpu), draw_w=draw, jitter=jitter)
+
+    def _smooth(self, k: int, col: int) -> float | None:
+        """The trace's power.draw of GPU column ``col`` averaged over the samples within ±SMOOTH_S/2 of
+        sample ``k`` (known values only)."""
+        assert self.powers_w is not None
+        t, half = self.times_s[k], SMOOTH_S / 2.0
+        lo = bisect.bisect_left(self.times_s, t - half)
+        hi = bisect.bisect_right(self.times_s, t + half)
+        values = [v for row in self.powers_w[lo:hi] if (v := row[min(col, len(row) - 1)]) is not None]
+        return sum(values) / len(values) if values else None
 
     def gpu_util_pct(self, gpu: int, t_s: float) -> float:
         row = self._row(t_s)

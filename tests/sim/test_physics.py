@@ -65,7 +65,7 @@ def test_design_point_constants_meet_their_steady_states():
 
 
 G = GpuParams(idle_w=30.0, default_w=450.0, slowdown_temp_c=85.0, max_clock_mhz=2520.0)
-JOB = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.4)  # draws 315 W when nothing binds
+JOB = Job(TRAINING, 0.7, JobLaw(1.0, 0.78), mem_frac=0.4)  # draws 315 W when nothing binds (median s)
 
 
 def step(**kw):
@@ -122,8 +122,8 @@ def test_thermal_slowdown_halves_then_shrinks_toward_shutdown():
 
 
 def test_visible_clock_overstates_the_slowdown_of_a_memory_bound_job():
-    compute = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.0)
-    memory = Job(TRAINING, 0.7, JobLaw(1.0, 0.93), mem_frac=0.6)
+    compute = Job(TRAINING, 0.7, JobLaw(1.0, 0.78), mem_frac=0.0)
+    memory = Job(TRAINING, 0.7, JobLaw(1.0, 0.78), mem_frac=0.6)
     # the hidden memory-bound fraction does not change the work (the law does), only what the clock shows
     assert step(job=memory, limit_w=250).work == pytest.approx(step(job=compute, limit_w=250).work, rel=1e-9)
     c = step(job=compute, limit_w=250)
