@@ -75,6 +75,9 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
             (f"{d['old']:g} %" if d["old"] is not None else "—", f"{d['new']:g} %")
         out.write(f"{d['t']:>9.1f}  {d['device']:<7} {d['knob']:<12} {unit[0] + ' → ' + unit[1]:<21} "
                   f"{d['rule']}\n")
+        why = d.get("reason") or ""
+        if "efficient limit" in why:  # the search's steps say why they moved
+            out.write(f"{'':>11}{why.split(': ', 1)[-1]}\n")
     if not doc["decisions"]:
         out.write("        (no change)\n")
     out.write("\nsummary\n")

@@ -53,6 +53,8 @@ class Ctx:
     held_new: dict[str, float] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     scope: str | None = None  # a GPU id, or None machine-wide
+    searches: Mapping[str, Any] = field(default_factory=dict)  # efficient-limit searches, last tick's
+    searches_new: dict[str, Any] = field(default_factory=dict)  # and this tick's (the next tick's input)
     _local: time.struct_time | None = None
 
     def local(self) -> time.struct_time:

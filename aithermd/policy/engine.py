@@ -64,6 +64,7 @@ class PolicyState:
     machines: Mapping[tuple[str, str], MachineState] = field(default_factory=_empty)
     held: Mapping[str, float] = field(default_factory=_empty)
     curves: Mapping[str, CurveState] = field(default_factory=_empty)
+    searches: Mapping[str, Any] = field(default_factory=_empty)  # efficient-limit searches (efficient.py)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
                 ) -> tuple[dict[str, Decision], PolicyState, dict[str, str], dict[str, tuple[str, ...]]]:
     name = plan.policy.name
     ctx = Ctx(now=inp.t_mono, t_wall=inp.t_wall, windows=windows, ok=ok, processes=inp.processes,
-              held=ps.held)
+              held=ps.held, searches=ps.searches)
     machines: dict[tuple[str, str], MachineState] = {}
     machine_stats: dict[str | None, dict[str, Any]] = {}
     states_out: dict[str, str] = {}
@@ -157,7 +158,8 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
         run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
                  fan_sources)
     return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
-                                  MappingProxyType(curve_states)), states_out, fan_sources
+                                  MappingProxyType(curve_states), MappingProxyType(ctx.searches_new)), \
+        states_out, fan_sources
 
 
 def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineState,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
-from aithermd.policy import sampling, selectors
+from aithermd.policy import efficient, sampling, selectors
 from aithermd.policy.conditions import Compiler, Node, Not
 from aithermd.policy.schema import (
     CpuPowerLimitRule,
@@ -56,6 +56,7 @@ class CRule:
     sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → channel ids
     agg: dict[str, str] = field(default_factory=dict)  # leaf curve → "max" | "min" | "mean"
     smooth: dict[str, tuple[str, float]] = field(default_factory=dict)  # leaf → (window key, smoothing_s)
+    search: Any = None  # limit: efficient — the search's efficient.Spec
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,8 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                 k = selectors.knob_of(d, KnobKind.POWER_LIMIT)
                 if k is not None:
                     targets.append(Target(k, d.id, spec))
-            rules.append(CRule(rule.name, "gpu_power_limit", when, tuple(targets), rule))
+            rules.append(CRule(rule.name, "gpu_power_limit", when, tuple(targets), rule,
+                               search=search_spec(rule) if spec[0] == "efficient" else None))
         elif isinstance(rule, CpuPowerLimitRule):
             targets = []
             for d in selectors.select_zones(rule.zones, devices):
@@ -166,6 +168,17 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
     return Plan(policy, devices, tuple(machines), tuple(rules), comp.needs, comp.uses_processes, knobs)
 
 
+def search_spec(rule: GpuPowerLimitRule) -> efficient.Spec:
+    """The efficient-limit search's tuning from a rule (its defaults where the rule is silent)."""
+    d = efficient.Spec()
+    return efficient.Spec(
+        budget=d.budget if rule.max_slowdown_pct is None else rule.max_slowdown_pct / 100.0,
+        step=d.step if rule.step_pct is None else rule.step_pct / 100.0,
+        measure_s=d.measure_s if rule.measure_s is None else rule.measure_s,
+        floor=d.floor if rule.floor_pct is None else rule.floor_pct / 100.0,
+        signal=rule.signal or d.signal)
+
+
 def power_value(knob: Knob, spec: tuple[str, float]) -> float | None:
     """A parsed power value → W for ``knob`` (None when the knob lacks the needed constraint)."""
     kind, number = spec
@@ -173,4 +186,6 @@ def power_value(knob: Knob, spec: tuple[str, float]) -> float | None:
         return number
     if kind == "pct":
         return None if knob.default is None else knob.default * number / 100.0
+    if kind == "efficient":  # the search's own value (rules.py); its starting point is the default
+        return knob.default
     return {"default": knob.default, "min": knob.min, "max": knob.max}[kind]

@@ -105,7 +105,11 @@ def _readings(trace: Trace, sample: Any, devices: Sequence[Device]) -> dict[str,
 
 def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[str, Any]:
     """Run ``policy`` over ``trace`` with ``profiles[i]`` for trace GPU i. Returns the ``--json`` document:
-    ``{"decisions": [{"t", "device", "knob", "old", "new", "rule"}], "summary": {...}}``."""
+    ``{"decisions": [{"t", "device", "knob", "old", "new", "rule", "reason"}], "summary": {...}}``.
+
+    The trace plays as recorded: a limit the policy sets does not change what the trace drew, so an
+    efficient-limit search here shows its steps and their timing against the recorded signal, not how a
+    job answers a cap (``aithermd run --simulate --trace`` does that, on the calibrated card)."""
     devices = tuple(gpu_device(i, p, trace.fields) for i, p in enumerate(profiles))
     start: dict[str, float | None] = {}
     for p, d in zip(profiles, devices, strict=True):
@@ -138,7 +142,7 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
             current[knob_id] = new
             dev, knob = knob_id.split("/", 1)
             decisions.append({"t": round(sample.t, 3), "device": dev, "knob": knob, "old": old, "new": new,
-                              "rule": rule})
+                              "rule": rule, "reason": dec.reason if dec is not None else ""})
             if knob == "power_limit":
                 totals[int(dev[3:])].limit_changes += 1
         prev_t = sample.t

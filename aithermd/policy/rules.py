@@ -12,6 +12,7 @@ from typing import Any
 
 from aithermd.model import Decision, Layer, Status
 from aithermd.policy import curves as fc
+from aithermd.policy import efficient
 from aithermd.policy.conditions import Ctx
 from aithermd.policy.plan import CRule, Target, power_value
 
@@ -85,6 +86,27 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
     return value, inputs
 
 
+def _search(rule: CRule, t: Target, ctx: Ctx, inp: Any, gpu: str) -> tuple[float, str, dict] | None:
+    """One tick of the efficient-limit search for ``t``: (limit W, reason, inputs), or None when it cannot
+    start (no default limit, no readable signal): the knob is then left to the next rule."""
+    key = f"{rule.name}|{t.knob.id}"
+    prev = ctx.searches.get(key)
+    if prev is None:
+        if t.knob.default is None:
+            return None
+        state = efficient.start(rule.search, gpu, ctx.now, t.knob.default, inp.readings)
+        if state is None:
+            return None
+    else:
+        kv = inp.knobs.get(t.knob.id)
+        applied = kv.value if kv is not None and kv.status == Status.OK else None
+        state = efficient.step(rule.search, prev, gpu, ctx.now, inp.readings, inp.attrs.get(gpu, {}),
+                               t.knob.min, applied)
+    ctx.searches_new[key] = state
+    text, extra = efficient.explain(state, rule.search)
+    return state.limit, text, extra
+
+
 def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
              machine_stats: Mapping[str | None, Mapping[str, Any]], prev_curves: Mapping[str, fc.CurveState],
              out_curves: dict[str, fc.CurveState], fans: Mapping[str, fc.FanState],
@@ -112,12 +134,20 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             what = f"curve {rule.curve_name}" if rule.curve_name else "fixed duty"
             reason = f"{what} → {value:.0f} %"
         else:
-            value = power_value(t.knob, t.value)
-            if value is None:
-                continue
             target = t.scope or t.knob.device_id
             where = ", ".join(f"{k[6:]}.{v}" for k, v in inputs.items() if k.startswith("state:"))
-            reason = f"{target}{' in ' + where if where else ''}: {_limit_text(t.value, value)}"
+            if rule.search is not None:
+                found = _search(rule, t, ctx, inp, target)
+                if found is None:
+                    continue
+                value, text, extra = found
+                inputs.update(extra)
+            else:
+                value = power_value(t.knob, t.value)
+                if value is None:
+                    continue
+                text = _limit_text(t.value, value)
+            reason = f"{target}{' in ' + where if where else ''}: {text}"
         decisions[t.knob.id] = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
                                         rule=f"{policy}/{rule.name}", reason=reason, requested=value,
                                         inputs=inputs)

@@ -281,9 +281,34 @@ class RuleBase(Model):
 
 
 class GpuPowerLimitRule(RuleBase):
+    """A GPU power limit: watts, % of the default, ``default``/``min``/``max``, or ``efficient`` — the
+    limit the efficient-limit search finds for the job while ``when`` holds (snap to the job's own peak
+    draw, then step down while it keeps ≥ 100 − ``max_slowdown_pct`` % of its throughput and work per
+    joule improves; :mod:`aithermd.policy.efficient`). The search's tuning keys are only for
+    ``efficient``."""
+
     kind: Literal["gpu_power_limit"]
     gpus: GpuSelector = "all"
     limit: PowerValue
+    max_slowdown_pct: Annotated[float, Field(gt=0, le=20, description=(
+        "efficient: the most throughput the job may lose against the default limit, %"))] | None = None
+    step_pct: Annotated[float, Field(ge=1, le=20, description=(
+        "efficient: each step down, % of the job's own draw"))] | None = None
+    measure_s: Annotated[float, Field(ge=5, le=600, description=(
+        "efficient: the measurement window of each step, s"))] | None = None
+    floor_pct: Annotated[float, Field(ge=20, le=100, description=(
+        "efficient: the lowest limit tried, % of the job's own draw"))] | None = None
+    signal: Literal["auto", "progress", "gpm", "proxy"] | None = Field(None, description=(
+        "efficient: the throughput signal (auto: the job's progress rate, else GPM tensor activity × SM "
+        "clock, else utilization × SM clock)"))
+
+    @model_validator(mode="after")
+    def _search_keys(self) -> GpuPowerLimitRule:
+        keys = [k for k in ("max_slowdown_pct", "step_pct", "measure_s", "floor_pct", "signal")
+                if getattr(self, k) is not None]
+        if keys and self.limit != "efficient":
+            raise ValueError(f"{', '.join(keys)} only go with limit: efficient")
+        return self
 
 
 class CpuPowerLimitRule(RuleBase):

@@ -2,7 +2,9 @@
 
 Power values (GPU limits) are watts (``300``, ``"300 W"``), a percentage of the card's default (``"80%"``),
 or ``default``, ``min``, ``max`` (the card's own constraints, from NVML
-``nvmlDeviceGetPowerManagementLimitConstraints`` and ``nvmlDeviceGetPowerManagementDefaultLimit``).
+``nvmlDeviceGetPowerManagementLimitConstraints`` and ``nvmlDeviceGetPowerManagementDefaultLimit``), or
+``efficient`` (the limit the efficient-limit search finds for the running job:
+:mod:`aithermd.policy.efficient`).
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ _POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$")
 
 
 def parse_power(value: float | str) -> tuple[str, float]:
-    """A power value → ``("w", W)``, ``("pct", % of default)``, ``("default"|"min"|"max", 0)``.
+    """A power value → ``("w", W)``, ``("pct", % of default)``, ``("default"|"min"|"max"|"efficient", 0)``.
 
     Raises ValueError with the accepted forms."""
     if isinstance(value, bool):
         raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
-                         "'default', 'min' or 'max'")
+                         "'default', 'min', 'max' or 'efficient'")
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"{value} is not a power value: expected a finite number of watts")
@@ -54,12 +56,12 @@ def parse_power(value: float | str) -> tuple[str, float]:
             raise ValueError("a power limit must be more than 0 W")
         return ("w", float(value))
     text = str(value).strip()
-    if text in ("default", "min", "max"):
+    if text in ("default", "min", "max", "efficient"):
         return (text, 0.0)
     m = _POWER.match(text)
     if not m:
         raise ValueError(f"'{value}' is not a power value: expected watts (300 or '300 W'), a percentage "
-                         "of the default ('80%'), 'default', 'min' or 'max'")
+                         "of the default ('80%'), 'default', 'min', 'max' or 'efficient'")
     number = float(m.group(1))
     if m.group(2) == "%":
         if not 1 <= number <= 200:
@@ -73,13 +75,14 @@ def parse_power(value: float | str) -> tuple[str, float]:
 def _check_power(value: Any) -> float | str:
     if not isinstance(value, int | float | str):
         raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
-                         "'default', 'min' or 'max'")
+                         "'default', 'min', 'max' or 'efficient'")
     parse_power(value)
     return value
 
 
 PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_input_type=float | str),
-                       Field(json_schema_extra={"examples": [300, "300 W", "80%", "default", "min", "max"]})]
+                       Field(json_schema_extra={"examples": [300, "300 W", "80%", "default", "min", "max",
+                                                             "efficient"]})]
 
 
 class Model(BaseModel):

@@ -80,8 +80,9 @@ def test_replay_json_shape(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"decisions", "summary"}
     first = doc["decisions"][0]
-    assert set(first) == {"t", "device", "knob", "old", "new", "rule"}
+    assert set(first) == {"t", "device", "knob", "old", "new", "rule", "reason"}
     assert (first["device"], first["knob"], first["old"]) == ("gpu0", "power_limit", 450.0)
+    assert first["reason"].startswith("gpu0 in load.")
     assert set(doc["summary"]) == {"duration_s", "gpus"}
     assert set(doc["summary"]["gpus"]["gpu0"]) == {"limit_changes", "time_in_state_s", "energy_j",
                                                    "mean_power_limit_w", "energy_above_limit_j", "stale_s"}

@@ -120,6 +120,7 @@ def test_rtx4090_run(policy, load_value, idle_value, enter, exit_):
 def test_windows_run_on_an_rtx3090(policy, load_value, idle_value, enter, exit_):
     doc = run(WINDOWS, policy)
     decisions = [d for d in doc["decisions"] if d["knob"] == "power_limit"]
+    searched = efficient_steps(decisions, policy)
     settle, raise_, relax = decisions
     # the run starts idle: the policy leaves the found 350 W alone until its idle window (60 s) has held
     assert (settle["old"], settle["new"]) == (350.0, idle_value) and 60.0 <= settle["t"] <= 62.0
@@ -130,12 +131,28 @@ def test_windows_run_on_an_rtx3090(policy, load_value, idle_value, enter, exit_)
     assert (relax["old"], relax["new"]) == (load_value, idle_value)
     assert_at(t, relax["t"], i_idle)
     summary = doc["summary"]["gpus"]["gpu0"]
-    assert summary["limit_changes"] == 3
+    assert summary["limit_changes"] == 3 + len(searched)
     states = summary["time_in_state_s"]
     assert set(states) == {"idle", "training" if policy == "ai-training" else "busy"}
     assert sum(states.values()) == pytest.approx(doc["summary"]["duration_s"], abs=0.01)
     # the source froze for ~60 identical rows near the end of the run (a stuck logger)
     assert 55 <= summary["stale_s"] <= 80
+
+
+def efficient_steps(decisions: list[dict], policy: str) -> list[dict]:
+    """balanced searches the efficient limit under load: the steps of its search come out of ``decisions``
+    (left: the relax at idle, the return to the default under load, the relax after), checked here: every
+    step is the search's, between the floor of its own draw and the default, with its reason."""
+    if policy != "balanced":
+        return []
+    start = next(i for i, d in enumerate(decisions) if d["rule"] == "balanced/busy-limit")
+    end = max(i for i, d in enumerate(decisions) if d["rule"] == "balanced/busy-limit")
+    steps = decisions[start + 1:end + 1]
+    for d in steps:
+        assert d["rule"] == "balanced/busy-limit" and "efficient limit" in d["reason"]
+        assert 0.4 * decisions[start]["new"] <= d["new"] <= decisions[start]["new"]
+    del decisions[start + 1:end + 1]
+    return steps
 
 
 def test_ai_training_on_a_datacenter_gpu_raises_by_returning_from_the_relaxed_limit():
@@ -158,7 +175,11 @@ def test_shipped_policies_make_sense_on_consumer_and_datacenter_gpus(policy, dum
     profile = load_dump(FIX / "nvidia-smi-q" / dump)[0]
     low, default, high = profile.min_power_limit_w, profile.default_power_limit_w, profile.max_power_limit_w
     doc = run((WINDOWS[0], FIX / "nvidia-smi-q" / dump), policy)
-    steps = [w for d in doc["decisions"] if d["knob"] == "power_limit" for w in (d["old"], d["new"])]
+    decisions = [d for d in doc["decisions"] if d["knob"] == "power_limit"]
+    searched = efficient_steps(decisions, policy)
+    if searched:  # the relax after the load starts from where the search left the limit
+        decisions[-1] = {**decisions[-1], "old": decisions[-2]["new"]}
+    steps = [w for d in decisions for w in (d["old"], d["new"])]
     load = {"balanced": default, "ai-training": high, "quiet": 0.8 * default}[policy]
     idle = max(low, {"balanced": 0.7, "ai-training": 0.8, "quiet": 0.6}[policy] * default)
     assert steps == pytest.approx([profile.power_limit_w, idle, idle, load, load, idle])

@@ -1,0 +1,257 @@
+"""The efficient-limit search: a per-GPU power limit found inside each sustained load phase. Pure.
+
+``{kind: gpu_power_limit, when: {state: load.busy}, limit: efficient, max_slowdown_pct: 3}``. While the
+rule holds for a GPU, :func:`step` walks this sequence, one measurement window (``measure_s``) per step,
+the first seconds after each change left out (:data:`SETTLE_S`):
+
+1. **baseline** at the card's default limit: the job's own draw (mean power), its peak (the highest 1 s
+   reading) and its throughput signal;
+2. **snap** to the job's own peak draw — nearly free (the Zeus sweeps: a cap 1.1 × a job's mean draw
+   costs ~0.5 % median) and kept if the signal holds within the budget; a job that bursts within the
+   second (its 1 s peak is not its real one) misses: then halfway back up, until what holds is found;
+3. **step down** ``step_pct`` of the own draw at a time while the signal keeps ≥ (1 − budget) of the
+   baseline's and work per joule (signal / power) improves (a window can read half a percent low from
+   the job's own swings: only a larger fall is a miss); at the first miss **back off** one step;
+4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
+   stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
+   different job or phase) — then it searches again from the baseline.
+
+It **reverts** to the default limit at once, and waits ``measure_s`` before searching again, on a thermal
+event (the driver's thermal slowdown in the clock-event reasons) or when its signal cannot be read.
+
+Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``gpu<N>/progress_rate``,
+steps per second from ``aithermctl run --progress-regex``), GPM tensor activity × SM clock (Hopper and
+newer), utilization × SM clock. The cheap proxy overstates the slowdown of memory-bound jobs (the clock
+falls further than the work), so with it the search stops earlier: never later.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aithermd.model import Reading, Status
+
+SETTLE_S = 3.0  # seconds after a limit change left out of the measurement (the driver and the job adjust)
+EFF_TOLERANCE = 0.05  # a step whose work per joule falls more than this share below the best is a miss
+LIGHTER = 0.7  # settled: mean power under this share of the limit = the cap stopped binding (a cap at
+#                the own draw leaves ~0.89 of it drawn: the Zeus sweeps)
+PHASE_MOVE = 0.06  # settled: the signal moving this far (or 2 × the budget) from where it settled = new phase
+WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled watch read this many
+#                   measurement windows at once: a job's own loader stalls move one window by ±2 %
+HISTORY = 12  # steps kept for explain
+TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
+SIGNALS = ("progress", "gpm", "proxy")
+BASELINE, SNAP, STEP, SETTLED, REVERTED = "baseline", "snap", "step", "settled", "reverted"
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """The rule's tuning: ``budget`` (max slowdown, a share), ``step`` (share of the own draw per step),
+    ``measure_s`` (one window), ``floor`` (lowest limit, share of the own draw), ``signal``
+    (``auto`` or one of :data:`SIGNALS`)."""
+
+    budget: float = 0.03
+    step: float = 0.04
+    measure_s: float = 60.0
+    floor: float = 0.6
+    signal: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Acc:
+    """One measurement window from ``t0`` (after the settle time): each sample's (seconds it covers,
+    signal, power), the peak power, and the last sample time."""
+
+    t0: float
+    last: float | None = None
+    samples: tuple[tuple[float, float, float], ...] = ()
+    peak: float = 0.0
+
+    @property
+    def span(self) -> float:
+        return sum(dt for dt, _s, _p in self.samples)
+
+    def add(self, t: float, signal: float, power: float) -> Acc:
+        if t < self.t0:
+            return self
+        dt = 1.0 if self.last is None else max(0.0, t - self.last)
+        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power))
+
+    def mean(self, trim: bool = True) -> tuple[float, float]:
+        """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the
+        :data:`TRIM` share with the lowest and with the highest signal: a data-loader stall or a burst
+        of a few seconds is the job's own and the same at any limit, yet moves a 30 s mean of
+        utilization × clock by percents. A progress rate is counted whole (whole steps per second:
+        trimming a two-valued count would bias it)."""
+        ranked = sorted(self.samples, key=lambda x: x[1])
+        cut = int(TRIM * len(ranked)) if trim else 0
+        kept = ranked[cut:len(ranked) - cut] or ranked
+        span = sum(dt for dt, _s, _p in kept)
+        if span <= 0:
+            return 0.0, 0.0
+        return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    """One GPU's search. ``limit`` (W) is what it asks for now; ``start`` the default limit it returns
+    to; ``own``/``peak`` the job's own mean and peak draw (W) from the baseline; ``base``/``base_eff`` the
+    baseline signal and signal per watt; ``best``/``best_eff``/``best_ratio`` the last accepted limit and
+    what it measured; ``history`` (limit W, signal ratio, work/J gain, verdict) per finished window."""
+
+    phase: str
+    limit: float
+    start: float
+    signal: str
+    acc: Acc
+    own: float = 0.0
+    peak: float = 0.0
+    base: float = 0.0
+    base_eff: float = 0.0
+    best: float = 0.0
+    best_eff: float = 0.0
+    best_ratio: float = 1.0
+    steps: int = 0
+    backoffs: int = 0
+    history: tuple[tuple[float, float, float, str], ...] = ()
+    why: str = ""
+
+
+def _ok(r: Reading | None) -> float | None:
+    if r is None or r.status != Status.OK or r.value is None or not math.isfinite(r.value):
+        return None
+    return float(r.value)
+
+
+def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float | None:
+    """The throughput signal ``kind`` of ``gpu`` this tick, or None when it cannot be read."""
+    if kind == "progress":
+        return _ok(readings.get(f"{gpu}/progress_rate"))
+    clock = _ok(readings.get(f"{gpu}/sm_clock"))
+    other = _ok(readings.get(f"{gpu}/tensor_activity" if kind == "gpm" else f"{gpu}/utilization"))
+    return None if clock is None or other is None else clock * other
+
+
+def pick_signal(spec: Spec, gpu: str, readings: Mapping[str, Reading]) -> str | None:
+    """The best signal readable now (or the one the rule names, if readable)."""
+    kinds = SIGNALS if spec.signal == "auto" else (spec.signal,)
+    return next((k for k in kinds if read_signal(k, gpu, readings) is not None), None)
+
+
+def _window(t: float) -> Acc:
+    return Acc(t + SETTLE_S)
+
+
+def start(spec: Spec, gpu: str, t: float, default_w: float,
+          readings: Mapping[str, Reading]) -> Search | None:
+    """A new search at the default limit, or None when no signal can be read."""
+    signal = pick_signal(spec, gpu, readings)
+    if signal is None:
+        return None
+    return Search(BASELINE, default_w, default_w, signal, _window(t), why="measuring the job at the default")
+
+
+def _revert(s: Search, t: float, why: str) -> Search:
+    return replace(s, phase=REVERTED, limit=s.start, acc=_window(t), why=why,
+                   history=(s.history + ((s.start, 1.0, 0.0, "revert"),))[-HISTORY:])
+
+
+def _move(s: Search, t: float, phase: str, limit: float, why: str, **kw: Any) -> Search:
+    return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, **kw)
+
+
+def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Reading],
+         attrs: Mapping[str, Any], lo_w: float | None, applied_w: float | None = None) -> Search:
+    """Advance ``s`` by one tick at ``t``. ``attrs``: the GPU's per-tick attributes (clock-event reasons);
+    ``lo_w`` the knob's own minimum (W); ``applied_w`` the limit read back from the card (None: unknown).
+    While the card is not at the limit the search asked for (not applied yet, or an override, a hold or
+    the safety layer holds it elsewhere) nothing is measured."""
+    reasons = attrs.get("clock_event_reasons") or ()
+    if s.phase != REVERTED and any(r in reasons for r in THERMAL_REASONS):
+        return _revert(s, t, "thermal slowdown: back to the default limit")
+    if applied_w is not None and abs(applied_w - s.limit) > 1.0:
+        return replace(s, acc=_window(t))
+    value, power = read_signal(s.signal, gpu, readings), _ok(readings.get(f"{gpu}/power"))
+    if value is None or power is None:
+        if s.phase == REVERTED:
+            return s
+        return _revert(s, t, f"{s.signal} signal or power unreadable: back to the default limit")
+    acc = s.acc.add(t, value, power)
+    s = replace(s, acc=acc)
+    window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
+    if acc.span < window - 1e-9:
+        return s
+    sig, pw = acc.mean(trim=s.signal != "progress")
+    if s.phase == REVERTED:
+        return _move(s, t, BASELINE, s.start, "measuring the job at the default again")
+    if s.phase == BASELINE:
+        if sig <= 0 or pw <= 0:
+            return _move(s, t, BASELINE, s.start, "no work to measure yet")
+        peak = math.ceil(acc.peak)
+        s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
+                    history=((s.start, 1.0, 0.0, "baseline"),))
+        target = max(peak, lo_w or 0.0)
+        if target >= 0.98 * s.start:
+            return _step_down(spec, s, t)
+        return _move(s, t, SNAP, target, f"snap to the job's peak draw {peak:g} W", steps=1)
+    ratio = sig / s.base if s.base > 0 else 0.0
+    eff = sig / pw if pw > 0 else 0.0
+    gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
+    if s.phase in (SNAP, STEP):
+        good = ratio >= 1.0 - spec.budget and (s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE))
+        entry = (s.limit, round(ratio, 4), round(gain, 4), "keep" if good else "miss")
+        s = replace(s, history=(s.history + (entry,))[-HISTORY:])
+        if good:
+            s = replace(s, best=s.limit, best_eff=max(eff, s.best_eff), best_ratio=ratio)
+            return _step_down(spec, s, t)
+        if s.phase == SNAP and s.best - s.limit > 2.0 * spec.step * s.own:
+            # the peak a 1 s reading shows was not free (a job that bursts within the second): try
+            # halfway back up, still in the snap, before stepping down from what holds
+            mid = round((s.best + s.limit) / 2.0, 1)
+            return _move(s, t, SNAP, mid, f"{_miss(ratio, eff, s, spec)} at {s.limit:g} W: try {mid:g} W")
+        return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} W: {_miss(ratio, eff, s, spec)}",
+                     backoffs=s.backoffs + 1)
+    # settled: watch for a new phase
+    if s.limit < s.start and pw < LIGHTER * s.limit:
+        return _restart(s, t, f"the job got lighter ({pw:.0f} W under a {s.limit:g} W limit): search again")
+    if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
+        return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
+    return replace(s, acc=_window(t - SETTLE_S))
+
+
+def _miss(ratio: float, eff: float, s: Search, spec: Spec) -> str:
+    if ratio < 1.0 - spec.budget:
+        return f"throughput {100 * ratio:.1f} % < {100 * (1 - spec.budget):.1f} % of the baseline"
+    return "work per joule stopped improving"
+
+
+def _step_down(spec: Spec, s: Search, t: float) -> Search:
+    nxt = round(s.best - spec.step * s.own, 1)
+    floor = spec.floor * s.own
+    if nxt < floor:
+        return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W: the floor {floor:.0f} W is next")
+    return _move(s, t, STEP, nxt, f"step down to {nxt:g} W", steps=s.steps + 1)
+
+
+def _restart(s: Search, t: float, why: str) -> Search:
+    return replace(s, phase=BASELINE, limit=s.start, acc=_window(t), why=why, steps=0, backoffs=0,
+                   history=(s.history + ((s.start, 1.0, 0.0, "new phase"),))[-HISTORY:])
+
+
+def explain(s: Search, spec: Spec) -> tuple[str, dict[str, Any]]:
+    """The reason text and the inputs of the decision this search makes now."""
+    steps = "; ".join(f"{lim:g} W {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
+                                                  if verdict in ("keep", "miss") else "")
+                      for lim, r, g, verdict in s.history)
+    inputs: dict[str, Any] = {"search": s.phase, "signal": s.signal,
+                              "budget_pct": round(100 * spec.budget, 2), "steps": steps}
+    if s.own:
+        inputs.update(own_draw_w=round(s.own, 1), peak_draw_w=s.peak,
+                      slowdown_pct=round(100 * (1 - s.best_ratio), 2),
+                      gain_pct=round(100 * (s.best_eff / s.base_eff - 1), 2) if s.base_eff else 0.0)
+    text = f"efficient limit ({s.phase}, signal {s.signal}): {s.why}"
+    return text, inputs

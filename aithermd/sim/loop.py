@@ -1,0 +1,155 @@
+"""One simulated GPU and the pure policy engine in a closed loop, at 1 Hz, without the daemon's I/O.
+
+What the benchmarks and the control-quality tests run many times: the calibrated card
+(:mod:`aithermd.sim.gpu_sim`, its stock twin beside it) under a workload, the real engine
+(:func:`aithermd.policy.engine.evaluate`) reading what NVML would show — temperature, power, utilization,
+memory utilization, SM clock, clock-event reasons, GPM tensor activity on Hopper-class cards and, when the
+job reports it (``progress``), its progress rate — and its power-limit decision applied the next second,
+as the daemon's tick does. ``static_w`` instead holds one limit the whole run (the baselines).
+
+The job's progress rate, when reported, is what a training loop prints: whole steps completed per second
+(:data:`STEPS_PER_WORK` at full speed), read over each 1 s sample, so a single reading is coarse and a
+window of them exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aithermd.gpu_profile import GpuProfile
+from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading
+from aithermd.sim.gpu_sim import SimGpu, step_card
+from aithermd.sim.workload import Workload
+
+STEPS_PER_WORK = 3.0  # training steps per second of full-speed work (a typical it/s of a training loop)
+CASE_AIR_C = 30.0  # intake air of the cards (the simulated X570 case under load: 29–31 °C)
+CASE_DUTY_PCT = 45.0  # chassis fans for passive boards (the shipped board curve at ~60 °C)
+
+
+def gpu_device(index: int, profile: GpuProfile, *, gpm: bool, progress: bool) -> Device:
+    """``gpu<index>`` with the channels the NVML backend (and the progress feed) give it."""
+    dev = f"gpu{index}"
+    thresholds = {k: v for k, v in (("slowdown", profile.slowdown_temp_c),
+                                    ("shutdown", profile.shutdown_temp_c)) if v is not None}
+    chans = [Channel(f"{dev}/temperature", dev, "temperature", Quantity.TEMPERATURE, "°C",
+                     thresholds=thresholds),
+             Channel(f"{dev}/power", dev, "power", Quantity.POWER, "W"),
+             Channel(f"{dev}/utilization", dev, "utilization", Quantity.UTILIZATION, "%"),
+             Channel(f"{dev}/memory_utilization", dev, "memory_utilization", Quantity.UTILIZATION, "%"),
+             Channel(f"{dev}/sm_clock", dev, "sm_clock", Quantity.CLOCK, "MHz")]
+    if gpm:
+        chans.append(Channel(f"{dev}/tensor_activity", dev, "tensor_activity", Quantity.UTILIZATION, "%"))
+    if progress:
+        chans.append(Channel(f"{dev}/progress_rate", dev, "progress_rate", Quantity.LOAD, "1/s"))
+    knob = Knob(f"{dev}/power_limit", dev, KnobKind.POWER_LIMIT, "W", profile.min_power_limit_w,
+                profile.max_power_limit_w, profile.default_power_limit_w, writable=True)
+    return Device(dev, DeviceKind.GPU, profile.name, tuple(chans), (knob,),
+                  info={"uuid": f"GPU-sim-{index}"})
+
+
+@dataclass
+class LoopResult:
+    """Totals of one run: the card's and its stock twin's energy (J) and work, over the whole run and
+    over its busy seconds; every limit change ``(t_s, old_w, new_w, rule, reason)``; seconds per policy
+    state; the safety layer's limit changes."""
+
+    energy_j: float = 0.0
+    work: float = 0.0
+    stock_energy_j: float = 0.0
+    stock_work: float = 0.0
+    busy_energy_j: float = 0.0
+    busy_work: float = 0.0
+    busy_stock_energy_j: float = 0.0
+    busy_stock_work: float = 0.0
+    changes: list[tuple[float, float, float, str, str]] = field(default_factory=list)
+    states_s: dict[str, float] = field(default_factory=dict)
+    safety_changes: int = 0
+    peak_temp_c: float = 0.0
+    last_inputs: dict[str, Any] = field(default_factory=dict)
+
+    def gain_pct(self, busy: bool = True) -> float:
+        """Work per joule against the stock twin, %."""
+        e, w, se, sw = ((self.busy_energy_j, self.busy_work, self.busy_stock_energy_j, self.busy_stock_work)
+                        if busy else (self.energy_j, self.work, self.stock_energy_j, self.stock_work))
+        return 100.0 * ((w / e) / (sw / se) - 1.0) if e > 0 and se > 0 and sw > 0 else 0.0
+
+    def slowdown_pct(self, busy: bool = True) -> float:
+        w, sw = (self.busy_work, self.busy_stock_work) if busy else (self.work, self.stock_work)
+        return 100.0 * (1.0 - w / sw) if sw > 0 else 0.0
+
+
+def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: Any = None,
+        static_w: float | None = None, progress: bool = False, signal_noise: Callable | None = None,
+        index: int = 0) -> LoopResult:
+    """Run ``duration_s`` seconds of ``workload`` (its GPU ``index``) on one card, under ``policy`` (a
+    loaded :class:`~aithermd.policy.loader.Policy`) or a fixed ``static_w`` limit (neither: stock).
+    ``progress``: the job reports its progress rate."""
+    from aithermd.policy.engine import EngineInput, evaluate, initial_state
+
+    gpu = SimGpu.create(profile, profile.default_power_limit_w)
+    params = gpu.params
+    device = gpu_device(index, profile, gpm=params.gpm, progress=progress)
+    kid = f"gpu{index}/power_limit"
+    knob = device.knobs[0]
+    limit = static_w if static_w is not None else params.default_w
+    res = LoopResult()
+    state = initial_state()
+    steps_done = 0.0
+    t = 0.0
+    while t < duration_s - 1e-9:
+        load = workload.gpu_load(index, t)
+        out, _auto = step_card(params, gpu.cooling, gpu.card, load, limit_w=limit, lock_mhz=None,
+                               fan_duties=[None] * gpu.fans if gpu.fans else None,
+                               case_duty_pct=CASE_DUTY_PCT, air_c=CASE_AIR_C, dt_s=1.0,
+                               target_temp_c=profile.target_temp_c or 84.0)
+        twin_e, twin_w = gpu.twin.energy_j, gpu.twin.work
+        gpu.step_twin(load, CASE_DUTY_PCT, CASE_AIR_C, 1.0)
+        busy = load.job is not None and load.job.kind != "idle" and load.util_pct > 0
+        res.energy_j += out.power_w
+        res.work += out.work
+        res.stock_energy_j = gpu.twin.energy_j
+        res.stock_work = gpu.twin.work
+        if busy:
+            res.busy_energy_j += out.power_w
+            res.busy_work += out.work
+            res.busy_stock_energy_j += gpu.twin.energy_j - twin_e
+            res.busy_stock_work += gpu.twin.work - twin_w
+        res.peak_temp_c = max(res.peak_temp_c, gpu.card.temp_c)
+        t += 1.0
+        if policy is None:
+            continue
+        before = steps_done
+        steps_done += out.work * STEPS_PER_WORK
+        dev = device.id
+        readings = {f"{dev}/temperature": Reading(f"{dev}/temperature", float(round(gpu.card.temp_c))),
+                    f"{dev}/power": Reading(f"{dev}/power", out.power_w),
+                    f"{dev}/utilization": Reading(f"{dev}/utilization", float(round(out.util_pct))),
+                    f"{dev}/memory_utilization": Reading(f"{dev}/memory_utilization",
+                                                         float(round(out.memory_util_pct))),
+                    f"{dev}/sm_clock": Reading(f"{dev}/sm_clock", float(out.sm_clock_mhz))}
+        if out.gpm_tensor_pct is not None:
+            readings[f"{dev}/tensor_activity"] = Reading(f"{dev}/tensor_activity", out.gpm_tensor_pct)
+        if progress:
+            rate = float(math.floor(steps_done) - math.floor(before))
+            readings[f"{dev}/progress_rate"] = Reading(f"{dev}/progress_rate", rate)
+        inp = EngineInput(t_mono=t, t_wall=1_767_268_800.0 + t, devices=(device,), readings=readings,
+                          knobs={kid: KnobValue(kid, limit)},
+                          attrs={dev: {"clock_event_reasons": out.reasons, "pstate": out.pstate}})
+        result = evaluate(policy, (), inp, state)
+        state = result.state
+        for st in result.states.get(policy.name, {}).values():
+            res.states_s[st] = res.states_s.get(st, 0.0) + 1.0
+        dec = result.decisions.get(kid)
+        new = dec.value if dec is not None and dec.value is not None else params.default_w
+        new = knob.clamp(new)
+        if abs(new - limit) > 1e-6:
+            res.changes.append((t, limit, new, dec.rule if dec else "default", dec.reason if dec else ""))
+            if dec is not None and dec.rule.startswith("safety/"):
+                res.safety_changes += 1
+            limit = new
+        if dec is not None:
+            res.last_inputs = dict(dec.inputs)
+    return res
