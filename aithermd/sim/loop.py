@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aithermd.gpu_profile import GpuProfile
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading
+from aithermd.sim.gpu_profile import GpuProfile
 from aithermd.sim.gpu_sim import SimGpu, step_card
 from aithermd.sim.workload import Workload
 
