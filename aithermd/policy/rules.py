@@ -6,6 +6,7 @@ already decided by an earlier rule of the same policy keeps that decision: the f
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -38,7 +39,7 @@ def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | N
         values = []
         for c in chans:
             r = inp.readings.get(c)
-            if r is None or r.status != Status.OK or r.value is None or r.value != r.value:
+            if r is None or r.status != Status.OK or r.value is None or not math.isfinite(r.value):
                 values = []
                 break
             values.append(float(r.value))

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ def trigger_c(device: Device, thresholds: Mapping[str, float], params: SafetyPar
 
 
 def _ok(r: Reading | None) -> bool:
-    return r is not None and r.status == Status.OK and r.value is not None and r.value == r.value
+    return r is not None and r.status == Status.OK and r.value is not None and math.isfinite(r.value)
 
 
 @dataclass(frozen=True)
