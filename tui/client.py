@@ -1,7 +1,9 @@
 """DaemonClient: aithermctl's only way to aithermd, over D-Bus with dbus-fast.
 
 Every method of ``io.github.aithermd.Daemon1`` (names and signatures in :mod:`aithermd.publish.wire`) has
-a typed async method here; JSON documents come back decoded. Failures raise the exceptions of
+a typed async method here; JSON documents come back decoded, and the snapshot and history documents
+checked against their types (:class:`~aithermd.publish.wire.SnapshotDoc`, :class:`~aithermd.publish.wire.
+HistoryDoc`; members a newer daemon added pass). Failures raise the exceptions of
 :mod:`aithermctl.errors` (``DaemonNotRunning``, ``NotAuthorized``, ``Rejected``, ``BusUnreachable``, ...),
 never a raw D-Bus error. :meth:`DaemonClient.snapshots` follows the ``SnapshotUpdated`` signal (with a
 polling fallback) and :meth:`DaemonClient.events` the ``Event`` signal; :meth:`DaemonClient.connect` is
@@ -157,6 +159,15 @@ class DaemonClient:
             raise errors.DaemonError(f"aithermd answered {member} with something that is not JSON "
                                      f"({exc}); update aithermd and aithermctl together") from exc
 
+    async def _document(self, member: str, schema: Any, *args: Any) -> Any:
+        """``member``'s JSON answer checked against ``schema`` (a :mod:`~aithermd.publish.wire` type)."""
+        doc = await self._json(member, *args)
+        try:
+            return wire.check(doc, schema, strict=False)
+        except wire.DocumentError as exc:
+            raise errors.DaemonError(f"aithermd answered {member} with a document aithermctl cannot read "
+                                     f"({exc}); update aithermd and aithermctl together") from exc
+
     async def get_property(self, name: str) -> Any:
         """The value of daemon property ``name`` (see ``wire.PROPERTIES``)."""
         await self.connect()
@@ -194,14 +205,15 @@ class DaemonClient:
         return f"{user}: {command} (pid {pid})"
 
     # the daemon's methods, typed ----------------------------------------------------------------------
-    async def get_snapshot(self) -> dict[str, Any]:
-        """The snapshot document: ``{"devices": [...], "policy": {"active", "holds", "states"}}``."""
-        return await self._json("GetSnapshot")
+    async def get_snapshot(self) -> wire.SnapshotDoc:
+        """The snapshot document (:class:`~aithermd.publish.wire.SnapshotDoc`). Raises DaemonError for a
+        document of another shape."""
+        return await self._document("GetSnapshot", wire.SnapshotDoc)
 
-    async def get_history(self, seconds: float) -> dict[str, Any]:
-        """``{"t": [wall s, ...], "series": {channel_or_knob_id: [value | None, ...]}}`` of the last
-        ``seconds``."""
-        return await self._json("GetHistory", float(seconds))
+    async def get_history(self, seconds: float) -> wire.HistoryDoc:
+        """The last ``seconds`` as columns (:class:`~aithermd.publish.wire.HistoryDoc`). Raises DaemonError
+        for a document of another shape."""
+        return await self._document("GetHistory", wire.HistoryDoc, float(seconds))
 
     async def explain(self, knob_id: str = "") -> dict[str, Any]:
         """``{knob_id: {"value", "requested", "rule", "reason", "inputs", ...}}``; all knobs with ``""``."""
@@ -266,7 +278,7 @@ class DaemonClient:
         return json.loads(await self.get_property("Holds") or "[]")
 
     # following ----------------------------------------------------------------------------------------
-    async def snapshots(self, poll_s: float = 5.0) -> AsyncIterator[dict[str, Any]]:
+    async def snapshots(self, poll_s: float = 5.0) -> AsyncIterator[wire.SnapshotDoc]:
         """The current snapshot, then a fresh one after each ``SnapshotUpdated`` signal (bursts coalesce),
         or every ``poll_s`` seconds when no signal comes. Ends by raising DaemonNotRunning when the daemon
         leaves the bus, BusUnreachable when the connection drops; call again to resume."""

@@ -1,10 +1,11 @@
 """Views of the ``GetSnapshot`` document for people: GPU cards, CPU packages, board fans.
 
-The document is the ``aithermd sensors --json`` shape plus per knob ``requested`` and ``reason`` and a
-``"policy": {"active", "holds", "states"}`` object (see :mod:`aithermd.publish.wire`). Optional members
-read when present: top-level ``seq``, ``t_wall``, ``degraded``, ``dry_run``; per device ``info`` and
-``attrs`` (GPU ``clock_event_reasons``); per knob ``rule``, ``layer``; per channel ``thresholds``. Pure
-functions, no I/O, shared by the CLI text output and the TUI widgets.
+The document is :class:`aithermd.publish.wire.SnapshotDoc` (the daemon's own type; the client checks every
+document against it): the ``aithermd sensors --json`` shape plus per channel ``thresholds`` (when the source
+states any: the GPU card's slowdown temperature), per knob ``mode`` and this tick's ``requested``,
+``reason``, ``rule``, ``layer``, per device ``attrs`` (GPU ``clock_event_reasons``), and a ``"policy":
+{"active", "holds", "states"}`` object. Members that may be absent (``chip``, ``attrs``, ``thresholds``) are
+read with ``.get``. Pure functions, no I/O, shared by the CLI text output and the TUI widgets.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-Doc = Mapping[str, Any]
+from aithermd.publish.wire import ChannelDoc, DeviceDoc, KnobDoc, PolicyDoc, SnapshotDoc
+
+Doc = Mapping[str, Any]  # any member of a document
 _RULE = re.compile(r"^([\w.-]+/[\w.-]+):\s*")
 _CPU_CHIPS = ("coretemp", "k10temp", "zenpower")
 
@@ -84,22 +87,22 @@ class Overview:
     dry_run: bool
 
 
-def channels(device: Doc) -> dict[str, Doc]:
+def channels(device: DeviceDoc) -> dict[str, ChannelDoc]:
     """A device's channels by ``attribute``."""
     return {c.get("attribute") or c["id"].rsplit("/", 1)[-1]: c for c in device.get("channels") or ()}
 
 
-def knobs(device: Doc) -> dict[str, Doc]:
+def knobs(device: DeviceDoc) -> dict[str, KnobDoc]:
     """A device's knobs by name (the part of the id after the device)."""
     return {k["id"].rsplit("/", 1)[-1]: k for k in device.get("knobs") or ()}
 
 
-def all_knobs(doc: Doc) -> dict[str, Doc]:
+def all_knobs(doc: SnapshotDoc) -> dict[str, KnobDoc]:
     """Every knob of the document by id, in document order."""
     return {k["id"]: k for d in doc.get("devices") or () for k in d.get("knobs") or ()}
 
 
-def value(entry: Doc | None) -> float | None:
+def value(entry: ChannelDoc | KnobDoc | None) -> float | None:
     """A channel's or knob's numeric value, None when absent, null or not a number."""
     if not entry:
         return None
@@ -107,7 +110,7 @@ def value(entry: Doc | None) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def rule_of(knob: Doc | None) -> str:
+def rule_of(knob: KnobDoc | None) -> str:
     """The rule that set a knob: its ``rule`` member, else the ``policy/rule`` prefix of its ``reason``."""
     if not knob:
         return ""
@@ -117,18 +120,18 @@ def rule_of(knob: Doc | None) -> str:
     return match.group(1) if match else ""
 
 
-def reason_of(knob: Doc | None) -> str:
+def reason_of(knob: KnobDoc | None) -> str:
     """A knob's reason without the ``policy/rule:`` prefix."""
     return _RULE.sub("", str((knob or {}).get("reason") or ""), count=1)
 
 
-def _problems(device: Doc) -> tuple[str, ...]:
+def _problems(device: DeviceDoc) -> tuple[str, ...]:
     return tuple(f"{c.get('label') or c.get('attribute')}: {c.get('status')}"
                  for c in device.get("channels") or ()
                  if c.get("status") not in (None, "ok", "not_supported"))
 
 
-def gpu_view(device: Doc) -> GpuView:
+def gpu_view(device: DeviceDoc) -> GpuView:
     chans, kn = channels(device), knobs(device)
     limit = kn.get("power_limit")
     temp = chans.get("temperature")
@@ -147,7 +150,7 @@ def gpu_view(device: Doc) -> GpuView:
         rule=rule_of(limit), reason=reason_of(limit), problems=_problems(device))
 
 
-def _package_temp(doc: Doc, zone: str) -> float | None:
+def _package_temp(doc: SnapshotDoc, zone: str) -> float | None:
     index = zone.split("-", 1)[1] if zone.startswith("package-") else "0"
     best: float | None = None
     for device in doc.get("devices") or ():
@@ -164,7 +167,7 @@ def _package_temp(doc: Doc, zone: str) -> float | None:
     return best
 
 
-def cpu_packages(doc: Doc) -> tuple[CpuPackageView, ...]:
+def cpu_packages(doc: SnapshotDoc) -> tuple[CpuPackageView, ...]:
     out = []
     for device in doc.get("devices") or ():
         name = str(device.get("name") or "")
@@ -178,7 +181,7 @@ def cpu_packages(doc: Doc) -> tuple[CpuPackageView, ...]:
     return tuple(out)
 
 
-def _fan_source(knob: Doc | None) -> str:
+def _fan_source(knob: KnobDoc | None) -> str:
     if knob is None:
         return "firmware (no pwm)"
     rule = rule_of(knob)
@@ -191,7 +194,7 @@ def _fan_source(knob: Doc | None) -> str:
     return "firmware"
 
 
-def board_fans(doc: Doc) -> tuple[BoardFanView, ...]:
+def board_fans(doc: SnapshotDoc) -> tuple[BoardFanView, ...]:
     """Fans of hwmon chips; ``fanN`` pairs with ``pwmN`` (the kernel hwmon numbering convention)."""
     out = []
     for device in doc.get("devices") or ():
@@ -210,7 +213,7 @@ def board_fans(doc: Doc) -> tuple[BoardFanView, ...]:
     return tuple(out)
 
 
-def overview(doc: Doc) -> Overview:
+def overview(doc: SnapshotDoc) -> Overview:
     policy = doc.get("policy") or {}
     return Overview(
         gpus=tuple(gpu_view(d) for d in doc.get("devices") or () if d.get("kind") == "gpu"),
@@ -228,7 +231,7 @@ def fmt(v: float | None, unit: str = "", digits: int = 0) -> str:
     return f"{text} {unit}" if unit and unit != "%" else f"{text}{unit}"
 
 
-def effective_policy(policy: Doc) -> str:
+def effective_policy(policy: PolicyDoc) -> str:
     """The policy in force: the last hold's, else the active one."""
     holds = policy.get("holds") or ()
     return str(holds[-1].get("policy")) if holds else str(policy.get("active") or "")

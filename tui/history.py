@@ -1,23 +1,23 @@
 """A bounded, time-aligned history of the series the TUI plots: seeded from ``GetHistory``, extended by
 each snapshot. Pure data, no I/O.
 
-``GetHistory`` shape: ``{"t": [wall s, ...], "series": {channel_or_knob_id: [value | None, ...]}}``.
+``GetHistory`` shape: :class:`aithermd.publish.wire.HistoryDoc` (``{"t": [wall s, ...], "series":
+{channel_or_knob_id: [value | None, ...]}, "units": {id: unit}}``).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
-from typing import Any
 
 from aithermctl.document import value
+from aithermd.publish.wire import HistoryDoc, SnapshotDoc
 
 # what a plot shows, per device kind: channel attributes and knob names
 PLOTTED = {"gpu": ("temperature", "power", "utilization", "power_limit", "memory_utilization", "fan0"),
            "powercap": ("power", "pl1", "pl2")}
 
 
-def plotted_ids(doc: Mapping[str, Any]) -> dict[str, float | None]:
+def plotted_ids(doc: SnapshotDoc) -> dict[str, float | None]:
     """The plotted channel and knob ids of ``doc`` with their present values."""
     out: dict[str, float | None] = {}
     for device in doc.get("devices") or ():
@@ -38,7 +38,7 @@ class History:
         self.t: deque[float] = deque()
         self.series: dict[str, deque[float | None]] = {}
 
-    def load(self, history: Mapping[str, Any]) -> None:
+    def load(self, history: HistoryDoc) -> None:
         """Replace everything with a ``GetHistory`` document; series of unequal length are right-aligned."""
         times = [float(t) for t in history.get("t") or ()]
         self.t = deque(times)
@@ -48,7 +48,7 @@ class History:
             self.series[key] = deque([None] * (len(times) - len(vals)) + vals)
         self._trim()
 
-    def append(self, t_wall: float, doc: Mapping[str, Any]) -> None:
+    def append(self, t_wall: float, doc: SnapshotDoc) -> None:
         """Add one snapshot taken at ``t_wall``; ignored unless later than the last sample."""
         if self.t and t_wall <= self.t[-1]:
             return

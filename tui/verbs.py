@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shlex
@@ -20,7 +19,7 @@ from aithermctl import render
 from aithermctl.client import DaemonClient, describe_owners
 from aithermctl.document import all_knobs
 from aithermctl.durations import check_unit, format_duration, parse_value
-from aithermctl.errors import ClientError
+from aithermctl.errors import BusUnreachable, ClientError, DaemonNotRunning
 from aithermd.publish import wire
 
 Verb = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
@@ -96,9 +95,16 @@ async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def _wait_daemon_gone(client: DaemonClient) -> None:
-    with contextlib.suppress(ClientError):
-        async for _ in client.snapshots(poll_s=30.0):
-            pass
+    """Returns once the daemon left the bus or the bus went away; another failure (no reply, a document
+    this aithermctl cannot read) is no sign of that: follow again a little later."""
+    while True:
+        try:
+            async for _ in client.snapshots(poll_s=30.0):
+                pass
+        except (DaemonNotRunning, BusUnreachable):
+            return
+        except ClientError:
+            await asyncio.sleep(5.0)
 
 
 async def _release_quietly(client: DaemonClient, cookie: int) -> None:

@@ -43,7 +43,7 @@ from aithermd.publish import wire
 from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import DEFAULT_MAX_IN_FLIGHT, BusUnavailable, CallTracker, DaemonBus, connect
 from aithermd.publish.dbus_control import PrivilegedCalls, mapped_errors
-from aithermd.publish.document import DocumentCache, decision_changes, hold_document, plain
+from aithermd.publish.document import DocumentCache, decision_changes, hold_document, plain, with_processes
 from aithermd.publish.history import History
 from aithermd.publish.hub import StateHub
 from aithermd.publish.polkit import Authorizer
@@ -91,11 +91,7 @@ class Daemon1(ServiceInterface):
         if self._hub.latest is None:  # D-Bus activation: the caller that started us waits for the first tick
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first_publish.wait(), FIRST_SNAPSHOT_WAIT_S)
-        text = self._documents.text(self._hub.latest)
-        processes = self._energy.processes_text()
-        if processes is None or not text.endswith("}"):
-            return text
-        return f'{text[:-1]},"processes":{processes}}}'  # the GetProcesses document, as of the last pass
+        return with_processes(self._documents.text(self._hub.latest), self._energy.processes_text())
 
     @method()
     async def GetHistory(self, seconds: DBusDouble) -> DBusStr:  # noqa: N802

@@ -1,19 +1,22 @@
-"""The ``GetSnapshot`` JSON document: ``aithermd sensors --json`` plus decisions and policy state.
+"""The ``GetSnapshot`` JSON document: ``aithermd sensors --json`` plus thresholds, decisions and policy state.
 
-Shape (the sensors document of the foundation issue, extended)::
+The shape is :class:`aithermd.publish.wire.SnapshotDoc` (typed there for aithermctl too)::
 
     {"seq": int, "t_wall": s, "tick_s": s, "dry_run": bool, "degraded": [id...],
      "devices": [{"id", "kind", "name", "chip" (hwmon only),
-                  "channels": [{"id", "attribute", "label", "value", "unit", "status"}],
+                  "channels": [{"id", "attribute", "label", "value", "unit", "status",
+                                "thresholds" (only when the source states any)}],
                   "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not",
                              "mode", "requested", "reason", "rule", "layer"}],
                   "attrs": {...}}],
-     "policy": {"active": str, "holds": [{"cookie", "policy", "reason", "owner", "detached", "expires"}],
+     "policy": {"active": str, "holds": [{"cookie", "policy", "reason", "owner", "detached", "expires",
+                                         "uid", "created"}],
                 "states": {policy: {scope: state}}}}
 
 ``label`` falls back to the attribute name, as lm-sensors prints it. Values are in daemon units (°C, W, J,
-RPM, %); knob ``requested``/``reason`` come from this tick's winning decision (null when no decision
-touched the knob).
+RPM, %); ``thresholds`` are the channel's own (hwmon ``crit``/``max``/..., NVML ``slowdown``/``shutdown``/
+``max_operating``) in its unit; knob ``requested``/``reason`` come from this tick's winning decision (null
+when no decision touched the knob).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from aithermd.model import (
     Snapshot,
 )
 from aithermd.publish.sensors import sensors_document
+from aithermd.publish.wire import DeviceDoc, HoldDoc, PolicyDoc, SnapshotDoc
 
 
 def _num(value: float | None) -> float | None:
@@ -55,11 +59,16 @@ def plain(value: Any) -> Any:
 
 def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading],
                     knobs: Mapping[str, KnobValue],
-                    attrs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+                    attrs: Mapping[str, Mapping[str, Any]]) -> list[DeviceDoc]:
     """The ``devices`` list of the ``aithermd sensors --json`` document (:func:`aithermd.publish.sensors.
-    sensors_document`), each knob with its read-back ``mode`` and device ``attrs`` made JSON-ready."""
+    sensors_document`), each channel with its ``thresholds`` (when it has any), each knob with its
+    read-back ``mode`` and device ``attrs`` made JSON-ready (the ``decision`` members are added by
+    :func:`snapshot_document`)."""
     out = sensors_document(devices, readings, knobs, attrs)["devices"]
-    for dev in out:
+    for device, dev in zip(devices, out, strict=True):
+        for channel, entry in zip(device.channels, dev["channels"], strict=True):
+            if channel.thresholds:  # finite by the backend contract; JSON-safe whatever a backend sends
+                entry["thresholds"] = {k: v for k, v in channel.thresholds.items() if math.isfinite(v)}
         for knob in dev["knobs"]:
             kv = knobs.get(knob["id"])
             knob["mode"] = kv.mode if kv is not None else None
@@ -68,18 +77,18 @@ def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading]
     return out
 
 
-def hold_document(hold: Hold) -> dict[str, Any]:
+def hold_document(hold: Hold) -> HoldDoc:
     """One hold as in the ``Holds`` property: ``expires`` is wall-clock seconds or null."""
     return {"cookie": hold.cookie, "policy": hold.policy, "reason": hold.reason, "owner": hold.owner,
             "detached": hold.detached, "expires": hold.expires, "uid": hold.uid, "created": hold.created}
 
 
-def policy_document(status: PolicyStatus) -> dict[str, Any]:
+def policy_document(status: PolicyStatus) -> PolicyDoc:
     return {"active": status.active, "holds": [hold_document(h) for h in status.holds],
             "states": plain(status.states)}
 
 
-def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
+def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
     """The full ``GetSnapshot`` document of one published snapshot (see the module docstring)."""
     devices = sensors_devices(snapshot.devices, snapshot.readings, snapshot.knobs, snapshot.attrs)
     for dev in devices:
@@ -106,6 +115,20 @@ def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decis
     return changed
 
 
+# before the first tick: no time yet, nothing found, no policy loaded
+EMPTY_DOCUMENT: SnapshotDoc = {"seq": 0, "t_wall": None, "tick_s": None, "dry_run": False, "degraded": [],
+                               "devices": [], "policy": {"active": "", "holds": [], "states": {}}}
+
+
+def with_processes(text: str, processes: str | None) -> str:
+    """The ``GetSnapshot`` text: the snapshot document ``text`` with the ``GetProcesses`` document
+    ``processes`` (JSON, as of the accounting's last pass) under ``"processes"``; ``text`` alone where the
+    daemon accounts no energy (``processes`` None)."""
+    if processes is None or not text.endswith("}"):
+        return text
+    return f'{text[:-1]},"processes":{processes}}}'
+
+
 class DocumentCache:
     """The JSON text of the latest snapshot's document, built once per snapshot (``GetSnapshot`` is called
     by many clients per tick; serialising once keeps the event loop free)."""
@@ -116,7 +139,7 @@ class DocumentCache:
 
     def text(self, snapshot: Snapshot | None) -> str:
         if snapshot is None:
-            return json.dumps({"seq": 0, "devices": [], "policy": policy_document(PolicyStatus())})
+            return json.dumps(EMPTY_DOCUMENT)
         key = (snapshot.seq, snapshot.t_mono)
         if key != self._key:
             self._text = json.dumps(snapshot_document(snapshot), separators=(",", ":"))

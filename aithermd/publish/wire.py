@@ -1,10 +1,27 @@
-"""D-Bus names, signatures and error names of ``io.github.aithermd.Daemon1``.
+"""D-Bus names, signatures and error names of ``io.github.aithermd.Daemon1``, and the typed shape of the
+documents it sends.
 
 Dependency-free on purpose: ``aithermctl`` imports this module (and only this one) from the daemon's
-package. Documents travel as JSON strings (signature ``s``); their shapes are described here.
+package. Documents travel as JSON strings (signature ``s``); :class:`SnapshotDoc` and :class:`HistoryDoc`
+type them once for both ends, and :func:`check` holds a parsed document to its type (the daemon's tests
+strictly, aithermctl on every document it reads). No ``from __future__ import annotations`` here: a
+TypedDict's ``NotRequired`` members are only recognised from evaluated annotations.
 """
 
-from __future__ import annotations
+import functools
+import math
+from types import UnionType
+from typing import (
+    Any,
+    Literal,
+    NotRequired,
+    TypedDict,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 BUS_NAME = "io.github.aithermd.Daemon1"
 OBJECT_PATH = "/io/github/aithermd/Daemon1"
@@ -32,11 +49,8 @@ ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
 
 # Methods: name → (in signature, out signature). JSON documents are strings.
 METHODS: dict[str, tuple[str, str]] = {
-    # JSON: sensors document + per knob "requested", "reason"; "policy": {...}; "processes": the GetProcesses
-    # document where the daemon accounts energy per process
-    "GetSnapshot": ("", "s"),
-    # seconds → JSON {"t": [wall s...], "series": {channel_or_knob_id: [v|null...]}, "units": {id: unit}}
-    "GetHistory": ("d", "s"),
+    "GetSnapshot": ("", "s"),  # JSON SnapshotDoc (below)
+    "GetHistory": ("d", "s"),  # seconds → JSON HistoryDoc (below)
     "Explain": ("s", "s"),  # knob id ("" = all) → JSON {knob_id: {"value","requested","rule","reason","inputs"}}
     "ListPolicies": ("", "s"),  # JSON [{"name","path","description","active"}]
     # name → JSON {"name","path","source" (YAML text),"description","warnings" (what selects nothing here)}
@@ -88,3 +102,206 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NOT_RUNNING = 3
 EXIT_NOT_AUTHORIZED = 4
+
+
+# -- Documents --------------------------------------------------------------------------------------------
+# The JSON documents of GetSnapshot and GetHistory, typed once for both ends: the daemon builds them
+# (aithermd.publish.document, aithermd.publish.history), aithermctl reads them through :func:`snapshot_doc`
+# and :func:`history_doc`. Values are in daemon units (°C, W, J, RPM, %, MHz, V, A, s); null where unknown.
+
+StatusName = Literal["ok", "failed", "implausible", "not_supported", "stale"]
+DeviceKindName = Literal["hwmon", "powercap", "cpu", "gpu"]
+KnobKindName = Literal["pwm", "pl1", "pl2", "power_limit", "fan"]
+LayerName = Literal["safety", "override", "hold", "policy", "default"]
+ModeName = Literal["full", "manual", "auto"]
+
+
+class ChannelDoc(TypedDict):
+    """One channel's reading this tick. ``label`` is the attribute when the source has none (as lm-sensors
+    prints it); ``value`` in ``unit``, null unless ``status`` is ok (stale may carry the last value).
+    ``thresholds`` (only when the source states any), in ``unit``: hwmon ``min``, ``max``, ``crit``,
+    ``lcrit``, ``emergency``, ``cap``; NVML ``slowdown``, ``shutdown``, ``max_operating``."""
+
+    id: str
+    attribute: str
+    label: str
+    value: float | None
+    unit: str
+    status: StatusName
+    thresholds: NotRequired[dict[str, float]]
+
+
+class KnobDoc(TypedDict):
+    """One knob: its read-back ``value`` and ``mode`` (pwm ``full``/``manual``/``auto``, NVML fans
+    ``manual``/``auto``, null where the knob has none); its constraints; and this tick's winning decision
+    (``requested``, ``reason``, ``rule``, ``layer``; null when no decision touched it)."""
+
+    id: str
+    kind: KnobKindName
+    value: float | None
+    unit: str
+    min: float | None
+    max: float | None
+    default: float | None
+    writable: bool
+    why_not: str | None
+    mode: ModeName | None
+    requested: float | None
+    reason: str | None
+    rule: str | None
+    layer: LayerName | None
+
+
+class DeviceAttrsDoc(TypedDict, total=False):
+    """Non-numeric facts a device reports each tick (NVML GPUs)."""
+
+    clock_event_reasons: list[str]  # NVML clock event reasons: "sw_power_cap", "hw_slowdown", "idle", ...
+    persistence_mode: bool
+    pstate: str  # "P0" … "P15"
+
+
+class DeviceDoc(TypedDict):
+    id: str
+    kind: DeviceKindName
+    name: str
+    chip: NotRequired[str | None]  # hwmon only: the lm-sensors chip name ("nct6798-isa-0290")
+    channels: list[ChannelDoc]
+    knobs: list[KnobDoc]
+    attrs: NotRequired[DeviceAttrsDoc]
+
+
+class HoldDoc(TypedDict):
+    """A held policy (also the ``Holds`` property): wall-clock ``created``/``expires`` (null: no timeout);
+    ``owner`` the holder's D-Bus unique name, or "detached"."""
+
+    cookie: int
+    policy: str
+    reason: str
+    owner: str
+    detached: bool
+    expires: float | None
+    uid: int | None
+    created: float
+
+
+class PolicyDoc(TypedDict):
+    """The active policy, the holds on top of it (the last one is in force) and each policy's state per
+    scope (``{"ai-training": {"gpu0": "training"}}``)."""
+
+    active: str
+    holds: list[HoldDoc]
+    states: dict[str, dict[str, str]]
+
+
+class SnapshotDoc(TypedDict):
+    """``GetSnapshot``: the latest tick. ``t_wall`` and ``tick_s`` are null before the first tick;
+    ``degraded`` holds the ids of failed channels and lost devices; ``processes`` is the ``GetProcesses``
+    document as of the last accounting pass, where the daemon accounts energy (its shape is the one noted
+    at ``GetProcesses`` above; not typed member by member here yet)."""
+
+    seq: int
+    t_wall: float | None
+    tick_s: float | None
+    dry_run: bool
+    degraded: list[str]
+    devices: list[DeviceDoc]
+    policy: PolicyDoc
+    processes: NotRequired[dict[str, Any]]
+
+
+class HistoryDoc(TypedDict):
+    """``GetHistory(seconds)``: one column per channel or knob id, oldest first, aligned on ``t`` (wall s);
+    null where a value was not ok or the series did not exist yet; ``units`` per id."""
+
+    t: list[float]
+    series: dict[str, list[float | None]]
+    units: dict[str, str]
+
+
+class DocumentError(ValueError):
+    """A document that does not have its schema's shape; ``path`` names the member (``devices[2].channels[0]
+    .value``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path or 'document'}: {message}")
+        self.path = path
+
+
+def snapshot_doc(doc: Any, *, strict: bool = False) -> SnapshotDoc:
+    """``doc`` (parsed JSON) checked against :class:`SnapshotDoc` and returned as it is. Members a newer
+    daemon added are accepted unless ``strict``. Raises :class:`DocumentError`."""
+    return check(doc, SnapshotDoc, strict=strict)
+
+
+def history_doc(doc: Any, *, strict: bool = False) -> HistoryDoc:
+    """``doc`` checked against :class:`HistoryDoc` (see :func:`snapshot_doc`)."""
+    return check(doc, HistoryDoc, strict=strict)
+
+
+def check(value: Any, schema: Any, *, strict: bool = True, path: str = "") -> Any:
+    """``value`` when it has the shape of ``schema`` (a TypedDict above, ``list[X]``, ``dict[str, X]``,
+    ``X | None``, a ``Literal``, ``str``/``int``/``float``/``bool``/``Any``); else raises
+    :class:`DocumentError`. ``strict``: a TypedDict member the schema does not name is an error too.
+    JSON has one number type: an int is a float; a bool is neither."""
+    origin = get_origin(schema)
+    if schema is Any:
+        return value
+    if origin is Literal:
+        if value not in get_args(schema):
+            raise DocumentError(path, f"{value!r} is not one of {', '.join(map(repr, get_args(schema)))}")
+        return value
+    if origin in (Union, UnionType):
+        for option in get_args(schema):
+            if option is type(None) and value is None:
+                return value
+        if value is None:
+            raise DocumentError(path, "null where a value is required")
+        (option,) = [a for a in get_args(schema) if a is not type(None)]
+        return check(value, option, strict=strict, path=path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise DocumentError(path, f"expected a list, got {_kind(value)}")
+        (item,) = get_args(schema)
+        for i, v in enumerate(value):
+            check(v, item, strict=strict, path=f"{path}[{i}]")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise DocumentError(path, f"expected an object, got {_kind(value)}")
+        _, item = get_args(schema)
+        for k, v in value.items():
+            check(v, item, strict=strict, path=f"{path}.{k}" if path else str(k))
+        return value
+    if is_typeddict(schema):
+        if not isinstance(value, dict):
+            raise DocumentError(path, f"expected an object, got {_kind(value)}")
+        hints = _hints(schema)
+        missing = [k for k in schema.__required_keys__ if k not in value]
+        if missing:
+            raise DocumentError(path, f"missing {', '.join(sorted(missing))}")
+        if strict and (extra := sorted(set(value) - set(hints))):
+            raise DocumentError(path, f"unknown member {', '.join(extra)}")
+        for k, v in value.items():
+            if k in hints:
+                check(v, hints[k], strict=strict, path=f"{path}.{k}" if path else k)
+        return value
+    if schema is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    elif schema is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, schema)
+    if not ok:
+        if value is None:
+            raise DocumentError(path, f"null where a {schema.__name__} is required")
+        raise DocumentError(path, f"expected {schema.__name__}, got {_kind(value)} {value!r:.40}")
+    return value
+
+
+@functools.cache
+def _hints(schema: Any) -> dict[str, Any]:
+    return get_type_hints(schema)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

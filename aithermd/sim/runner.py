@@ -108,6 +108,8 @@ class SimOptions:
     wall_start: float | None = None  # simulated wall clock at the start (None: now); schedules follow it
     workload: Workload | None = None  # programmatic use: replaces trace/cycle
     profiles: Sequence[Any] | None = None  # programmatic use: GpuProfiles instead of dumps or the default
+    # programmatic use: more hub listeners, called with each published snapshot and its events
+    listeners: Sequence[Callable[[Snapshot, Sequence[Event]], None]] = ()
 
 
 def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
@@ -221,12 +223,14 @@ def live_actuations(recorder: Recorder, out: TextIO) -> Callable[[Snapshot, Sequ
 
 @dataclass
 class SimResult:
-    """A finished simulation: the daemon's exit ``code``, the summary ``data`` (see :func:`print_summary`)
-    and where its files were (``places``; removed after a clean run)."""
+    """A finished simulation: the daemon's exit ``code``, the summary ``data`` (see :func:`print_summary`),
+    where its files were (``places``; removed after a clean run) and, for programmatic use, the ``daemon``
+    that ran (its hub, control and energy service as they were at the end)."""
 
     code: int
     data: dict[str, Any]
     places: Places
+    daemon: Any = None
 
 
 async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals: Any = None) -> SimResult:
@@ -251,6 +255,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
                     before_sample=Stepper(machine, clock.monotonic(), live),
                     processes=machine.processes.process_table())
     daemon.hub.add_listener(recorder)
+    for listener in opts.listeners:
+        daemon.hub.add_listener(listener)
     if live is not None:
         daemon.hub.add_listener(live_actuations(recorder, live))
     duration = opts.duration_s
@@ -270,7 +276,7 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
         machine.close()
         if code == 0:
             cleanup(places)
-    return SimResult(code, data, places)
+    return SimResult(code, data, places, daemon)
 
 
 def add_arguments(parser: Any) -> None:

@@ -171,8 +171,9 @@ async def test_before_the_first_tick_the_snapshot_is_empty(bus_address, polkitd,
     handle = await dbus_service.start(bus_address, control, StateHub())
     try:
         (text,) = await ok(client, "GetSnapshot")
-        assert json.loads(text) == {"seq": 0, "devices": [], "policy": json.loads(
-            json.dumps({"active": "", "holds": [], "states": {}}))}
+        doc = wire.check(json.loads(text), wire.SnapshotDoc, strict=True)
+        assert doc == {"seq": 0, "t_wall": None, "tick_s": None, "dry_run": False, "degraded": [],
+                       "devices": [], "policy": {"active": "", "holds": [], "states": {}}}
         assert PolicyStatus().active == ""
     finally:
         await handle.stop()

@@ -12,6 +12,8 @@ prints it after it listens). Three kinds of bus:
 - ``policy=...``: the caller's own ``<policy>`` elements and ``include`` files (the shipped bus policy file
   under a Debian-like system bus).
 
+``service_dirs`` adds ``<servicedir>`` elements: D-Bus activation from the ``.service`` files there.
+
 A test without ``dbus-daemon`` installed is skipped with the package to install. ``stop()`` ends the bus and
 removes its directory; ``kill()`` kills it with SIGKILL (a bus that dies under the daemon).
 """
@@ -57,6 +59,7 @@ CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configurat
   <auth>EXTERNAL</auth>
 {policy}
 {includes}
+{service_dirs}
 </busconfig>
 """
 
@@ -78,7 +81,8 @@ class PrivateBus:
 
     @classmethod
     def start(cls, kind: str = "session", *, policy: str | None = None,
-              include: Sequence[Path] = (), timeout_s: float = 10.0) -> PrivateBus:
+              include: Sequence[Path] = (), service_dirs: Sequence[Path] = (),
+              timeout_s: float = 10.0) -> PrivateBus:
         """Start a bus of ``kind`` (``"session"`` or ``"system"``) with ``policy`` (``<policy>`` elements;
         default: the kind's permissive rules) and ``include`` (bus policy files to include)."""
         if kind not in ("session", "system"):
@@ -91,7 +95,9 @@ class PrivateBus:
             policy = SESSION if kind == "session" else PERMISSIVE
         includes = "\n".join(f"  <include>{p}</include>" for p in include)
         config = directory / "bus.conf"
-        config.write_text(CONFIG.format(type=kind, socket=socket, policy=policy, includes=includes))
+        services = "\n".join(f"  <servicedir>{d}</servicedir>" for d in service_dirs)
+        config.write_text(CONFIG.format(type=kind, socket=socket, policy=policy, includes=includes,
+                                        service_dirs=services))
         log = directory / "bus.log"  # a file, not a pipe: a chatty bus never blocks on a full pipe
         with log.open("w") as err:
             proc = subprocess.Popen([daemon, f"--config-file={config}", "--nofork", "--nopidfile",

@@ -1,5 +1,7 @@
 """A scripted stand-in for DaemonClient: the TUI's tests drive it from the test (push snapshots and events,
-make the daemon vanish and return, refuse calls) and read back what the TUI asked for."""
+make the daemon vanish and return, refuse calls) and read back what the TUI asked for. Like the real client
+it hands out only documents of the daemon's shape (:mod:`aithermd.publish.wire`, strictly: a test cannot
+feed the TUI a member the daemon does not send)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aithermctl import errors
+from aithermd.publish import wire
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -67,20 +70,20 @@ class FakeClient:
 
     async def get_snapshot(self) -> dict[str, Any]:
         await self._call("get_snapshot")
-        return self.doc
+        return wire.check(self.doc, wire.SnapshotDoc, strict=True)  # only what the daemon could send
 
     async def get_history(self, seconds: float) -> dict[str, Any]:
         await self._call("get_history", seconds)
-        return self.history
+        return wire.check(self.history, wire.HistoryDoc, strict=True)
 
     async def snapshots(self, poll_s: float = 5.0) -> AsyncIterator[dict[str, Any]]:
         await self.connect()
-        yield self.doc
+        yield wire.check(self.doc, wire.SnapshotDoc, strict=True)
         while True:
             item = await self._snaps.get()
             if isinstance(item, errors.ClientError):
                 raise item
-            yield item
+            yield wire.check(item, wire.SnapshotDoc, strict=True)
 
     async def events(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         while True:

@@ -19,7 +19,9 @@ from typing import Any
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
+from aithermd.model import Hold
 from aithermd.publish import wire
+from aithermd.publish.document import hold_document
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -120,11 +122,11 @@ class FakeDaemon:
             raise _Err(wire.ERROR_UNKNOWN_POLICY, f"no policy {name!r}")
 
     # methods
-    def m_GetSnapshot(self, msg: Message) -> str:
-        return json.dumps(self.doc, ensure_ascii=False)
+    def m_GetSnapshot(self, msg: Message) -> str:  # only what the real daemon could send
+        return json.dumps(wire.check(self.doc, wire.SnapshotDoc, strict=True), ensure_ascii=False)
 
     def m_GetHistory(self, msg: Message, seconds: float) -> str:
-        return json.dumps(self.history)
+        return json.dumps(wire.check(self.history, wire.HistoryDoc, strict=True))
 
     def m_Explain(self, msg: Message, knob_id: str) -> str:
         if knob_id:
@@ -147,8 +149,10 @@ class FakeDaemon:
     def m_HoldPolicy(self, msg: Message, policy: str, reason: str, timeout_s: float, detached: bool) -> int:
         self._policy(policy)
         self._next += 1
-        self.holds.append({"cookie": self._next, "policy": policy, "reason": reason, "owner": msg.sender,
-                           "detached": detached, "expires": time.time() + timeout_s if timeout_s else None})
+        now = time.time()
+        self.holds.append(hold_document(Hold(self._next, policy, reason, msg.sender, uid=0, created=now,
+                                             expires=now + timeout_s if timeout_s else None,
+                                             detached=detached)))
         return self._next
 
     def m_ReleasePolicy(self, msg: Message, cookie: int) -> None:

@@ -5,8 +5,7 @@ import copy
 import json
 import time
 
-from conftest import load
-from fake_client import FakeClient
+from fake_client import FakeClient, load
 from screen_text import screen_text
 from textual.widgets import Checkbox, Input, Select, Static
 
@@ -33,12 +32,13 @@ async def test_overview_at_80x24_shows_gpu_cards_cpu_package_and_status_line():
         assert len(lines) == 24 and max(len(line) for line in lines) <= 80
         assert "● policy ai-training · in force: quiet (held, cookie 17)" in lines[0]
         assert "gpu0 · NVIDIA GeForce RTX 4090" in text
-        assert "498/520 W" in text and "150–600 W" in text and "slowdown 88 °C" in text
-        assert "fans 62% 62%" in text
-        assert "limit ai-training/raise-under-load  +70 W vs default" in text
+        assert "360/360 W" in text and "10–600 W" in text and "slowdown 85 °C" in text
+        assert "fans 47%" in text
+        assert "limit quiet/busy-limit  −90 W vs default" in text
         assert "clocks sw_power_cap" in text
-        assert "gpu1 · NVIDIA RTX 6000 Ada Generation" in text and "−100 W vs default" in text
-        assert "package-0    87.4 W" in text and "PL1 125 W  PL2 241 W  64 °C" in text
+        assert "gpu1 · NVIDIA RTX 6000 Ada Generation" in text and "slowdown 93 °C" in text
+        assert "−60 W vs default" in text
+        assert "package-0    70.1 W" in text and "PL1 95 W  PL2 119 W  52 °C" in text
         assert "q Quit" in lines[-1]
 
 
@@ -47,8 +47,8 @@ async def test_board_fans_table_lists_speed_duty_and_source():
     async with app.run_test(size=(100, 50)) as pilot:
         await settle(pilot)
         text = screen_text(app)
-        assert "nct6798-isa-0290 fan1  678 RPM   40%   ai-training/case-fans" in text
-        assert "firmware (read-only)" in text
+        assert "nct6798-isa-0290 fan1  520 RPM  28%   quiet/board-fans" in text
+        assert "amdgpu-pci-0700 fan1   839 RPM  40%   firmware" in text
 
 
 async def test_new_snapshot_updates_the_card_and_a_vanished_gpu_loses_its_card():
@@ -57,8 +57,9 @@ async def test_new_snapshot_updates_the_card_and_a_vanished_gpu_loses_its_card()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         doc = copy.deepcopy(client.doc)
-        doc["devices"][0]["channels"][0]["value"] = 83.0
-        doc["devices"][0]["attrs"]["clock_event_reasons"] = ["sw_thermal_slowdown"]
+        gpu0 = next(d for d in doc["devices"] if d["id"] == "gpu0")
+        gpu0["channels"][0]["value"] = 83.0  # temperature
+        gpu0["attrs"]["clock_event_reasons"] = ["sw_thermal_slowdown"]
         client.push(doc)
         await settle(pilot)
         text = screen_text(app)
@@ -104,7 +105,7 @@ async def test_plots_show_temperature_power_and_the_limit_from_history():
         assert set(plots) == {"plot-gpu0-temp", "plot-gpu0-power", "plot-gpu1-temp", "plot-gpu1-power",
                               "plot-powercap-package-0-power"}
         power = plots["plot-gpu0-power"]
-        assert power.border_title.startswith("gpu0 power ") and "limit 520 W ━" in power.border_title
+        assert power.border_title.startswith("gpu0 power ") and "limit 360 W ━" in power.border_title
         assert power.border_subtitle.endswith("· 5 min")
         assert "━" in screen_text(app)  # the limit line is drawn
         await pilot.press("minus")
@@ -120,7 +121,7 @@ async def test_plots_show_temperature_power_and_the_limit_from_history():
         assert plots["plot-gpu0-temp"].region.x < power.region.x
 
 
-async def test_policy_screen_shows_policies_holds_states_and_filling_windows():
+async def test_policy_screen_shows_policies_holds_states_and_why():
     client = FakeClient()
     app = AithermApp(client, **FAST)
     async with app.run_test(size=(100, 60)) as pilot:
@@ -130,10 +131,9 @@ async def test_policy_screen_shows_policies_holds_states_and_filling_windows():
         text = screen_text(app)
         assert "active ai-training   in force quiet (held)" in text
         assert "balanced" in text and "Lower caps and quiet curves" in text
-        assert "17" in text and "night shift" in text
-        assert "ai-training gpu0: training" in text
-        assert "sustain" in text and "1m 00s of 1m 00s" in text
-        assert "gpu0/fan0  safety/critical" in text
+        assert "17" in text and "meeting in the lab" in text
+        assert "ai-training gpu0: training" in text and "quiet gpu1: busy" in text
+        assert "gpu0/power_limit  quiet/busy-limit" in text
         assert ("list_policies", ()) in client.calls and ("explain", ("",)) in client.calls
         app.screen.query_one("#policies").focus()
         await pilot.press("down", "a")  # the second policy: balanced
@@ -143,6 +143,23 @@ async def test_policy_screen_shows_policies_holds_states_and_filling_windows():
         await pilot.press("r")
         await settle(pilot)
         assert ("release_policy", (17,)) in client.calls
+
+
+async def test_policy_screen_draws_a_filling_window_from_explain_inputs():
+    """The screen draws a rule's window (``{"elapsed_s", "need_s"}`` in its Explain inputs) as a bar. The
+    policy engine does not publish such inputs yet (its Explain inputs are flat: ``{"state:load": ...,
+    "gpu.utilization_pct.max_60s": ...}``, see fixtures/explain.json, written from the daemon), so in
+    production no bar is drawn: this entry is the shape the screen expects, not one the daemon sends."""
+    client = FakeClient()
+    client.explained = {"gpu0/power_limit": {
+        "value": 360.0, "requested": 360.0, "layer": "policy", "rule": "ai-training/raise-under-load",
+        "reason": "gpu0 utilization ≥ 90 % for 60 s", "inputs": {"sustain": {"elapsed_s": 45, "need_s": 60}}}}
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(100, 60)) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await settle(pilot, 5)
+        assert "sustain" in screen_text(app) and "45s of 1m 00s" in screen_text(app)
 
 
 async def test_events_screen_logs_signals_and_filters_by_kind():

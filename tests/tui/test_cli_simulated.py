@@ -73,12 +73,14 @@ def sim_bus(tmp_path_factory) -> Iterator[str]:
 def test_status_json_is_the_snapshot_of_the_simulated_workstation(sim_bus):
     p = ctl(sim_bus, "status", "--json")
     assert p.returncode == 0 and p.stderr == ""
-    doc = json.loads(p.stdout)
+    doc = wire.check(json.loads(p.stdout), wire.SnapshotDoc, strict=True)  # the shape aithermctl reads
     assert p.stdout.count("\n") == 1  # exactly one document
     ids = {d["id"] for d in doc["devices"]}
     assert {"gpu0", "gpu1", "hwmon:nct6798-isa-0290", "powercap:package-0"} <= ids
     gpu0 = next(d for d in doc["devices"] if d["id"] == "gpu0")
     assert {"gpu0/temperature", "gpu0/power", "gpu0/utilization"} <= {c["id"] for c in gpu0["channels"]}
+    temperature = next(c for c in gpu0["channels"] if c["attribute"] == "temperature")
+    assert set(temperature["thresholds"]) == {"slowdown", "shutdown", "max_operating"}  # the slowdown line
     knob = next(k for k in gpu0["knobs"] if k["id"] == "gpu0/power_limit")
     assert knob["unit"] == "W" and {"requested", "reason"} <= set(knob)
     assert set(doc["policy"]) >= {"active", "holds", "states"}

@@ -15,8 +15,8 @@ from aithermd.publish import wire
 async def test_typed_calls_return_decoded_documents(fake_daemon, private_bus):
     async with DaemonClient(private_bus) as c:
         doc = await c.get_snapshot()
-        assert [d["id"] for d in doc["devices"]][:2] == ["gpu0", "gpu1"]
-        assert (await c.get_history(300))["series"]["gpu0/power_limit"][-1] == 520.0
+        assert [d["id"] for d in doc["devices"] if d["kind"] == "gpu"] == ["gpu0", "gpu1"]
+        assert (await c.get_history(300))["series"]["gpu0/power_limit"][-1] == 360.0
         assert list(await c.explain("gpu0/power_limit")) == ["gpu0/power_limit"]
         assert [p["name"] for p in await c.list_policies()] == ["ai-training", "balanced", "quiet"]
         assert (await c.get_policy("quiet"))["source"].startswith("name: quiet")
@@ -46,7 +46,7 @@ async def test_changes_reach_the_daemon_with_their_arguments(fake_daemon, privat
 
 @pytest.mark.parametrize(("call", "cls", "text"), [
     (lambda c: c.set_override("gpu9/power_limit", 1, 0), errors.Rejected, "no knob 'gpu9/power_limit'"),
-    (lambda c: c.set_override("gpu0/power_limit", 9999, 0), errors.Rejected, "9999 W is outside 150–600"),
+    (lambda c: c.set_override("gpu0/power_limit", 9999, 0), errors.Rejected, "9999 W is outside 10–600"),
     (lambda c: c.hold_policy("turbo", "x"), errors.Rejected, "no policy 'turbo' (policies: aithermctl"),
     (lambda c: c.release_policy(4711), errors.Rejected, "no hold with cookie 4711"),
     (lambda c: c.stop_energy_window(4711), errors.Rejected, "no energy window 4711"),
@@ -124,9 +124,9 @@ def test_not_running_on_the_system_bus_says_how_to_start_it():
 async def test_snapshots_follow_the_signal_and_end_when_the_daemon_leaves(fake_daemon, private_bus):
     async with DaemonClient(private_bus) as c:
         follower = c.snapshots(poll_s=60)
-        assert (await anext(follower))["seq"] == 1234
+        assert (await anext(follower))["seq"] == 241
         await fake_daemon.publish()
-        assert (await asyncio.wait_for(anext(follower), 5))["seq"] == 1235
+        assert (await asyncio.wait_for(anext(follower), 5))["seq"] == 242
         fake_daemon.stop()
         with pytest.raises(errors.DaemonNotRunning):
             await asyncio.wait_for(anext(follower), 5)
@@ -134,7 +134,7 @@ async def test_snapshots_follow_the_signal_and_end_when_the_daemon_leaves(fake_d
         again = await FakeDaemon().start(private_bus)
         try:
             follower = c.snapshots(poll_s=60)
-            assert (await asyncio.wait_for(anext(follower), 5))["seq"] == 1234
+            assert (await asyncio.wait_for(anext(follower), 5))["seq"] == 241
         finally:
             again.stop()
 
@@ -162,7 +162,7 @@ async def test_reconnects_after_the_connection_dropped(fake_daemon, private_bus)
     c._conn.disconnect()  # the connection breaks under us
     await asyncio.sleep(0.05)
     assert not c.connected
-    assert (await c.get_snapshot())["seq"] == 1234  # connect() again is implicit
+    assert (await c.get_snapshot())["seq"] == 241  # connect() again is implicit
     await c.close()
 
 
@@ -170,34 +170,32 @@ def test_activation_that_cannot_start_the_daemon_is_not_running_exit_3(tmp_path)
     """D-Bus activation of a unit that is masked or keeps failing: the bus answers with the activation's
     error (here dbus-daemon's own Spawn.ChildExited from an activation file whose Exec fails, on a systemd
     host org.freedesktop.systemd1.UnitMasked and friends). aithermctl says aithermd is not running: exit 3."""
-    import shutil
     import subprocess
     import sys
 
-    if shutil.which("dbus-daemon") is None:
-        pytest.skip("dbus-daemon is not installed (apt install dbus-daemon)")
+    from tests.support.dbus import PrivateBus
+
     services = tmp_path / "services"
     services.mkdir()
     (services / f"{wire.BUS_NAME}.service").write_text(
         f"[D-BUS Service]\nName={wire.BUS_NAME}\nExec=/bin/false\n")
-    (tmp_path / "bus.conf").write_text(f"""<!DOCTYPE busconfig PUBLIC
- "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><type>session</type><listen>unix:path={tmp_path}/bus</listen><auth>EXTERNAL</auth>
-<servicedir>{services}</servicedir>
-<policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/>
-<allow own="*"/></policy></busconfig>
-""")
-    proc = subprocess.Popen(["dbus-daemon", f"--config-file={tmp_path}/bus.conf", "--print-address",
-                             "--nofork", "--nopidfile"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        address = proc.stdout.readline().strip()
+    with PrivateBus.start("session", service_dirs=[services]) as bus:
+        address = bus.address
         out = subprocess.run([sys.executable, "-m", "aithermctl", "--bus", address, "status"],
                              capture_output=True, text=True, timeout=60)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     assert out.returncode == wire.EXIT_NOT_RUNNING, out.stderr
     assert out.stderr.startswith(f"aithermctl: aithermd is not running on the bus at {address}: ")
     assert "journalctl -u aithermd" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+async def test_a_document_of_another_shape_is_a_readable_error(fake_daemon, private_bus, monkeypatch):
+    """An aithermd whose GetSnapshot lacks what aithermctl reads (an older or newer, incompatible one)."""
+    doc = json.loads(json.dumps(fake_daemon.doc))
+    del doc["devices"][0]["channels"]
+    monkeypatch.setattr(fake_daemon, "m_GetSnapshot", lambda msg: json.dumps(doc))
+    async with DaemonClient(private_bus) as c:
+        with pytest.raises(errors.DaemonError) as info:
+            await c.get_snapshot()
+    assert str(info.value) == ("aithermd answered GetSnapshot with a document aithermctl cannot read "
+                               "(devices[0]: missing channels); update aithermd and aithermctl together")
+    assert info.value.exit_code == wire.EXIT_FAILURE

@@ -1,51 +1,73 @@
 """The snapshot document turned into what people look at: GPU cards, CPU packages, board fans."""
 
-from conftest import load
+from fake_client import load
 
 from aithermctl.document import all_knobs, board_fans, cpu_packages, fmt, overview, reason_of, rule_of
 
 
-def test_gpu_cards_carry_temperature_power_limit_fans_reasons_and_rule(snapshot_doc):
+def _device(doc, device_id):
+    return next(d for d in doc["devices"] if d["id"] == device_id)
+
+
+def test_gpu_cards_carry_temperature_slowdown_power_limit_fans_reasons_and_rule(snapshot_doc):
     gpu0, gpu1 = overview(snapshot_doc).gpus
     assert (gpu0.id, gpu0.name) == ("gpu0", "NVIDIA GeForce RTX 4090")
-    assert (gpu0.temp_c, gpu0.slowdown_c, gpu0.power_w, gpu0.util_pct) == (71.0, 88.0, 498.3, 99.0)
-    assert (gpu0.limit_w, gpu0.limit_min_w, gpu0.limit_max_w, gpu0.default_w) == (520.0, 150.0, 600.0, 450.0)
-    assert [(f.id, f.pct) for f in gpu0.fans] == [("gpu0/fan0", 62.0), ("gpu0/fan1", 62.0)]
+    assert (gpu0.temp_c, gpu0.slowdown_c, gpu0.power_w, gpu0.util_pct) == (56.0, 85.0, 360.0, 100.0)
+    assert (gpu0.limit_w, gpu0.limit_min_w, gpu0.limit_max_w, gpu0.default_w) == (360.0, 10.0, 600.0, 450.0)
+    assert [(f.id, f.pct) for f in gpu0.fans] == [("gpu0/fan0", 47.0)]
     assert gpu0.reasons == ("sw_power_cap",)
-    assert gpu0.rule == "ai-training/raise-under-load"
-    assert gpu0.reason.startswith("gpu0 utilization ≥ 90 %")
-    assert gpu0.problems == ()  # not_supported memory temperature is a capability, not a problem
-    assert (gpu1.limit_w, gpu1.rule, gpu1.reasons) == (200.0, "ai-training/relax-when-idle", ("idle",))
+    assert gpu0.rule == "quiet/busy-limit"  # the held policy's rule
+    assert gpu0.reason == "gpu0 in load.busy: 80% of the default (360 W)"
+    assert gpu0.problems == ()
+    assert (gpu1.slowdown_c, gpu1.limit_w, gpu1.rule, gpu1.reasons) == (93.0, 240.0, "quiet/busy-limit",
+                                                                        ("sw_power_cap",))
 
 
-def test_cpu_package_power_against_pl1_pl2_with_coretemp_package_temperature(snapshot_doc):
-    (pkg,) = cpu_packages(snapshot_doc)  # powercap:dram is a zone, not a package
-    assert (pkg.id, pkg.power_w, pkg.pl1_w, pkg.pl2_w, pkg.temp_c) == ("powercap:package-0", 87.4, 125.0,
-                                                                      241.0, 64.0)
+def test_a_gpu_problem_is_a_failed_reading_not_an_unsupported_one(snapshot_doc):
+    channels = {c["attribute"]: c for c in _device(snapshot_doc, "gpu0")["channels"]}
+    channels["memory_clock"].update(value=None, status="not_supported")  # a capability, not a problem
+    channels["power"].update(value=None, status="failed")
+    assert overview(snapshot_doc).gpus[0].problems == ("power: failed",)
 
 
-def test_cpu_package_temperature_falls_back_to_k10temp_tctl(snapshot_doc):
-    for device in snapshot_doc["devices"]:
-        if device["id"] == "hwmon:coretemp-isa-0000":
-            device["chip"], device["channels"][0]["label"] = "k10temp-pci-00c3", "Tctl"
-    assert cpu_packages(snapshot_doc)[0].temp_c == 64.0
+def test_cpu_package_power_against_pl1_pl2_with_k10temp_tctl_temperature(snapshot_doc):
+    (pkg,) = cpu_packages(snapshot_doc)  # powercap:core is a zone, not a package
+    assert (pkg.id, pkg.power_w, pkg.pl1_w, pkg.pl2_w, pkg.temp_c) == ("powercap:package-0", 70.06394, 95.0,
+                                                                      118.75, 51.875)
+
+
+def test_cpu_package_temperature_prefers_coretemp_package_id(snapshot_doc):
+    k10 = _device(snapshot_doc, "hwmon:k10temp-pci-00c3")
+    k10["chip"] = "coretemp-isa-0000"
+    k10["channels"][2]["label"] = "Package id 0"  # temp3 (Tccd1 on this board)
+    assert cpu_packages(snapshot_doc)[0].temp_c == k10["channels"][2]["value"] == 60.75
 
 
 def test_board_fans_pair_fanN_with_pwmN_and_name_their_source(snapshot_doc):
-    fans = {f.id.rsplit("/", 1)[1]: f for f in board_fans(snapshot_doc)}
-    assert list(fans) == ["fan1", "fan2", "fan3", "fan4", "fan5"]
-    assert (fans["fan1"].rpm, fans["fan1"].duty_pct, fans["fan1"].source) == (678.0, 40.0,
-                                                                              "ai-training/case-fans")
-    assert fans["fan3"].source == "firmware"  # a writable pwm nobody drives
-    assert fans["fan4"].source == "firmware (read-only)"
-    assert (fans["fan5"].knob_id, fans["fan5"].source) == (None, "firmware (no pwm)")
+    fans = {f.id: f for f in board_fans(snapshot_doc)}
+    nct = "hwmon:nct6798-isa-0290"
+    assert list(fans) == ["hwmon:amdgpu-pci-0700/fan1", *(f"{nct}/fan{n}" for n in range(1, 7))]
+    assert (fans[f"{nct}/fan1"].rpm, round(fans[f"{nct}/fan1"].duty_pct, 2), fans[f"{nct}/fan1"].source) == (
+        520.0, 27.84, "quiet/board-fans")
+    assert fans["hwmon:amdgpu-pci-0700/fan1"].source == "firmware"  # a writable pwm nobody drives
+
+
+def test_board_fans_without_a_writable_pwm_are_the_firmwares(snapshot_doc):
+    amdgpu = _device(snapshot_doc, "hwmon:amdgpu-pci-0700")
+    amdgpu["knobs"][0].update(writable=False, why_not="pwm1 not writable (needs root)")
+    assert board_fans(snapshot_doc)[0].source == "firmware (read-only)"
+    amdgpu["knobs"] = []
+    assert (board_fans(snapshot_doc)[0].knob_id, board_fans(snapshot_doc)[0].source) == (None,
+                                                                                       "firmware (no pwm)")
 
 
 def test_failed_fan_reading_keeps_its_status():
-    fans = {f.id: f for f in board_fans(load("snapshot_nogpu.json"))}
+    doc = load("snapshot_nogpu.json")
+    fans = {f.id: f for f in board_fans(doc)}
     assert fans["hwmon:nct6798-isa-0290/fan2"].status == "failed"
     assert fans["hwmon:nct6798-isa-0290/fan2"].rpm is None
-    assert overview(load("snapshot_nogpu.json")).gpus == ()
+    assert overview(doc).gpus == ()
+    assert overview(doc).degraded == ("hwmon:nct6798-isa-0290/fan2",)
 
 
 def test_rule_comes_from_the_rule_member_or_the_reason_prefix():
@@ -59,8 +81,9 @@ def test_rule_comes_from_the_rule_member_or_the_reason_prefix():
 def test_holds_and_policy_in_overview(snapshot_doc):
     ov = overview(snapshot_doc)
     assert ov.active_policy == "ai-training"
-    assert [h["cookie"] for h in ov.holds] == [17]
-    assert ov.states == {"ai-training": {"gpu0": "training", "gpu1": "idle"}}
+    assert [(h["cookie"], h["policy"], h["detached"]) for h in ov.holds] == [(17, "quiet", True)]
+    assert ov.states == {"ai-training": {"gpu0": "training", "gpu1": "training"},
+                         "quiet": {"gpu0": "busy", "gpu1": "busy"}}
     assert "powercap:package-0/pl1" in all_knobs(snapshot_doc)
 
 

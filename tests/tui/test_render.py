@@ -1,19 +1,29 @@
 """Plain-text output of the CLI: explain paragraphs, energy report, policies, holds."""
 
-from conftest import load
+from fake_client import load
 
 from aithermctl.errors import DaemonError, DaemonNotRunning, NotAuthorized, Rejected, from_dbus
 from aithermctl.render import energy_text, explain_paragraph, holds_lines, policies_text, status_text
 from aithermd.publish import wire
 
 
-def test_explain_paragraph_for_a_policy_decision(snapshot_doc):
-    knob = snapshot_doc["devices"][0]["knobs"][0]
+def test_explain_paragraph_for_a_held_policys_decision(snapshot_doc):
+    knob = next(k for d in snapshot_doc["devices"] for k in d["knobs"] if k["id"] == "gpu0/power_limit")
     entry = load("explain.json")["gpu0/power_limit"]
     text = " ".join(explain_paragraph("gpu0/power_limit", entry, knob).split())
-    assert text == ("gpu0/power_limit is 520 W, set by the active policy (ai-training/raise-under-load): "
-                    "gpu0 utilization ≥ 90 % for 60 s (mean 98.7 %). Inputs: gpu0/utilization (mean 98.7, "
-                    "window_s 60); sustain (elapsed_s 60, need_s 60). Range 150 W to 600 W, default 450 W.")
+    assert text == ("gpu0/power_limit is 360 W, set by a held policy (quiet/busy-limit): gpu0 in load.busy: "
+                    "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; state:load busy. "
+                    "Range 10 W to 600 W, default 450 W.")
+
+
+def test_explain_paragraph_for_a_safety_decision_clamped_to_the_knob():
+    entry = {"value": 100.0, "requested": 140.0, "layer": "safety", "rule": "safety/critical",
+             "reason": "gpu0 temperature 89 °C above its slowdown threshold 85 °C: fans to full",
+             "inputs": {"gpu0/temperature": 89.0}}
+    knob = {"unit": "%", "min": 0.0, "max": 100.0, "default": None, "writable": True, "why_not": None}
+    text = " ".join(explain_paragraph("gpu0/fan0", entry, knob).split())
+    assert "set by a safety rule (safety/critical)" in text
+    assert "It asked for 140.0%, clamped to the knob's limits." in text
 
 
 def test_explain_paragraph_for_a_knob_nobody_set_and_a_read_only_knob():
