@@ -116,6 +116,11 @@ class EnergyService:
                    cost_per_kwh=settings.energy_cost_per_kwh, currency=settings.energy_currency,
                    top_n=settings.energy_top_n)
 
+    def attach(self, hub: Any) -> EnergyService:
+        """Listen to ``hub``'s snapshots until :meth:`stop`; returns self."""
+        self._detach = hub.add_listener(self.on_publish)
+        return self
+
     # ---- per snapshot (event loop) -----------------------------------------------------------------------
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         increment = self.meter.feed(snapshot)
@@ -229,7 +234,11 @@ class EnergyService:
             self._log.warning("energy_state_not_saved", path=str(path), error=str(exc))
 
     def stop(self) -> None:
-        """Save; a pass still running is cancelled (its interval is accounted after the restart)."""
+        """Stop listening and save; a pass still running is cancelled (its interval is accounted after the
+        restart)."""
+        detach, self._detach = getattr(self, "_detach", None), None
+        if detach is not None:
+            detach()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self.save()

@@ -2,8 +2,8 @@
 
 Start: open the journal (a dirty one — a crash — is restored first), discover the backends, load the
 policies (a broken policy set stops the start: exit 1, nothing written), pick the active policy
-(``--policy`` > the choice kept in the state directory > the config), start the D-Bus service and the
-Prometheus exporter when their modules exist (a bus or port that cannot be had is a warning).
+(``--policy`` > the choice kept in the state directory > the config), start the services
+(:mod:`~aithermd.runtime.services`: energy, D-Bus, Prometheus; one that cannot start is a warning).
 Run: the :class:`~aithermd.runtime.scheduler.Scheduler` runs one :class:`~aithermd.runtime.tick.Tick`
 per deadline; ``READY=1`` after the first. Stop (SIGTERM/SIGINT, ``request_stop()``, ``max_ticks``,
 ``until``): services stop in reverse order, every journaled knob is restored and the journal cleared.
@@ -19,7 +19,6 @@ physics before each sample), ``hub``, ``engine``, ``environ`` (for ``NOTIFY_SOCK
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,10 +38,12 @@ from aithermd.clock import Clock, RealClock
 from aithermd.errors import EXIT_CONFIG, PolicyError, PolicyErrors
 from aithermd.model import Snapshot
 from aithermd.publish.hub import StateHub
+from aithermd.runtime import services
 from aithermd.runtime.control import Control
 from aithermd.runtime.live import Live, LiveOptions
 from aithermd.runtime.scheduler import Scheduler, Sleep
 from aithermd.runtime.sd_notify import Notifier
+from aithermd.runtime.services import STOP_TIMEOUT_S
 from aithermd.runtime.signals import Signals
 from aithermd.runtime.tick import Tick
 from aithermd.runtime.world import (
@@ -54,9 +55,6 @@ from aithermd.runtime.world import (
     with_policies,
 )
 from aithermd.settings import DaemonSettings
-
-STOP_TIMEOUT_S = 5.0
-START_TIMEOUT_S = 10.0
 
 
 def _guard(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -241,12 +239,10 @@ class Daemon:
         self._log.info("start", policy=self.control.active, devices=len(world.devices),
                        knobs=len(world.knobs), tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))
         watchdog = (asyncio.create_task(self._watchdog()) if self.notifier.watchdog_interval_s else None)
-        self.energy = EnergyService.for_daemon(s, self.clock, backends, self._processes)
-        remove_energy = self.hub.add_listener(self.energy.on_publish)
         code = 1
         try:
             if not self._stop.is_set():  # a stop during start-up: no service, no tick, straight to restore
-                await self._start_services()
+                await services.start(self, backends)
                 await self.live.start()
             await self.scheduler.run(self._run_tick, self._stop, max_ticks, until)
             code = 0
@@ -273,11 +269,9 @@ class Daemon:
                     _guard(self._log.info, "stop", restored=len(report.restored), failed=dict(report.failed))
             _guard(self.notifier.stopping)
             try:
-                await self._stop_services()
+                await services.stop(self)
             except Exception:  # noqa: BLE001
                 pass
-            remove_energy()
-            _guard(self.energy.stop)  # windows, counter points and the history saved for the next start
             worker.shutdown()
             self._close(backends, own_backends)
             self.notifier.close()
@@ -365,43 +359,3 @@ class Daemon:
             done = self._last_tick_done
             if done is not None and self.clock.monotonic() - done <= self.settings.tick_s + 2 * interval:
                 self.notifier.watchdog()
-
-    # -- services --------------------------------------------------------------------------------------
-    async def _start_services(self) -> None:
-        s = self.settings
-        if s.bus != "none":
-            mod = self._service_module("aithermd.publish.dbus_service")
-            if mod is not None:
-                try:
-                    handle = await asyncio.wait_for(
-                        mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock,
-                                  energy=self.energy),
-                        START_TIMEOUT_S)
-                    self._services.append(("dbus", handle))
-                except Exception as exc:  # noqa: BLE001 - the daemon runs on without a bus
-                    self._log.warning("dbus_unavailable", bus=s.bus, error=f"{type(exc).__name__}: {exc}")
-        if s.metrics_listen != "none":
-            mod = self._service_module("aithermd.publish.metrics")
-            if mod is not None:
-                try:
-                    self._services.append(("metrics", mod.start(s.metrics_listen, self.hub, self.energy)))
-                except Exception as exc:  # noqa: BLE001 - the daemon runs on without metrics
-                    self._log.warning("metrics_unavailable", listen=s.metrics_listen,
-                                      error=f"{type(exc).__name__}: {exc}")
-
-    def _service_module(self, name: str) -> Any:
-        try:
-            return importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - a missing or broken service is a warning
-            self._log.warning("service_unavailable", module=name, error=f"{type(exc).__name__}: {exc}")
-            return None
-
-    async def _stop_services(self) -> None:
-        while self._services:
-            name, handle = self._services.pop()
-            try:
-                result = handle.stop()
-                if asyncio.iscoroutine(result):
-                    await asyncio.wait_for(result, STOP_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - stopping goes on
-                self._log.warning("service_stop_failed", service=name, error=f"{type(exc).__name__}: {exc}")
