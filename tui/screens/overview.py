@@ -30,6 +30,7 @@ class OverviewScreen(DataScreen):
         self.query_one(CpuPackages).display = self.query_one(BoardFans).display = state.doc is not None
         if state.doc is None:
             self.query_one("#no-gpu", Static).update("Waiting for aithermd… (the line above says why)")
+            self.query_one("#no-gpu", Static).display = True
             return
         ov = overview(state.doc)
         grid = self.query_one("#gpus", Grid)
@@ -46,7 +47,8 @@ class OverviewScreen(DataScreen):
             g = gpus.get(view.id)
             card.memory = None if g is None else (g.get("memory_used_bytes"), g.get("memory_total_bytes"))
             card.processes = None if g is None else len(g.get("processes") or ())
-        self.query_one("#no-gpu", Static).update(
-            "" if ov.gpus else "No GPU: the daemon sees no NVIDIA driver on this machine.")
+        no_gpu = self.query_one("#no-gpu", Static)
+        no_gpu.update("" if ov.gpus else "No GPU: the daemon sees no NVIDIA driver on this machine.")
+        no_gpu.display = not ov.gpus  # an empty line would push the board fans off a 24-row screen
         self.query_one(CpuPackages).packages = ov.packages
         self.query_one(BoardFans).show(ov.fans)
