@@ -114,3 +114,15 @@ def test_a_member_the_schema_does_not_name_fails_strictly_and_passes_a_newer_dae
         assert str(exc) == "devices[0]: unknown member info"
     else:
         raise AssertionError("an undeclared member passed the strict check")
+
+
+def test_the_schemas_names_are_the_models():
+    """wire.py is dependency-free, so it spells the model's enums out: they must not drift apart."""
+    from typing import get_args
+
+    from aithermd.model import DeviceKind, KnobKind, Layer
+
+    assert set(get_args(wire.StatusName)) == {str(s) for s in Status}
+    assert set(get_args(wire.DeviceKindName)) == {str(k) for k in DeviceKind}
+    assert set(get_args(wire.KnobKindName)) == {str(k) for k in KnobKind}
+    assert set(get_args(wire.LayerName)) == {str(layer) for layer in Layer}
