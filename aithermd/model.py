@@ -90,6 +90,8 @@ class Channel:
     ``memory_clock``, ``fan0``; powercap ``power``/``energy``; cpu ``utilization``, ``cpu<N>``, ``load1``,
     ``frequency``). ``thresholds`` are in the channel's unit, keyed ``min``, ``max``, ``crit``, ``lcrit``,
     ``emergency``, ``cap`` (hwmon) or ``slowdown``, ``shutdown``, ``max_operating`` (NVML).
+    ``alias`` is the name its driver documents for it when ``label`` (what lm-sensors shows) lacks it:
+    ``Tctl`` for an unlabelled k10temp ``temp1`` (:mod:`aithermd.backends.labels`); selectors match both.
     """
 
     id: str
@@ -99,6 +101,7 @@ class Channel:
     unit: str
     label: str | None = None
     thresholds: Mapping[str, float] = field(default_factory=_empty)
+    alias: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

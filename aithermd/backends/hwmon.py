@@ -15,11 +15,17 @@ Knobs: ``pwmN`` (0–255, shown as duty %) with ``pwmN_enable`` (0 full speed, 1
 drivers have none), handled by :class:`aithermd.backends.pwm.PwmKnob`: a write switches to manual first.
 ``Knob.fan_channel`` is ``fanN`` of the same chip when it has one.
 
-Plausibility (decided here; a reading outside gets :attr:`Status.IMPLAUSIBLE` and value None):
-temperature −100…200 °C (catches −128/−127 °C "no diode", 255 °C all-ones, −273 °C, millions of °C);
-fan 0…50 000 RPM (65 535 is an all-ones register); voltage ±1000 V; current ±5000 A; power ±100 kW;
-energy ≥ 0 J. Thresholds outside these ranges, and ``min``/``max`` pairs with max ≤ min (unconfigured
-limits such as nct6798 ``in1_min = in1_max = 0``), are dropped.
+Plausibility (:mod:`aithermd.backends.plausible`; a reading outside gets :attr:`Status.IMPLAUSIBLE`
+and value None, with the reason in ``detail``): the range of its quantity, the chip's own physical range
+(coretemp never above its TjMax), and temperature sentinels (−128/−127 °C, 127…128 °C). Thresholds
+outside the quantity's range, and ``min``/``max`` pairs with max ≤ min (unconfigured limits such as
+nct6798 ``in1_min = in1_max = 0``), are dropped.
+
+Names: a chip without a ``name`` attribute (in its class directory or, older layout, its device) is
+named after its driver (the ``device/driver`` link), so its fans and temperatures are not lost; libsensors
+drops such a chip (lib/sysfs.c: "ignore any device without name attribute") and pwmconfig shows it as
+"unknown". A chip with neither name nor driver is skipped. Channels a driver leaves unlabelled, or
+labels the old way, get their documented name as ``Channel.alias`` (:mod:`aithermd.backends.labels`).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from aithermd import units
 from aithermd.backends.chipname import chip_name_for
 from aithermd.backends.fast import ok_reading as _ok_reading
 from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.labels import alias
+from aithermd.backends.plausible import PLAUSIBLE, SENTINEL_CEILING_C, sentinel, temperature_range
 from aithermd.backends.pwm import PwmKnob
 from aithermd.backends.readers import HwmonReader
 from aithermd.backends.sysfs import (
@@ -69,14 +77,6 @@ KINDS: dict[str, tuple[Quantity, Callable[[float], float]]] = {
     "energy": (Quantity.ENERGY, units.uj_to_j),
     "curr": (Quantity.CURRENT, units.ma_to_a),
 }
-PLAUSIBLE: dict[Quantity, tuple[float, float]] = {
-    Quantity.TEMPERATURE: (-100.0, 200.0),
-    Quantity.FAN: (0.0, 50_000.0),
-    Quantity.VOLTAGE: (-1000.0, 1000.0),
-    Quantity.CURRENT: (-5000.0, 5000.0),
-    Quantity.POWER: (-100_000.0, 100_000.0),
-    Quantity.ENERGY: (0.0, math.inf),
-}
 THRESHOLDS = ("min", "max", "crit", "lcrit", "emergency", "cap")
 _ORDER = {kind: i for i, kind in enumerate(KINDS)}
 _CHANNEL_FILE = re.compile(r"(in|fan|temp|power|energy|curr)(\d+)_(input|average)$")
@@ -87,13 +87,30 @@ _PWM_FILE = re.compile(r"pwm(\d+)$")
 _GONE = (errno.ENODEV, errno.ENOENT)
 
 
-class _Input:
-    __slots__ = ("id", "device_id", "attr", "convert", "lo", "hi", "unit")
+_NO_GAP = (math.inf, -math.inf)  # an empty sentinel interval: nothing in it
 
-    def __init__(self, channel: Channel, attr: Attribute, convert: Callable[[float], float]) -> None:
+
+class _Input:
+    """One channel's input file and what a plausible value of it is: ``lo``…``hi`` less the sentinel
+    interval ``gap_lo``…``gap_hi`` (temperatures only)."""
+
+    __slots__ = ("id", "device_id", "attr", "convert", "lo", "hi", "gap_lo", "gap_hi", "unit", "quantity")
+
+    def __init__(self, channel: Channel, attr: Attribute, convert: Callable[[float], float],
+                 driver: str = "") -> None:
         self.id, self.device_id, self.attr, self.convert = channel.id, channel.device_id, attr, convert
-        self.lo, self.hi = PLAUSIBLE[channel.quantity]
+        self.quantity = channel.quantity
+        if channel.quantity is Quantity.TEMPERATURE:
+            self.lo, self.hi = temperature_range(driver, channel.thresholds)
+            self.gap_lo, self.gap_hi = SENTINEL_CEILING_C
+        else:
+            self.lo, self.hi = PLAUSIBLE[channel.quantity]
+            self.gap_lo, self.gap_hi = _NO_GAP
         self.unit = channel.unit
+
+    def plausible(self, value: float) -> bool:
+        """``value`` (channel unit) is within the range and not a sentinel."""
+        return self.lo <= value <= self.hi and not self.gap_lo <= value <= self.gap_hi
 
 
 def _nonsense(inp: _Input, raw: bytes) -> str:
@@ -106,7 +123,10 @@ def _nonsense(inp: _Input, raw: bytes) -> str:
         value = inp.convert(int(raw))
     except ValueError:
         return f"not a number {raw[:32]!r}"
-    return f"{value:g} {inp.unit} out of range"
+    why = sentinel(inp.quantity, value)
+    if why is not None:
+        return why
+    return f"{value:g} {inp.unit} outside {inp.lo:g}…{inp.hi:g} {inp.unit}"
 
 
 class HwmonBackend:
@@ -152,9 +172,12 @@ class HwmonBackend:
         device_link = os.path.join(hwmon_dir, "device")
         has_device = self._is_link(device_link)
         candidates = [hwmon_dir] + ([device_link] if has_device else [])
-        for attr_dir in candidates:  # libsensors: the hwmon class device first, then the device itself
-            prefix = read_optional_text(io, os.path.join(attr_dir, "name"))
-            if prefix is None:
+        named = [(d, read_optional_text(io, os.path.join(d, "name"))) for d in candidates]
+        if all(prefix is None for _, prefix in named) and has_device:
+            driver = self._driver(device_link)  # no name anywhere: the driver's, where one is bound
+            named = [(d, driver) for d in candidates]
+        for attr_dir, prefix in named:  # libsensors: the hwmon class device first, then the device itself
+            if not prefix:
                 continue
             try:
                 files = io.listdir(attr_dir)
@@ -171,6 +194,13 @@ class HwmonBackend:
                 bus_path = f"devices/virtual/{prefix}"
             return natural_key(bus_path), chip, attr_dir, bus_path
         return None
+
+    def _driver(self, device_link: str) -> str | None:
+        try:
+            target = self.io.readlink(os.path.join(device_link, "driver"))
+        except OSError:
+            return None
+        return os.path.basename(target.rstrip("/")) or None
 
     def _is_link(self, path: str) -> bool:
         try:
@@ -191,21 +221,21 @@ class HwmonBackend:
             if suffix == "average" and f"{attribute}_input" in files:
                 continue
             quantity, convert = KINDS[kind]
+            label = (read_optional_text(io, os.path.join(attr_dir, f"{attribute}_label"))
+                     if f"{attribute}_label" in files else None)
             channel = Channel(
                 id=f"{dev_id}/{attribute}",
                 device_id=dev_id,
                 attribute=attribute,
                 quantity=quantity,
                 unit=UNITS[quantity],
-                label=read_optional_text(io, os.path.join(attr_dir, f"{attribute}_label"))
-                if f"{attribute}_label" in files
-                else None,
+                label=label,
                 thresholds=self._thresholds(attr_dir, files, attribute, quantity, convert),
+                alias=alias(chip.prefix, attribute, label, os.path.basename(bus_path)),
             )
             channels.append(channel)
-            self._inputs.append(
-                _Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")), convert)
-            )
+            self._inputs.append(_Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")),
+                                       convert, chip.prefix))
         knobs = [
             self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
             for f in sorted(files, key=natural_key)
@@ -285,7 +315,7 @@ class HwmonBackend:
                 raw = inp.attr.read()
                 if raw[-1:] == b"\n":
                     value = inp.convert(int(raw))
-                    if inp.lo <= value <= inp.hi:
+                    if inp.lo <= value <= inp.hi and not inp.gap_lo <= value <= inp.gap_hi:
                         readings[inp.id] = _ok_reading(inp.id, value)
                         continue
             except OSError as exc:
@@ -306,7 +336,8 @@ class HwmonBackend:
         this backend does not read ``channel_id``."""
         for inp in self._inputs:
             if inp.id == channel_id:
-                return HwmonReader(channel_id, Attribute(self.io, inp.attr.path), inp.convert, inp.lo, inp.hi)
+                return HwmonReader(channel_id, Attribute(self.io, inp.attr.path), inp.convert,
+                                   inp.plausible)
         return None
 
     # -- knobs -----------------------------------------------------------------------------------------

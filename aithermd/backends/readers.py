@@ -4,8 +4,8 @@ enumeration that hotplug checks before it rediscovers GPUs. The backends hand th
 backend's private state.
 
 - :class:`HwmonReader`: one hwmon input file (``tempN_input``) through a descriptor of its own (kept open,
-  one ``pread``), converted and range-checked exactly as the backend's sample does (kernel hwmon sysfs
-  ABI). Safe on the event loop: a plain sysfs attribute answers in microseconds (slow chips are never
+  one ``pread``), converted and checked for plausibility (range, sentinels) exactly as the backend's sample
+  does (kernel hwmon sysfs ABI, :mod:`aithermd.backends.plausible`). Safe on the event loop: a plain sysfs attribute answers in microseconds (slow chips are never
   offered: they live in :mod:`aithermd.backends.slow`).
 - :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
@@ -30,11 +30,11 @@ class HwmonReader:
     """One hwmon input through its own kept-open descriptor; ``read()`` → value in the channel's unit
     or None. ``close()`` releases the descriptor."""
 
-    __slots__ = ("channel_id", "_attr", "_convert", "_lo", "_hi", "_pread")
+    __slots__ = ("channel_id", "_attr", "_convert", "_plausible", "_pread")
 
-    def __init__(self, channel_id: str, attr: Attribute, convert: Callable[[float], float], lo: float,
-                 hi: float) -> None:
-        self.channel_id, self._attr, self._convert, self._lo, self._hi = channel_id, attr, convert, lo, hi
+    def __init__(self, channel_id: str, attr: Attribute, convert: Callable[[float], float],
+                 plausible: Callable[[float], bool]) -> None:
+        self.channel_id, self._attr, self._convert, self._plausible = channel_id, attr, convert, plausible
 
     def read(self) -> float | None:
         try:
@@ -47,7 +47,7 @@ class HwmonReader:
             value = self._convert(int(raw))
         except ValueError:
             return None
-        return value if self._lo <= value <= self._hi else None
+        return value if self._plausible(value) else None
 
     def close(self) -> None:
         self._attr.close()

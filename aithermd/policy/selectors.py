@@ -86,10 +86,12 @@ def select_fans(match: FanMatch, devices: Sequence[Device]) -> list[Knob]:
 
 
 def select_temperatures(patterns: Sequence[str], devices: Sequence[Device]) -> list[Channel]:
-    """Temperature channels whose id matches a pattern, or whose label matches one (case-insensitive)."""
+    """Temperature channels whose id matches a pattern, or whose label or documented alias (``Tctl`` for
+    an unlabelled k10temp ``temp1``) matches one (case-insensitive)."""
     return [c for d in devices for c in d.channels
             if c.quantity == Quantity.TEMPERATURE
-            and (_any(c.id, patterns) or _any(c.label, patterns, fold=True))]
+            and (_any(c.id, patterns) or _any(c.label, patterns, fold=True)
+                 or _any(c.alias, patterns, fold=True))]
 
 
 def knob_of(device: Device, kind: KnobKind) -> Knob | None:

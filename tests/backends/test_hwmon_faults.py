@@ -116,22 +116,26 @@ def test_empty_torn_and_garbled_reads_are_implausible(raw, detail):
 
 
 @pytest.mark.parametrize(
-    ("file", "raw", "channel"),
+    ("file", "raw", "channel", "why"),
     [
-        (VICTIM_FILE, b"-128000\n", VICTIM),  # −128 °C: 8-bit "no diode"
-        (VICTIM_FILE, b"255000\n", VICTIM),  # 255 °C: all ones
-        (VICTIM_FILE, b"-273150\n", VICTIM),  # absolute zero
-        (VICTIM_FILE, b"3000000000\n", VICTIM),  # millions of °C
-        ("hwmon1/fan1_input", b"65535\n", f"{NCT}/fan1"),  # 16-bit all ones
-        ("hwmon1/in0_input", b"1500000000\n", f"{NCT}/in0"),
+        (VICTIM_FILE, b"-128000\n", VICTIM, "sentinel -128 °C"),  # 8-bit "no diode"
+        (VICTIM_FILE, b"-127000\n", VICTIM, "sentinel -127 °C"),
+        (VICTIM_FILE, b"127000\n", VICTIM, "sentinel 127 °C"),  # a signed byte's ceiling
+        (VICTIM_FILE, b"128000\n", VICTIM, "sentinel 128 °C"),
+        (VICTIM_FILE, b"127996\n", VICTIM, "sentinel 127.996 °C"),  # 0x7FFF in 1/256 °C
+        (VICTIM_FILE, b"255000\n", VICTIM, "255 °C outside -100…200 °C"),  # all ones
+        (VICTIM_FILE, b"-273150\n", VICTIM, "-273.15 °C outside"),  # absolute zero
+        (VICTIM_FILE, b"3000000000\n", VICTIM, "outside -100…200 °C"),  # millions of °C
+        ("hwmon1/fan1_input", b"65535\n", f"{NCT}/fan1", "65535 RPM outside 0…50000 RPM"),  # all ones
+        ("hwmon1/in0_input", b"1500000000\n", f"{NCT}/in0", "outside"),
     ],
 )
-def test_nonsense_values_are_implausible(file, raw, channel):
+def test_nonsense_values_are_implausible(file, raw, channel, why):
     backend, _ = backend_with({file: [raw]})
     sample = backend.sample()
     assert sample.readings[channel].status == Status.IMPLAUSIBLE
     assert sample.readings[channel].value is None
-    assert "out of range" in sample.readings[channel].detail
+    assert why in sample.readings[channel].detail
     assert_others_read_on(sample, victim=channel)
     backend.close()
 

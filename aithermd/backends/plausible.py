@@ -1,0 +1,98 @@
+"""What a sensor can physically report: the ranges, sentinels and rates a reading is checked against.
+
+Three checks, each with its source:
+
+- **Range per quantity** (every hwmon channel): temperature −100…200 °C (catches −273 °C "0 K", 255 °C
+  all-ones, millions of °C), fan 0…50 000 RPM (65 535 is an all-ones 16-bit tach register), voltage
+  ±1000 V, current ±5000 A, power ±100 kW, energy ≥ 0 J. Units of the kernel hwmon sysfs ABI
+  (Documentation/hwmon/sysfs-interface.rst), converted at the backend edge.
+- **Sentinels**: values a driver reports for "no sensor" or a saturated register rather than a
+  temperature — −128 °C and −127 °C (a signed 8-bit register's floor: an open thermal diode on
+  nct6775/it87/lm90-style chips), 127…128 °C (its ceiling, at any resolution: 127.0, 127.5, 127.875,
+  127.996 = 0x7FFF/256), and 0 K (−273.15 °C, NVMe and ACPI zones reporting no reading). A sentinel is a
+  reading, not a temperature: it is :attr:`~aithermd.model.Status.IMPLAUSIBLE`.
+- **The chip's own physical range** where its driver documents one: coretemp reports TjMax minus the
+  digital thermal sensor's readout, which is ≥ 0 and < 128 (Documentation/hwmon/coretemp.rst), so a
+  coretemp value above its own ``tempN_crit`` (TjMax) or more than 127 °C below it cannot be real;
+  k10temp's Tctl is an 11-bit field in 1/8 °C, optionally offset by −49 °C (k10temp.c: ``CUR_TEMP_SHIFT``,
+  ``CUR_TEMP_RANGE_SEL_MASK``), so −49…255.875 °C.
+
+Rates (°C or RPM per second) are the fastest change a channel of that type shows on real machines; a
+faster jump is a spike to be confirmed by the next reading (:mod:`aithermd.backends.trust`). They are
+generous on purpose: a CPU die under a load step moves tens of °C within a second (Zen's Tctl rises about
+30 °C in under a second at a load step), a GPU die about 10 °C/s; a board thermistor, an NVMe drive or an
+ACPI zone move a few °C per second at most.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from aithermd.model import Quantity
+
+PLAUSIBLE: Mapping[Quantity, tuple[float, float]] = MappingProxyType({
+    Quantity.TEMPERATURE: (-100.0, 200.0),
+    Quantity.FAN: (0.0, 50_000.0),
+    Quantity.VOLTAGE: (-1000.0, 1000.0),
+    Quantity.CURRENT: (-5000.0, 5000.0),
+    Quantity.POWER: (-100_000.0, 100_000.0),
+    Quantity.ENERGY: (0.0, math.inf),
+})
+
+# °C: a signed byte's floor (open diode) and its ceiling at any resolution; 0 K is outside PLAUSIBLE anyway
+SENTINEL_FLOOR_C = (-128.0, -127.0)
+SENTINEL_CEILING_C = (127.0, 128.0)
+
+# driver → (lowest, highest) °C its temperature register can hold (see the module doc)
+DRIVER_RANGE_C: Mapping[str, tuple[float, float]] = MappingProxyType({
+    "k10temp": (-49.0, 255.875),
+})
+# drivers whose reading can never exceed the channel's own crit threshold (TjMax − readout, readout ≥ 0)
+BELOW_OWN_CRIT = frozenset({"coretemp"})
+READOUT_SPAN_C = 127.0  # coretemp: the digital readout is a 7-bit distance below TjMax
+
+CPU_DRIVERS = frozenset({"coretemp", "k10temp", "zenpower", "cpu_thermal", "x86_pkg_temp"})
+GPU_DRIVERS = frozenset({"amdgpu", "nouveau", "radeon", "i915", "xe"})
+RATE_C_S_CPU = 80.0  # CPU dies: tens of °C within a second at a load step
+RATE_C_S_GPU = 30.0  # GPU dies and their memory (hwmon and NVML)
+RATE_C_S_OTHER = 15.0  # board thermistors, drives, NICs, ACPI zones, PSUs
+RATE_RPM_S = 10_000.0  # a fan spins from stop to full (≤ 10 000 RPM) in about a second at most
+MIN_DT_S = 0.5  # rates are applied over at least this long: two close reads may differ by sensor noise
+
+
+def temperature_range(driver: str, thresholds: Mapping[str, float]) -> tuple[float, float]:
+    """The (lowest, highest) °C a temperature channel of ``driver`` with ``thresholds`` can report."""
+    lo, hi = PLAUSIBLE[Quantity.TEMPERATURE]
+    if driver in DRIVER_RANGE_C:
+        d_lo, d_hi = DRIVER_RANGE_C[driver]
+        lo, hi = max(lo, d_lo), min(hi, d_hi)
+    crit = thresholds.get("crit")
+    if driver in BELOW_OWN_CRIT and crit is not None:
+        lo, hi = max(lo, crit - READOUT_SPAN_C), min(hi, crit)
+    return lo, hi
+
+
+def sentinel(quantity: Quantity, value: float) -> str | None:
+    """Why ``value`` (in the channel's unit) is a sentinel rather than a reading, or None."""
+    if quantity is not Quantity.TEMPERATURE:
+        return None
+    if value in SENTINEL_FLOOR_C:
+        return f"sentinel {value:g} °C (no sensor or an open diode)"
+    if SENTINEL_CEILING_C[0] <= value <= SENTINEL_CEILING_C[1]:
+        return f"sentinel {value:g} °C (a saturated register)"
+    return None
+
+
+def rate_limit(quantity: Quantity, driver: str | None) -> float | None:
+    """The fastest change per second a channel of this quantity on ``driver`` shows (None: no limit)."""
+    if quantity is Quantity.FAN:
+        return RATE_RPM_S
+    if quantity is not Quantity.TEMPERATURE:
+        return None
+    if driver in CPU_DRIVERS:
+        return RATE_C_S_CPU
+    if driver in GPU_DRIVERS or driver == "nvml":
+        return RATE_C_S_GPU
+    return RATE_C_S_OTHER
