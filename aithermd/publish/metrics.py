@@ -9,7 +9,8 @@ Entry point: :func:`start` (``listen`` is ``"HOST:PORT"`` or ``"none"``) → :cl
 daemon calls ``handle.observe_tick(seconds)`` after each tick for ``aithermd_tick_duration_seconds``.
 Metric names and labels follow the Prometheus naming guide (base units: seconds, watts, joules, celsius,
 ratio); labels ``gpu_index``/``gpu_uuid``/``gpu_name``, ``chip``/``sensor``/``label``, ``zone``, ``knob``,
-``policy``.
+``policy``. ``chip`` is the device id's chip part: the lm-sensors name, with ``#2`` for a second chip of
+the same name, so twin chips are two series.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CLOCK_EVENT_REASONS = tuple(name for _, name in REASONS)
 # GPU series also carry dcgm-exporter's own names for the index and UUID (``gpu``, ``UUID``), so
 # `aithermd_gpu_power_watts * on (UUID) group_left DCGM_FI_DEV_GPU_UTIL` joins without label_replace.
 _GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name", "gpu", "UUID"]
-# hwmon series: the lm-sensors chip name, node_exporter's hwmon chip name (``node_chip``, its ``chip`` label:
+# hwmon series: the lm-sensors chip name (with #2 for a twin), node_exporter's hwmon chip name (``node_chip``, its ``chip`` label:
 # bus type and device, e.g. platform_nct6775_656) and sensor (tempN, fanN, the same in both), the label or
 # else the sensor name.
 _HWMON_LABELS = ["chip", "node_chip", "sensor", "label"]
@@ -204,7 +205,9 @@ class SnapshotCollector(Collector):
                                  "speed).", labels=["knob", *_HWMON_LABELS])
         for dev in s.devices:
             hwmon = dev.kind is DeviceKind.HWMON
-            chip = (dev.chip or dev.id.removeprefix("hwmon:")) if hwmon else dev.id
+            # the unique id's chip part: twin chips (two acpitz-acpi-0) are chip and chip#2, so Prometheus
+            # never sees two series with the same labels
+            chip = dev.id.removeprefix("hwmon:") if hwmon else dev.id
             node_chip = node_exporter_chip(dev) if hwmon else ""
             channels = {ch.id: ch for ch in dev.channels}
             if hwmon:
