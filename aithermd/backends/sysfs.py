@@ -9,10 +9,19 @@ Failure classes (kernel sysfs and hwmon ABI, Documentation/hwmon/sysfs-interface
 may fail with an errno"):
 
 - an ``OSError`` (``EIO``, ``ENODATA``, ``ENXIO``, ``EAGAIN``, ``ENODEV``, ``EACCES``, ``ENOENT``, ...)
-  → :attr:`Status.FAILED`, detail ``"EIO: Input/output error"``;
+  → :attr:`Status.FAILED`, detail ``"EIO: Input/output error"`` (the errno's name first, so that
+  :func:`transient` can tell the fault class from the detail);
   ``EOPNOTSUPP`` → :attr:`Status.NOT_SUPPORTED`;
 - an empty read, a torn read (every sysfs ``show()`` ends its text with ``"\\n"``; a read without it was cut
   short) or text that is not a number → :attr:`Status.IMPLAUSIBLE`.
+
+Fault classes by errno: the "try again" codes (``EAGAIN``, ``EINTR``, ``EBUSY``: a bus or mutex busy at that
+instant, as i2c and pmbus drivers answer) are retried once at once by :meth:`Attribute.read`; those and
+the codes of one failed transfer (``EIO``, ``ENODATA`` — a pmbus/i2c read that got no data —, ``ETIMEDOUT``,
+``EREMOTEIO``, ``EPROTO``) are :data:`TRANSIENT`: one of them is bridged with the last good value for a
+bounded time (:mod:`aithermd.backends.trust`). The codes of a device or file that is not there
+(``ENODEV``, ``ENXIO``, ``ENOENT``, ``ESTALE`` after the reopen) or not ours to read (``EACCES``,
+``EPERM``) are persistent: the channel fails at once.
 """
 
 from __future__ import annotations
@@ -25,6 +34,15 @@ from aithermd.model import Status
 
 READ_SIZE = 4096  # one page: a sysfs attribute never holds more (fs/sysfs/file.c)
 _REOPEN = frozenset({errno.ENODEV, errno.ESTALE})
+_RETRY = frozenset({errno.EAGAIN, errno.EINTR, errno.EBUSY})
+TRANSIENT = frozenset(errno.errorcode[e] for e in (
+    errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO, errno.ENODATA, errno.ETIMEDOUT, errno.EREMOTEIO,
+    errno.EPROTO))
+
+
+def transient(detail: str | None) -> bool:
+    """True when a failed reading's ``detail`` (``"EIO: Input/output error"``) names a transient errno."""
+    return detail is not None and detail.split(":", 1)[0] in TRANSIENT
 
 
 class SysfsIO:
@@ -140,7 +158,8 @@ class Attribute:
     """One sysfs attribute file, opened on first read and kept open.
 
     ``read()`` returns the raw bytes (one ``pread`` at offset 0) or raises ``OSError``; after ``ENODEV`` or
-    ``ESTALE`` it closes, re-opens and retries once. A failed open is retried on the next read.
+    ``ESTALE`` it closes, re-opens and retries once, after ``EAGAIN``/``EINTR``/``EBUSY`` it retries once.
+    A failed open is retried on the next read.
     """
 
     __slots__ = ("path", "fd", "io", "_pread")
@@ -160,7 +179,7 @@ class Attribute:
             elif exc.errno in _REOPEN:
                 self.close()
                 self.fd = self.io.open(self.path)
-            else:
+            elif exc.errno not in _RETRY:
                 raise
             return self._pread(self.fd, READ_SIZE)
 

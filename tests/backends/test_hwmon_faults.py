@@ -181,3 +181,24 @@ def test_pwm_read_fault_gives_the_knob_a_status():
     assert knobs[f"{NCT}/pwm3"].status == Status.IMPLAUSIBLE
     assert knobs[f"{NCT}/pwm1"].status == Status.OK and knobs[f"{NCT}/pwm1"].mode == "auto"
     backend.close()
+
+
+@pytest.mark.parametrize("code", [errno.EAGAIN, errno.EBUSY])
+def test_a_busy_read_is_retried_at_once(code):
+    """i2c/pmbus drivers answer EAGAIN/EBUSY while the bus is taken: the second read, at once, gets the value."""
+    backend, io = backend_with({VICTIM_FILE: [None, OSError(code, os.strerror(code)), None]})
+    backend.sample()
+    reading = backend.sample().readings[VICTIM]
+    assert (reading.status, reading.value) == (Status.OK, 33.0)
+    assert io.reads[next(p for p in io.reads if p.endswith(VICTIM_FILE))] == 3
+    backend.close()
+
+
+@pytest.mark.parametrize(("code", "transient"), [
+    (errno.EIO, True), (errno.ENODATA, True), (errno.EAGAIN, True), (errno.ETIMEDOUT, True),
+    (errno.ENODEV, False), (errno.ENXIO, False), (errno.ENOENT, False), (errno.EACCES, False)])
+def test_fault_class_follows_the_errno(code, transient):
+    from aithermd.backends.sysfs import transient as is_transient
+    backend, _ = backend_with({VICTIM_FILE: [OSError(code, os.strerror(code))]})
+    assert is_transient(backend.sample().readings[VICTIM].detail) is transient
+    backend.close()
