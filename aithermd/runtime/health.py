@@ -1,4 +1,10 @@
-"""Health: which channels, knobs and devices are degraded this tick, and one fault event per fault.
+"""Health: what each reading is worth, which channels, knobs and devices are degraded this tick, and one
+fault event per fault.
+
+Each reading is first judged against its channel's history (:meth:`Health.trust`, the sensor trust of
+:mod:`aithermd.backends.trust`): a transient fault or a spike is held at the last good value for one
+reading within 3 s, a persistent or confirmed one passes through, so the failsafe follows a confirmed
+failure within 2 readings and 3 s and never a single glitch.
 
 A reading that is failed, implausible or stale, a knob whose read-back is, and a device the backend
 reports lost are *degraded* (published in the snapshot; the engine's safety layer drives the fans that
@@ -14,7 +20,8 @@ from typing import Any
 
 import structlog
 
-from aithermd.model import Event, KnobValue, Reading, Status
+from aithermd.backends.trust import SensorTrust
+from aithermd.model import Device, Event, KnobValue, Reading, Status
 
 BAD = frozenset({Status.FAILED, Status.IMPLAUSIBLE, Status.STALE})
 
@@ -34,6 +41,17 @@ class Health:
         self._bad: dict[str, Status] = {}
         self._seen: set[str] = set()  # channels read at least once
         self._lost: set[str] = set()
+        self._trust = SensorTrust()
+        self._devices: tuple[Device, ...] | None = None
+
+    def trust(self, devices: tuple[Device, ...], t_mono: float,
+              readings: Mapping[str, Reading]) -> Mapping[str, Reading]:
+        """The readings the engine should see at ``t_mono`` (s), judged by the sensor trust (rate limits
+        set up again when the device set changes)."""
+        if devices is not self._devices:
+            self._trust.configure(devices)
+            self._devices = devices
+        return self._trust.filter(t_mono, readings)
 
     def check(self, readings: Mapping[str, Reading], knobs: Mapping[str, KnobValue], lost: set[str],
               t_wall: float, events: list[Event]) -> set[str]:

@@ -2,7 +2,8 @@
 
 - **Sample** (:mod:`aithermd.runtime.sampling`): inline backends on the event loop, threaded ones (NVML) in
   one hop to the worker thread.
-- **Health** (:mod:`aithermd.runtime.health`): failed, implausible and stale readings and lost devices are
+- **Health** (:mod:`aithermd.runtime.health`): each reading judged by the sensor trust (a transient fault
+  or a spike held for one reading within 3 s); failed, implausible and stale readings and lost devices are
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.
 - **Evaluate**: the pure policy engine with the active policy, the holds and the operator's overrides.
 - **Arbitrate**: the engine's winning decision per knob, clamped again to the knob's constraints; a knob we
@@ -64,7 +65,8 @@ class Tick:
             self.before_sample(t_mono)
         sampled = await self.sampler.sample(world, t_wall)
         events = sampled.events
-        readings, knobs, lost = sampled.readings, sampled.knobs, sampled.lost
+        knobs, lost = sampled.knobs, sampled.lost
+        readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)
         for knob_id in self.applier.owned:
             knob = world.knobs.get(knob_id)
@@ -103,9 +105,19 @@ class Tick:
             events.append(fault(t_wall, op.active, f"policy engine failed: {exc}"))
             return False
         self.state = result.state
+        self._log_sources(self.decisions, result.decisions)
         self.decisions = dict(result.decisions)
         self.states = result.states
         return True
+
+    def _log_sources(self, old: Mapping[str, Decision], new: Mapping[str, Decision]) -> None:
+        """Log each fan curve whose source channels (``used:<curve>`` of its decision) changed."""
+        for knob_id, d in new.items():
+            prev = old.get(knob_id)
+            for k, v in d.inputs.items():
+                if k.startswith("used:") and (prev is None or prev.inputs.get(k) != v):
+                    self._log.info("source_in_use", knob=knob_id, curve=k[5:], channels=v,
+                                   before=prev.inputs.get(k) if prev is not None else None)
 
     # -- arbitrate and actuate -------------------------------------------------------------------------
     def arbitrate(self, world: World, lost: set[str]) -> tuple[list[tuple[str, Decision]], list[str]]:
