@@ -3,7 +3,8 @@
 Ids are stable text, never the boot-dependent ``hwmonN`` number:
 
 - devices: ``hwmon:<lm-sensors chip name>`` (``hwmon:k10temp-pci-00c3``), ``powercap:<zone name>``
-  (``powercap:package-0``), ``cpu``, ``gpu<N>`` (NVML index; the UUID travels as ``Device.info["uuid"]``).
+  (``powercap:package-0``), ``cpu``, ``gpu<N>`` (NVML index; the UUID travels as ``Device.info["uuid"]``),
+  ``thermal:<zone type>`` (``thermal:acpitz``).
   A second device with the same id gets ``#2`` appended (``powercap:core#2``).
 - channels and knobs: ``<device id>/<name>``: ``hwmon:k10temp-pci-00c3/temp1``,
   ``hwmon:nct6798-isa-0290/pwm2``, ``powercap:package-0/pl1``, ``gpu0/power_limit``, ``gpu0/fan0``.
@@ -42,6 +43,7 @@ class DeviceKind(StrEnum):
     POWERCAP = "powercap"
     CPU = "cpu"
     GPU = "gpu"
+    THERMAL = "thermal"
 
 
 class KnobKind(StrEnum):

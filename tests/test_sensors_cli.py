@@ -35,7 +35,7 @@ def check_shape(doc: dict) -> None:
     for dev in doc["devices"]:
         expected = DEVICE_KEYS | ({"chip"} if dev["kind"] == "hwmon" else set())
         assert set(dev) == expected, dev["id"]
-        assert dev["kind"] in ("hwmon", "powercap", "cpu", "gpu")
+        assert dev["kind"] in ("hwmon", "powercap", "thermal", "cpu", "gpu")
         for ch in dev["channels"]:
             assert set(ch) == CHANNEL_KEYS
             assert ch["id"] == f"{dev['id']}/{ch['attribute']}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from aithermd.backends.base import Backend
 
-BACKENDS = ("hwmon", "powercap", "cpu", "nvml")
+BACKENDS = ("hwmon", "powercap", "thermal", "cpu", "nvml")
 
 
 def open_backend(locator: dict[str, Any]) -> Backend:
@@ -27,6 +27,10 @@ def open_backend(locator: dict[str, Any]) -> Backend:
         from aithermd.backends.powercap import RaplBackend
 
         return RaplBackend(**root)
+    if kind == "thermal":
+        from aithermd.backends.thermal import ThermalBackend
+
+        return ThermalBackend(**root)
     if kind == "cpu":
         from aithermd.backends.cpu import CpuBackend
 

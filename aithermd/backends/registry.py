@@ -1,7 +1,7 @@
 """The one place that opens backends and discovers devices.
 
-- :func:`open_backends` builds the backends for one sysfs root (hwmon, powercap/RAPL, cpu, and GPUs when an
-  NVML module is given); :func:`open_for_daemon` is what ``aithermd run`` opens: the same, NVML when the
+- :func:`open_backends` builds the backends for one sysfs root (hwmon, powercap/RAPL, thermal zones, cpu,
+  and GPUs when an NVML module is given); :func:`open_for_daemon` is what ``aithermd run`` opens: the same, NVML when the
   settings enable it and the bindings import, and the slow hwmon chips (nvme, drivetemp) split off into
   their own worker (:mod:`aithermd.backends.slow`).
 - :func:`discover` asks every backend for its devices and indexes them in an :class:`Inventory`;
@@ -106,8 +106,9 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
     from aithermd.backends.cpu import CpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.powercap import RaplBackend
+    from aithermd.backends.thermal import ThermalBackend
 
-    backends: list[Backend] = [HwmonBackend(sysfs_root), RaplBackend(sysfs_root)]
+    backends: list[Backend] = [HwmonBackend(sysfs_root), RaplBackend(sysfs_root), ThermalBackend(sysfs_root)]
     if cpu:
         backends.append(CpuBackend(sysfs_root=sysfs_root))
     if nvml is not None:

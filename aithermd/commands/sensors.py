@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
               "sys/)", file=sys.stderr)
         return 2
     if args.sysfs_root is not None and not any(os.path.isdir(os.path.join(args.sysfs_root, "class", c))
-                                               for c in ("hwmon", "powercap")):
+                                               for c in ("hwmon", "powercap", "thermal")):
         print(f"aithermd sensors: {args.sysfs_root}: not a sysfs tree (no class/hwmon or class/powercap in "
               "it; give a machine's sys/ directory)", file=sys.stderr)
         return 2

@@ -198,6 +198,9 @@ class SnapshotCollector(Collector):
     def _hwmon(self, s: Snapshot) -> Iterator[Metric]:
         temps = GaugeMetricFamily("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",
                                   labels=_HWMON_LABELS)
+        zones = GaugeMetricFamily("aithermd_thermal_zone_temperature_celsius",
+                                  "Thermal zone temperature (class/thermal thermal_zoneN/temp).",
+                                  labels=["zone", "type"])
         fans = GaugeMetricFamily("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
                                  labels=_HWMON_LABELS)
         # the fan's own labels (chip, node_chip, sensor fanN, label), so duty and RPM join on them
@@ -217,6 +220,11 @@ class SnapshotCollector(Collector):
                     value = _ok(s, ch.id) if family is not None else None
                     if value is not None:
                         family.add_metric([chip, node_chip, ch.attribute, ch.label or ch.attribute], value)
+            elif dev.kind is DeviceKind.THERMAL:
+                for ch in dev.channels:
+                    value = _ok(s, ch.id)
+                    if value is not None:
+                        zones.add_metric([dev.id.removeprefix("thermal:"), dev.name], value)
             for knob in dev.knobs:
                 if knob.kind in (KnobKind.PWM, KnobKind.FAN):
                     kv = s.knobs.get(knob.id)
@@ -225,7 +233,7 @@ class SnapshotCollector(Collector):
                         sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
                         label = (fan.label if fan is not None else None) or sensor
                         duty.add_metric([knob.id, chip, node_chip, sensor, label], kv.value / 100.0)
-        yield from (temps, fans, duty)
+        yield from (temps, zones, fans, duty)
 
     def _powercap(self, s: Snapshot) -> Iterator[Metric]:
         # One series per zone: CPU package power is aithermd_rapl_power_watts{zone=~"package-.*"} (core,
