@@ -100,7 +100,7 @@ def _index(backends: Sequence[Backend], found: Mapping[int, Sequence[Device]]) -
 
 
 def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = True) -> list[Backend]:
-    """Backends for ``sysfs_root``: hwmon and powercap always, ``cpu`` (the live machine's procfs, the
+    """Backends for ``sysfs_root``: hwmon, powercap and thermal zones always, ``cpu`` (the live machine's procfs, the
     root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module) is given.
     Nothing is read yet."""
     from aithermd.backends.cpu import CpuBackend

@@ -12,7 +12,7 @@ from typing import Any
 
 from aithermd.errors import PolicyError
 from aithermd.model import Device
-from aithermd.policy import selectors
+from aithermd.policy import selectors, sources
 from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
 from aithermd.policy.schema import (
@@ -63,15 +63,14 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
             if not selectors.select_fans(f, devices) and any(_exact(p) for p in (f.id, f.chip, f.label)):
                 problems.append(((*loc, "fans"), "selects no fan on this machine"))
             if rule.curve is not None and not isinstance(rule.curve, str | MixCurve):
-                src = rule.curve.source
-                pats = src.max or src.min or src.mean or []
+                pats = sources.patterns(rule.curve.source)
                 if not selectors.select_temperatures(pats, devices):
                     problems.append(((*loc, "curve", "inline", rule.curve.kind, "source"),
                                      "no temperature channel on this machine matches this source"))
     for name, curve in doc.curves.items():
         if isinstance(curve, MixCurve):
             continue
-        pats = curve.source.max or curve.source.min or curve.source.mean or []
+        pats = sources.patterns(curve.source)
         if not selectors.select_temperatures(pats, devices):
             problems.append((("curves", name, curve.kind, "source"),
                              "no temperature channel on this machine matches this source"))

@@ -132,7 +132,7 @@ def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) 
 
 
 def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, windows: Mapping[str, Window],
-                ok: set[str], fans: Mapping[str, FanState]
+                ok: set[str], fans: Mapping[str, FanState], fan_failed: dict[str, tuple[str, str]]
                 ) -> tuple[dict[str, Decision], PolicyState, dict[str, str], dict[str, tuple[str, ...]]]:
     name = plan.policy.name
     ctx = Ctx(now=inp.t_mono, t_wall=inp.t_wall, windows=windows, ok=ok, processes=inp.processes,
@@ -156,7 +156,7 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
     fan_sources: dict[str, tuple[str, ...]] = {}
     for rule in plan.rules:
         run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
-                 fan_sources)
+                 fan_sources, fan_failed)
     return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
                                   MappingProxyType(curve_states), MappingProxyType(ctx.searches_new)), \
         states_out, fan_sources
@@ -177,11 +177,12 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     new_policies: dict[str, PolicyState] = {}
     states: dict[str, Mapping[str, str]] = {}
     fan_sources: dict[str, tuple[str, ...]] = {}
+    fan_failed: dict[str, tuple[str, str]] = {}
     for idx, policy in enumerate(policies):
         layer = Layer.POLICY if idx == 0 and policy is active else Layer.HOLD
         decisions, ps, st, sources = _run_policy(by_policy[policy], layer, inp,
                                                  state.policies.get(policy.name, PolicyState()),
-                                                 windows, ok, state.fans)
+                                                 windows, ok, state.fans, fan_failed)
         layers.append(decisions)
         new_policies[policy.name] = ps
         states[policy.name] = MappingProxyType(st)
@@ -194,7 +195,7 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     sp = state.safety if state.safety is not None and state.safety.params == params and \
         (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
         else safety.plan(inp.devices, params)
-    safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched)
+    safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, fan_failed=fan_failed)
     override = arbiter.override_decisions(overrides, knobs)
     merged = arbiter.merge([*layers, override, safe], knobs)
     fans = dict(state.fans)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
-from aithermd.policy import efficient, sampling, selectors
+from aithermd.policy import efficient, selectors, sources
 from aithermd.policy.conditions import Compiler, Node, Not
 from aithermd.policy.schema import (
     CpuPowerLimitRule,
@@ -53,8 +53,9 @@ class CRule:
     model: Any  # the schema rule
     curve_name: str | None = None
     curves: dict[str, Any] = field(default_factory=dict)  # every curve the rule's curve may reach, by name
-    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → channel ids
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → every channel it may read
     agg: dict[str, str] = field(default_factory=dict)  # leaf curve → "max" | "min" | "mean"
+    inputs: dict[str, tuple[sources.Input, ...]] = field(default_factory=dict)  # leaf curve → its inputs
     smooth: dict[str, tuple[str, float]] = field(default_factory=dict)  # leaf → (window key, smoothing_s)
     search: Any = None  # limit: efficient — the search's efficient.Spec
 
@@ -104,24 +105,23 @@ def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], 
         curve_name = f"{rule.name}:inline"
         all_curves[curve_name] = rule.curve
     reach: set[str] = set()
-    sources: dict[str, tuple[str, ...]] = {}
+    chans: dict[str, tuple[str, ...]] = {}
     agg: dict[str, str] = {}
+    inputs: dict[str, tuple[sources.Input, ...]] = {}
     smooth: dict[str, tuple[str, float]] = {}
     if curve_name is not None:
         _reachable(curve_name, all_curves, reach)
         for leaf, curve in _leaves(curve_name, all_curves, set()).items():
             if isinstance(curve, PointsCurve | PidCurve):
-                src = curve.source
-                fn = next(k for k in ("max", "min", "mean") if getattr(src, k) is not None)
-                chans = selectors.select_temperatures(getattr(src, fn), devices)
-                sources[leaf] = tuple(c.id for c in chans)
+                fn, inputs[leaf] = sources.compile_source(curve.source, devices)
+                chans[leaf] = sources.channels(inputs[leaf])
                 agg[leaf] = fn
-                if curve.smoothing_s > 0 and chans:
-                    key = sampling.source_key(fn, sources[leaf])
+                if curve.smoothing_s > 0 and inputs[leaf]:
+                    key = sources.key(fn, inputs[leaf])
                     comp.needs[key] = max(comp.needs.get(key, 0.0), curve.smoothing_s)
                     smooth[leaf] = (key, curve.smoothing_s)
     return CRule(rule.name, "fan", when, targets, rule, curve_name, {n: all_curves[n] for n in reach},
-                 sources, agg, smooth)
+                 sources=chans, agg=agg, inputs=inputs, smooth=smooth)
 
 
 def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:

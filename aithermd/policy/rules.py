@@ -6,14 +6,13 @@ already decided by an earlier rule of the same policy keeps that decision: the f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from aithermd.model import Decision, Layer, Status
 from aithermd.policy import curves as fc
-from aithermd.policy import efficient
+from aithermd.policy import efficient, sources
 from aithermd.policy.conditions import Ctx
 from aithermd.policy.plan import CRule, Target, power_value
 
@@ -29,41 +28,40 @@ def _limit_text(spec: tuple[str, float], watts: float) -> str:
     return f"{watts:g} W"
 
 
-def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | None, dict[str, float]]:
-    """Source temperature per leaf curve (only when every source reads ok this tick), smoothed over the
-    curve's ``smoothing_s`` (its window of the aggregated source), their max, and the raw values of the
-    smoothed ones. A source that fails now is absent whatever its history: its fans go to full at once."""
+def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | None, dict[str, float],
+                                                    dict[str, str], tuple[str, str] | None]:
+    """Per leaf curve: its source temperature (:func:`aithermd.policy.sources.resolve`), smoothed over the
+    curve's ``smoothing_s`` (its window of the resolved source), their max, the raw values of the smoothed
+    ones, the channels each used, and the first failed required input (channel, status) of any leaf. A
+    source that fails now has no temperature whatever its history: its fans go to full at once."""
     temps: dict[str, float] = {}
     raw: dict[str, float] = {}
-    for leaf, chans in rule.sources.items():
-        values = []
-        for c in chans:
-            r = inp.readings.get(c)
-            if r is None or r.status != Status.OK or r.value is None or not math.isfinite(r.value):
-                values = []
-                break
-            values.append(float(r.value))
-        if not values:
+    used: dict[str, str] = {}
+    failed: tuple[str, str] | None = None
+    for leaf, inputs in rule.inputs.items():
+        res = sources.resolve(rule.agg.get(leaf, "max"), inputs, inp.readings)
+        if res.value is None:
+            failed = failed or res.failed
             continue
-        fn = rule.agg.get(leaf, "max")
-        temps[leaf] = (max(values) if fn == "max" else min(values) if fn == "min"
-                       else sum(values) / len(values))
+        temps[leaf] = res.value
+        used[leaf] = ",".join(res.used)
         smooth = rule.smooth.get(leaf)
         if smooth is not None and smooth[0] in ctx.ok:
             mean = ctx.windows[smooth[0]].mean_upto(smooth[1], ctx.now)
             if mean is not None:
                 raw[leaf] = temps[leaf]
                 temps[leaf] = mean
-    return temps, (max(temps.values()) if temps else None), raw
+    return temps, (max(temps.values()) if temps else None), raw, used, failed
 
 
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
-               raw: dict[str, float], prev_curves: Mapping[str, fc.CurveState],
+               raw: dict[str, float], used: dict[str, str], prev_curves: Mapping[str, fc.CurveState],
                out_curves: dict[str, fc.CurveState],
                fans: Mapping[str, fc.FanState]) -> tuple[float | None, dict[str, Any]]:
     model = rule.model
     inputs: dict[str, Any] = {f"source:{k}": round(v, 2) for k, v in temps.items()}
     inputs.update({f"raw:{k}": round(v, 2) for k, v in raw.items()})
+    inputs.update({f"used:{k}": v for k, v in used.items()})
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
@@ -111,11 +109,16 @@ def _search(rule: CRule, t: Target, ctx: Ctx, inp: Any, gpu: str) -> tuple[float
 def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
              machine_stats: Mapping[str | None, Mapping[str, Any]], prev_curves: Mapping[str, fc.CurveState],
              out_curves: dict[str, fc.CurveState], fans: Mapping[str, fc.FanState],
-             decisions: dict[str, Decision], fan_sources: dict[str, tuple[str, ...]]) -> None:
-    """Decide the knobs ``rule`` targets (into ``decisions``, first rule wins); record fan curve sources."""
+             decisions: dict[str, Decision], fan_sources: dict[str, tuple[str, ...]],
+             fan_failed: dict[str, tuple[str, str]] | None = None) -> None:
+    """Decide the knobs ``rule`` targets (into ``decisions``, first rule wins); record fan curve sources
+    (every channel a fan's curve may read) and, in ``fan_failed``, the fans whose source failed this tick
+    with the first failed input (channel, status)."""
     temps: dict[str, float] | None = None
     hottest: float | None = None
     raw: dict[str, float] = {}
+    used: dict[str, str] = {}
+    failed: tuple[str, str] | None = None
     for t in rule.targets:
         ctx.scope = t.scope
         ctx.stats = {}
@@ -124,11 +127,14 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             continue
         inputs: dict[str, Any] = {**machine_stats.get(t.scope, {}), **ctx.stats}
         if rule.kind == "fan":
+            if temps is None:
+                temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
             if rule.curve_name is not None:
                 fan_sources[t.knob.id] = tuple(c for chans in rule.sources.values() for c in chans)
-            if temps is None:
-                temps, hottest, raw = _temps(rule, inp, ctx)
-            value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, raw, prev_curves, out_curves, fans)
+                if failed is not None and fan_failed is not None:
+                    fan_failed[t.knob.id] = failed
+            value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, raw, used, prev_curves, out_curves,
+                                      fans)
             inputs.update(extra)
             if value is None:
                 continue

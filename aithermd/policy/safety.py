@@ -6,7 +6,9 @@
   the GPU's own fans; hwmon fans whose curve reads that sensor; a GPU hwmon chip's (amdgpu) own pwm; and for
   CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package PL1/PL2. The latch releases
   :data:`RELEASE_C` below the trigger, so a temperature at the edge does not flap.
-- A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero.
+- A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
+  policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
+  with a later one that reads, does not; without that word every source channel must read.
 """
 
 from __future__ import annotations
@@ -93,11 +95,13 @@ def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dic
 
 
 def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mapping[str, Iterable[str]],
-             latched: frozenset[str]) -> tuple[dict[str, Decision], frozenset[str]]:
+             latched: frozenset[str], *, fan_failed: Mapping[str, tuple[str, str]] | None = None
+             ) -> tuple[dict[str, Decision], frozenset[str]]:
     """Safety decisions per knob id and the channels latched critical (the next call's ``latched``).
 
     ``sp``: :func:`plan` of the devices; ``fan_sources``: fan knob id → the temperature channel ids its curve
-    reads (from the policies)."""
+    may read (from the policies); ``fan_failed``: fan knob id → (channel, status) of the input that failed
+    its source this tick (from the policies' rules); None: every channel in ``fan_sources`` must read."""
     decisions: dict[str, Decision] = {}
     devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
     critical = critical_channels(sp, readings, latched)
@@ -134,13 +138,17 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
         knob = knobs.get(fan)
         if knob is None or fan in decisions:
             continue
-        sources = tuple(sources)
-        bad = [s for s in sources if not _ok(readings.get(s))] if sources else ["(no source)"]
-        if bad:
-            r = readings.get(bad[0])
-            status = r.status.value if r is not None else "missing"
+        if fan_failed is not None:
+            failed = fan_failed.get(fan)
+        else:
+            sources = tuple(sources)
+            bad = [s for s in sources if not _ok(readings.get(s))] if sources else ["(no source)"]
+            r = readings.get(bad[0]) if bad else None
+            failed = (bad[0], r.status.value if r is not None else "missing") if bad else None
+        if failed is not None:
+            channel, status = failed
             dec = _decide(knob, FULL_PCT, "failed-source",
-                          f"source {bad[0]} is {status}: fan to full", {bad[0]: status})
+                          f"source {channel} is {status}: fan to full", {channel: status})
             if dec is not None:
                 decisions[fan] = dec
     for d in devices:

@@ -2,8 +2,8 @@
 
 Window keys are channel ids (``gpu0/utilization``, ``hwmon:k10temp-pci-00c3/temp1``) or derived values:
 ``gpu<N>/power_pct`` (power draw as % of the present power limit, else of the default),
-``cpu/package_power`` (sum of the RAPL package zones' power, W) and ``source:FN|ID,ID...`` (a fan curve's
-source for ``smoothing_s``: the max/min/mean of its temperature channels, every one of which must read ok).
+``cpu/package_power`` (sum of the RAPL package zones' power, W) and ``source:FN|INPUTS`` (a fan curve's
+source for ``smoothing_s``, resolved as the curve resolves it: :mod:`aithermd.policy.sources`).
 A reading that is not ok pushes nothing and leaves its key out of the tick's ``ok`` set.
 """
 
@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aithermd.model import DeviceKind, Status
+from aithermd.policy import sources
 from aithermd.policy.conditions import CPU_KEY
 from aithermd.policy.windows import Window
 
 HORIZON_PAD_S = 2.0
 READING, POWER_PCT, CPU_POWER, SOURCE = 0, 1, 2, 3
-SOURCE_PREFIX = "source:"
+SOURCE_PREFIX = sources.PREFIX
 OK = Status.OK
 
 
@@ -47,8 +48,8 @@ def build(plans: Sequence[Any]) -> Sampler:
                         and d.id.split(":", 1)[-1].startswith("package"))
             items.append((key, h, CPU_POWER, ids, None, None))
         elif key.startswith(SOURCE_PREFIX):
-            fn, ids = key[len(SOURCE_PREFIX):].split("|", 1)
-            items.append((key, h, SOURCE, tuple(ids.split(",")), fn, None))
+            fn, inputs = sources.parse_key(key)
+            items.append((key, h, SOURCE, inputs, fn, None))
         elif key.endswith("/power_pct"):
             dev = key.rsplit("/", 1)[0]
             knob = knobs.get(f"{dev}/power_limit")
@@ -57,11 +58,6 @@ def build(plans: Sequence[Any]) -> Sampler:
         else:
             items.append((key, h, READING, key, None, None))
     return Sampler(tuple(plans), tuple(items))
-
-
-def source_key(fn: str, channel_ids: Sequence[str]) -> str:
-    """The window key of a fan curve's source: ``fn`` ("max" | "min" | "mean") of ``channel_ids``."""
-    return f"{SOURCE_PREFIX}{fn}|{','.join(channel_ids)}"
 
 
 def _ok(r: Any) -> float | None:
@@ -87,10 +83,7 @@ def update(sampler: Sampler, t: float, readings: Mapping[str, Any], knob_values:
                 limit = kv.value if kv is not None and kv.status is OK and kv.value else c
                 v = 100.0 * v / limit if limit else None
         elif kind == SOURCE:
-            parts = [_ok(get(i)) for i in a]
-            v = None if not parts or None in parts else (  # type: ignore[assignment]
-                max(parts) if b == "max" else min(parts) if b == "min"  # type: ignore[type-var]
-                else sum(parts) / len(parts))  # type: ignore[arg-type]
+            v = sources.resolve(b, a, readings).value
         else:
             parts = [_ok(get(i)) for i in a]
             v = None if not parts or None in parts else sum(parts)  # type: ignore[arg-type]

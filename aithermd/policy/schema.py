@@ -183,12 +183,44 @@ Condition = Annotated[
 
 
 # ----- fan curves ------------------------------------------------------------------------------------
-class SourceAgg(Model):
-    """Several temperature sources combined: exactly one of ``max``, ``min``, ``mean``."""
+class SourceInput(Model):
+    """One input of a curve's source, in place of a plain pattern:
 
-    max: list[Glob] | None = None
-    min: list[Glob] | None = None
-    mean: list[Glob] | None = None
+    - ``sensor``: channels by id or label pattern, like a plain pattern; with ``optional: true`` a channel
+      that fails is left out of the aggregate instead of sending the fans to full;
+    - ``first``: alternatives in order (each a pattern or a list of them): the first one that matches a
+      channel on the machine and reads is used (Tctl/Tdie, then ``Package id *``, then a board
+      thermistor, then ``acpitz``); it fails only when none reads (and is left out when ``optional``).
+
+    A plain pattern is a required input: every channel it matches must read."""
+
+    sensor: Globs | None = None
+    first: list[Globs] | None = Field(None, min_length=1)
+    optional: bool = False
+
+    @model_validator(mode="after")
+    def _one(self) -> SourceInput:
+        if (self.sensor is None) == (self.first is None):
+            raise ValueError("give exactly one of 'sensor' (patterns) or 'first' (alternatives in order)")
+        return self
+
+
+SourceItem = Annotated[
+    Annotated[Glob, Tag("pattern")] | Annotated[SourceInput, Tag("input")],
+    Discriminator(lambda v: "pattern" if isinstance(v, str) else "input" if isinstance(v, dict | BaseModel)
+                  else None, custom_error_type="source_input",
+                  custom_error_message="expected a sensor pattern or {sensor: ..., optional: ...} or "
+                                       "{first: [...], optional: ...}"),
+]
+
+
+class SourceAgg(Model):
+    """Several temperature sources combined: exactly one of ``max``, ``min``, ``mean``, each a list of
+    sensor patterns and :class:`SourceInput` entries (optional inputs, alternatives in order)."""
+
+    max: list[SourceItem] | None = None
+    min: list[SourceItem] | None = None
+    mean: list[SourceItem] | None = None
 
     @model_validator(mode="after")
     def _one(self) -> SourceAgg:
