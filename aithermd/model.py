@@ -28,6 +28,9 @@ def _empty() -> Mapping[str, Any]:
     return EMPTY
 
 
+HELD = "held: "  # detail prefix of an ok reading whose value the sensor trust carried over a suspect read
+
+
 class Status(StrEnum):
     """Health of one reading. ``not_supported`` is a capability, the others are health problems."""
 

@@ -15,7 +15,7 @@ from tests.backends.helpers import MACHINES, MACHINES_DIR, assert_agrees, docume
 
 ROOT = Path(__file__).resolve().parent.parent
 DEVICE_KEYS = {"id", "kind", "name", "channels", "knobs"}
-CHANNEL_KEYS = {"id", "attribute", "label", "value", "unit", "status"}
+CHANNEL_KEYS = {"id", "attribute", "label", "alias", "value", "unit", "status", "reason"}
 KNOB_KEYS = {"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not"}
 UMOCKDEV = shutil.which("umockdev-run")
 
@@ -39,7 +39,8 @@ def check_shape(doc: dict) -> None:
         for ch in dev["channels"]:
             assert set(ch) == CHANNEL_KEYS
             assert ch["id"] == f"{dev['id']}/{ch['attribute']}"
-            assert ch["status"] in ("ok", "failed", "implausible", "not_supported", "stale")
+            assert ch["status"] in ("ok", "held", "failed", "implausible", "not_supported", "stale")
+            assert (ch["reason"] is None) == (ch["status"] == "ok")
             assert ch["value"] is None or isinstance(ch["value"], (int, float))
         for knob in dev["knobs"]:
             assert set(knob) == KNOB_KEYS

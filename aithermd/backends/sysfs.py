@@ -181,7 +181,12 @@ class Attribute:
                 self.fd = self.io.open(self.path)
             elif exc.errno not in _RETRY:
                 raise
-            return self._pread(self.fd, READ_SIZE)
+            try:
+                return self._pread(self.fd, READ_SIZE)
+            except OSError as again:
+                if again.errno not in _RETRY or exc.errno in _RETRY:
+                    raise
+                return self._pread(self.fd, READ_SIZE)  # busy right after the (re)open: once more
 
     def read_int(self) -> int:
         """The attribute as an integer; raises ``OSError`` or :class:`Nonsense`."""

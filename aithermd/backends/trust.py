@@ -37,10 +37,9 @@ import structlog
 
 from aithermd.backends.plausible import MIN_DT_S, rate_limit
 from aithermd.backends.sysfs import TRANSIENT
-from aithermd.model import Device, Reading, Status
+from aithermd.model import HELD, Device, Reading, Status
 
 TRANSIENT_DETAILS = TRANSIENT | {"NVML_ERROR_TIMEOUT"}
-HELD = "held: "
 _OK, _FAILED, _IMPLAUSIBLE = Status.OK, Status.FAILED, Status.IMPLAUSIBLE
 
 

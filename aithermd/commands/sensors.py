@@ -5,7 +5,9 @@ seconds apart (default 0.2 s), and prints the second sample (a reading missing f
 first). ``--interval 0`` reads once: RAPL power and CPU utilization then read ``stale``. With
 ``--sysfs-root`` the tree is a recorded or mocked machine, so the live CPU (psutil reads ``/proc``) is left
 out; without it the CPU is included. With ``--json`` stdout holds exactly one document
-(:func:`aithermd.publish.sensors.sensors_document`); logs and warnings always go to stderr.
+(:func:`aithermd.publish.sensors.sensors_document`); logs and warnings always go to stderr. Each channel
+shows its status and, when not ok, the reason (the errno, the sentinel, the range it left); the two reads
+go through the daemon's sensor trust, so a transient fault after a good read shows as ``held``.
 
 GPUs: the live NVML without ``--sysfs-root`` (zero GPUs without a driver); ``--gpu-profile DUMP``
 (repeatable) adds fake GPUs built from ``nvidia-smi -q`` dumps (text or XML), numbered after the real ones.
@@ -27,6 +29,7 @@ from typing import Any
 from aithermd import log
 from aithermd.backends.base import Backend
 from aithermd.backends.registry import discover, open_backends
+from aithermd.backends.trust import SensorTrust
 from aithermd.errors import AithermError
 from aithermd.model import KnobValue, Reading
 from aithermd.publish.sensors import render_table, sensors_document
@@ -56,23 +59,29 @@ def open_for(args: argparse.Namespace) -> list[Backend]:
 
 def read_document(backends: list[Backend], interval: float,
                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Discover, sample (twice, ``interval`` apart, when ``interval`` > 0) and build the document."""
+    """Discover, sample (twice, ``interval`` apart, when ``interval`` > 0) and build the document. Each
+    round goes through the daemon's sensor trust, so the second shows what the daemon would conclude: a
+    transient fault after a good first read is ``held``, a persistent one ``failed``, each with its reason."""
     devices = list(discover(backends).devices)
     readings: dict[str, Reading] = {}
     knobs: dict[str, KnobValue] = {}
     logger = log.get("aithermd.sensors")
+    trust = SensorTrust()
+    trust.configure(devices)
     rounds = 2 if interval > 0 else 1
     for n in range(rounds):
         if n:
             sleep(interval)
+        fresh: dict[str, Reading] = {}
         for backend in backends:
             try:
                 sample = backend.sample()
             except Exception as exc:  # noqa: BLE001 - one backend's failure must not blank the others
                 logger.warning("sample failed", backend=getattr(backend, "kind", "?"), error=str(exc))
                 continue
-            readings.update(sample.readings)
+            fresh.update(sample.readings)
             knobs.update(sample.knobs)
+        readings.update(trust.filter(time.monotonic(), fresh))
     return sensors_document(devices, readings, knobs)
 
 

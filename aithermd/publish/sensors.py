@@ -2,13 +2,19 @@
 
 Shape (issue 2, exact)::
 
-    {"devices": [{"id", "kind": "hwmon"|"powercap"|"cpu"|"gpu", "name", "chip" (hwmon only),
-                  "channels": [{"id", "attribute", "label", "value", "unit", "status"}],
+    {"devices": [{"id", "kind": "hwmon"|"powercap"|"thermal"|"cpu"|"gpu", "name", "chip" (hwmon only),
+                  "channels": [{"id", "attribute", "label", "alias", "value", "unit", "status",
+                                "reason"}],
                   "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable",
                              "why_not"}]}]}
 
 ``label`` is the channel's label, or its attribute name when it has none (as lm-sensors prints it);
-``value`` is a number in the channel's unit, or None with a non-ok ``status``. Knob values are in daemon
+``alias`` the name its driver documents for it when the label lacks it (``Tctl``), else None;
+``value`` is a number in the channel's unit, or None with a non-ok ``status``. ``status`` is the reading's
+(``ok``, ``failed``, ``implausible``, ``stale``, ``not_supported``) or ``held`` when the daemon's sensor
+trust carries the last good value over a suspect reading (:mod:`aithermd.backends.trust`); ``reason`` says
+why whenever the status is not ``ok`` (``"EIO: Input/output error"``, ``"sentinel 127 °C (a saturated
+register)"``), else None. Knob values are in daemon
 units (duty %, W). A plain function of the model types, so D-Bus ``GetSnapshot`` can extend it.
 """
 
@@ -18,7 +24,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aithermd.model import Channel, Device, DeviceKind, Knob, KnobValue, Reading, Status
+from aithermd.model import HELD, Channel, Device, DeviceKind, Knob, KnobValue, Reading, Status
+
+HELD_STATUS = "held"
 
 
 def _number(value: float | None) -> float | None:
@@ -29,13 +37,21 @@ def _number(value: float | None) -> float | None:
 
 def channel_entry(channel: Channel, reading: Reading | None) -> dict[str, Any]:
     """One channel: no reading this tick reads as ``stale``."""
+    if reading is None:
+        status, reason = str(Status.STALE), "no reading"
+    elif reading.status is Status.OK and reading.detail and reading.detail.startswith(HELD):
+        status, reason = HELD_STATUS, reading.detail[len(HELD):]
+    else:
+        status, reason = str(reading.status), reading.detail
     return {
         "id": channel.id,
         "attribute": channel.attribute,
         "label": channel.label if channel.label is not None else channel.attribute,
+        "alias": channel.alias,
         "value": _number(reading.value) if reading is not None else None,
         "unit": channel.unit,
-        "status": str(reading.status) if reading is not None else str(Status.STALE),
+        "status": status,
+        "reason": reason,
     }
 
 
@@ -103,10 +119,11 @@ def render_table(doc: Mapping[str, Any]) -> str:
         )
         rows = [
             (
-                c["label"],
+                c["label"] if not c.get("alias") else f"{c['label']} ({c['alias']})",
                 _fmt(c["value"], c["unit"]),
                 c["attribute"],
-                "" if c["status"] == "ok" else f"[{c['status']}]",
+                "" if c["status"] == "ok" else
+                f"[{c['status']}: {c['reason']}]" if c.get("reason") else f"[{c['status']}]",
             )
             for c in dev.get("channels", [])
         ]

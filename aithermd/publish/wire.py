@@ -109,8 +109,8 @@ EXIT_NOT_AUTHORIZED = 4
 # (aithermd.publish.document, aithermd.publish.history), aithermctl reads them through :func:`snapshot_doc`
 # and :func:`history_doc`. Values are in daemon units (°C, W, J, RPM, %, MHz, V, A, s); null where unknown.
 
-StatusName = Literal["ok", "failed", "implausible", "not_supported", "stale"]
-DeviceKindName = Literal["hwmon", "powercap", "cpu", "gpu"]
+StatusName = Literal["ok", "held", "failed", "implausible", "not_supported", "stale"]
+DeviceKindName = Literal["hwmon", "powercap", "thermal", "cpu", "gpu"]
 KnobKindName = Literal["pwm", "pl1", "pl2", "power_limit", "fan"]
 LayerName = Literal["safety", "override", "hold", "policy", "default"]
 ModeName = Literal["full", "manual", "auto"]
@@ -118,16 +118,21 @@ ModeName = Literal["full", "manual", "auto"]
 
 class ChannelDoc(TypedDict):
     """One channel's reading this tick. ``label`` is the attribute when the source has none (as lm-sensors
-    prints it); ``value`` in ``unit``, null unless ``status`` is ok (stale may carry the last value).
+    prints it), ``alias`` the name its driver documents when the label lacks it (``Tctl``), else null;
+    ``value`` in ``unit``, null unless ``status`` is ok or ``held`` (the sensor trust carrying the last good
+    value over a suspect read; stale may carry the last value); ``reason`` says why when the status is not
+    ok (``"EIO: Input/output error"``), else null.
     ``thresholds`` (only when the source states any), in ``unit``: hwmon ``min``, ``max``, ``crit``,
     ``lcrit``, ``emergency``, ``cap``; NVML ``slowdown``, ``shutdown``, ``max_operating``."""
 
     id: str
     attribute: str
     label: str
+    alias: str | None
     value: float | None
     unit: str
     status: StatusName
+    reason: str | None
     thresholds: NotRequired[dict[str, float]]
 
 

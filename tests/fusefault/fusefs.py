@@ -1,0 +1,121 @@
+"""A FUSE mirror of a recorded sysfs tree that fails or hangs reads of chosen files at the syscall level.
+
+Run with the system python (Debian's python3-fusepy, over libfuse2): ``python3 fusefs.py SOURCE MOUNT
+CONTROL``. Every path under MOUNT is SOURCE's (files, directories, symlinks; writes go through), read with
+``direct_io`` so each ``pread`` reaches this process as a sysfs read reaches its driver. CONTROL is a JSON
+file, read again whenever it changes: ``{"PATH-SUFFIX": {"errno": 5}}`` fails reads of matching files with
+that errno (``"after": N`` once N reads went through, ``"times": N`` only N reads), ``{"PATH-SUFFIX":
+{"hang": true}}`` blocks them until
+the rule is removed. The server is multithreaded: a hung read blocks only itself. Test data only.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import threading
+import time
+
+from fusepy import FUSE, FuseOSError, Operations
+
+
+class Faults:
+    def __init__(self, path: str) -> None:
+        self.path, self.stamp, self.rules = path, None, {}
+        self.lock = threading.Lock()
+
+    def current(self) -> dict:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_ino, st.st_mtime_ns)
+        except OSError:
+            return {}
+        with self.lock:
+            if stamp != self.stamp:
+                try:
+                    with open(self.path) as f:
+                        self.rules = json.load(f)
+                    self.stamp = stamp
+                except (OSError, ValueError):
+                    pass
+            return self.rules
+
+    def rule(self, path: str) -> tuple[str, dict] | None:
+        for suffix, rule in self.current().items():
+            if path.endswith(suffix):
+                return suffix, rule
+        return None
+
+    def take(self, suffix: str, rule: dict) -> bool:
+        """True when this read is to fail; lets ``after`` reads through first, then counts down ``times``."""
+        with self.lock:
+            if rule.get("after", 0) > 0:
+                rule["after"] -= 1
+                return False
+            times = rule.get("times")
+            if times is None:
+                return True
+            if times <= 0:
+                return False
+            rule["times"] = times - 1
+            return True
+
+
+class Mirror(Operations):
+    def __init__(self, source: str, faults: Faults) -> None:
+        self.source, self.faults = source, faults
+
+    def _real(self, path: str) -> str:
+        return os.path.join(self.source, path.lstrip("/"))
+
+    def getattr(self, path, fh=None):
+        try:
+            st = os.lstat(self._real(path))
+        except OSError as exc:
+            raise FuseOSError(exc.errno) from None
+        return {k: getattr(st, k) for k in ("st_mode", "st_nlink", "st_uid", "st_gid", "st_size",
+                                            "st_atime", "st_mtime", "st_ctime")}
+
+    def readdir(self, path, fh):
+        return [".", "..", *os.listdir(self._real(path))]
+
+    def readlink(self, path):
+        return os.readlink(self._real(path))
+
+    def open(self, path, flags):
+        try:
+            return os.open(self._real(path), flags & ~(os.O_CREAT | os.O_EXCL))
+        except OSError as exc:
+            raise FuseOSError(exc.errno) from None
+
+    def read(self, path, size, offset, fh):
+        hit = self.faults.rule(path)
+        if hit is not None:
+            suffix, rule = hit
+            if rule.get("hang"):
+                while (again := self.faults.rule(path)) is not None and again[1].get("hang"):
+                    time.sleep(0.02)
+            elif "errno" in rule and self.faults.take(suffix, rule):
+                raise FuseOSError(int(rule["errno"]))
+        return os.pread(fh, size, offset)
+
+    def write(self, path, data, offset, fh):
+        return os.pwrite(fh, data, offset)
+
+    def truncate(self, path, length, fh=None):
+        os.truncate(self._real(path), length)
+
+    def release(self, path, fh):
+        os.close(fh)
+
+    def access(self, path, amode):
+        if not os.access(self._real(path), amode):
+            raise FuseOSError(errno.EACCES)
+
+
+if __name__ == "__main__":
+    source, mount, control = sys.argv[1:4]
+    FUSE(Mirror(source, Faults(control)), mount, foreground=True, nothreads=False, direct_io=True,
+         allow_other=True, attr_timeout=0, entry_timeout=0, default_permissions=False)
