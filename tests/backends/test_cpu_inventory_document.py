@@ -166,7 +166,7 @@ def test_document_shape_and_fallbacks():
     with_attrs = sensors_document([cpu], {}, {}, attrs={"cpu": {"governor": "performance"}})
     assert with_attrs["devices"][0]["attrs"] == {"governor": "performance"}
     table = render_table(doc)
-    assert "hwmon:x-isa-0000  (x)" in table and "[failed]" in table and "[stale]" in table
+    assert "hwmon:x-isa-0000  (x)" in table and "[failed: EIO]" in table and "[stale: no reading]" in table
     assert "read-only: pwm1 not writable (needs root)" in table
     assert render_table({"devices": []}) == "no devices found\n"
 
