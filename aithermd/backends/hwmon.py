@@ -40,6 +40,7 @@ from typing import Any
 from aithermd import units
 from aithermd.backends.chipname import chip_name_for
 from aithermd.backends.fast import ok_reading as _ok_reading
+from aithermd.backends.guard import Quarantine
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.labels import alias
 from aithermd.backends.plausible import PLAUSIBLE, SENTINEL_CEILING_C, sentinel, temperature_range
@@ -129,9 +130,10 @@ def _nonsense(inp: _Input, raw: bytes) -> str:
     return f"{value:g} {inp.unit} outside {inp.lo:g}…{inp.hi:g} {inp.unit}"
 
 
-class HwmonBackend:
+class HwmonBackend(Quarantine):
     """hwmon devices under ``sysfs_root`` (``<root>/class/hwmon``). Ids: ``hwmon:<chip>``, channels
-    ``hwmon:<chip>/<attribute>``, knobs ``hwmon:<chip>/pwmN``. ``io`` is the file-access seam."""
+    ``hwmon:<chip>/<attribute>``, knobs ``hwmon:<chip>/pwmN``. ``io`` is the file-access seam. A chip whose
+    read hung is skipped while it is in ``skip`` (:mod:`aithermd.backends.guard`)."""
 
     kind = "hwmon"
 
@@ -145,6 +147,7 @@ class HwmonBackend:
         self._inputs: list[_Input] = []
         self._pwms: dict[str, PwmKnob] = {}
         self._input_counts: dict[str, int] = {}
+        self.skip: dict[str, str] = {}
 
     # -- discovery -------------------------------------------------------------------------------------
     def discover(self) -> list[Device]:
@@ -310,7 +313,12 @@ class HwmonBackend:
         t = self.clock.monotonic()
         readings: dict[str, Reading] = {}
         gone: dict[str, int] = {}
+        skip = self.skip
         for inp in self._inputs:  # the hot path: one pread, one int(), one range check
+            if skip and inp.device_id in skip:
+                readings[inp.id] = Reading(inp.id, None, Status.STALE, skip[inp.device_id])
+                continue
+            self.reading = inp.device_id
             try:
                 raw = inp.attr.read()
                 if raw[-1:] == b"\n":
@@ -327,7 +335,15 @@ class HwmonBackend:
             except ValueError:
                 pass
             readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, _nonsense(inp, raw))
-        knobs = {knob_id: p.read() for knob_id, p in self._pwms.items()}
+        knobs = {}
+        for knob_id, p in self._pwms.items():
+            device = p.knob.device_id
+            if skip and device in skip:
+                knobs[knob_id] = KnobValue(knob_id, None, None, Status.STALE)
+                continue
+            self.reading = device
+            knobs[knob_id] = p.read()
+        self.reading = None
         lost = frozenset(d for d, n in gone.items() if n == self._input_counts[d])
         return Sample(t=t, readings=readings, knobs=knobs, lost=lost)
 

@@ -27,6 +27,7 @@ from typing import Any
 from aithermd import units
 from aithermd.backends.base import ReadOnly
 from aithermd.backends.fast import ok_reading
+from aithermd.backends.guard import Quarantine
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.plausible import SENTINEL_CEILING_C, sentinel, temperature_range
 from aithermd.backends.sysfs import (
@@ -47,7 +48,7 @@ _GONE = (errno.ENODEV, errno.ENOENT)
 TRIPS = {"critical": "crit", "hot": "hot", "passive": "passive", "active": "active"}
 
 
-class ThermalBackend(ReadOnly):
+class ThermalBackend(ReadOnly, Quarantine):
     """Thermal zones under ``sysfs_root`` (``<root>/class/thermal``); ``io`` is the file-access seam."""
 
     kind = "thermal"
@@ -57,6 +58,7 @@ class ThermalBackend(ReadOnly):
         self.io = io or SysfsIO()
         self.clock = clock or RealClock()
         self._zones: list[tuple[str, str, Attribute, float, float]] = []  # channel, device, attr, lo, hi
+        self.skip: dict[str, str] = {}
 
     def discover(self) -> list[Device]:
         self.close()
@@ -109,7 +111,12 @@ class ThermalBackend(ReadOnly):
         readings: dict[str, Reading] = {}
         lost = set()
         gap_lo, gap_hi = SENTINEL_CEILING_C
+        skip = self.skip
         for cid, dev_id, attr, lo, hi in self._zones:
+            if skip and dev_id in skip:
+                readings[cid] = Reading(cid, None, Status.STALE, skip[dev_id])
+                continue
+            self.reading = dev_id
             try:
                 value = units.mc_to_c(parse_int(attr.read()))
             except OSError as exc:
@@ -126,6 +133,7 @@ class ThermalBackend(ReadOnly):
             else:
                 why = sentinel(Quantity.TEMPERATURE, value) or f"{value:g} °C outside {lo:g}…{hi:g} °C"
                 readings[cid] = Reading(cid, None, Status.IMPLAUSIBLE, why)
+        self.reading = None
         return Sample(t=t, readings=readings, lost=frozenset(lost))
 
     def locator(self) -> dict[str, Any]:

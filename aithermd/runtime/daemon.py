@@ -273,6 +273,8 @@ class Daemon:
             except Exception:  # noqa: BLE001
                 pass
             worker.shutdown()
+            if self.tick is not None:
+                self.tick.sampler.close()  # the read guard's thread (one stuck in a hung read ends with it)
             self._close(backends, own_backends)
             self.notifier.close()
         return code

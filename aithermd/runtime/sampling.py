@@ -1,8 +1,10 @@
 """Sampling: one read of every backend of the world, and of the process list when a policy needs it.
 
-Inline backends (hwmon, powercap, cpu, the slow lane's cached samples) are read on the event loop; the
-threaded ones (NVML) and the process list together in one hop to the loop's worker thread, awaited under
-the worker's budget (:class:`~aithermd.actuate.worker.Worker`). A backend whose ``sample()`` raises gets
+Inline backends (hwmon, powercap, thermal zones, cpu, the slow lane's cached samples) are read in the read
+guard's thread under its deadline (:mod:`aithermd.backends.guard`: a read that hangs quarantines its
+device, whose channels go stale, and never holds the loop); the threaded ones (NVML) and the process list
+together in one hop to the loop's worker thread, awaited under the worker's budget
+(:class:`~aithermd.actuate.worker.Worker`). A backend whose ``sample()`` raises gets
 every channel marked failed (its fans then go to full through the engine's safety layer) and one fault
 event; threaded backends that did not answer within the budget are marked failed the same way.
 """
@@ -17,6 +19,7 @@ import structlog
 
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
+from aithermd.backends.guard import ReadGuard
 from aithermd.clock import Clock
 from aithermd.model import Event, KnobValue, Reading, Sample, Status
 from aithermd.runtime.health import fault
@@ -64,6 +67,7 @@ class Sampler:
         self._channels: dict[int, tuple[str, ...]] = {}
         self._failed_backends: set[int] = set()
         self._hop_faulted = False
+        self.guard = ReadGuard()
         self._log = structlog.get_logger("aithermd.sampling")
 
     def _channels_of(self, world: World) -> dict[int, tuple[str, ...]]:
@@ -82,7 +86,10 @@ class Sampler:
         """Read every backend of ``world`` once; never raises for a device fault."""
         channels = self._channels_of(world)
         events: list[Event] = []
-        samples = [self._one(b, channels, t_wall, events) for b in world.inline]
+        reads: list[Event] = []  # filled by the guard's thread; copied once the pass is over or cut short
+        samples = await self.guard.sample(world.inline, lambda b: self._one(b, channels, t_wall, reads),
+                                          lambda b: channels.get(id(b), ()), self.clock.monotonic)
+        events += list(reads)
         threaded = world.threaded
         procs: Any = frozenset()
         hop_ok = True
@@ -116,6 +123,10 @@ class Sampler:
             return Sample(self.clock.monotonic(), failed)
         self._failed_backends.discard(id(backend))
         return sample
+
+    def close(self) -> None:
+        """Let the read guard's thread end (a thread stuck in a hung read ends when the read returns)."""
+        self.guard.close()
 
     def _off_loop(self, threaded: Iterable[Backend], channels: Mapping[int, tuple[str, ...]], t_wall: float,
                   want_procs: bool) -> tuple[list[Sample], list[Event], Any]:

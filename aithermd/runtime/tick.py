@@ -1,7 +1,7 @@
 """One tick: sample → health → evaluate → arbitrate → actuate → publish.
 
-- **Sample** (:mod:`aithermd.runtime.sampling`): inline backends on the event loop, threaded ones (NVML) in
-  one hop to the worker thread.
+- **Sample** (:mod:`aithermd.runtime.sampling`): inline backends in the read guard's thread under a
+  deadline (a hung read quarantines its device), threaded ones (NVML) in one hop to the worker thread.
 - **Health** (:mod:`aithermd.runtime.health`): each reading judged by the sensor trust (a transient fault
   or a spike held for one reading within 3 s); failed, implausible and stale readings and lost devices are
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.

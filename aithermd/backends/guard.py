@@ -1,0 +1,157 @@
+"""Hung reads: the inline backends are read in a thread of their own, against a deadline.
+
+A sysfs read can block for ever: an embedded controller that stops answering ACPI ``_TMP``, an i2c bus
+stuck with a chip holding SDA low, a driver waiting on a mutex its firmware never releases. Read on the
+event loop, such a read stops the loop, the D-Bus service and the SIGTERM handler with it. So
+:class:`ReadGuard` runs each tick's pass over the inline backends in its reader thread (a daemon thread:
+it never holds up the process's exit) and waits for it at most ``deadline_s``:
+
+- in time (the normal case): the samples, as if read on the loop;
+- late: the device the pass was reading is *quarantined* in its backend (``Quarantine``): later passes
+  skip it and report its channels :attr:`~aithermd.model.Status.STALE` ("read hung ..."), so its fans go to
+  full through the safety layer, while every other device reads on. Devices the cut-short pass had not read
+  this tick are reported failed with ``ETIMEDOUT`` (a transient class: the sensor trust carries their last
+  good values over this one tick). The stuck thread is left behind; the next pass runs in a new one.
+  When the hung read returns at last, its device is released and read again.
+
+A backend takes part through :class:`Quarantine` (hwmon and thermal zones do): it records the device it is
+reading (``reading``) and skips quarantined ones. A backend without it is quarantined whole while hung.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import structlog
+
+from aithermd.model import Reading, Sample, Status
+
+DEADLINE_S = 0.5  # a sysfs read answers in µs, an EC-backed ACPI zone in tens of ms: 0.5 s is a hang
+ETIMEDOUT = "ETIMEDOUT: not read this tick: the pass was cut short by a hung read"
+
+
+class Quarantine:
+    """The part of a backend the guard works with: ``reading`` is the device id being read now (set by
+    ``sample()``), ``skip`` device id → why, for devices whose read hangs."""
+
+    reading: str | None = None
+    skip: dict[str, str]
+
+
+class _Reader:
+    """One daemon thread that runs submitted calls one at a time."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._job: tuple[Callable[[], Any], Future[Any]] | None = None
+        self._thread = threading.Thread(target=self._run, name="aithermd-reads", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._cond:
+            self._job = (fn, future)
+            self._cond.notify()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._job is None:
+                    self._cond.wait()
+                fn, future = self._job
+                self._job = None
+            if fn is _STOP:
+                return
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting tick
+                future.set_exception(exc)
+
+    def stop(self) -> None:
+        self.submit(_STOP)
+
+
+def _STOP() -> None:  # noqa: N802 - a sentinel job
+    return None
+
+
+class ReadGuard:
+    """Runs ``sample(backend)`` over the inline backends in its reader thread, ``deadline_s`` at most."""
+
+    def __init__(self, deadline_s: float = DEADLINE_S) -> None:
+        self.deadline_s = deadline_s
+        self.hangs = 0
+        self._reader: _Reader | None = None
+        self._busy: set[int] = set()  # backends (whole) held by a stuck pass that cannot quarantine a device
+        self._log = structlog.get_logger("aithermd.guard")
+
+    async def sample(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
+                     channels: Callable[[Any], Sequence[str]], now: Callable[[], float]) -> list[Sample]:
+        """One pass of ``sample(backend)`` over ``backends``; every backend gets a sample, hung or not (see
+        the module doc). ``channels(backend)``: its channel ids, for the samples of backends not read."""
+        if not backends:
+            return []
+        if self._reader is None:
+            self._reader = _Reader()
+        done: dict[int, Sample] = {}
+        order = [b for b in backends if id(b) not in self._busy]
+        state: dict[str, Any] = {}
+
+        def one_pass() -> None:
+            for b in order:
+                state["backend"] = b
+                done[id(b)] = sample(b)
+            state["backend"] = None
+
+        future = self._reader.submit(one_pass)
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self.deadline_s)
+        except TimeoutError:
+            self._hung(state.get("backend"), future)
+        t = now()
+        return [done.get(id(b)) or self._unread(b, channels(b), t) for b in backends]
+
+    def _hung(self, backend: Any, future: Future[Any]) -> None:
+        """The pass is stuck in ``backend``: quarantine what it reads, leave the thread behind."""
+        self.hangs += 1
+        self._reader = None  # the stuck thread ends after its pass; the next pass gets a new one
+        why = f"read hung: no answer within {self.deadline_s:g} s"
+        device = getattr(backend, "reading", None) if isinstance(backend, Quarantine) else None
+        if device is not None:
+            backend.skip[device] = why
+            self._log.error("read_hung", device=device, deadline_s=self.deadline_s)
+        elif backend is not None:
+            self._busy.add(id(backend))
+            self._log.error("read_hung", backend=getattr(backend, "kind", "?"), deadline_s=self.deadline_s)
+
+        def returned(_: Future[Any]) -> None:
+            if device is not None:
+                backend.skip.pop(device, None)
+            self._busy.discard(id(backend))
+            self._log.warning("read_returned", device=device or getattr(backend, "kind", "?"))
+
+        future.add_done_callback(returned)
+
+    def _unread(self, backend: Any, channels: Sequence[str], t: float) -> Sample:
+        """A sample for a backend the pass did not finish: the channels of a hung device (or of a whole
+        backend hung) stale, the others failed with a transient timeout (held over by the sensor trust)."""
+        skip = getattr(backend, "skip", None) or {}
+        whole = id(backend) in self._busy
+        out = {}
+        for c in channels:
+            why = skip.get(c.rsplit("/", 1)[0])
+            if why is None and whole:
+                why = f"read hung: no answer within {self.deadline_s:g} s"
+            out[c] = Reading(c, None, Status.STALE, why) if why else Reading(c, None, Status.FAILED, ETIMEDOUT)
+        return Sample(t, out)
+
+    def close(self) -> None:
+        """Let the reader thread end (a stuck one ends when its read returns; it never holds the exit)."""
+        if self._reader is not None:
+            self._reader.stop()
+            self._reader = None

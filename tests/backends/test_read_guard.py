@@ -1,0 +1,100 @@
+"""The read guard: a hung read quarantines its device, the others read on, and it is read again once the
+read returns (recorded X570 board through the I/O seam; a read that blocks on an event)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from aithermd.backends.guard import ReadGuard
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.backends.thermal import ThermalBackend
+from aithermd.model import Status
+from aithermd.sim import ttar
+
+from .faults import FaultIO
+from .helpers import MACHINES_DIR, TTAR
+
+X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
+NCT = "hwmon:nct6798-isa-0290"
+K10 = "hwmon:k10temp-pci-00c3"
+
+
+class HangingIO(FaultIO):
+    """Reads of a file ending in ``hang_suffix`` block until ``release`` is set."""
+
+    def __init__(self, hang_suffix: str) -> None:
+        super().__init__()
+        self.hang_suffix, self.armed, self.release = hang_suffix, False, threading.Event()
+
+    def pread(self, fd: int, size: int) -> bytes:
+        if self.armed and self._paths.get(fd, "").endswith(self.hang_suffix):
+            self.release.wait(30)
+        return super().pread(fd, size)
+
+
+def passes(guard, backends, n):
+    channels = {id(b): [c.id for d in b.discover() for c in d.channels] for b in backends}
+
+    async def go():
+        out = []
+        for _ in range(n):
+            out.append(await guard.sample(backends, lambda b: b.sample(), lambda b: channels[id(b)],
+                                          time.monotonic))
+        return out
+    return channels, go
+
+
+def test_a_hung_read_quarantines_its_chip_and_the_rest_reads_on(tmp_path):
+    io = HangingIO("hwmon1/temp1_input")  # nct6798 SYSTIN
+    hwmon = HwmonBackend(str(X570), io=io)
+    ttar.extract(TTAR / "prometheus-procfs-sys-class-thermal-powercap-hwmon.ttar", tmp_path)
+    zones = ThermalBackend(str(tmp_path / "fixtures" / "sys"))
+    guard = ReadGuard(deadline_s=0.2)
+    _, go = passes(guard, [hwmon, zones], 1)
+    try:
+        (first,) = asyncio.run(go())
+        assert first[0].readings[f"{NCT}/temp1"].value == 28.0
+        io.armed = True
+        (cut,) = asyncio.run(go())  # the pass hangs in the nct6798: cut short after 0.2 s
+        assert guard.hangs == 1 and hwmon.skip == {NCT: "read hung: no answer within 0.2 s"}
+        assert cut[0].readings[f"{NCT}/temp1"].status == Status.STALE
+        assert cut[0].readings[f"{K10}/temp1"].detail.startswith("ETIMEDOUT")  # not reached: held over
+        assert cut[1].readings["thermal:acpitz/temp"].status == Status.FAILED  # not reached either
+        (after,) = asyncio.run(go())  # a new thread: the nct6798 skipped, everything else read
+        assert after[0].readings[f"{NCT}/temp1"].status == Status.STALE
+        assert after[0].readings[f"{NCT}/fan1"].status == Status.STALE
+        assert after[0].readings[f"{K10}/temp1"].value == 32.6
+        assert after[1].readings["thermal:acpitz/temp"].value == -44.0
+        io.release.set()  # the hung read returns: the chip is read again
+        for _ in range(100):
+            if not hwmon.skip:
+                break
+            time.sleep(0.02)
+        (back,) = asyncio.run(go())
+        assert back[0].readings[f"{NCT}/temp1"].value == 28.0
+    finally:
+        io.release.set()
+        guard.close()
+        hwmon.close()
+        zones.close()
+
+
+def test_one_hung_zone_never_blanks_the_others(tmp_path):
+    ttar.extract(TTAR / "prometheus-procfs-sys-class-thermal-powercap-hwmon.ttar", tmp_path)
+    io = HangingIO("thermal_zone0/temp")
+    zones = ThermalBackend(str(tmp_path / "fixtures" / "sys"), io=io)
+    guard = ReadGuard(deadline_s=0.2)
+    _, go = passes(guard, [zones], 1)
+    try:
+        asyncio.run(go())
+        io.armed = True
+        asyncio.run(go())
+        (later,) = asyncio.run(go())
+        assert later[0].readings["thermal:bcm2835_thermal/temp"].status == Status.STALE
+        assert later[0].readings["thermal:acpitz/temp"].value == -44.0
+    finally:
+        io.release.set()
+        guard.close()
+        zones.close()

@@ -1,0 +1,89 @@
+"""Hung reads at the syscall level: the daemon runs on the recorded X570 board behind FUSE; a read of the
+k10temp's Tctl blocks in the kernel and does not return. The loop ticks on (the board fans fall back to the
+next CPU source that reads), and SIGTERM stops the daemon and restores every fan while the read still hangs.
+
+The process itself leaves only once the read returns: a thread blocked in a read the driver (or the FUSE
+server) has taken sits in uninterruptible sleep, and the kernel finishes the exit only then, for a real
+hwmon driver stuck on its mutex as for FUSE (fs/fuse/dev.c, request_wait_answer). What the daemon owes —
+answering SIGTERM, restoring every fan, saying "stop" — comes first and on time."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.backends.helpers import MACHINES_DIR
+from tests.daemon.proc import knob_files, run_args, start
+from tests.fusefault import FaultyTree, copy_tree, fuse_unavailable
+
+pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=f"FUSE: {fuse_unavailable()}")
+
+X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
+TCTL_FILE = "0000:00:18.3/hwmon/hwmon2/temp1_input"
+
+
+class Log:
+    """The daemon's JSON log lines, read from its stderr by a thread (a full pipe would block the daemon)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: queue.Queue[dict | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(proc,), daemon=True).start()
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                continue
+        self.lines.put(None)
+
+    def until(self, wanted: str, timeout_s: float) -> list[dict]:
+        """Events up to the first ``wanted`` one (all that came, if it did not come in time)."""
+        seen: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                event = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if event is None:
+                break
+            seen.append(event)
+            if event.get("event") == wanted:
+                break
+        return seen
+
+
+def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
+    state = tmp_path / "state"
+    with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
+        original = knob_files(tree.mount)
+        proc = start(run_args(tree.mount, state, "--tick", "0.2"))
+        log = Log(proc)
+        try:
+            assert log.until("start", 60)[-1]["event"] == "start"
+            tree.hang(TCTL_FILE)
+            hung = log.until("read_hung", 60)
+            assert hung[-1]["event"] == "read_hung" and hung[-1]["device"] == "hwmon:k10temp-pci-00c3"
+            # the loop goes on: the board fans change source to the board's thermistors
+            moved = log.until("source_in_use", 30)
+            assert moved[-1]["event"] == "source_in_use"
+            assert moved[-1]["channels"].startswith("hwmon:nct6798-isa-0290/")
+            proc.send_signal(signal.SIGTERM)
+            stopped = log.until("stop", 30)  # while the Tctl read still hangs in the kernel
+            assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}
+            assert knob_files(tree.mount) == original
+            tree.clear()  # the read returns: the process can leave the kernel
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert knob_files(tree.mount) == original
