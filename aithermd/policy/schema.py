@@ -188,11 +188,11 @@ class SourceInput(Model):
 
     - ``sensor``: channels by id or label pattern, like a plain pattern; with ``optional: true`` a channel
       that fails is left out of the aggregate instead of sending the fans to full;
-    - ``first``: alternatives in order (each a pattern or a list of them): the first one that matches a
-      channel on the machine and reads is used (Tctl/Tdie, then ``Package id *``, then a board
-      thermistor, then ``acpitz``); it fails only when none reads (and is left out when ``optional``).
+    - ``first``: alternatives in order (each a pattern or a list of them): the channels of the first one
+      this machine has are the input (Tctl/Tdie, then ``Package id *``, then a board thermistor, then
+      ``acpitz``); the others never stand in for a chosen channel that fails.
 
-    A plain pattern is a required input: every channel it matches must read."""
+    A plain pattern is a required input: every channel it matches must read, or the fans go to full."""
 
     sensor: Globs | None = None
     first: list[Globs] | None = Field(None, min_length=1)

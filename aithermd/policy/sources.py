@@ -1,16 +1,17 @@
 """A fan curve's source on one machine: required inputs, optional ones, and alternatives in order.
 
-Compiled once per plan (:func:`compile_source`): every entry of the source's list becomes one or more
-:class:`Input` — a plain pattern one required input per channel it matches; ``{sensor, optional}`` one
-input per channel; ``{first: [...]}`` one input whose alternatives are the listed patterns that match a
-channel here, in order (an alternative that matches nothing on this machine is dropped). Resolved every
-tick (:func:`resolve`): an input reads the channels of its first alternative of which at least one reads ok
-(those that read); a required input of which nothing reads fails the source, an optional one is left out.
-With no input left the source has no value and fails too: its fans go to full.
+Compiled once per plan (:func:`compile_source`), that is for the devices the machine has now (again after a
+hotplug or a reload): every entry of the source's list becomes inputs, one per channel — a plain pattern
+or ``{sensor}`` the channels it matches; ``{first: [...]}`` the channels of the first listed alternative
+that matches any channel on this machine (Tctl/Tdie on AMD, ``Package id *`` on Intel, a board thermistor
+where neither driver is loaded). Alternatives choose among the sensors a machine *has*; they never stand in
+for one that fails: a chosen channel that fails, reads nonsense or goes stale sends the curve's fans to
+full (the product's safety rule), unless its entry is ``optional: true`` — then it is left out of the
+aggregate while it fails. With no input reading at all the source fails too.
 
-The window key of a smoothed source (:func:`key`, :func:`parse_key`) encodes its inputs, so two curves over
-the same inputs share one window: ``source:max|a;?b;c>d,e`` (``;`` between inputs, ``?`` optional, ``>``
-between alternatives, ``,`` between an alternative's channels).
+Resolved every tick (:func:`resolve`). The window key of a smoothed source (:func:`key`,
+:func:`parse_key`) encodes its inputs, so two curves over the same inputs share one window:
+``source:max|a;?b`` (``;`` between inputs, ``?`` before an optional one).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ _OK = Status.OK
 
 @dataclass(frozen=True, slots=True)
 class Input:
-    """``alternatives``: channel-id tuples in order of preference; ``optional``: may be left out."""
+    """One channel of a source; ``optional``: left out while it fails instead of failing the source."""
 
-    alternatives: tuple[tuple[str, ...], ...]
+    channel: str
     optional: bool = False
 
 
@@ -69,39 +70,23 @@ def compile_source(agg: Any, devices: Sequence[Device]) -> tuple[str, tuple[Inpu
     fn, items = entries(agg)
     inputs: list[Input] = []
     taken: set[str] = set()
-
-    def fresh(chans: Sequence[Any]) -> tuple[str, ...]:
-        return tuple(c.id for c in chans if c.id not in taken)
-
     for item in items:
+        optional = not isinstance(item, str) and item.optional
         if isinstance(item, str) or item.sensor is not None:
-            pats = [item] if isinstance(item, str) else item.sensor
-            optional = False if isinstance(item, str) else item.optional
-            for cid in fresh(selectors.select_temperatures(pats, devices)):
-                taken.add(cid)
-                inputs.append(Input(((cid,),), optional))
+            chosen = selectors.select_temperatures([item] if isinstance(item, str) else item.sensor, devices)
         else:
-            alts = []
-            for alt in item.first:
-                ids = fresh(selectors.select_temperatures(alt, devices))
-                if ids:
-                    alts.append(ids)
-            if alts:
-                taken.update(c for a in alts for c in a)
-                inputs.append(Input(tuple(alts), item.optional))
+            chosen = next((found for alt in item.first
+                           if (found := selectors.select_temperatures(alt, devices))), [])
+        for c in chosen:
+            if c.id not in taken:
+                taken.add(c.id)
+                inputs.append(Input(c.id, optional))
     return fn, tuple(inputs)
 
 
 def channels(inputs: Sequence[Input]) -> tuple[str, ...]:
-    """Every channel the inputs may read, in order."""
-    return tuple(dict.fromkeys(c for inp in inputs for alt in inp.alternatives for c in alt))
-
-
-def _value(r: Any) -> float | None:
-    if r is None or r.status is not _OK:
-        return None
-    v = r.value
-    return None if v is None or v != v else float(v)
+    """Every channel the inputs read, in order."""
+    return tuple(inp.channel for inp in inputs)
 
 
 def resolve(fn: str, inputs: Sequence[Input], readings: Mapping[str, Any]) -> Resolved:
@@ -111,20 +96,13 @@ def resolve(fn: str, inputs: Sequence[Input], readings: Mapping[str, Any]) -> Re
     failed: tuple[str, str] | None = None
     get = readings.get
     for inp in inputs:
-        found = False
-        for alt in inp.alternatives:
-            for cid in alt:
-                v = _value(get(cid))
-                if v is not None:
-                    values.append(v)
-                    used.append(cid)
-                    found = True
-            if found:
-                break
-        if not found and not inp.optional and failed is None:
-            cid = inp.alternatives[0][0]
-            r = get(cid)
-            failed = (cid, str(r.status) if r is not None else "missing")
+        r = get(inp.channel)
+        v = None if r is None or r.status is not _OK or r.value is None or r.value != r.value else r.value
+        if v is not None:
+            values.append(float(v))
+            used.append(inp.channel)
+        elif not inp.optional and failed is None:
+            failed = (inp.channel, str(r.status) if r is not None else "missing")
     if failed is not None or not values:
         return Resolved(None, tuple(used), failed or ("(no source)", "missing"))
     value = max(values) if fn == "max" else min(values) if fn == "min" else sum(values) / len(values)
@@ -133,17 +111,10 @@ def resolve(fn: str, inputs: Sequence[Input], readings: Mapping[str, Any]) -> Re
 
 def key(fn: str, inputs: Sequence[Input]) -> str:
     """The window key of a smoothed source (see the module doc)."""
-    parts = [("?" if inp.optional else "") + ">".join(",".join(alt) for alt in inp.alternatives)
-             for inp in inputs]
-    return f"{PREFIX}{fn}|{';'.join(parts)}"
+    return f"{PREFIX}{fn}|{';'.join(('?' if i.optional else '') + i.channel for i in inputs)}"
 
 
 def parse_key(text: str) -> tuple[str, tuple[Input, ...]]:
     """The inverse of :func:`key`."""
     fn, body = text[len(PREFIX):].split("|", 1)
-    inputs = []
-    for part in body.split(";") if body else ():
-        optional = part.startswith("?")
-        alts = tuple(tuple(alt.split(",")) for alt in part.lstrip("?").split(">"))
-        inputs.append(Input(alts, optional))
-    return fn, tuple(inputs)
+    return fn, tuple(Input(part.lstrip("?"), part.startswith("?")) for part in body.split(";") if part)

@@ -1,6 +1,7 @@
 """Hung reads at the syscall level: the daemon runs on the recorded X570 board behind FUSE; a read of the
-k10temp's Tctl blocks in the kernel and does not return. The loop ticks on (the board fans fall back to the
-next CPU source that reads), and SIGTERM stops the daemon and restores every fan while the read still hangs.
+k10temp's Tctl blocks in the kernel and does not return. The loop ticks on: the hung chip's channels go
+stale and the board fans that follow Tctl go to full, and SIGTERM stops the daemon and restores every fan
+while the read still hangs.
 
 The process itself leaves only once the read returns: a thread blocked in a read the driver (or the FUSE
 server) has taken sits in uninterruptible sleep, and the kernel finishes the exit only then, for a real
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -44,8 +46,9 @@ class Log:
                 continue
         self.lines.put(None)
 
-    def until(self, wanted: str, timeout_s: float) -> list[dict]:
-        """Events up to the first ``wanted`` one (all that came, if it did not come in time)."""
+    def until(self, wanted: str | Callable[[dict], bool], timeout_s: float) -> list[dict]:
+        """Events up to the first ``wanted`` one (an event name or a test), or all that came in time."""
+        test = wanted if callable(wanted) else (lambda e: e.get("event") == wanted)
         seen: list[dict] = []
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
@@ -56,7 +59,7 @@ class Log:
             if event is None:
                 break
             seen.append(event)
-            if event.get("event") == wanted:
+            if test(event):
                 break
         return seen
 
@@ -72,10 +75,18 @@ def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
             tree.hang(TCTL_FILE)
             hung = log.until("read_hung", 60)
             assert hung[-1]["event"] == "read_hung" and hung[-1]["device"] == "hwmon:k10temp-pci-00c3"
-            # the loop goes on: the board fans change source to the board's thermistors
-            moved = log.until("source_in_use", 30)
-            assert moved[-1]["event"] == "source_in_use"
-            assert moved[-1]["channels"].startswith("hwmon:nct6798-isa-0290/")
+            # the loop goes on: the stale Tctl is reported, and its fans are sent to full
+            seen: set[str] = set()
+
+            def both(e: dict) -> bool:
+                if e.get("event") == "fault" and e.get("status") == "stale":
+                    seen.add(e["subject"])
+                if e.get("event") == "actuation" and e.get("rule") == "safety/failed-source":
+                    seen.add(f"{e['knob']}={e['new']:g}")
+                return {"hwmon:k10temp-pci-00c3/temp1", "hwmon:nct6798-isa-0290/pwm1=100"} <= seen
+
+            log.until(both, 30)
+            assert {"hwmon:k10temp-pci-00c3/temp1", "hwmon:nct6798-isa-0290/pwm1=100"} <= seen, seen
             proc.send_signal(signal.SIGTERM)
             stopped = log.until("stop", 30)  # while the Tctl read still hangs in the kernel
             assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}
@@ -83,7 +94,8 @@ def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
             tree.clear()  # the read returns: the process can leave the kernel
             assert proc.wait(timeout=30) == 0
         finally:
+            tree.clear()
             if proc.poll() is None:
                 proc.kill()
-                proc.wait()
+                proc.wait(timeout=30)
         assert knob_files(tree.mount) == original
