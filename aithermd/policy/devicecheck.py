@@ -79,3 +79,18 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
             if not selectors.select_temperatures(cond.sensor, devices):
                 problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
     return [error_at(policy.tree, where, loc, msg) for loc, msg in problems]
+
+
+def unsourced_fans(policy: Any, devices: Sequence[Device]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """``(rule, curve, fan knob ids)`` for each fan rule of ``policy`` that drives fans on ``devices`` from a
+    curve whose source selects no temperature channel there: those fans can only run at 100 %."""
+    from aithermd.policy.plan import compile_plan
+
+    out = []
+    for rule in compile_plan(policy, tuple(devices)).rules:
+        if rule.kind != "fan" or not rule.targets or rule.curve_name is None:
+            continue
+        empty = sorted(leaf for leaf, inputs in rule.inputs.items() if not inputs)
+        if empty or not rule.inputs:
+            out.append((rule.name, ", ".join(empty) or rule.curve_name, tuple(t.knob.id for t in rule.targets)))
+    return out

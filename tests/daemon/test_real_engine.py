@@ -106,3 +106,50 @@ async def test_a_driver_resetting_the_mode_is_drift_and_is_corrected(machine, cl
     assert len(drift) == 1 and "mode manual → auto" in drift[0].message
     assert seen[-1] == "1\n"  # taken back once, not a fight
     assert knob_files(root) == original
+
+
+async def test_one_sentinel_reading_is_held_and_never_moves_the_fans(machine, clock):
+    """+127 °C for one sample (a saturated register) on Tctl: held at the last good value; the board fans
+    stay on their curve (before sensor trust they went to 100 % and ramped down for a minute)."""
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    tctl = tctl_file(root)
+    good = tctl.read_text()
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        tctl.write_text("127000\n" if seq == 2 else good)
+        seen.append({k: v for k, v in d.hub.latest.decisions.items() if k.endswith("pwm1")})
+        return False
+
+    await d.run(max_ticks=5, until=step)
+    pwm1 = [dec["hwmon:nct6798-isa-0290/pwm1"] for dec in seen]
+    assert all(dec.layer is Layer.POLICY and dec.value < 50.0 for dec in pwm1), pwm1
+    assert not [e for e in d.hub.recent_events() if e.kind == "fault"]
+    assert knob_files(root) == original
+
+
+async def test_a_policy_without_a_source_here_is_a_warning_at_start_and_reload(machine, clock):
+    from structlog.testing import capture_logs
+
+    root, settings, _ = machine
+    policies = root.parent / "policies"
+    policies.mkdir()
+    (policies / "intel.yaml").write_text(
+        "curves:\n  board: {kind: points, source: {max: ['Package id *']}, points: [[40, 30], [85, 100]]}\n"
+        "rules:\n  - {name: board-fans, kind: fan, fans: {chip: 'nct*'}, curve: board}\n")
+    settings = settings.model_copy(update={"policy_dirs": [policies], "policy": "intel", "policy_pinned": True})
+    d = make(settings, clock, root)
+
+    def step():
+        if d.hub.latest.seq == 1:
+            d.request_reload()
+        return False
+
+    with capture_logs() as logs:
+        await d.run(max_ticks=3, until=step)
+    warnings = [e for e in logs if e["event"] == "no_temperature_source"]
+    assert len(warnings) == 2  # at start and at the reload
+    assert warnings[0]["policy"] == "intel" and len(warnings[0]["fans"]) == 6
+    assert "run at 100 %" in warnings[0]["message"]

@@ -1,0 +1,59 @@
+"""A policy whose fan curve finds no temperature sensor on the machine is a loud warning at start, reload
+and hotplug, naming the fans that will run at 100 % (recorded X570 board)."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+
+import structlog
+
+from aithermd.backends.registry import discover, open_backends
+from aithermd.policy.devicecheck import unsourced_fans
+from aithermd.policy.loader import load_policy_file, load_policy_text, shipped_policy_dir
+from aithermd.runtime.world import warn_unsourced
+from tests.backends.helpers import MACHINES_DIR
+
+X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
+NOWHERE = """
+curves:
+  board: {kind: points, source: {max: ["Package id *"]}, points: [[40, 30], [85, 100]]}
+rules:
+  - {name: board-fans, kind: fan, fans: {chip: "nct*"}, curve: board}
+"""
+
+
+def devices(root=X570):
+    backends = open_backends(str(root), cpu=False)
+    try:
+        return tuple(discover(backends))
+    finally:
+        for b in backends:
+            b.close()
+
+
+def test_a_curve_without_a_source_here_is_named_with_its_fans():
+    policy = load_policy_text(textwrap.dedent(NOWHERE), name="intel-only")
+    (found,) = unsourced_fans(policy, devices())
+    assert found[:2] == ("board-fans", "board")
+    assert found[2] == tuple(f"hwmon:nct6798-isa-0290/pwm{n}" for n in range(1, 7))
+
+
+def test_the_warning_is_logged_loudly():
+    policy = load_policy_text(textwrap.dedent(NOWHERE), name="intel-only")
+    with structlog.testing.capture_logs() as logs:
+        messages = warn_unsourced({"intel-only": policy}, devices())
+    assert messages and "6 fan(s) run at 100 %" in messages[0]
+    assert [(e["event"], e["log_level"], e["policy"]) for e in logs] == [
+        ("no_temperature_source", "warning", "intel-only")]
+
+
+def test_shipped_policies_warn_on_no_recorded_machine_with_fans(tmp_path):
+    """On an older kernel (unlabelled k10temp) the shipped policies still find the CPU: no warning."""
+    root = tmp_path / "sys"
+    shutil.copytree(X570, root, symlinks=True)
+    for label in (root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2").glob("temp*_label"):
+        label.unlink()
+    found = devices(root)
+    for name in ("balanced", "ai-training", "quiet"):
+        assert unsourced_fans(load_policy_file(shipped_policy_dir() / f"{name}.yaml"), found) == []
