@@ -1,6 +1,6 @@
 """Every backend keeps the contract of :mod:`tests.support.backend_contract`: the real ones on every recorded
-tree (hwmon on the six machines and two exporter trees, the inline and slow hwmon lanes, powercap on two
-RAPL trees, cpu on this machine's psutil, NVML over the fake NVML from recorded dumps, privileged and not)
+tree (hwmon on the six machines and two exporter trees, the inline and slow hwmon lanes, thermal zones,
+powercap on two RAPL trees, cpu on this machine's psutil, NVML over the fake NVML from recorded dumps, privileged and not)
 and the fakes the other tests drive the daemon with (:mod:`tests.support.fake_backend`)."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from aithermd.backends.hwmon_subset import HwmonSubset
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.backends.powercap import RaplBackend
 from aithermd.backends.slow import SlowBackend, SlowOptions
+from aithermd.backends.thermal import ThermalBackend
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.smi_dump import load_dump
 from tests.support import backend_contract as contract
@@ -74,6 +75,10 @@ def hwmon_inline(tmp: Path) -> Rig:
 
 def rapl(tree: str) -> Callable[[Path], Rig]:
     return lambda tmp: sysfs_rig(tmp, tree, lambda root, io, clock: RaplBackend(root, clock=clock, io=io))
+
+
+def thermal(tree: str) -> Callable[[Path], Rig]:
+    return lambda tmp: sysfs_rig(tmp, tree, lambda root, io, clock: ThermalBackend(root, io=io, clock=clock))
 
 
 def slow_lane(tmp: Path) -> Rig:
@@ -184,6 +189,7 @@ CASES: dict[str, Case] = {
     **{f"hwmon:{m}": Case(hwmon(m), knobs=m not in NO_PWM) for m in MACHINES},
     **{f"hwmon:{t.removesuffix('.ttar')}": Case(hwmon(t)) for t in HWMON_TREES},
     "hwmon-inline:z690": Case(hwmon_inline),
+    "thermal:node-exporter-sys-hwmon-thermal-powercap": Case(thermal(HWMON_TREES[0])),
     "slow:z690-nvme": Case(slow_lane),
     **{f"powercap:{t.removesuffix('.ttar')}": Case(rapl(t), knobs=True) for t in RAPL_TREES},
     "cpu:psutil": Case(cpu, loses=False),

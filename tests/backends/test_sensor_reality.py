@@ -13,7 +13,9 @@ from aithermd.model import Status
 from aithermd.policy import selectors
 from aithermd.sim import ttar
 
-from .helpers import TTAR, copy_machine
+from tests.support.machines import copy_machine
+
+from .helpers import TTAR
 
 X570 = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
 Z690 = "asus-rog-strix-z690-e-alderlake-coretemp-nvme"
@@ -36,7 +38,7 @@ def unlabel(hwmon_dir: Path) -> None:
 def test_coretemp_above_its_own_tjmax_is_implausible(tmp_path):
     """coretemp reports TjMax − readout (readout ≥ 0): Package id 0 above its temp1_crit (100 °C) cannot be
     real, 99 °C can."""
-    root = copy_machine(Z690, tmp_path)
+    root = copy_machine(tmp_path, Z690)
     temp1 = root / "devices/platform/coretemp.0/hwmon/hwmon2/temp1_input"
     backend, devices = discover(root)
     try:
@@ -51,7 +53,7 @@ def test_coretemp_above_its_own_tjmax_is_implausible(tmp_path):
 
 
 def test_unlabelled_k10temp_channels_get_their_documented_names(tmp_path):
-    root = copy_machine(X570, tmp_path)
+    root = copy_machine(tmp_path, X570)
     unlabel(root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2")
     backend, devices = discover(root)
     backend.close()
@@ -64,7 +66,7 @@ def test_unlabelled_k10temp_channels_get_their_documented_names(tmp_path):
 
 
 def test_labelled_k10temp_channels_keep_their_labels_and_no_alias(tmp_path):
-    root = copy_machine(X570, tmp_path)
+    root = copy_machine(tmp_path, X570)
     backend, devices = discover(root)
     backend.close()
     assert [(c.label, c.alias) for c in devices[K10].channels] == [
@@ -82,7 +84,7 @@ def test_coretemp_physical_id_is_known_as_package_id(tmp_path):
 
 
 def test_unlabelled_coretemp_gets_package_and_core_names(tmp_path):
-    root = copy_machine(Z690, tmp_path)
+    root = copy_machine(tmp_path, Z690)
     unlabel(root / "devices/platform/coretemp.0/hwmon/hwmon2")
     backend, devices = discover(root)
     backend.close()
@@ -91,7 +93,7 @@ def test_unlabelled_coretemp_gets_package_and_core_names(tmp_path):
 
 
 def test_a_chip_without_a_name_is_named_after_its_driver(tmp_path):
-    root = copy_machine(X570, tmp_path)
+    root = copy_machine(tmp_path, X570)
     nct = root / "devices/platform/nct6775.656"
     (nct / "hwmon/hwmon1/name").unlink()
     os.makedirs(root / "bus/platform/drivers/nct6775")
@@ -107,7 +109,7 @@ def test_a_chip_without_a_name_is_named_after_its_driver(tmp_path):
 
 
 def test_a_chip_with_neither_name_nor_driver_is_skipped(tmp_path):
-    root = copy_machine(X570, tmp_path)
+    root = copy_machine(tmp_path, X570)
     (root / "devices/platform/nct6775.656/hwmon/hwmon1/name").unlink()
     backend, devices = discover(root)
     backend.close()
@@ -116,7 +118,7 @@ def test_a_chip_with_neither_name_nor_driver_is_skipped(tmp_path):
 
 @pytest.mark.parametrize(("raw", "value"), [(b"127000\n", None), (b"-128000\n", None), (b"64125\n", 64.125)])
 def test_the_fast_lane_reader_rejects_what_the_sample_rejects(tmp_path, raw, value):
-    root = copy_machine(X570, tmp_path)
+    root = copy_machine(tmp_path, X570)
     backend, _ = discover(root)
     quick = backend.reader(f"{K10}/temp1")
     try:

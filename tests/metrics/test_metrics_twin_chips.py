@@ -13,11 +13,11 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.model import Snapshot
 from aithermd.publish import metrics
 from aithermd.publish.document import snapshot_document
-from tests.backends.helpers import copy_machine
+from tests.support.machines import copy_machine
 
 
 def twin_machine(tmp_path):
-    root = copy_machine("asus-rog-strix-z690-e-alderlake-coretemp-nvme", tmp_path)
+    root = copy_machine(tmp_path, "asus-rog-strix-z690-e-alderlake-coretemp-nvme")
     acpi = root / "devices" / "LNXSYSTM:00"
     shutil.copytree(acpi / "LNXTHERM:00", acpi / "LNXTHERM:01", symlinks=True)
     (acpi / "LNXTHERM:01" / "hwmon" / "hwmon1").rename(acpi / "LNXTHERM:01" / "hwmon" / "hwmon9")

@@ -26,7 +26,7 @@ rules:
 def devices(root=X570):
     backends = open_backends(str(root), cpu=False)
     try:
-        return tuple(discover(backends))
+        return tuple(discover(backends).devices)
     finally:
         for b in backends:
             b.close()

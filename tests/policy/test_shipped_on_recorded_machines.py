@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aithermd.backends.trust import SensorTrust
-from aithermd.inventory import discover, open_backends
+from aithermd.backends.registry import discover, open_backends
 from aithermd.model import KnobKind, Layer
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.loader import load_policy_file, shipped_policy_dir
@@ -50,7 +50,7 @@ def run_policy(root: Path, policy_name: str, ticks: int = 4):
     """Discover ``root`` with the daemon's backends, run the shipped policy ``ticks`` seconds through the
     sensor trust and the engine; the last result and the devices."""
     backends = open_backends(str(root), cpu=False)
-    devices = tuple(discover(backends))
+    devices = tuple(discover(backends).devices)
     policy = load_policy_file(shipped_policy_dir() / f"{policy_name}.yaml")
     trust = SensorTrust()
     trust.configure(devices)
