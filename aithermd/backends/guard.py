@@ -147,7 +147,8 @@ class ReadGuard:
             why = skip.get(c.rsplit("/", 1)[0])
             if why is None and whole:
                 why = f"read hung: no answer within {self.deadline_s:g} s"
-            out[c] = Reading(c, None, Status.STALE, why) if why else Reading(c, None, Status.FAILED, ETIMEDOUT)
+            out[c] = (Reading(c, None, Status.STALE, why) if why
+                      else Reading(c, None, Status.FAILED, ETIMEDOUT))
         return Sample(t, out)
 
     def close(self) -> None:

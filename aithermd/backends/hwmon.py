@@ -237,8 +237,8 @@ class HwmonBackend(Quarantine):
                 alias=alias(chip.prefix, attribute, label, os.path.basename(bus_path)),
             )
             channels.append(channel)
-            self._inputs.append(_Input(channel, Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}")),
-                                       convert, chip.prefix))
+            attr = Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}"))
+            self._inputs.append(_Input(channel, attr, convert, chip.prefix))
         knobs = [
             self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
             for f in sorted(files, key=natural_key)

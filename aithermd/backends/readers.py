@@ -5,8 +5,9 @@ backend's private state.
 
 - :class:`HwmonReader`: one hwmon input file (``tempN_input``) through a descriptor of its own (kept open,
   one ``pread``), converted and checked for plausibility (range, sentinels) exactly as the backend's sample
-  does (kernel hwmon sysfs ABI, :mod:`aithermd.backends.plausible`). Safe on the event loop: a plain sysfs attribute answers in microseconds (slow chips are never
-  offered: they live in :mod:`aithermd.backends.slow`).
+  does (kernel hwmon sysfs ABI, :mod:`aithermd.backends.plausible`). Safe on the event loop: a plain sysfs
+  attribute answers in microseconds (slow chips are never offered: they live in
+  :mod:`aithermd.backends.slow`).
 - :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
   thread, never on the loop.

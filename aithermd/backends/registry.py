@@ -1,8 +1,8 @@
 """The one place that opens backends and discovers devices.
 
 - :func:`open_backends` builds the backends for one sysfs root (hwmon, powercap/RAPL, thermal zones, cpu,
-  and GPUs when an NVML module is given); :func:`open_for_daemon` is what ``aithermd run`` opens: the same, NVML when the
-  settings enable it and the bindings import, and the slow hwmon chips (nvme, drivetemp) split off into
+  and GPUs when an NVML module is given); :func:`open_for_daemon` is what ``aithermd run`` opens: the
+  same, NVML when the settings enable it and the bindings import, and the slow hwmon chips (nvme, drivetemp) split off into
   their own worker (:mod:`aithermd.backends.slow`).
 - :func:`discover` asks every backend for its devices and indexes them in an :class:`Inventory`;
   :func:`rediscover` does it again for the backend families a hotplug event names (off the loop, one
@@ -100,9 +100,9 @@ def _index(backends: Sequence[Backend], found: Mapping[int, Sequence[Device]]) -
 
 
 def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = True) -> list[Backend]:
-    """Backends for ``sysfs_root``: hwmon, powercap and thermal zones always, ``cpu`` (the live machine's procfs, the
-    root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module) is given.
-    Nothing is read yet."""
+    """Backends for ``sysfs_root``: hwmon, powercap and thermal zones always, ``cpu`` (the live machine's
+    procfs, the root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module)
+    is given. Nothing is read yet."""
     from aithermd.backends.cpu import CpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.powercap import RaplBackend

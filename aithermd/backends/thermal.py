@@ -53,7 +53,8 @@ class ThermalBackend(ReadOnly, Quarantine):
 
     kind = "thermal"
 
-    def __init__(self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, sysfs_root: str = "/sys", io: SysfsIO | None = None,
+                 clock: Clock | None = None) -> None:
         self.sysfs_root = sysfs_root
         self.io = io or SysfsIO()
         self.clock = clock or RealClock()
@@ -80,7 +81,8 @@ class ThermalBackend(ReadOnly, Quarantine):
                               quantity=Quantity.TEMPERATURE, unit=UNITS[Quantity.TEMPERATURE], label=kind,
                               thresholds=thresholds)
             lo, hi = temperature_range("", thresholds)
-            self._zones.append((channel.id, dev_id, Attribute(self.io, os.path.join(zone_dir, "temp")), lo, hi))
+            attr = Attribute(self.io, os.path.join(zone_dir, "temp"))
+            self._zones.append((channel.id, dev_id, attr, lo, hi))
             devices.append(Device(id=dev_id, kind=DeviceKind.THERMAL, name=kind, channels=(channel,),
                                   info={"zone": os.path.basename(zone_dir)}))
         return devices
@@ -96,8 +98,10 @@ class ThermalBackend(ReadOnly, Quarantine):
             m = _TRIP.match(f)
             kind = read_optional_text(self.io, os.path.join(zone_dir, f)) if m else None
             key = TRIPS.get((kind or "").strip())
-            raw = read_optional_int(self.io, os.path.join(zone_dir, f"trip_point_{m[1]}_temp")) if key else None
-            if key is None or raw is None:
+            if key is None or m is None:
+                continue
+            raw = read_optional_int(self.io, os.path.join(zone_dir, f"trip_point_{m[1]}_temp"))
+            if raw is None:
                 continue
             value = units.mc_to_c(raw)
             if not lo <= value <= hi or sentinel(Quantity.TEMPERATURE, value):

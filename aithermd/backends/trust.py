@@ -46,7 +46,8 @@ _OK, _FAILED, _IMPLAUSIBLE = Status.OK, Status.FAILED, Status.IMPLAUSIBLE
 @dataclass(frozen=True, slots=True)
 class TrustOptions:
     """``confirm_reads``: consecutive suspect readings that confirm a failure or a rise (≥ 1; 1 trusts every
-    reading as it comes); ``max_hold_s``: the oldest last good value that may stand in for a suspect one (s)."""
+    reading as it comes); ``max_hold_s``: the oldest last good value that may stand in for a suspect one
+    (s)."""
 
     confirm_reads: int = 2
     max_hold_s: float = 3.0

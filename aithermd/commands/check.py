@@ -39,7 +39,8 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
     if args.sysfs_root:
         if not os.path.isdir(args.sysfs_root):
             raise OSError(f"{args.sysfs_root}: not a directory")
-        if not any(os.path.isdir(os.path.join(args.sysfs_root, "class", c)) for c in ("hwmon", "powercap", "thermal")):
+        if not any(os.path.isdir(os.path.join(args.sysfs_root, "class", c))
+                   for c in ("hwmon", "powercap", "thermal")):
             raise OSError(f"{args.sysfs_root}: not a sysfs tree (no class/hwmon or class/powercap in it; "
                           "give a machine's sys/ directory)")
         backends = open_backends(args.sysfs_root, cpu=False)

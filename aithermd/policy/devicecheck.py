@@ -92,5 +92,6 @@ def unsourced_fans(policy: Any, devices: Sequence[Device]) -> list[tuple[str, st
             continue
         empty = sorted(leaf for leaf, inputs in rule.inputs.items() if not inputs)
         if empty or not rule.inputs:
-            out.append((rule.name, ", ".join(empty) or rule.curve_name, tuple(t.knob.id for t in rule.targets)))
+            fans = tuple(t.knob.id for t in rule.targets)
+            out.append((rule.name, ", ".join(empty) or rule.curve_name, fans))
     return out

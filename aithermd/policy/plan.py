@@ -53,7 +53,7 @@ class CRule:
     model: Any  # the schema rule
     curve_name: str | None = None
     curves: dict[str, Any] = field(default_factory=dict)  # every curve the rule's curve may reach, by name
-    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → every channel it may read
+    sources: dict[str, tuple[str, ...]] = field(default_factory=dict)  # leaf curve → the channels it reads
     agg: dict[str, str] = field(default_factory=dict)  # leaf curve → "max" | "min" | "mean"
     inputs: dict[str, tuple[sources.Input, ...]] = field(default_factory=dict)  # leaf curve → its inputs
     smooth: dict[str, tuple[str, float]] = field(default_factory=dict)  # leaf → (window key, smoothing_s)

@@ -1,7 +1,7 @@
 """Every backend keeps the contract of :mod:`tests.support.backend_contract`: the real ones on every recorded
 tree (hwmon on the six machines and two exporter trees, the inline and slow hwmon lanes, thermal zones,
-powercap on two RAPL trees, cpu on this machine's psutil, NVML over the fake NVML from recorded dumps, privileged and not)
-and the fakes the other tests drive the daemon with (:mod:`tests.support.fake_backend`)."""
+powercap on two RAPL trees, cpu on this machine's psutil, NVML over the fake NVML from recorded dumps,
+privileged and not) and the fakes the other tests drive the daemon with (:mod:`tests.support.fake_backend`)."""
 
 from __future__ import annotations
 
@@ -270,5 +270,5 @@ def test_close_twice(rig):
 
 def test_every_backend_family_and_fake_is_held_to_the_contract():
     families = {name.split(":", 1)[0] for name in CASES}
-    assert families == {"hwmon", "hwmon-inline", "slow", "powercap", "cpu", "nvml", "fake"}
+    assert families == {"hwmon", "hwmon-inline", "slow", "powercap", "thermal", "cpu", "nvml", "fake"}
     assert len([n for n in CASES if n.startswith("hwmon:")]) == len(MACHINES) + len(HWMON_TREES)

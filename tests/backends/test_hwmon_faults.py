@@ -185,7 +185,7 @@ def test_pwm_read_fault_gives_the_knob_a_status():
 
 @pytest.mark.parametrize("code", [errno.EAGAIN, errno.EBUSY])
 def test_a_busy_read_is_retried_at_once(code):
-    """i2c/pmbus drivers answer EAGAIN/EBUSY while the bus is taken: the second read, at once, gets the value."""
+    """i2c/pmbus drivers answer EAGAIN/EBUSY while the bus is taken: the second read, at once, gets it."""
     backend, io = backend_with({VICTIM_FILE: [None, OSError(code, os.strerror(code)), None]})
     backend.sample()
     reading = backend.sample().readings[VICTIM]

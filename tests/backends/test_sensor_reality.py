@@ -12,7 +12,6 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.model import Status
 from aithermd.policy import selectors
 from aithermd.sim import ttar
-
 from tests.support.machines import copy_machine
 
 from .helpers import TTAR

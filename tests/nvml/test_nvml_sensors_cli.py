@@ -54,9 +54,11 @@ def test_gpu_profiles_join_the_recorded_machine():
         "id": "gpu0/temperature",
         "attribute": "temperature",
         "label": "temperature",
+        "alias": None,
         "value": 28.0,
         "unit": "°C",
         "status": "ok",
+        "reason": None,
     }
     assert channels["power"]["value"] == 20.0 and channels["fan0"]["unit"] == "%"
     knobs = {k["id"]: k for k in g0["knobs"]}

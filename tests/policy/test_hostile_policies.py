@@ -43,16 +43,16 @@ def test_anchors_and_aliases_of_ordinary_size_still_work():
 @pytest.mark.parametrize(("old", "new", "where"), [
     ("below: 10", "below: .nan", S0.format(77) + "below: should be a finite number"),
     ("60, below: 10", ".inf, below: 10", S0.format(66) + "window_s: should be a finite number"),
-    ("[[40, 30]", "[[.nan, 30]", "p.yaml:35:15: error: curves.board.points[0][0]: should be a finite number"),
-    ("hysteresis_c: 4", "hysteresis_c: .nan", "p.yaml:37:19: error: curves.board.hysteresis_c: should be a "
+    ("[[40, 30]", "[[.nan, 30]", "p.yaml:44:15: error: curves.board.points[0][0]: should be a finite number"),
+    ("hysteresis_c: 4", "hysteresis_c: .nan", "p.yaml:46:19: error: curves.board.hysteresis_c: should be a "
                                               "finite number"),
-    ("smoothing_s: 20", "smoothing_s: .inf", "p.yaml:36:18: error: curves.board.smoothing_s: should be a "
+    ("smoothing_s: 20", "smoothing_s: .inf", "p.yaml:45:18: error: curves.board.smoothing_s: should be a "
                                              "finite number"),
     ("min_dwell_s: 30", "min_dwell_s: .inf", "p.yaml:29:22: error: machines.load.states[1].min_dwell_s: "
                                              "should be a finite number"),
-    ("limit: 70%", "limit: .nan", "p.yaml:49:12: error: rules[1].limit: nan is not a power value: expected a "
+    ("limit: 70%", "limit: .nan", "p.yaml:58:12: error: rules[1].limit: nan is not a power value: expected a "
                                   "finite number of watts"),
-    ("limit: 70%", "limit: .inf", "p.yaml:49:12: error: rules[1].limit: inf is not a power value: expected a "
+    ("limit: 70%", "limit: .inf", "p.yaml:58:12: error: rules[1].limit: inf is not a power value: expected a "
                                   "finite number of watts"),
 ])
 def test_nan_and_infinity_are_refused_where_a_number_is_expected(old, new, where):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aithermd.backends.trust import SensorTrust
 from aithermd.backends.registry import discover, open_backends
+from aithermd.backends.trust import SensorTrust
 from aithermd.model import KnobKind, Layer
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.loader import load_policy_file, shipped_policy_dir
