@@ -12,11 +12,14 @@ watching from the published snapshot:
 
 Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread`` per hwmon file through a
 descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.readers`) —
-every ``1 / rate_hz`` s. When one reaches its trigger the lane applies the safety layer's own decisions for
-it (power limits to their minimum, the device's fans and the fans whose curve reads it to full) through the
-one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under the loop's tick
-lock so it never interleaves with a tick. The next main tick sees the same temperature, its safety layer
-latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
+every ``1 / rate_hz`` s. A crossing that left the tick's reading faster than the sensor can move (the
+sensor trust's rate limits, :mod:`aithermd.backends.plausible`) is a suspected spike: the lane acts only
+when the next poll still reads it at its trigger (one poll period later), as the tick's trust would; a
+plausible rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
+decisions for it (power limits to their minimum, the device's fans and the fans whose curve reads it to
+full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back),
+under the loop's tick lock so it never interleaves with a tick. The next main tick sees the same
+temperature, its safety layer latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
 With nothing to watch the lane sleeps until the next re-arm (no cost).
 
 In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own: a thread's timed
@@ -37,9 +40,10 @@ from typing import Any
 
 import structlog
 
+from aithermd.backends.plausible import MIN_DT_S, rate_limit
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
-from aithermd.model import DeviceKind, Event, Reading, Snapshot, Status
+from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Status
 from aithermd.policy import safety
 
 CRITICAL_RULE = "safety/critical-temperature"
@@ -98,6 +102,9 @@ class FastLane:
         self._hwmon: dict[str, Any] = {}  # channel id → a reader read on the loop (read(), close())
         self._nvml: dict[str, Any] = {}  # channel id → a reader awaited on its worker (aread(timeout_s))
         self._base: Mapping[str, Reading] = {}
+        self._base_t = 0.0
+        self._jump: dict[str, float] = {}  # channel → its rate limit (°C/s): a faster crossing is confirmed
+        self._pending: set[str] = set()  # crossings seen once that moved faster than their rate limit
         self._plan: Any = None
         self._devices: Any = None
         self._armed = asyncio.Event()
@@ -117,7 +124,8 @@ class FastLane:
         plan = getattr(cycle.state, "safety", None)
         if not isinstance(plan, safety.SafetyPlan) or plan.devices != world.devices:
             plan = safety.plan(world.devices, safety.SafetyParams())
-        self._plan, self._base = plan, snapshot.readings
+        self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
+        by_id = {d.id: d for d in world.devices}
         hot = self._hot_gpus(world.devices, snapshot)
         watch: dict[str, float] = {}
         for cid, trig in plan.triggers:
@@ -133,6 +141,9 @@ class FastLane:
             for cid in [c for c in self._nvml if c not in watch]:
                 del self._nvml[cid]
             self.watch = watch
+            self._jump = {cid: rate_limit(Quantity.TEMPERATURE, _driver(by_id.get(cid.rsplit("/", 1)[0])))
+                          or float("inf") for cid in watch}
+            self._pending.clear()
             self.acted.clear()
             # already at its trigger in this tick: the tick's own safety layer acted (and latches); the lane
             # waits for the next crossing instead of repeating that action every tick
@@ -241,10 +252,25 @@ class FastLane:
                 fresh[cid] = temp
         critical = {cid: (v, self.watch[cid]) for cid, v in fresh.items()
                     if cid in self.watch and v >= self.watch[cid] and cid not in self.acted}
+        self._pending &= critical.keys()  # a spike that fell back below its trigger is dropped
+        for cid in [c for c in critical if self._spike(c, critical[c][0])]:
+            del critical[cid]  # faster than the sensor can move: confirmed by the next poll, as by the tick
+            self._pending.add(cid)
         if not critical:
             return False
         await self._act(critical, fresh)
         return True
+
+    def _spike(self, cid: str, value: float) -> bool:
+        """True when ``value`` left the tick's reading faster than the channel's rate limit and was not seen
+        by the previous poll already (:mod:`aithermd.backends.plausible`, the sensor trust's rule)."""
+        if cid in self._pending:
+            return False
+        base = self._base.get(cid)
+        if base is None or base.status != Status.OK or base.value is None:
+            return False
+        dt = max(self.clock.monotonic() - self._base_t, MIN_DT_S)
+        return value - base.value > self._jump.get(cid, float("inf")) * dt
 
     async def _act(self, critical: Mapping[str, tuple[float, float]], fresh: Mapping[str, float]) -> None:
         async with self.lock:
@@ -289,3 +315,10 @@ class FastLane:
             self._hwmon.clear()
             self._nvml.clear()
             self.watch = {}
+
+
+def _driver(device: Any) -> str | None:
+    """The name rate limits go by: ``nvml`` for an NVIDIA GPU, else the device's driver name."""
+    if device is None:
+        return None
+    return "nvml" if device.kind == DeviceKind.GPU else device.name

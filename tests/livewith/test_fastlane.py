@@ -152,6 +152,7 @@ async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_a
     assert set(lane.watch) == {"gpu0/temperature"} and lane.watch["gpu0/temperature"] == dict(trigger)[
         "gpu0/temperature"] == 95.0 - 5.0
     fake.set_dynamic(0, temp_c=93.0)
+    assert await lane.poll_once() is False  # 40 → 93 °C at once: faster than a GPU moves, confirmed next poll
     assert await lane.poll_once() is True
     knobs = {k.id: k for d in cycle.world.devices for k in d.knobs}
     assert fake.power_limit_w(0) == knobs["gpu0/power_limit"].min == 100.0
@@ -205,3 +206,22 @@ def test_the_daemon_polls_from_a_thread_in_real_time():
     options = LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=True)
     assert options.fastlane is not None and options.fastlane.threaded
     assert LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=False).fastlane is None
+
+
+async def test_a_spike_across_the_trigger_waits_for_the_next_poll(board, clock, root):
+    """80 → 120 °C between two polls is faster than a GPU die moves (30 °C/s): the lane, like the tick's
+    sensor trust, acts only if the next poll still reads it — a one-poll spike never moves a fan."""
+    cycle, _ = board
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane = lane_for(cycle, [], clock)
+    lane.rearm(await cycle.run(1))
+    original = read(root, f"{AMDGPU}/pwm1")
+    write(root, f"{AMDGPU}/temp1_input", 120000)
+    assert await lane.poll_once() is False  # suspected spike
+    write(root, f"{AMDGPU}/temp1_input", 81000)
+    assert await lane.poll_once() is False  # it was one: dropped
+    assert read(root, f"{AMDGPU}/pwm1") == original
+    write(root, f"{AMDGPU}/temp1_input", 120000)
+    assert await lane.poll_once() is False
+    assert await lane.poll_once() is True  # still there one poll later: real, acted on
+    assert read(root, f"{AMDGPU}/pwm1") == 255
