@@ -17,10 +17,10 @@ sensor trust's rate limits, :mod:`aithermd.backends.plausible`) is a suspected s
 when the next poll still reads it at its trigger (one poll period later), as the tick's trust would; a
 plausible rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
 decisions for it (power limits to their minimum, the device's fans and the fans whose curve reads it to
-full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back),
-under the loop's tick lock so it never interleaves with a tick. The next main tick sees the same
-temperature, its safety layer latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
-With nothing to watch the lane sleeps until the next re-arm (no cost).
+full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under
+the loop's tick lock so it never interleaves with a tick. The next main tick sees the same temperature,
+its safety layer latches and takes over. A channel acted on is not acted on again until the next tick
+re-arms the lane. With nothing to watch the lane sleeps until the next re-arm (no cost).
 
 In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own: a thread's timed
 wait costs well under an event-loop wake-up (about 0.07–0.11 % against 0.18 % of a core at 10 Hz on the
