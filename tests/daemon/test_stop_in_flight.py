@@ -73,8 +73,8 @@ def fast_lane_hang(d: Daemon, gpu: GatedGpu, tasks: list):
     def step() -> bool:
         seq = d.hub.latest.seq
         if seq == 1:
-            gpu.temps["temp1"] = 86.0  # within 10 °C of its trigger (crit 95 − 5): watched after tick 2
-        if seq == 2:
+            gpu.temps["temp1"] = 86.0  # within 10 °C of its trigger (crit 95 − 5): watched after tick 3
+        if seq == 3:  # a jump that large is held one reading by the sensor trust; tick 3 confirms it
             lane = FastLane(lambda: d.tick, d.tick.lock, lambda events: None,
                             FastLaneOptions(apply_timeout_s=0.05), clock=d.clock)
             lane.rearm(d.hub.latest)
