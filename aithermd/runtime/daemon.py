@@ -335,8 +335,11 @@ class Daemon:
         ``FILE:LINE:COL: error: KEY: ...`` lines; [] for a policy without a document (a test engine's)."""
         if self.tick is None or getattr(policy, "document", None) is None:
             return []
-        from aithermd.policy.devicecheck import check_devices
-        return [err.format() for err in check_devices(policy, self.tick.world.devices)]
+        from aithermd.policy.devicecheck import check_devices, unsourced_fans
+        devices = self.tick.world.devices
+        return [err.format() for err in check_devices(policy, devices)] + [
+            unsourced_message(policy.name, rule, curve, fans)
+            for rule, curve, fans in unsourced_fans(policy, devices)]
 
     def _warn_unmatched(self) -> None:
         """Warn once per policy and machine when a policy in force (active or held) selects nothing here:
@@ -348,7 +351,16 @@ class Daemon:
             if policy is None or self._checked.get(name) == (id(policy), id(world.devices)):
                 continue
             self._checked[name] = (id(policy), id(world.devices))
+            unsourced = []
+            if getattr(policy, "document", None) is not None:
+                from aithermd.policy.devicecheck import unsourced_fans
+                unsourced = unsourced_fans(policy, world.devices)
+            for rule, curve, fans in unsourced:  # its fans can only run at 100 %: say so loudly
+                self._log.warning("no_temperature_source", policy=name, rule=rule, curve=curve,
+                                  fans=list(fans), message=unsourced_message(name, rule, curve, fans))
             for line in self.selection_warnings(policy):
+                if "selects no temperature sensor" in line or (unsourced and "matches this source" in line):
+                    continue
                 self._log.warning("policy_selects_nothing", policy=name, error=line,
                                   message="this rule does nothing on this machine")
 
@@ -361,3 +373,10 @@ class Daemon:
             done = self._last_tick_done
             if done is not None and self.clock.monotonic() - done <= self.settings.tick_s + 2 * interval:
                 self.notifier.watchdog()
+
+
+def unsourced_message(policy: str, rule: str, curve: str, fans: Sequence[str]) -> str:
+    """The warning for a fan rule whose curve finds no temperature sensor on the machine."""
+    return (f"policy {policy}, rule {rule}: curve {curve} selects no temperature sensor on this machine, so "
+            f"its {len(fans)} fan(s) run at 100 %; name a sensor `aithermd sensors` shows, or list "
+            "alternatives with first: [...]")

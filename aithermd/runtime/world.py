@@ -19,8 +19,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import structlog
-
 from aithermd.backends.base import Backend
 from aithermd.backends.registry import Inventory, discover
 from aithermd.errors import PolicyError, PolicyErrors
@@ -155,43 +153,15 @@ def build_world(settings: DaemonSettings, backends: Sequence[Backend], engine: E
                 inventory: Inventory | None = None) -> World:
     """Discover ``backends`` (unless their ``inventory`` is given) and load the policies. Raises
     PolicyErrors."""
-    world = World(inventory or discover(backends), load_policies(settings, engine))
-    warn_unsourced(world.policies, world.devices)
-    return world
+    return World(inventory or discover(backends), load_policies(settings, engine))
 
 
 def with_policies(world: World, policy_set: PolicySet) -> World:
     """``world`` with another policy set (a reload); the devices stay."""
-    warn_unsourced(policy_set.policies, world.devices)
     return replace(world, policy_set=policy_set)
 
 
 def with_inventory(world: World, inventory: Inventory) -> World:
     """``world`` with rediscovered devices (hotplug); the policies stay."""
-    warn_unsourced(world.policies, inventory.devices)
     return replace(world, inventory=inventory)
 
-
-def warn_unsourced(policies: Mapping[str, Any], devices: Sequence[Device]) -> list[str]:
-    """Warn, loudly and once per world (start, reload, hotplug), about each fan rule whose curve finds no
-    temperature sensor on this machine: its fans can only run at 100 %. Returns the messages."""
-    from aithermd.policy.devicecheck import unsourced_fans
-
-    log = structlog.get_logger("aithermd.world")
-    messages = []
-    for name, policy in sorted(policies.items()):
-        if getattr(policy, "document", None) is None:  # a stand-in engine's policy: nothing to check
-            continue
-        try:
-            found = unsourced_fans(policy, devices)
-        except Exception as exc:  # noqa: BLE001 - a check never stops the daemon
-            log.warning("source_check_failed", policy=name, error=str(exc))
-            continue
-        for rule, curve, fans in found:
-            message = (f"policy {name}, rule {rule}: curve {curve} selects no temperature sensor on this "
-                       f"machine, so its {len(fans)} fan(s) run at 100 %; name a sensor `aithermd sensors` "
-                       "shows, or list alternatives with first: [...]")
-            log.warning("no_temperature_source", policy=name, rule=rule, curve=curve, fans=list(fans),
-                        message=message)
-            messages.append(message)
-    return messages

@@ -6,12 +6,10 @@ from __future__ import annotations
 import shutil
 import textwrap
 
-import structlog
-
 from aithermd.backends.registry import discover, open_backends
 from aithermd.policy.devicecheck import unsourced_fans
 from aithermd.policy.loader import load_policy_file, load_policy_text, shipped_policy_dir
-from aithermd.runtime.world import warn_unsourced
+from aithermd.runtime.daemon import unsourced_message
 from tests.backends.helpers import MACHINES_DIR
 
 X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
@@ -39,13 +37,12 @@ def test_a_curve_without_a_source_here_is_named_with_its_fans():
     assert found[2] == tuple(f"hwmon:nct6798-isa-0290/pwm{n}" for n in range(1, 7))
 
 
-def test_the_warning_is_logged_loudly():
+def test_the_warning_names_the_fans_and_what_to_do():
     policy = load_policy_text(textwrap.dedent(NOWHERE), name="intel-only")
-    with structlog.testing.capture_logs() as logs:
-        messages = warn_unsourced({"intel-only": policy}, devices())
-    assert messages and "6 fan(s) run at 100 %" in messages[0]
-    assert [(e["event"], e["log_level"], e["policy"]) for e in logs] == [
-        ("no_temperature_source", "warning", "intel-only")]
+    ((rule, curve, fans),) = unsourced_fans(policy, devices())
+    message = unsourced_message("intel-only", rule, curve, fans)
+    assert message.startswith("policy intel-only, rule board-fans: curve board selects no temperature sensor")
+    assert "6 fan(s) run at 100 %" in message and "aithermd sensors" in message
 
 
 def test_shipped_policies_warn_on_no_recorded_machine_with_fans(tmp_path):
