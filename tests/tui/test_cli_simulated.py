@@ -329,7 +329,7 @@ def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
         assert p.returncode == 0, p.stderr
         lines = p.stderr.splitlines()
         assert lines[0] == "aithermctl: active policy is now lab"
-        assert len(lines) == 2 and lines[1].startswith(f"aithermctl: warning: {policies / 'lab.yaml'}:52:")
+        assert len(lines) == 2 and lines[1].startswith(f"aithermctl: warning: {policies / 'lab.yaml'}:61:")
         assert "selects no fan on this machine" in lines[1]
         p = ctl(bus.address, "policy", "set", "quiet")  # a policy that fits: no warning
         assert p.stderr.splitlines() == ["aithermctl: active policy is now quiet"]
