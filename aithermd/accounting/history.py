@@ -5,8 +5,8 @@ Per local day: each device's total, idle and unattributed joules, and per group 
 ``container``, ``process`` — a command name, pids being too short-lived to report on) the joules per device.
 Per Slurm job: first and last time seen, users, joules per device (the job's own record, whatever became of
 it in Slurm). Bounds: ``max_days`` days, ``max_names`` names per kind and day (the smallest beyond that fold
-into ``other``), ``max_jobs`` job records (the oldest go first). Reports: kWh, and cost where a price per
-kWh is set.
+into ``other``), ``max_jobs`` job records (the oldest go first), and the file within 2 MiB (the oldest days
+go first, :mod:`aithermd.accounting.service`). Reports: kWh, and cost where a price per kWh is set.
 """
 
 from __future__ import annotations
@@ -74,6 +74,13 @@ class EnergyHistory:
                 if who.user and who.user not in record["users"]:
                     record["users"].append(who.user)
                 _add(record["joules"], split.device, share.total_j)
+
+    def drop_oldest_day(self) -> bool:
+        """Forget the oldest day (the file's size bound); False when one day or none is left."""
+        if len(self.days) <= 1:
+            return False
+        del self.days[min(self.days)]
+        return True
 
     def trim(self) -> None:
         """Apply the bounds (see the module docstring)."""

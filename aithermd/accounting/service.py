@@ -40,7 +40,8 @@ from aithermd.model import Event, Snapshot
 STATE_FILE = "energy.json"
 HISTORY_FILE = "energy-history.json"
 FORMAT = "aithermd-energy/1"
-MAX_STATE_BYTES = 4 << 20
+MAX_STATE_BYTES = 16 << 20  # what is read back; the history is written within HISTORY_MAX_BYTES
+HISTORY_MAX_BYTES = 2 << 20
 
 
 def _floats(value: Any) -> dict[str, float]:
@@ -218,15 +219,18 @@ class EnergyService:
             return
         self._write(STATE_FILE, self.state())
         if self.accountant is not None:
-            self._write(HISTORY_FILE, self.history.to_json())
+            self._write(HISTORY_FILE, self.history.to_json(), HISTORY_MAX_BYTES)
 
-    def _write(self, name: str, data: dict[str, Any]) -> None:
+    def _write(self, name: str, data: dict[str, Any], limit: int = MAX_STATE_BYTES) -> None:
         assert self.state_dir is not None
         path = self.state_dir / name
         tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
+        text = json.dumps(data, separators=(",", ":"))
+        while len(text) > limit and self.history.drop_oldest_day():  # the history's size bound in bytes
+            text = json.dumps(self.history.to_json(), separators=(",", ":"))
         try:
             with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps(data, separators=(",", ":")))
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)

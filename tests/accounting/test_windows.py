@@ -139,3 +139,20 @@ def test_an_unreadable_state_file_starts_empty(tmp_path):
     assert EnergyService(SimClock(), tmp_path).windows.open_count() == 1
     with pytest.raises(UnknownWindow):
         EnergyService(SimClock(), tmp_path).windows.stop(6, uid=0)
+
+
+def test_the_history_file_stays_within_its_size_bound(tmp_path, monkeypatch):
+    from aithermd.accounting import service as service_module
+    from tests.accounting.bench import Bench
+
+    monkeypatch.setattr(service_module, "HISTORY_MAX_BYTES", 4000)
+    bench = Bench(tmp_path)
+    service = bench.start_daemon(tmp_path)
+    for day in range(30):  # a month of days, each with a few hundred joules on record
+        service.history.days[f"2026-06-{day + 1:02d}"] = {"total": {"gpu0": 1.0}, "unit": {
+            f"unit-{k}.service": {"gpu0": 100.0} for k in range(5)}}
+    service.save()
+    text = (tmp_path / service_module.HISTORY_FILE).read_text()
+    assert len(text) <= 4000
+    kept = sorted(json.loads(text)["days"])
+    assert kept[-1] == "2026-06-30" and kept[0] > "2026-06-01"  # the oldest days went first
