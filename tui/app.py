@@ -164,7 +164,8 @@ class AithermApp(App[int]):
         self.state.history.append(float(t_wall) if isinstance(t_wall, int | float) else self.clock(),
                                   message.doc)
         self._since_policy_info += 1
-        if isinstance(self.screen, PolicyScreen) and self._since_policy_info >= 5:
+        # a snapshot may arrive while the app shuts down, with no screen left to ask
+        if self.screen_stack and isinstance(self.screen, PolicyScreen) and self._since_policy_info >= 5:
             self._since_policy_info = 0
             self.refresh_policy_info()
         self._render()
