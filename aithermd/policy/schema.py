@@ -26,7 +26,6 @@ from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,
     HHMM,
-    Glob,
     Globs,
     Ints,
     Model,
@@ -35,11 +34,14 @@ from aithermd.policy.values import (
     Pct,
     PowerValue,
     SmoothingS,
+    Source,
+    SourceAgg,
+    SourceInput,
     WindowS,
     parse_power,
 )
 
-__all__ = ["BUILTIN_MARGIN_C", "DAYS", "parse_power"]
+__all__ = ["BUILTIN_MARGIN_C", "DAYS", "Source", "SourceAgg", "SourceInput", "parse_power"]
 
 # ----- selectors -------------------------------------------------------------------------------------
 class GpuMatch(Model):
@@ -183,59 +185,6 @@ Condition = Annotated[
 
 
 # ----- fan curves ------------------------------------------------------------------------------------
-class SourceInput(Model):
-    """One input of a curve's source, in place of a plain pattern:
-
-    - ``sensor``: channels by id or label pattern, like a plain pattern; with ``optional: true`` a channel
-      that fails is left out of the aggregate instead of sending the fans to full;
-    - ``first``: alternatives in order (each a pattern or a list of them): the channels of the first one
-      this machine has are the input (Tctl/Tdie, then ``Package id *``, then a board thermistor, then
-      ``acpitz``); the others never stand in for a chosen channel that fails.
-
-    A plain pattern is a required input: every channel it matches must read, or the fans go to full."""
-
-    sensor: Globs | None = None
-    first: list[Globs] | None = Field(None, min_length=1)
-    optional: bool = False
-
-    @model_validator(mode="after")
-    def _one(self) -> SourceInput:
-        if (self.sensor is None) == (self.first is None):
-            raise ValueError("give exactly one of 'sensor' (patterns) or 'first' (alternatives in order)")
-        return self
-
-
-SourceItem = Annotated[
-    Annotated[Glob, Tag("pattern")] | Annotated[SourceInput, Tag("input")],
-    Discriminator(lambda v: "pattern" if isinstance(v, str) else "input" if isinstance(v, dict | BaseModel)
-                  else None, custom_error_type="source_input",
-                  custom_error_message="expected a sensor pattern or {sensor: ..., optional: ...} or "
-                                       "{first: [...], optional: ...}"),
-]
-
-
-class SourceAgg(Model):
-    """Several temperature sources combined: exactly one of ``max``, ``min``, ``mean``, each a list of
-    sensor patterns and :class:`SourceInput` entries (optional inputs, alternatives in order)."""
-
-    max: list[SourceItem] | None = None
-    min: list[SourceItem] | None = None
-    mean: list[SourceItem] | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> SourceAgg:
-        given = [k for k in ("max", "min", "mean") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of 'max', 'min' or 'mean' with a list of sensors")
-        if not getattr(self, given[0]):
-            raise ValueError(f"'{given[0]}' needs at least one sensor")
-        return self
-
-
-Source = Annotated[SourceAgg, BeforeValidator(
-    lambda v: {"max": [v]} if isinstance(v, str) else v, json_schema_input_type=str | SourceAgg)]
-
-
 class PointsCurve(Model):
     """Duty (%) by linear interpolation between ``points`` [[°C, %], ...]; flat beyond the ends.
     ``hysteresis_c``: the duty falls only once the temperature dropped this far. ``smoothing_s``: the curve
