@@ -2,7 +2,8 @@
 
 The daemon implements :class:`DaemonControl`; the D-Bus layer checks authorization *before* calling a
 mutating method, and maps the exceptions below to D-Bus errors (``aithermd.publish.wire``). Mutations take
-effect between ticks; every method is called on the event loop thread and returns quickly.
+effect between ticks; every method but :meth:`DaemonControl.reload` is called on the event loop thread
+and returns quickly.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ class DaemonControl(Protocol):
         """Raises UnknownKnob when no such knob exists."""
 
     def reload(self) -> None:
-        """Reload policies all-or-nothing. Raises PolicyErrors (nothing changed)."""
+        """Reload policies all-or-nothing; they take effect at the next tick. Blocking (reads and parses
+        every policy file): called off the event loop, in a thread of its own. Raises PolicyErrors (nothing
+        changed)."""
 
     def explain(self, knob_id: str) -> dict[str, Any]:
         """{knob_id: {"value", "requested", "layer", "rule", "reason", "inputs"}} for one knob or, with "",

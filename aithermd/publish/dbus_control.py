@@ -10,6 +10,7 @@ as power-profiles-daemon does with its profile holds.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import unicodedata
 from collections.abc import Iterator
@@ -144,8 +145,8 @@ class PrivilegedCalls:
 
     async def reload(self, sender: str) -> None:
         uid = await self._auth.authorize(sender, wire.ACTION_RELOAD)
-        with mapped_errors():
-            self._control.reload()
+        with mapped_errors():  # reading and parsing every policy file: off the event loop, as SIGHUP does
+            await asyncio.to_thread(self._control.reload)
         self._log.info("reload", sender=sender, uid=uid)
 
     def _check_knob(self, knob_id: str, value: float | None) -> None:

@@ -111,6 +111,30 @@ async def test_a_broken_reload_is_a_named_error(service, client, control):
     assert "quiet.yaml:3:1" in reply.body[0] and control.reloads == 0
 
 
+async def test_reload_reads_the_policies_off_the_event_loop(service, client, control):
+    """As SIGHUP does: the service keeps answering while the policy files are read and parsed."""
+    import threading
+
+    gate, seen = threading.Event(), {}
+    real = control.reload
+
+    def slow_reload() -> None:
+        seen["on_loop"] = threading.current_thread() is threading.main_thread()
+        seen["answered_meanwhile"] = gate.wait(30)  # opened by the test once GetSnapshot was answered
+        real()
+
+    control.reload = slow_reload
+    reloading = asyncio.ensure_future(call(client, "Reload"))
+    for _ in range(1000):
+        if "on_loop" in seen:
+            break
+        await asyncio.sleep(0.01)
+    assert (await call(client, "GetSnapshot")).message_type is MessageType.METHOD_RETURN
+    gate.set()
+    assert (await reloading).message_type is MessageType.METHOD_RETURN
+    assert seen == {"on_loop": False, "answered_meanwhile": True} and control.reloads == 1
+
+
 def _lingering_client(address: str, calls: list) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls),
                              "--linger"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
