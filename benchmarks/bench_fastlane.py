@@ -37,12 +37,12 @@ from aithermd.clock import RealClock
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.control import Control
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
 from aithermd.runtime.tick import Tick
 from aithermd.runtime.world import Engine, build_world
 from aithermd.settings import DaemonSettings
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.watchers.fastlane import FastLane, FastLaneOptions
+from aithermd.watchers.options import WatcherOptions
 
 COST_TARGET_PCT = 0.25
 LATENCY_TARGET_S = 0.100
@@ -152,7 +152,7 @@ async def cost_cases(seconds: float) -> list[tuple]:
             lane = FastLane(lambda c=cycle: c, asyncio.Lock(), lambda events: None)
             lane.rearm(await cycle.run(1))
             rows.append((label, len(lane.watch), *await measure(lane, seconds)))
-            lane.stop()
+            await lane.stop()
             cycle.executor.worker.shutdown()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -165,7 +165,7 @@ async def cost_cases(seconds: float) -> list[tuple]:
         lane = FastLane(lambda c=cycle: c, asyncio.Lock(), lambda events: None)
         lane.rearm(await cycle.run(2))
         rows.append(("2 GPUs, fake NVML", len(lane.watch), *await measure(lane, seconds)))
-        lane.stop()
+        await lane.stop()
         cycle.executor.worker.shutdown()
         backend.close()
     return rows
@@ -179,7 +179,7 @@ async def reaction(trials: int) -> list[float]:
         temp, pwm = root / AMDGPU / "temp1_input", root / AMDGPU / "pwm1"
         original = pwm.read_text()
         d = Daemon(settings(tmp, root, tick_s=1.0), backends=[HwmonBackend(str(root))],
-                   live=LiveOptions(fastlane=FastLaneOptions(threaded=True)))
+                   watchers=WatcherOptions(fastlane=FastLaneOptions(threaded=True)))
         run = asyncio.create_task(d.run())
         out = []
         try:

@@ -35,8 +35,8 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.slow import SlowBackend, SlowOptions, split_slow
 from aithermd.backends.sysfs import SysfsIO
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
 from aithermd.settings import DaemonSettings
+from aithermd.watchers.options import WatcherOptions
 
 TARGET_S = 0.001
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ async def run_case(case: str, seconds: float) -> tuple[float, float, float, int,
         for b in backends:
             if isinstance(b, SlowBackend):
                 timed(b, calls)
-        d = Daemon(settings, backends=backends, live=LiveOptions())
+        d = Daemon(settings, backends=backends, watchers=WatcherOptions())
         ticks: list[float] = []
         d.hub.add_listener(lambda snap, evs: ticks.append(d.scheduler.last_duration_s)
                            if snap.seq > 1 else None)

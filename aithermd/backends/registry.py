@@ -53,9 +53,9 @@ def family_of(backend: Backend) -> str:
 @dataclass(frozen=True)
 class Inventory:
     """What discovery found. ``backends`` in sample order (``inline`` ones are sampled on the event loop,
-    ``threaded`` ones — NVML — in the loop's worker thread, only when they found a device); ``devices`` in backend order then each
-    backend's own bus-path order; ``knobs`` knob id → :class:`Knob`; ``owner`` knob id → backend;
-    ``device_owner`` device id → backend."""
+    ``threaded`` ones — NVML — in the loop's worker thread, only when they found a device); ``devices`` in
+    backend order then each backend's own bus-path order; ``knobs`` knob id → :class:`Knob`; ``owner`` knob
+    id → backend; ``device_owner`` device id → backend."""
 
     backends: tuple[Backend, ...]
     devices: tuple[Device, ...] = ()

@@ -1,20 +1,225 @@
-"""Changes between ticks, applied to the tick's world and apply path.
+"""What happens between ticks, applied by the tick at its start (:mod:`aithermd.runtime.inbox`).
 
-- :func:`rediscover`: the backend families a hotplug event names are rediscovered through the registry;
-  a knob that vanished is forgotten — journal entry and applier state — only once rediscovery confirms its
-  device is gone (a merely *lost* device keeps its journal entry, so its original is restored if it comes
-  back); each change is a ``hotplug`` event.
+- **Reload** (SIGHUP, D-Bus ``Reload``): every policy directory is loaded aside, off the event loop,
+  all-or-nothing (:meth:`Changes.load_policies`, which logs each error as FILE:LINE); a set without the
+  active policy and without the configured fallback is refused, since nothing (not even the safety layer)
+  would run. The tick then swaps the policies in; holds on vanished policies end, a vanished active policy
+  falls back to the configured one.
+- **Hotplug**: the backend families whose udev events settled are rediscovered through
+  :func:`aithermd.backends.registry.rediscover`; a knob that vanished is forgotten — journal entry and
+  applier state — only once rediscovery confirms its device is gone (a merely *lost* device keeps its
+  journal entry, so its original is restored if it comes back); each change is a ``hotplug`` event.
+- **Suspend and resume** (logind's PrepareForSleep): :meth:`Changes.suspend` pauses the applier at once
+  (no write, no hand-back, no drift count: a driver resetting knobs on resume is not a conflict) and waits
+  for the writes in flight; a :class:`~aithermd.runtime.inbox.Resume` — PrepareForSleep(false), or no
+  resume within ``max_pause_s`` of awake time — re-applies every owned knob to its last decision through
+  the one apply path, and one ``sleep`` event says what was rewritten, found in place or did not stick.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
+from aithermd.actuate.applier import same_setting
+from aithermd.actuate.execute import Executor
 from aithermd.backends import registry
-from aithermd.model import Event
-from aithermd.runtime.world import World, with_inventory
+from aithermd.clock import Clock
+from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.model import Decision, Event, Layer
+from aithermd.runtime.inbox import Events, Inbox, Message, Policies, Rediscover, Reload, Resume
+from aithermd.runtime.world import Engine, PolicySet, World, load_policies, with_inventory, with_policies
+
+SUSPEND_SETTLE_S = 5.0
+
+
+class Changes:
+    """Applies the inbox's messages for one daemon run. ``settings``: the daemon's (policy directories, the
+    configured ``policy``); ``control``: the operator's state; ``max_pause_s``: awake time after a suspend
+    with no resume announced after which writing resumes anyway (s); ``resume_timeout_s``: longest wait
+    for the threaded knobs' re-apply (s)."""
+
+    def __init__(self, settings: Any, engine: Engine, control: Any, executor: Executor, inbox: Inbox,
+                 clock: Clock, *, notifier: Any = None, max_pause_s: float = 120.0,
+                 resume_timeout_s: float = 10.0) -> None:
+        self.settings, self.engine, self.control = settings, engine, control
+        self.executor, self.inbox, self.clock, self.notifier = executor, inbox, clock, notifier
+        self.max_pause_s, self.resume_timeout_s = max_pause_s, resume_timeout_s
+        self.paused_since: float | None = None
+        self.newest: PolicySet | None = None  # the last set loaded, until a tick swapped it in
+        self._checked: dict[str, tuple[int, int]] = {}  # policy → (policy, devices) last checked
+        self._log = structlog.get_logger("aithermd.changes")
+        inbox.add_source(self._pause_over)
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_since is not None
+
+    # -- reload ------------------------------------------------------------------------------------------
+    def load_policies(self, current: PolicySet) -> PolicySet:
+        """Load every policy directory aside (blocking: off the loop). Raises PolicyErrors, each error
+        logged as FILE:LINE; ``current`` (the running set) is untouched. Framed by sd_notify's
+        ``RELOADING=1`` and ``READY=1`` (accepted or refused), as Type=notify-reload expects."""
+        if self.notifier is not None:
+            self.notifier.reloading()
+        try:
+            loaded = load_policies(self.settings, self.engine)
+            active, fallback = self.control.active, self.settings.policy
+            if active not in loaded.policies and fallback not in loaded.policies:
+                # nothing to fall back to: without an active policy nothing (not even safety) would run
+                gone = [n for n in dict.fromkeys((active, fallback)) if n is not None]
+                where = (getattr(current.policies.get(active), "path", None)
+                         or ", ".join(map(str, loaded.dirs)))
+                raise PolicyErrors([PolicyError(str(where), f"policy {' and '.join(gone)} would be gone: the "
+                                                "daemon would have no policy to run",
+                                                hint="put the file back, or first make another policy active "
+                                                "(aithermctl policy set NAME)")])
+        except PolicyErrors as exc:
+            for err in exc.errors:
+                self._log.error("reload_failed", error=str(err), path=getattr(err, "path", None),
+                                line=getattr(err, "line", None))
+            self._log.error("reload_refused", errors=len(exc.errors), message="old policies kept")
+            raise
+        finally:
+            if self.notifier is not None:
+                self.notifier.reloaded()
+        self._log.info("reload", policies=sorted(loaded.policies))
+        return loaded
+
+    def reload(self, current: PolicySet) -> None:
+        """Load the policies and post them for the next tick (D-Bus ``Reload``: call it off the loop).
+        Raises PolicyErrors (nothing changes)."""
+        self.newest = self.load_policies(self.newest or current)
+        self.inbox.post(Policies(self.newest))
+
+    # -- policies that select nothing here ---------------------------------------------------------------
+    @staticmethod
+    def selection_warnings(policy: Any, world: World) -> list[str]:
+        """Each reference of ``policy`` (a loaded Policy) that selects nothing on this machine: a fan, GPU,
+        RAPL zone or sensor that does not exist here (what ``aithermd check --sysfs-root`` reports), as
+        ``FILE:LINE:COL: error: KEY: ...`` lines; [] for a policy without a document (a test engine's)."""
+        if getattr(policy, "document", None) is None:
+            return []
+        from aithermd.policy.devicecheck import check_devices, unsourced_fans
+        return [err.format() for err in check_devices(policy, world.devices)] + [
+            unsourced_message(policy.name, rule, curve, fans)
+            for rule, curve, fans in unsourced_fans(policy, world.devices)]
+
+    def warn_unmatched(self, world: World) -> None:
+        """Warn once per policy and machine when a policy in force (active or held) selects nothing here:
+        at start, after a reload, a policy change or a hold, and after hotplug (after each tick)."""
+        for name in dict.fromkeys([self.control.active, *(h.policy for h in self.control.holds)]):
+            policy = world.policies.get(name)
+            if policy is None or self._checked.get(name) == (id(policy), id(world.devices)):
+                continue
+            self._checked[name] = (id(policy), id(world.devices))
+            unsourced = []
+            if getattr(policy, "document", None) is not None:
+                from aithermd.policy.devicecheck import unsourced_fans
+                unsourced = unsourced_fans(policy, world.devices)
+            for rule, curve, fans in unsourced:  # its fans can only run at 100 %: say so loudly
+                self._log.warning("no_temperature_source", policy=name, rule=rule, curve=curve,
+                                  fans=list(fans), message=unsourced_message(name, rule, curve, fans))
+            for line in self.selection_warnings(policy, world):
+                if "selects no temperature sensor" in line or (unsourced and "matches this source" in line):
+                    continue
+                self._log.warning("policy_selects_nothing", policy=name, error=line,
+                                  message="this rule does nothing on this machine")
+
+    # -- suspend and resume ------------------------------------------------------------------------------
+    async def suspend(self) -> None:
+        """PrepareForSleep(true): stop writing now, wait for the writes in flight."""
+        if self.paused:
+            return
+        self.executor.applier.pause()
+        self.paused_since = self.clock.monotonic()
+        await self.executor.settle(SUSPEND_SETTLE_S)
+        self._log.info("suspend", message="writes paused until resume")
+        self.inbox.post_events([Event("sleep", self.clock.wall(), "system",
+                                      "suspending: writes paused until resume", {"action": "suspend"})])
+
+    async def resume(self) -> None:
+        """PrepareForSleep(false): returns once a tick has re-applied every owned knob."""
+        await self.inbox.request(Resume("resumed"))
+
+    def _pause_over(self) -> list[Message]:
+        since = self.paused_since
+        if since is None or self.clock.monotonic() - since <= self.max_pause_s:
+            return []
+        self._log.warning("resume_assumed", paused_s=round(self.clock.monotonic() - since, 1),
+                          message="no PrepareForSleep(false): writing again")
+        return [Resume("no resume announced")]
+
+    # -- at the tick's start -----------------------------------------------------------------------------
+    async def apply(self, world: World, decisions: Mapping[str, Decision]) -> tuple[World, list[Event]]:
+        """Handle every message of the inbox, in order: the world the tick runs with from now on, and the
+        events to publish first. ``decisions``: the last tick's (re-applied on resume)."""
+        events: list[Event] = []
+        for message, handled in self.inbox.drain():
+            try:
+                world = await self._one(message, world, decisions, events)
+            finally:
+                handled()
+        return world, events
+
+    async def _one(self, message: Message, world: World, decisions: Mapping[str, Decision],
+                   events: list[Event]) -> World:
+        if isinstance(message, Events):
+            events += message.events
+        elif isinstance(message, Reload):
+            try:
+                loaded = await asyncio.to_thread(self.load_policies, world.policy_set)
+            except PolicyErrors:
+                return world  # logged with FILE:LINE; the old policies stay
+            world = self._swap(world, loaded)
+        elif isinstance(message, Policies):
+            world = self._swap(world, message.policy_set)
+        elif isinstance(message, Rediscover):
+            world, found = await rediscover(world, set(message.families), applier=self.executor.applier,
+                                            t_wall=self.clock.wall())
+            events += found
+        elif isinstance(message, Resume):
+            events += await self._resume(world, decisions, message.why)
+        return world
+
+    def _swap(self, world: World, loaded: PolicySet) -> World:
+        if self.newest is loaded:
+            self.newest = None
+        self.control.policies_changed(set(loaded.policies), self.settings.policy)
+        return with_policies(world, loaded)
+
+    async def _resume(self, world: World, decisions: Mapping[str, Decision], why: str) -> list[Event]:
+        applier = self.executor.applier
+        applier.resume()
+        self.paused_since = None
+        t_wall = self.clock.wall()
+        if applier.dry_run:
+            return [Event("sleep", t_wall, "system", f"{why}: dry-run, nothing to re-apply",
+                          {"action": "resume"})]
+        wanted = [(k, dec) for k, dec in decisions.items()
+                  if k in applier.owned and k in world.knobs and dec.value is not None
+                  and dec.layer != Layer.DEFAULT and k not in applier.stepped_back]
+        applied = await self.executor.apply(world, wanted, t_wall=t_wall, budget_s=self.resume_timeout_s)
+        if applied.late:  # the tick writes them
+            self._log.warning("resume_nvml_late", knobs=applied.late)
+        rewritten, in_place, failed = [], [], []
+        for r in applied.results:
+            knob = world.knobs[r.knob_id]
+            if not same_setting(knob, r.after, r.value):
+                failed.append(r.knob_id)
+            elif same_setting(knob, r.before, r.value):
+                in_place.append(r.knob_id)
+            else:
+                rewritten.append(r.knob_id)
+        message = (f"{why}: {len(rewritten)} setting(s) re-applied, {len(in_place)} found in place, "
+                   f"{len(failed)} did not stick")
+        self._log.info("resume", rewritten=rewritten, in_place=in_place, failed=failed)
+        return [Event("sleep", t_wall, "system", message, {"action": "resume", "rewritten": rewritten,
+                                                           "in_place": in_place, "failed": failed}),
+                *applied.events]
 
 
 async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: float,
@@ -40,3 +245,10 @@ async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: 
     for e in events:
         log.info("hotplug", subject=e.subject, message=e.message)
     return with_inventory(world, inventory), events
+
+
+def unsourced_message(policy: str, rule: str, curve: str, fans: Sequence[str]) -> str:
+    """The warning for a fan rule whose curve finds no temperature sensor on the machine."""
+    return (f"policy {policy}, rule {rule}: curve {curve} selects no temperature sensor on this machine, so "
+            f"its {len(fans)} fan(s) run at 100 %; name a sensor `aithermd sensors` shows, or list "
+            "alternatives with first: [...]")

@@ -1,62 +1,193 @@
-"""The daemon's services beside the tick, started before the first tick and stopped in reverse after the last:
-the energy service (windows, attribution, history; always), then the D-Bus service and the Prometheus
-exporter when their modules import and their bus or port can be had. A service that cannot start is a
-warning and the daemon runs on without it; stopping goes on past one that fails, each within
-:data:`STOP_TIMEOUT_S`. ``daemon._services`` holds ``(name, handle)`` pairs, each handle with ``stop()``.
+"""The services beside the tick, started and stopped alike.
+
+One shape (:class:`Service`): a ``name``, ``async start()`` and ``async stop()``. A :class:`ServiceGroup`
+starts them in order, each within ``start_timeout_s`` — one that cannot start (no bus, a port taken, its
+module missing) is a warning and the daemon runs on without it — and stops those that started in reverse
+order, each within ``stop_timeout_s`` (a failure or a timeout is a warning; stopping goes on). A service
+that wants each tick's duration has ``after_tick(seconds)``.
+
+The daemon's own (the watchers — fast lane, udev hotplug, logind — keep the same shape in
+:mod:`aithermd.watchers`): :class:`Watchdog` (sd_notify ``WATCHDOG=1``), :class:`EnergyListener` (energy
+accounting fed by each snapshot), :class:`DbusService` (``io.github.aithermd.Daemon1``) and
+:class:`MetricsService` (the Prometheus exporter).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
-from aithermd.accounting.service import EnergyService
+import structlog
 
-STOP_TIMEOUT_S = 5.0
+from aithermd.clock import Clock
+from aithermd.publish.hub import StateHub
+
 START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 5.0
 
 
-async def start(daemon: Any, backends: Sequence[Any]) -> None:
-    s, log = daemon.settings, daemon._log
-    daemon.energy = EnergyService.for_daemon(s, daemon.clock, backends, daemon._processes).attach(daemon.hub)
-    daemon._services.append(("energy", daemon.energy))
-    if s.bus != "none":
-        mod = _module(daemon, "aithermd.publish.dbus_service")
-        if mod is not None:
-            try:
-                handle = await asyncio.wait_for(
-                    mod.start(s.bus, daemon.control, daemon.hub, dry_run=s.dry_run, clock=daemon.clock,
-                              energy=daemon.energy),
-                    START_TIMEOUT_S)
-                daemon._services.append(("dbus", handle))
-            except Exception as exc:  # noqa: BLE001 - the daemon runs on without a bus
-                log.warning("dbus_unavailable", bus=s.bus, error=f"{type(exc).__name__}: {exc}")
-    if s.metrics_listen != "none":
-        mod = _module(daemon, "aithermd.publish.metrics")
-        if mod is not None:
-            try:
-                daemon._services.append(("metrics", mod.start(s.metrics_listen, daemon.hub, daemon.energy)))
-            except Exception as exc:  # noqa: BLE001 - the daemon runs on without metrics
-                log.warning("metrics_unavailable", listen=s.metrics_listen,
-                            error=f"{type(exc).__name__}: {exc}")
+class Service(Protocol):
+    """``start()`` raises when the service cannot run (:class:`Unavailable` names the warning);
+    ``stop()`` releases what it holds (called only after a successful start)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
-def _module(daemon: Any, name: str) -> Any:
+class Unavailable(Exception):
+    """A service cannot start: logged as the warning ``event`` with ``fields``."""
+
+    def __init__(self, event: str, **fields: Any) -> None:
+        super().__init__(event)
+        self.event, self.fields = event, fields
+
+
+def import_service(module: str) -> Any:
+    """Import a service's module; raises :class:`Unavailable` (``service_unavailable``) when it is missing
+    or broken."""
     try:
-        return importlib.import_module(name)
+        return importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - a missing or broken service is a warning
-        daemon._log.warning("service_unavailable", module=name, error=f"{type(exc).__name__}: {exc}")
-        return None
+        raise Unavailable("service_unavailable", module=module, error=f"{type(exc).__name__}: {exc}") from exc
 
 
-async def stop(daemon: Any) -> None:
-    while daemon._services:
-        name, handle = daemon._services.pop()
-        try:
-            result = handle.stop()
-            if asyncio.iscoroutine(result):
-                await asyncio.wait_for(result, STOP_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - stopping goes on
-            daemon._log.warning("service_stop_failed", service=name, error=f"{type(exc).__name__}: {exc}")
+class ServiceGroup:
+    """Services started in order and stopped in reverse (see the module doc). ``started`` in start order."""
+
+    def __init__(self, start_timeout_s: float = START_TIMEOUT_S,
+                 stop_timeout_s: float = STOP_TIMEOUT_S) -> None:
+        self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
+        self.started: list[Service] = []
+        self._log = structlog.get_logger("aithermd.services")
+
+    async def start(self, services: Iterable[Service]) -> None:
+        """Start each of ``services`` in turn; never raises for one that cannot start."""
+        for service in services:
+            try:
+                await asyncio.wait_for(service.start(), self.start_timeout_s)
+            except Unavailable as exc:
+                self._log.warning(exc.event, **exc.fields)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the daemon runs on without it
+                fields = getattr(service, "describe", dict)()
+                self._log.warning(f"{service.name}_unavailable", **fields,
+                                  error=f"{type(exc).__name__}: {exc}")
+                continue
+            self.started.append(service)
+
+    async def stop(self) -> None:
+        """Stop the started services, the last started first; never raises."""
+        while self.started:
+            service = self.started.pop()
+            try:
+                await asyncio.wait_for(service.stop(), self.stop_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - stopping goes on
+                self._log.warning("service_stop_failed", service=service.name,
+                                  error=f"{type(exc).__name__}: {exc}")
+
+    def get(self, name: str) -> Any:
+        """The started service called ``name``, or None."""
+        return next((s for s in self.started if s.name == name), None)
+
+    def after_tick(self, seconds: float) -> None:
+        """Tell the services that want it how long the last tick took (s)."""
+        for service in self.started:
+            after = getattr(service, "after_tick", None)
+            if after is not None:
+                after(seconds)
+
+
+class Watchdog:
+    """``WATCHDOG=1`` every half ``WATCHDOG_USEC`` while ticks keep completing (``last_done()``: monotonic
+    time of the last tick's end, None before the first), so systemd restarts a hung loop."""
+
+    name = "watchdog"
+
+    def __init__(self, notifier: Any, clock: Clock, tick_s: float,
+                 last_done: Callable[[], float | None]) -> None:
+        self.notifier, self.clock, self.tick_s, self.last_done = notifier, clock, tick_s, last_done
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if self.notifier.watchdog_interval_s:
+            self._task = asyncio.create_task(self._run(self.notifier.watchdog_interval_s))
+
+    async def _run(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            done = self.last_done()
+            if done is not None and self.clock.monotonic() - done <= self.tick_s + 2 * interval:
+                self.notifier.watchdog()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
+class EnergyListener:
+    """The energy service (:class:`~aithermd.accounting.service.EnergyService`) fed by every snapshot;
+    saved on stop (windows, counter points and the history for the next start)."""
+
+    name = "energy"
+
+    def __init__(self, energy: Any, hub: StateHub) -> None:
+        self.energy, self.hub = energy, hub
+
+    async def start(self) -> None:
+        self.energy.attach(self.hub)
+
+    async def stop(self) -> None:
+        self.energy.stop()  # detaches from the hub, then saves
+
+
+class DbusService:
+    """``io.github.aithermd.Daemon1`` on ``settings.bus`` (:mod:`aithermd.publish.dbus_service`); a bus that
+    cannot be had is the warning ``dbus_unavailable``."""
+
+    name = "dbus"
+
+    def __init__(self, settings: Any, control: Any, hub: StateHub, clock: Clock, energy: Any) -> None:
+        self.settings, self.control, self.hub, self.clock, self.energy = settings, control, hub, clock, energy
+        self.handle: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"bus": self.settings.bus}
+
+    async def start(self) -> None:
+        mod = import_service("aithermd.publish.dbus_service")
+        s = self.settings
+        self.handle = await mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock,
+                                      energy=self.energy)
+
+    async def stop(self) -> None:
+        await self.handle.stop()
+
+
+class MetricsService:
+    """The Prometheus exporter on ``listen`` (:mod:`aithermd.publish.metrics`); a port that cannot be had is
+    the warning ``metrics_unavailable``. It records each tick's duration."""
+
+    name = "metrics"
+
+    def __init__(self, listen: str, hub: StateHub, energy: Any) -> None:
+        self.listen, self.hub, self.energy = listen, hub, energy
+        self.handle: Any = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"listen": self.listen}
+
+    async def start(self) -> None:
+        mod = import_service("aithermd.publish.metrics")
+        self.handle = mod.start(self.listen, self.hub, self.energy)
+
+    def after_tick(self, seconds: float) -> None:
+        self.handle.observe_tick(seconds)
+
+    async def stop(self) -> None:
+        self.handle.stop()

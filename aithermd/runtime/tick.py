@@ -1,4 +1,7 @@
-"""One tick: sample → health → evaluate → arbitrate → actuate → publish.
+"""One tick: changes → sample → health → evaluate → arbitrate → actuate → publish.
+
+- **Changes** (:mod:`aithermd.runtime.changes`): what was posted to the inbox since the last tick — a
+  reload, rediscovered devices, a resume — is applied first, under the tick lock.
 
 - **Sample** (:mod:`aithermd.runtime.sampling`): inline backends in the read guard's thread under a
   deadline (a hung read quarantines its device), threaded ones (NVML) in one hop to the worker thread.
@@ -27,22 +30,25 @@ from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
 from aithermd.model import Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.changes import Changes
 from aithermd.runtime.health import Health, fault
 from aithermd.runtime.sampling import Sampler, list_processes
 from aithermd.runtime.world import Engine, World
 
 
 class Tick:
-    """The tick's pipeline over a :class:`World` (swap ``world`` between ticks to reload). ``lock`` is held
-    for a whole tick; whatever writes between ticks takes it too."""
+    """The tick's pipeline over a :class:`World`. ``changes`` applies the inbox at the start of each tick
+    (None: no inbox, the world stays as built); ``lock`` is held for a whole tick, and whatever writes
+    between ticks (the fast lane) takes it too."""
 
     def __init__(self, world: World, *, executor: Executor, control: Any, hub: StateHub, engine: Engine,
                  clock: Clock, tick_s: float, dry_run: bool,
                  before_sample: Callable[[float], None] | None = None,
-                 processes: Callable[[], Any] = list_processes) -> None:
+                 processes: Callable[[], Any] = list_processes, changes: Changes | None = None) -> None:
         self.executor, self.control, self.hub, self.engine = executor, control, hub, engine
         self.clock, self.tick_s, self.dry_run = clock, tick_s, dry_run
         self.before_sample = before_sample
+        self.changes = changes
         self.lock = asyncio.Lock()
         self.sampler = Sampler(clock, executor.worker, processes)
         self.health = Health()
@@ -58,13 +64,20 @@ class Tick:
 
     # -- one tick --------------------------------------------------------------------------------------
     async def run(self, seq: int) -> Snapshot:
-        """Run tick ``seq`` and publish its snapshot (also returned)."""
+        """Run tick ``seq`` under the tick lock and publish its snapshot (also returned)."""
+        async with self.lock:
+            first: list[Event] = []
+            if self.changes is not None:
+                self.world, first = await self.changes.apply(self.world, self.decisions)
+            return await self._run(seq, first)
+
+    async def _run(self, seq: int, first: list[Event]) -> Snapshot:
         world = self.world
         t_mono, t_wall = self.clock.monotonic(), self.clock.wall()
         if self.before_sample is not None:
             self.before_sample(t_mono)
         sampled = await self.sampler.sample(world, t_wall)
-        events = sampled.events
+        events = [*first, *sampled.events] if first else sampled.events
         knobs, lost = sampled.knobs, sampled.lost
         readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)

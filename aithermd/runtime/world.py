@@ -29,8 +29,9 @@ from aithermd.settings import DaemonSettings, default_policy_dirs
 @dataclass(frozen=True)
 class Engine:
     """The policy engine's contract: ``load_policies(dirs, strict_permissions=, skip=) -> {name: Policy}``
-    (raises PolicyErrors; ``skip``: file paths to leave out),
-    ``evaluate(active, holds, inp, state, overrides) -> EngineResult``, ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the ``EngineInput`` type."""
+    (raises PolicyErrors; ``skip``: file paths to leave out), ``evaluate(active, holds, inp, state,
+    overrides) -> EngineResult``, ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the
+    ``EngineInput`` type."""
 
     load_policies: Callable[..., Mapping[str, Any]]
     evaluate: Callable[..., Any]

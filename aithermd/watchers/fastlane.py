@@ -82,15 +82,19 @@ def fan_sources(plans: Any) -> dict[str, tuple[str, ...]]:
 
 
 class FastLane:
-    """``cycle()`` gives the loop's :class:`~aithermd.runtime.tick.Tick` (world, applier, worker, state);
-    ``lock`` is the tick lock; ``emit(events)`` queues events for the next snapshot; ``paused()`` is true
-    while the machine sleeps (nothing is read or written then)."""
+    """``tick()`` gives the loop's :class:`~aithermd.runtime.tick.Tick` (its world, engine state and apply
+    path); ``lock`` is the tick lock; ``post(events)`` queues events for the next snapshot; ``paused()`` is
+    true while the machine sleeps (nothing is read or written then). As a service (``start``/``stop``) it
+    re-arms from every snapshot ``hub`` publishes and polls from a thread of its own
+    (``options.threaded``) or a task."""
 
-    def __init__(self, cycle: Callable[[], Any], lock: asyncio.Lock, emit: Callable[[list[Event]], None],
+    name = "fastlane"
+
+    def __init__(self, tick: Callable[[], Any], lock: asyncio.Lock, post: Callable[[list[Event]], None],
                  options: FastLaneOptions | None = None, *, clock: Clock | None = None,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                 paused: Callable[[], bool] = lambda: False) -> None:
-        self.cycle, self.lock, self.emit, self.paused = cycle, lock, emit, paused
+                 paused: Callable[[], bool] = lambda: False, hub: Any = None) -> None:
+        self.tick, self.lock, self.post, self.paused, self.hub = tick, lock, post, paused, hub
         self.options = options or FastLaneOptions()
         self.clock = clock or RealClock()
         self.sleep = sleep
@@ -111,17 +115,20 @@ class FastLane:
         self._wake = threading.Event()  # the polling thread's alarm: re-armed or stopped
         self._readers_lock = threading.Lock()  # no reader is closed while the thread reads through it
         self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._unlisten: Callable[[], None] | None = None
         self._log = structlog.get_logger("aithermd.fastlane")
 
     # -- after each main tick --------------------------------------------------------------------------
     def rearm(self, snapshot: Snapshot, *_: Any) -> None:
         """Choose the watched inputs from ``snapshot`` (a StateHub listener)."""
-        cycle = self.cycle()
-        world = cycle.world
+        tick = self.tick()
+        world = tick.world
         if world.devices is not self._devices:
             self._close_readers()
             self._devices = world.devices
-        plan = getattr(cycle.state, "safety", None)
+        plan = getattr(tick.state, "safety", None)
         if not isinstance(plan, safety.SafetyPlan) or plan.devices != world.devices:
             plan = safety.plan(world.devices, safety.SafetyParams())
         self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
@@ -276,16 +283,16 @@ class FastLane:
         async with self.lock:
             if self.paused():
                 return
-            cycle = self.cycle()
-            world = cycle.world
+            tick = self.tick()
+            world = tick.world
             readings = dict(self._base)
             readings.update((cid, Reading(cid, v)) for cid, v in fresh.items())
-            decided, _ = safety.evaluate(self._plan, readings, fan_sources(getattr(cycle.state, "plans", ())),
+            decided, _ = safety.evaluate(self._plan, readings, fan_sources(getattr(tick.state, "plans", ())),
                                          frozenset())
             mine = {k: d for k, d in decided.items() if d.rule == CRITICAL_RULE and k in world.knobs
                     and not critical.keys().isdisjoint(d.inputs)}
             t_wall = self.clock.wall()
-            applied = await cycle.executor.apply(world, mine.items(), t_wall=t_wall,
+            applied = await tick.executor.apply(world, mine.items(), t_wall=t_wall,
                                                  budget_s=self.options.apply_timeout_s)
             events = applied.events
             if applied.late:  # the worker is busy or slow: the tick's safety layer acts on them
@@ -299,14 +306,35 @@ class FastLane:
             self._log.error("fastlane_critical", channel=cid, value_c=value, trigger_c=trig,
                             knobs=data["knobs"])
             events.insert(0, Event("fault", t_wall, cid, message, data))
-        self.emit(events)
+        self.post(events)
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def stop(self) -> None:
+    async def start(self) -> None:
+        """Re-arm from every snapshot of ``hub``; poll from a thread (``options.threaded``) or a task."""
+        if self.hub is not None:
+            self._unlisten = self.hub.add_listener(self.rearm)
+        if self.options.threaded:
+            self._thread = self.start_thread(asyncio.get_running_loop())
+        else:
+            self._task = asyncio.create_task(self.run())
+
+    async def stop(self) -> None:
+        """Stop polling and acting; the thread only waits on the loop for a hand-off, so it is gone within a
+        period."""
         self._stopped = True
         self._armed.set()
         self._wake.set()
         self._close_readers()
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 2.0)
+            self._thread = None
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
 
     def _close_readers(self) -> None:
         with self._readers_lock:

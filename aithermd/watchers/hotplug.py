@@ -5,23 +5,18 @@ thread of its own filtered to the ``hwmon``, ``drm``, ``pci`` and ``powercap`` s
 crosses to the event loop with ``call_soon_threadsafe`` and is kept by :class:`Hotplug` until it settles
 (``settle_s`` without a newer event for the same family, so a driver that registers five hwmon devices is
 rediscovered once). A ``remove`` whose sysfs directory still exists waits until it is gone (at most
-``remove_wait_s``). The tick then asks :meth:`Hotplug.due` which backend families to rediscover, and
-:func:`aithermd.backends.registry.rediscover` rediscovers exactly those backends, in place, off the loop:
+``remove_wait_s``). At each tick's start the runtime asks :meth:`Hotplug.poll` which backend families are
+due, and the tick rediscovers exactly those (:mod:`aithermd.runtime.changes`, through
+:func:`aithermd.backends.registry.rediscover`, which keeps every id):
 
 - ``hwmon`` events → the hwmon backends (inline and slow); ``powercap`` → RAPL; ``pci``/``drm`` events of an
   NVIDIA device (PCI vendor 0x10de, or a vendor the event does not name) → NVML. Other PCI/DRM devices are
   left to the hwmon events their drivers send.
-- Ids never change: hwmon ids come from chip names and bus paths, not ``hwmonN``. NVML numbers GPUs by
-  enumeration index, so before rediscovering NVML the current enumeration (index, UUID) is compared with the
-  known GPUs; when a GPU that stays would get another id (a GPU before it vanished) the rediscovery is
-  skipped: the vanished GPU stays *lost* (reported, its knobs skipped) and the others keep their ids.
-- A knob that vanishes is forgotten — journal entry and applier state — only once rediscovery confirms its
-  device is gone (a merely *lost* device keeps its journal entry, so its original is restored if it comes
-  back); each change is a ``hotplug`` event.
 
 The monitor's own failure (its thread ended: ENOBUFS on the netlink socket, libudev gone) is detected by
-:meth:`Hotplug.check` — called every second by the supervisor task — and the monitor restarted after a
-backoff (1 s doubling to 60 s), followed by a rescan of every family, since events were missed meanwhile.
+:meth:`Hotplug.check` — called every second by the supervisor task and at each tick — and the monitor
+restarted after a backoff (1 s doubling to 60 s), followed by a rescan of every family, since events were
+missed meanwhile.
 """
 
 from __future__ import annotations
@@ -123,8 +118,11 @@ class UdevMonitor:
 class Hotplug:
     """Collects device events and says which backend families are due for rediscovery.
 
-    ``monitor_factory(loop, on_event)`` builds the monitor (default :class:`UdevMonitor`); ``exists(path)``
-    tells whether a removed device's sysfs directory is still there."""
+    ``monitor_factory(loop, on_event)`` builds the monitor (default :class:`UdevMonitor`; None: events come
+    only from :meth:`submit`); ``exists(path)`` tells whether a removed device's sysfs directory is still
+    there. The tick asks :meth:`poll` at its start."""
+
+    name = "hotplug"
 
     def __init__(self, *, monitor_factory: Callable[..., Any] | None = UdevMonitor, settle_s: float = 0.2,
                  remove_wait_s: float = 5.0, clock: Clock | None = None,
@@ -172,6 +170,11 @@ class Hotplug:
             del self._pending[family]
             out.add(family)
         return out
+
+    def poll(self) -> set[str]:
+        """At the tick's start: restart a failed monitor when its backoff is over, then :meth:`due`."""
+        self.check()
+        return self.due()
 
     # -- the monitor and its supervisor ----------------------------------------------------------------
     async def start(self) -> None:

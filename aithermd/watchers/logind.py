@@ -37,6 +37,8 @@ class LogindWatcher:
     """Watches logind on ``bus`` (``"system"`` or a D-Bus address). ``on_sleep``/``on_resume`` are
     awaited on the loop. ``inhibit``: hold a delay lock while awake."""
 
+    name = "logind"
+
     def __init__(self, bus: str, on_sleep: Callable[[], Awaitable[object]],
                  on_resume: Callable[[], Awaitable[object]], *, inhibit: bool = True,
                  backoff_s: tuple[float, float] = (1.0, 60.0)) -> None:

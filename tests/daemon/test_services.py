@@ -37,7 +37,7 @@ async def test_metrics_are_served_from_the_published_snapshot_and_stopped(settin
     scraped = []
 
     def scrape():
-        handle = dict(d._services)["metrics"]
+        handle = d.services.get("metrics").handle
         host, port = handle.address
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
             scraped.append(r.read().decode())
@@ -45,7 +45,7 @@ async def test_metrics_are_served_from_the_published_snapshot_and_stopped(settin
 
     await d.run(max_ticks=3, until=scrape)
     assert "aithermd_tick_duration_seconds_count 1.0" in scraped[0]
-    assert d._services == []  # stopped
+    assert d.services.started == []  # stopped
 
 
 async def test_a_missing_service_module_is_a_warning(settings, clock, monkeypatch):

@@ -13,8 +13,8 @@ import pytest
 from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_journal
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
 from aithermd.watchers.fastlane import FastLane, FastLaneOptions
+from aithermd.watchers.options import WatcherOptions
 from tests.support.fake_backend import FakeBackend
 
 from .stub_engine import STUB_ENGINE
@@ -64,7 +64,7 @@ class GatedGpu(FakeBackend):
 
 def daemon(settings, clock, gpu, **live) -> Daemon:
     return Daemon(settings, clock=clock, backends=[gpu], sleep=clock.sleep, engine=STUB_ENGINE,
-                  live=LiveOptions(**live), stop_timeout_s=0.2)
+                  watchers=WatcherOptions(**live), stop_timeout_s=0.2)
 
 
 def fast_lane_hang(d: Daemon, gpu: GatedGpu, tasks: list):
@@ -95,13 +95,13 @@ def resume_hang(d: Daemon, gpu: GatedGpu, tasks: list):
     def step() -> bool:
         seq = d.hub.latest.seq
         if seq == 1:
-            tasks.append(asyncio.ensure_future(d.live.suspend()))
+            tasks.append(asyncio.ensure_future(d.changes.suspend()))
         if seq == 3:
             assert d.tick.applier.paused
             gpu.pwm["pwm1"], gpu.enable["pwm1"] = 77, 2  # reset across the sleep
             gpu.gate.clear()
             gpu.hang = {"pwm1"}
-            tasks.append(asyncio.ensure_future(d.live.resume()))
+            tasks.append(asyncio.ensure_future(d.changes.resume()))
         return gpu.entered.is_set()
 
     return step

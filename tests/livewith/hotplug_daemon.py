@@ -11,8 +11,8 @@ from pathlib import Path
 
 from aithermd import log
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
 from aithermd.settings import DaemonSettings
+from aithermd.watchers.options import WatcherOptions
 
 
 def main(argv: list[str]) -> int:
@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     settings = DaemonSettings(state_dir=state, policy_dirs=[policies], policy="steady", policy_pinned=True,
                               bus="none", metrics_listen="none", nvml=False, tick_s=0.1)
     log.setup("warning", "json")
-    daemon = Daemon(settings, live=LiveOptions(hotplug=True, settle_s=0.05))
+    daemon = Daemon(settings, watchers=WatcherOptions(hotplug=True, settle_s=0.05))
 
     def show(snapshot, events):
         print(json.dumps({"seq": snapshot.seq, "devices": [d.id for d in snapshot.devices],

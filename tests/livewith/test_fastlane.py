@@ -107,7 +107,7 @@ async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, 
     task = asyncio.create_task(lane.run())
     while acted_at is None and clock.monotonic() < start + 2.0:
         await asyncio.sleep(0)
-    lane.stop()
+    await lane.stop()
     await task
     assert acted_at is not None and read(root, f"{AMDGPU}/pwm1") == 255
     assert 0 <= acted_at - cross_at <= 0.1
@@ -194,18 +194,18 @@ async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board,
         assert acted_on and all(t is loop_thread for t in acted_on)
         assert AMD_PWM in cycle.applier.journal.entries()
     finally:
-        lane.stop()
+        await lane.stop()
         await asyncio.to_thread(thread.join, 2.0)
     assert not thread.is_alive()
 
 
 def test_the_daemon_polls_from_a_thread_in_real_time():
-    from aithermd.runtime.live import LiveOptions
     from aithermd.settings import DaemonSettings
+    from aithermd.watchers.options import WatcherOptions
 
-    options = LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=True)
+    options = WatcherOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=True)
     assert options.fastlane is not None and options.fastlane.threaded
-    assert LiveOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=False).fastlane is None
+    assert WatcherOptions.for_daemon(DaemonSettings(tick_s=1.0, bus="none"), real_time=False).fastlane is None
 
 
 async def test_a_spike_across_the_trigger_waits_for_the_next_poll(board, clock, root):

@@ -12,9 +12,9 @@ from aithermd.backends.nvml import NvmlBackend
 from aithermd.backends.registry import ALL
 from aithermd.runtime.changes import rediscover
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.watchers.hotplug import DeviceEvent, Hotplug
+from aithermd.watchers.options import WatcherOptions
 from tests.support.clock import SimClock
 
 from .conftest import AMDGPU, GPU_DUMPS, make_tick, settings_for, write
@@ -180,7 +180,7 @@ async def test_a_lost_gpu_is_reported_once_and_skipped_while_the_other_keeps_wor
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
     settings = settings_for(tmp_path, root, policy_dir)
     d = Daemon(settings, clock=clock, backends=[backend], sleep=clock.sleep,
-               live=LiveOptions(hotplug=True, udev=False))
+               watchers=WatcherOptions(hotplug=True, udev=False))
     events = []
     d.hub.add_listener(lambda snap, evs: events.extend(evs))
 
@@ -210,7 +210,7 @@ async def test_the_daemon_applies_device_events_between_ticks(tmp_path, root, po
     saved = tmp_path / "amdgpu"
     shutil.copytree(root / AMDGPU, saved, symlinks=True)
     d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[HwmonBackend(str(root))],
-               sleep=clock.sleep, live=LiveOptions(hotplug=True, udev=False, settle_s=0.5))
+               sleep=clock.sleep, watchers=WatcherOptions(hotplug=True, udev=False, settle_s=0.5))
     seen = []
     d.hub.add_listener(lambda snap, evs: seen.append((snap.seq, [x.id for x in snap.devices],
                                                       [(e.subject, e.message) for e in evs
@@ -221,11 +221,11 @@ async def test_the_daemon_applies_device_events_between_ticks(tmp_path, root, po
         seq = d.hub.latest.seq
         if seq == 2:
             remove_amdgpu(root)
-            d.live.hotplug.submit(DeviceEvent("remove", "hwmon", path))
+            d.hotplug.submit(DeviceEvent("remove", "hwmon", path))
         if seq == 5:
             shutil.copytree(saved, root / AMDGPU, symlinks=True)
             (root / "class" / "hwmon" / "hwmon0").symlink_to(f"../../{AMDGPU}")
-            d.live.hotplug.submit(DeviceEvent("add", "hwmon", path))
+            d.hotplug.submit(DeviceEvent("add", "hwmon", path))
         return seq >= 7
 
     assert await d.run(until=step) == 0

@@ -7,7 +7,7 @@ import asyncio
 
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
+from aithermd.watchers.options import WatcherOptions
 
 from .conftest import NCT, read, settings_for, write
 
@@ -15,7 +15,7 @@ from .conftest import NCT, read, settings_for, write
 async def test_a_suspend_without_resume_ends_after_max_pause_s(tmp_path, root, policy_dir, clock):
     settings = settings_for(tmp_path, root, policy_dir, policy="steady")
     d = Daemon(settings, clock=clock, backends=[HwmonBackend(str(root))], sleep=clock.sleep,
-               live=LiveOptions(max_pause_s=5.0))
+               watchers=WatcherOptions(max_pause_s=5.0))
     seen = []
     d.hub.add_listener(lambda snap, evs: seen.append((snap.seq, d.tick.applier.paused,
                                                       read(root, f"{NCT}/pwm1_enable"),
@@ -25,7 +25,7 @@ async def test_a_suspend_without_resume_ends_after_max_pause_s(tmp_path, root, p
     def step():
         seq = d.hub.latest.seq
         if seq == 2:
-            tasks.append(asyncio.ensure_future(d.live.suspend()))  # PrepareForSleep(true), never a false
+            tasks.append(asyncio.ensure_future(d.changes.suspend()))  # PrepareForSleep(true), never a false
         if seq == 3:
             write(root, f"{NCT}/pwm1_enable", 2)  # reset by the driver meanwhile
         return seq >= 10

@@ -17,7 +17,7 @@ from dbus_fast.aio import MessageBus
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.sysfs import SysfsIO
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
+from aithermd.watchers.options import WatcherOptions
 from tests.support.dbus import PrivateBus
 
 from .conftest import NCT, read, settings_for, write
@@ -99,20 +99,21 @@ async def test_no_writes_while_suspended_and_a_reset_pwm_enable_is_reapplied_on_
     original = {f"pwm{i}": read(root, f"{NCT}/pwm{i}") for i in range(1, 7)}
     io = RecordingIO()
     settings = settings_for(tmp_path, root, policy_dir, policy="steady", tick_s=0.1)
-    d = Daemon(settings, backends=[HwmonBackend(str(root), io=io)], live=LiveOptions(sleep_bus=logind))
+    d = Daemon(settings, backends=[HwmonBackend(str(root), io=io)],
+               watchers=WatcherOptions(logind_bus=logind))
     events = []
     d.hub.add_listener(lambda snap, evs: events.extend(evs))
     bus = await MessageBus(bus_address=logind).connect()
     task = asyncio.create_task(d.run())
     try:
-        await until(lambda: d.live is not None and d.live.sleep is not None and d.live.sleep.inhibited
+        await until(lambda: d.logind is not None and d.logind.inhibited
                     and read(root, f"{NCT}/pwm1") == 153)
         assert await inhibitors(bus) == [("sleep", "aithermd", "re-apply fan and power settings after resume",
                                           "delay")]
         assert read(root, f"{NCT}/pwm1_enable") == 1
 
         await prepare_for_sleep(bus, True)
-        await until(lambda: d.live.paused and not d.live.sleep.inhibited)
+        await until(lambda: d.changes.paused and not d.logind.inhibited)
         assert await inhibitors(bus) == []  # released once writing stopped: logind may go on
         writes = len(io.writes)
         seq = d.hub.latest.seq
@@ -124,7 +125,7 @@ async def test_no_writes_while_suspended_and_a_reset_pwm_enable_is_reapplied_on_
         assert not [e for e in events if e.kind in ("drift", "conflict")]
 
         await prepare_for_sleep(bus, False)
-        await until(lambda: not d.live.paused and d.live.sleep.inhibited)
+        await until(lambda: not d.changes.paused and d.logind.inhibited)
         assert (read(root, f"{NCT}/pwm1_enable"), read(root, f"{NCT}/pwm1")) == (1, 153)
         await until(lambda: any(e.kind == "sleep" and e.data["action"] == "resume" for e in events))
         resumed = [e for e in events if e.kind == "sleep" and e.data["action"] == "resume"]

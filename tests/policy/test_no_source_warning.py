@@ -9,7 +9,7 @@ import textwrap
 from aithermd.backends.registry import discover, open_backends
 from aithermd.policy.devicecheck import unsourced_fans
 from aithermd.policy.loader import load_policy_file, load_policy_text, shipped_policy_dir
-from aithermd.runtime.daemon import unsourced_message
+from aithermd.runtime.changes import unsourced_message
 from tests.backends.helpers import MACHINES_DIR
 
 X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
