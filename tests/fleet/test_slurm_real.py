@@ -201,7 +201,8 @@ def test_a_job_gets_its_window_and_record_and_no_admin_comment(node):
     assert record["policy"] == "quiet" and record["user"] == "root"
     assert record["window"] > 0 and record["duration_s"] >= 2.0
     assert record["joules"]["gpu0"] > 0 and "attributed" in record and record["daemon_restarts"] == 0
-    assert cluster.state(job) == "COMPLETED"
+    # the epilog writes the record before it exits: the job is COMPLETING until slurmd hears it did
+    until(lambda: cluster.state(job) == "COMPLETED", 60, "the job to complete", cluster.explain)
     # what the hooks no longer try: slurmctld refuses to update a finished job
     refused = cluster.run("scontrol", "update", f"JobId={job}", "AdminComment=x")
     assert refused.returncode != 0 and "already finished" in refused.stderr.lower()
