@@ -18,7 +18,7 @@ the engine and decides, per channel, with a stated bound:
   next reading decides — still that far from the last good value: the rise is real and is taken at once;
   back near it: the spike is dropped.
 
-The bound (documented in docs/design.md and checked in tests/policy/test_sensor_trust.py): a failure, a
+The bound (documented in docs/design.md and checked in tests/backends/test_sensor_trust.py): a failure, a
 sentinel or a real rise reaches the engine and its safety layer at the latest with the
 ``confirm_reads``-th consecutive reading (the 2nd by default) and never more than ``max_hold_s`` (3 s)
 after the last good reading; with ticks longer than that nothing is held at all. The critical path has no

@@ -1,6 +1,6 @@
 """aithermctl against the real daemon: `aithermd run --simulate` on a private bus (one daemon for the
 module), the CLI as a process. Run as root, so polkit always allows (refusals are tested against the
-scripted daemon in test_cli_fake_bus.py and against polkitd in tests/dbus)."""
+scripted daemon in test_cli_fake_bus.py and against polkitd in tests/publish/dbus)."""
 
 from __future__ import annotations
 

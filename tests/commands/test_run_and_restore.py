@@ -1,0 +1,136 @@
+"""``aithermd restore`` and ``aithermd run`` argument handling, in process through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aithermd.actuate.journal import JOURNAL_FILE, Journal
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.cli import main
+from aithermd.errors import EXIT_CONFIG
+from tests.support.machines import copy_machine
+from tests.support.proc import knob_files
+
+
+@pytest.fixture
+def journaled(tmp_path):
+    """A copied machine whose fans were taken (journal written, pwm changed), as after a crash."""
+    root = copy_machine(tmp_path)
+    original = knob_files(root)
+    state = tmp_path / "state"
+    backend = HwmonBackend(str(root))
+    backend.discover()
+    journal = Journal(state)
+    for i in (1, 2, 5):
+        kid = f"hwmon:nct6798-isa-0290/pwm{i}"
+        journal.record(kid, "hwmon:nct6798-isa-0290", backend.locator(), backend.save_knob(kid), 0.0)
+        backend.write_knob(kid, 100.0)
+    backend.close()
+    assert knob_files(root) != original
+    return root, state, original
+
+
+def test_restore_puts_everything_back_and_is_idempotent(journaled, capsys):
+    root, state, original = journaled
+    assert main(["restore", "--state-dir", str(state)]) == 0
+    assert knob_files(root) == original and not (state / JOURNAL_FILE).exists()
+    assert "restored 3 knob(s)" in capsys.readouterr().out
+    assert main(["restore", "--state-dir", str(state)]) == 0
+    assert "nothing to restore" in capsys.readouterr().out
+
+
+def test_restore_with_another_sysfs_root(journaled, tmp_path):
+    root, state, original = journaled
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(moved)]) == 0
+    assert knob_files(moved) == original
+
+
+def test_restore_failure_keeps_the_journal_and_exits_1(journaled, tmp_path, capsys):
+    root, state, _ = journaled
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(tmp_path / "nowhere")]) == 1
+    assert "error: hwmon:nct6798-isa-0290/pwm1" in capsys.readouterr().err
+    assert len(Journal(state).entries()) == 3
+
+
+def test_restore_with_a_corrupt_journal_exits_2(tmp_path, capsys):
+    (tmp_path / JOURNAL_FILE).write_text("nope")
+    assert main(["restore", "--state-dir", str(tmp_path)]) == 2
+    assert "not a journal" in capsys.readouterr().err
+
+
+def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):
+    """Configuration errors exit 78 (EX_CONFIG), which the unit's RestartPreventExitStatus= names: systemd
+    does not restart into the same error (a restart loop of ~21 starts a minute before)."""
+    cfg = tmp_path / "aithermd.yaml"
+    cfg.write_text("tick_s: 1\ntick_s_: 2\n")
+    assert main(["run", "--config", str(cfg)]) == EXIT_CONFIG == 78
+    expected = f"{cfg}:2:1: error: tick_s_: unknown setting (hint: did you mean 'tick_s'?)"
+    assert expected in capsys.readouterr().err
+
+
+def test_run_with_an_unreadable_config_exits_78(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == EXIT_CONFIG
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_run_with_an_unknown_policy_exits_78(tmp_path):
+    root = copy_machine(tmp_path)
+    args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
+            "--metrics-listen", "none", "--no-nvml", "--policy", "no-such-policy", "--log-format", "json"]
+    assert main(args) == EXIT_CONFIG
+
+
+def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, capsys):
+    root = copy_machine(tmp_path)
+    before = knob_files(root)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["run", "--sysfs-root", str(root), "--state-dir", str(blocker / "state"), "--bus", "none",
+                 "--metrics-listen", "none"])
+    assert code == EXIT_CONFIG
+    assert "cannot create the state directory" in capsys.readouterr().err
+    assert knob_files(root) == before
+
+
+def test_a_bad_flag_value_is_a_usage_error_in_plain_words(capsys):
+    """--tick 0 exited 1 with pydantic's "Input should be greater than or equal to 0.05"."""
+    assert main(["run", "--tick", "0", "--simulate"]) == 2
+    assert capsys.readouterr().err == "aithermd run: --tick must be at least 0.05 (got 0)\n"
+
+
+def test_run_policy_takes_a_file_as_replay_does(tmp_path, capsys):
+    """`aithermd run --policy FILE` runs that file, named by its stem; nothing beside it is loaded."""
+    from pathlib import Path
+
+    shipped = Path(__file__).parents[2] / "policies" / "quiet.yaml"
+    mine = tmp_path / "lab.yaml"
+    mine.write_text(shipped.read_text())
+    (tmp_path / "broken.yaml").write_text("not: [a policy\n")  # beside it, never loaded
+    code = main(["run", "--simulate", "--policy", str(mine), "--duration", "20", "--speedup", "0",
+                 "--summary-json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["policy"] == "lab"
+    assert main(["run", "--simulate", "--policy", str(tmp_path / "missing.yaml")]) == 2
+    assert "no such policy file" in capsys.readouterr().err
+
+
+def test_a_rule_that_selects_nothing_here_is_warned_about_at_start(tmp_path, capsys):
+    """A fan named exactly but absent from this machine (as `aithermd check --sysfs-root` reports it) was
+    accepted silently by the daemon."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "policies" / "quiet.yaml").read_text()
+    mine = tmp_path / "lab.yaml"
+    mine.write_text(text.replace('fans: {chip: ["nct*", "it87*", "f71*", "w83*"]}',
+                                 'fans: {chip: ["it8688e"]}'))
+    assert main(["run", "--simulate", "--policy", str(mine), "--duration", "5", "--speedup", "0",
+                 "--log-format", "json"]) == 0
+    warned = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+              if '"policy_selects_nothing"' in line]
+    assert len(warned) == 1 and warned[0]["level"] == "warning" and warned[0]["policy"] == "lab"
+    assert "lab.yaml:61:" in warned[0]["error"] and "selects no fan on this machine" in warned[0]["error"]

@@ -1,0 +1,132 @@
+"""The operator's side: policies, holds with timeouts and owners, overrides with expiry, explain,
+persistence in the state directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aithermd.errors import InvalidArgument, UnknownCookie, UnknownKnob, UnknownPolicy
+from aithermd.model import Decision, Knob, KnobKind, Layer, Snapshot
+from aithermd.publish.hub import StateHub
+from aithermd.runtime.control import STATE_FILE, Control
+from tests.support.stub_engine import load_policies, write_policy
+
+KNOBS = {
+    "hwmon:nct/pwm1": Knob("hwmon:nct/pwm1", "hwmon:nct", KnobKind.PWM, "%", 0.0, 100.0, None, True),
+    "gpu0/power_limit": Knob("gpu0/power_limit", "gpu0", KnobKind.POWER_LIMIT, "W", 150.0, 450.0, 450.0,
+                             True),
+    "gpu0/fan0": Knob("gpu0/fan0", "gpu0", KnobKind.FAN, "%", 30.0, 100.0, None, False, "NO_PERMISSION"),
+}
+
+
+@pytest.fixture
+def policies(tmp_path):
+    d = tmp_path / "p"
+    write_policy(d, "balanced", 60.0)
+    write_policy(d, "quiet", 30.0)
+    return load_policies([d])
+
+
+def make(tmp_path, clock, policies, hub=None, **kw):
+    return Control(tmp_path / "state", clock=clock, hub=hub or StateHub(), policies=lambda: policies,
+                    knobs=lambda: KNOBS, reload=lambda: None, default_policy="balanced", **kw)
+
+
+def test_list_and_get_policies(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    listed = op.list_policies()
+    assert [p["name"] for p in listed] == ["balanced", "quiet"]
+    assert listed[0]["active"] and not listed[1]["active"]
+    assert listed[1]["description"] == "quiet test policy" and listed[1]["path"].endswith("quiet.yaml")
+    got = op.get_policy("quiet")
+    assert got["source"] == (tmp_path / "p" / "quiet.yaml").read_text()
+    with pytest.raises(UnknownPolicy):
+        op.get_policy("nope")
+
+
+def test_the_active_policy_is_kept_unless_pinned(tmp_path, clock, policies):
+    make(tmp_path, clock, policies).set_active_policy("quiet")
+    assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["active_policy"] == "quiet"
+    assert make(tmp_path, clock, policies).active == "quiet"
+    assert make(tmp_path, clock, policies, pinned=True).active == "balanced"
+
+
+def test_holds_stack_time_out_and_end_with_their_owner(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    a = op.hold_policy("quiet", "batch job", 10.0, ":1.7", 1000, False)
+    b = op.hold_policy("balanced", "interactive", 0.0, ":1.8", 1000, False)
+    c = op.hold_policy("quiet", "slurm", 0.0, "detached", 0, True)
+    assert len({a, b, c}) == 3 and 0 not in {a, b, c}
+    assert op.hold_names() == ["quiet", "balanced", "quiet"]
+    op.expire(clock.wall())  # drain the queued events
+    clock.advance(10.0)
+    events = op.expire(clock.wall())
+    assert [e.data["cookie"] for e in events] == [a]
+    op.release_owner(":1.8")
+    assert [h.cookie for h in op.holds] == [c]  # detached holds outlive their caller
+    op.release_owner("detached")
+    assert [h.cookie for h in op.holds] == [c]
+    with pytest.raises(UnknownCookie):
+        op.release_policy(a)
+    with pytest.raises(UnknownPolicy):
+        op.hold_policy("nope", "", 0, ":1.9", None, False)
+    with pytest.raises(InvalidArgument):
+        op.hold_policy("quiet", "", -1, ":1.9", None, False)
+
+
+def test_detached_holds_persist_and_caller_holds_do_not(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    op.hold_policy("quiet", "caller", 0, ":1.7", 1000, False)
+    kept = op.hold_policy("quiet", "epilog ends it", 3600, "detached", 0, True)
+    again = make(tmp_path, clock, policies)
+    assert [(h.cookie, h.reason, h.detached) for h in again.holds] == [(kept, "epilog ends it", True)]
+    assert again.hold_policy("balanced", "", 0, ":1.1", None, False) != kept
+    again.release_policy(kept)
+    assert make(tmp_path, clock, policies).holds == []
+
+
+def test_overrides_are_validated_expire_and_persist(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    with pytest.raises(UnknownKnob):
+        op.set_override("hwmon:nct/pwm9", 50, 0)
+    with pytest.raises(InvalidArgument, match=r"outside \[150, 450\] W"):
+        op.set_override("gpu0/power_limit", 500, 0)
+    with pytest.raises(InvalidArgument, match="read-only: NO_PERMISSION"):
+        op.set_override("gpu0/fan0", 50, 0)
+    with pytest.raises(InvalidArgument):
+        op.set_override("hwmon:nct/pwm1", float("nan"), 0)
+    op.set_override("hwmon:nct/pwm1", 80, 30)
+    op.set_override("gpu0/power_limit", 300, 0)
+    assert op.override_values() == {"hwmon:nct/pwm1": 80.0, "gpu0/power_limit": 300.0}
+    assert make(tmp_path, clock, policies).override_values() == op.override_values()
+    clock.advance(30)
+    op.expire(clock.wall())
+    assert op.override_values() == {"gpu0/power_limit": 300.0}
+    op.clear_override("gpu0/power_limit")
+    assert make(tmp_path, clock, policies).override_values() == {}
+    with pytest.raises(UnknownKnob):
+        op.clear_override("nope")
+
+
+def test_explain_reads_the_published_decisions(tmp_path, clock, policies):
+    hub = StateHub()
+    op = make(tmp_path, clock, policies, hub=hub)
+    assert op.explain("") == {}
+    d = Decision("hwmon:nct/pwm1", 45.0, Layer.POLICY, "balanced/board-fans", "Tctl 52 °C on the curve",
+                 requested=45.0, inputs={"Tctl": 52.0})
+    hub.publish(Snapshot(1, 0.0, 0.0, decisions={d.knob_id: d}))
+    assert op.explain("hwmon:nct/pwm1") == {"hwmon:nct/pwm1": {
+        "value": 45.0, "requested": 45.0, "layer": "policy", "rule": "balanced/board-fans",
+        "reason": "Tctl 52 °C on the curve", "inputs": {"Tctl": 52.0}}}
+    assert op.explain("gpu0/power_limit") == {}
+    with pytest.raises(UnknownKnob):
+        op.explain("nope")
+
+
+def test_an_unreadable_state_file_is_a_warning(tmp_path, clock, policies):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / STATE_FILE).write_text("{broken")
+    op = make(tmp_path, clock, policies)
+    assert op.active == "balanced" and op.holds == [] and op.override_values() == {}

@@ -1,0 +1,155 @@
+"""The loop with the real hwmon backend, the real engine and the shipped policies, on a copied machine, in
+process with a simulated clock: faults drive fans to full, drift, step-back, restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.model import Layer, Status
+from aithermd.runtime.daemon import Daemon
+from aithermd.settings import DaemonSettings
+from tests.support.machines import copy_machine
+from tests.support.proc import knob_files
+
+NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
+K10 = "hwmon:k10temp-pci-00c3"
+
+
+@pytest.fixture
+def machine(tmp_path):
+    root = copy_machine(tmp_path)
+    settings = DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", bus="none",
+                              metrics_listen="none", nvml=False)
+    return root, settings, knob_files(root)
+
+
+def tctl_file(root):
+    return next(p for p in (root / "devices").rglob("temp1_input")
+                if (p.parent / "name").read_text().strip() == "k10temp")
+
+
+def make(settings, clock, root):
+    return Daemon(settings, clock=clock, backends=[HwmonBackend(str(root))], sleep=clock.sleep)
+
+
+async def test_shipped_balanced_takes_the_board_fans_and_gives_them_back(machine, clock):
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    during = []
+    assert await d.run(max_ticks=3, until=lambda: during.append(knob_files(root)) and False) == 0
+    manual = {k for k, v in during[0].items() if k.startswith(NCT) and k.endswith("_enable") and v == "1\n"}
+    assert len(manual) == 6
+    assert all(d.hub.latest.decisions[f"hwmon:nct6798-isa-0290/pwm{i}"].rule == "balanced/board-fans"
+               for i in range(1, 7))
+    assert knob_files(root) == original
+
+
+async def test_an_implausible_temperature_drives_its_fans_to_full(machine, clock):
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    tctl = tctl_file(root)
+
+    def step():
+        if d.hub.latest.seq == 2:
+            tctl.write_text("-128000\n")  # a diode that reads -128 °C: nonsense
+        return False
+
+    seen = []
+    await d.run(max_ticks=4, until=lambda: step() or seen.append(knob_files(root)) and False)
+    snap = d.hub.latest
+    assert snap.readings[f"{K10}/temp1"].status is Status.IMPLAUSIBLE
+    assert f"{K10}/temp1" in snap.degraded
+    for i in range(1, 7):
+        decision = snap.decisions[f"hwmon:nct6798-isa-0290/pwm{i}"]
+        assert decision.layer is Layer.SAFETY and decision.value == 100.0
+        assert seen[-1][f"{NCT}/pwm{i}"] == "255\n"
+    faults = [e for e in d.hub.recent_events() if e.kind == "fault"]
+    assert [e.subject for e in faults] == [f"{K10}/temp1"]
+    assert knob_files(root) == original
+
+
+async def test_fancontrol_rewriting_a_pwm_makes_the_daemon_step_back(machine, clock):
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    pwm3 = root / NCT / "pwm3"
+
+    def fancontrol(t):
+        if d.hub.latest is not None:
+            pwm3.write_text("222\n")  # another controller writes its own value every cycle
+
+    d.before_sample = fancontrol
+    await d.run(max_ticks=8)
+    events = d.hub.recent_events()
+    drifts = [e for e in events if e.kind == "drift" and e.subject.endswith("/pwm3")]
+    conflicts = [e for e in events if e.kind == "conflict"]
+    assert len(drifts) == 3 and "changed behind our back" in drifts[0].message
+    assert [e.subject for e in conflicts] == ["hwmon:nct6798-isa-0290/pwm3"]
+    assert "hwmon:nct6798-isa-0290/pwm3" in d.hub.latest.degraded
+    assert knob_files(root) == original  # the original is still put back at the end
+
+
+async def test_a_driver_resetting_the_mode_is_drift_and_is_corrected(machine, clock):
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    enable = root / NCT / "pwm1_enable"
+
+    def reset(t):
+        if d.hub.latest is not None and d.hub.latest.seq == 2:
+            enable.write_text("5\n")  # e.g. after resume the chip is automatic again
+
+    d.before_sample = reset
+    seen = []
+    await d.run(max_ticks=4, until=lambda: seen.append(enable.read_text()) and False)
+    drift = [e for e in d.hub.recent_events() if e.kind == "drift"]
+    assert len(drift) == 1 and "mode manual → auto" in drift[0].message
+    assert seen[-1] == "1\n"  # taken back once, not a fight
+    assert knob_files(root) == original
+
+
+async def test_one_sentinel_reading_is_held_and_never_moves_the_fans(machine, clock):
+    """+127 °C for one sample (a saturated register) on Tctl: held at the last good value; the board fans
+    stay on their curve (before sensor trust they went to 100 % and ramped down for a minute)."""
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    tctl = tctl_file(root)
+    good = tctl.read_text()
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        tctl.write_text("127000\n" if seq == 2 else good)
+        seen.append({k: v for k, v in d.hub.latest.decisions.items() if k.endswith("pwm1")})
+        return False
+
+    await d.run(max_ticks=5, until=step)
+    pwm1 = [dec["hwmon:nct6798-isa-0290/pwm1"] for dec in seen]
+    assert all(dec.layer is Layer.POLICY and dec.value < 50.0 for dec in pwm1), pwm1
+    assert not [e for e in d.hub.recent_events() if e.kind == "fault"]
+    assert knob_files(root) == original
+
+
+async def test_a_policy_without_a_source_here_is_a_warning_at_start_and_reload(machine, clock):
+    from structlog.testing import capture_logs
+
+    root, settings, _ = machine
+    policies = root.parent / "policies"
+    policies.mkdir()
+    (policies / "intel.yaml").write_text(
+        "curves:\n  board: {kind: points, source: {max: ['Package id *']}, points: [[40, 30], [85, 100]]}\n"
+        "rules:\n  - {name: board-fans, kind: fan, fans: {chip: 'nct*'}, curve: board}\n")
+    settings = settings.model_copy(update={"policy_dirs": [policies], "policy": "intel",
+                                           "policy_pinned": True})
+    d = make(settings, clock, root)
+
+    def step():
+        if d.hub.latest.seq == 1:
+            d.request_reload()
+        return False
+
+    with capture_logs() as logs:
+        await d.run(max_ticks=3, until=step)
+    warnings = [e for e in logs if e["event"] == "no_temperature_source"]
+    assert len(warnings) == 2  # at start and at the reload
+    assert warnings[0]["policy"] == "intel" and len(warnings[0]["fans"]) == 6
+    assert "run at 100 %" in warnings[0]["message"]

@@ -1,0 +1,154 @@
+"""Reload (SIGHUP / D-Bus Reload): all-or-nothing; a broken file keeps the old policies and logs FILE:LINE;
+a reload that would leave the daemon without any policy to run is refused."""
+
+from __future__ import annotations
+
+import pytest
+from structlog.testing import capture_logs
+
+from aithermd.errors import PolicyErrors
+from aithermd.runtime.daemon import Daemon
+from tests.support.fake_backend import FakeBackend
+from tests.support.stub_engine import STUB_ENGINE, write_policy
+
+
+async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    quiet = policy_dir / "quiet.yaml"
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, sorted(d.world.policies), d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            write_policy(policy_dir, "turbo", 90.0)
+            quiet.write_text("description: now broken\nduty_pct: fast\n")
+            d.request_reload()  # what the SIGHUP handler does
+        if seq == 3:
+            d.control.set_active_policy("quiet")
+        return False
+
+    with capture_logs() as logs:
+        assert await d.run(max_ticks=4, until=step) == 0
+    assert seen[1][1] == ["balanced", "handsoff", "quiet"]  # turbo not loaded: all-or-nothing
+    assert seen[3][2] == 30.0  # the old quiet policy still works
+    errors = [e for e in logs if e["event"] == "reload_failed"]
+    assert len(errors) == 1 and errors[0]["error"].startswith(f"{quiet}:2:11: error: duty_pct: not a number")
+    assert errors[0]["line"] == 2
+
+
+async def test_a_good_reload_is_swapped_in_between_ticks(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            write_policy(policy_dir, "balanced", 70.0)
+            d.request_reload()
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
+
+
+async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    raised = []
+
+    def step():
+        if d.hub.latest.seq == 1:
+            (policy_dir / "bad.yaml").write_text("description: x\n")
+            with pytest.raises(PolicyErrors) as info:
+                d.control.reload()
+            raised.append(str(info.value))
+        return False
+
+    await d.run(max_ticks=2, until=step)
+    assert raised and "bad.yaml:1:1: error: duty_pct: missing" in raised[0]
+    assert sorted(d.world.policies) == ["balanced", "handsoff", "quiet"]
+
+
+async def test_dropping_the_active_policy_falls_back_and_ends_its_holds(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 1:
+            d.control.set_active_policy("quiet")
+            d.control.hold_policy("handsoff", "test", 0, ":1.5", 0, False)
+        if seq == 2:
+            (policy_dir / "quiet.yaml").unlink()
+            (policy_dir / "handsoff.yaml").unlink()
+            d.request_reload()
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    snap = d.hub.latest
+    assert snap.policy.active == "balanced" and snap.policy.holds == ()
+    assert snap.decisions[b.kid("pwm1")].value == 60.0
+
+async def test_removing_the_active_and_configured_policy_is_refused(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    balanced = policy_dir / "balanced.yaml"
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.policy.active, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            assert settings.policy == "balanced" and d.control.active == "balanced"
+            balanced.unlink()  # the admin removes the one policy that is active and configured
+            d.request_reload()
+        return False
+
+    with capture_logs() as logs:
+        assert await d.run(max_ticks=3, until=step) == 0
+    assert seen == [(1, "balanced", 60.0), (2, "balanced", 60.0), (3, "balanced", 60.0)]
+    assert sorted(d.world.policies) == ["balanced", "handsoff", "quiet"]
+    failed = [e for e in logs if e["event"] == "reload_failed"]
+    assert [e["error"] for e in failed] == [
+        f"{balanced}: error: policy balanced would be gone: the daemon would have no policy to run "
+        "(hint: put the file back, or first make another policy active (aithermctl policy set NAME))"]
+    assert not any(e["event"] == "fault" and "not loaded" in e.get("message", "") for e in logs)
+
+
+async def test_dbus_reload_without_the_active_policy_raises(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    raised = []
+
+    def step():
+        if d.hub.latest.seq == 1:
+            (policy_dir / "balanced.yaml").unlink()
+            with pytest.raises(PolicyErrors) as info:
+                d.control.reload()
+            raised.append(str(info.value))
+        return False
+
+    await d.run(max_ticks=2, until=step)
+    assert raised and "policy balanced would be gone" in raised[0]
+    assert d.hub.latest.policy.active == "balanced"
+
+
+async def test_removing_the_active_policy_still_falls_back_to_the_configured_one(settings, clock, policy_dir):
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 1:
+            d.control.set_active_policy("quiet")
+        if seq == 2:
+            (policy_dir / "quiet.yaml").unlink()
+            d.request_reload()
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    assert d.hub.latest.policy.active == "balanced" and sorted(d.world.policies) == ["balanced", "handsoff"]
