@@ -38,6 +38,15 @@ def owner_text(hold: Mapping[str, Any]) -> str:
     return str(hold.get("owner_text") or hold.get("owner") or "?")
 
 
+def hold_ends(hold: Mapping[str, Any], now: float) -> str:
+    """When a hold ends, for the policy screen: the time left on its timeout (``"4m 10s"``); with no timeout,
+    ``"until released"`` (detached) or ``"until owner quits"`` (it also ends when its owner leaves the bus)."""
+    expires = hold.get("expires")
+    if isinstance(expires, int | float):
+        return format_duration(max(0.0, expires - now))
+    return "until released" if hold.get("detached") else "until owner quits"
+
+
 def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) -> list[str]:
     """One line per hold: cookie, policy, reason, owner, expiry."""
     now = time.time() if now is None else now

@@ -132,6 +132,8 @@ async def test_policy_screen_shows_policies_holds_states_and_why():
         assert "active ai-training   in force quiet (held)" in text
         assert "balanced" in text and "Lower caps and quiet curves" in text
         assert "17" in text and "meeting in the lab" in text
+        hold_row = next(line for line in text.splitlines() if "meeting in the lab" in line)
+        assert hold_row.split("│")[1].split()[-2:] == ["until", "released"]  # detached, no timeout
         assert "ai-training gpu0: training" in text and "quiet gpu1: busy" in text
         assert "gpu0/power_limit  quiet/busy-limit" in text
         assert ("list_policies", ()) in client.calls and ("explain", ("",)) in client.calls

@@ -3,7 +3,7 @@
 from fake_client import load
 
 from aithermctl.errors import DaemonError, DaemonNotRunning, NotAuthorized, Rejected, from_dbus
-from aithermctl.render import energy_text, explain_paragraph, holds_lines, policies_text, status_text
+from aithermctl.render import energy_text, explain_paragraph, hold_ends, holds_lines, policies_text, status_text
 from aithermd.publish import wire
 
 
@@ -56,6 +56,15 @@ def test_holds_lines_say_how_each_hold_ends():
     assert holds_lines(holds, now=1000.0) == [
         "  cookie 3: quiet — call (until :1.9 leaves, 1m 30s left)",
         "  cookie 4: ai-training — no reason (detached)"]
+
+
+def test_hold_ends_says_when_a_hold_without_timeout_ends():
+    """A hold with no timeout never reads "released" (it is not): it lasts until released, or until its
+    owner quits when it is not detached."""
+    timed = {"cookie": 3, "detached": False, "expires": 1090.0}
+    assert hold_ends(timed, now=1000.0) == "1m 30s"
+    assert hold_ends({"cookie": 4, "detached": True, "expires": None}, now=1000.0) == "until released"
+    assert hold_ends({"cookie": 5, "detached": False, "expires": None}, now=1000.0) == "until owner quits"
 
 
 def test_status_text_of_a_machine_without_gpus():

@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 
 from aithermctl.document import effective_policy
 from aithermctl.durations import format_duration
-from aithermctl.render import owner_text
+from aithermctl.render import hold_ends, owner_text
 from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 from aithermctl.widgets.gauge import bar
@@ -108,8 +108,7 @@ class PolicyScreen(DataScreen):
         holds = policy.get("holds") or ()
         self._fill("#holds", [(str(h.get("cookie")), str(h.get("policy")), Text(str(h.get("reason") or "")),
                                "detached" if h.get("detached") else owner_text(h),
-                               format_duration(max(0.0, h["expires"] - now))
-                               if isinstance(h.get("expires"), int | float) else "released")
+                               hold_ends(h, now))
                               for h in holds], [str(h.get("cookie")) for h in holds])
         why = self.query_one("#why", Static)
         why.update(why_text(state, self.size.width or 80))
