@@ -1,8 +1,9 @@
 """The history behind ``GetHistory``: one preallocated column of float64 per series, not a ring of snapshots.
 
 A :class:`Columns` keeps the last ``history_s`` of published values (channel readings in the channel's unit,
-NaN when not ok; knob values read back, in daemon units) in ``array('d')`` columns of ``rows`` slots
-written round-robin, plus the monotonic and wall time of each row. Rows = ``history_s / tick_s + 1``
+NaN when not ok; knob values read back, in daemon units; the two apart, as a channel and a knob may share an
+id: NVML's ``gpu0/fan0``) in ``array('d')`` columns of ``rows`` slots written round-robin, plus the
+monotonic and wall time of each row. Rows = ``history_s / tick_s + 1``
 (1 Hz, 900 s: 901), fewer when the columns would pass :data:`BUDGET_BYTES` (then the history is shorter:
 memory is bounded in bytes whatever the sensor count; 500 series at 1 Hz take 3.6 MB). Columns are
 allocated whole when a series first appears, so memory does not grow as the history fills, and a series
@@ -23,8 +24,10 @@ BUDGET_BYTES = 4 * 1024 * 1024  # value columns; 500 series × 901 rows × 8 B =
 
 
 class Columns:
-    """The column store (see the module doc). ``append(snapshot)`` once per publish;
-    :meth:`document` gives ``{"t": [...], "series": {id: [value or None, ...]}, "units": {id: unit}}``."""
+    """The column store (see the module doc). ``append(snapshot)`` once per publish; :meth:`document` gives
+    ``{"t": [...], "series": {channel id: [...]}, "units": {...}, "knobs": {knob id: [...]},
+    "knob_units": {...}}``. Channels and knobs are kept apart: an NVML fan's reading and its knob share
+    the id ``gpu0/fan0``."""
 
     def __init__(self, history_s: float = 900.0, max_rows: int = 3600,
                  budget_bytes: int = BUDGET_BYTES) -> None:
@@ -33,14 +36,17 @@ class Columns:
         self.count = 0  # rows ever appended
         self._t_mono = array("d")
         self._t_wall = array("d")
-        self._cols: dict[str, array[float]] = {}
-        self._last: dict[str, int] = {}  # series → the row count when it was last present
+        self._cols: dict[str, array[float]] = {}  # channel id → readings
+        self._kcols: dict[str, array[float]] = {}  # knob id → read-back values
+        self._last: dict[str, int] = {}  # channel → the row count when it was last present
+        self._klast: dict[str, int] = {}  # knob → the same
         self.units: dict[str, str] = {}
+        self.knob_units: dict[str, str] = {}
         self._devices: Any = None
 
     @property
     def nbytes(self) -> int:
-        return 8 * self.rows * (len(self._cols) + 2)
+        return 8 * self.rows * (len(self._cols) + len(self._kcols) + 2)
 
     def _fit(self, series: int) -> int:
         want = self.rows or min(self.max_rows, int(self.history_s / self._tick_s) + 1)
@@ -60,16 +66,20 @@ class Columns:
 
         self._t_mono, self._t_wall = moved(self._t_mono), moved(self._t_wall)
         self._cols = {k: moved(c) for k, c in self._cols.items()}
+        self._kcols = {k: moved(c) for k, c in self._kcols.items()}
         self.rows = rows
 
     def _add_columns(self, snapshot: Snapshot) -> None:
         """Columns for every series of ``snapshot`` not yet kept (shrinking the rows to the budget)."""
-        new = [s for s in (*snapshot.readings, *snapshot.knobs) if s not in self._cols]
-        rows = self._fit(len(self._cols) + len(new))
+        new = [s for s in snapshot.readings if s not in self._cols]
+        knobs = [s for s in snapshot.knobs if s not in self._kcols]
+        rows = self._fit(len(self._cols) + len(self._kcols) + len(new) + len(knobs))
         if rows < self.rows:
             self._resize(rows)
         for sid in new:
             self._cols[sid] = array("d", [NAN]) * self.rows
+        for sid in knobs:
+            self._kcols[sid] = array("d", [NAN]) * self.rows
 
     def _devices_changed(self, snapshot: Snapshot) -> None:
         self._devices = snapshot.devices
@@ -77,12 +87,13 @@ class Columns:
             for ch in dev.channels:
                 self.units.setdefault(ch.id, ch.unit)
             for k in dev.knobs:
-                self.units.setdefault(k.id, k.unit)
-        gone = [s for s, last in self._last.items() if self.count - last >= self.rows]
-        for sid in gone:
-            self._cols.pop(sid, None)
-            self._last.pop(sid, None)
-            self.units.pop(sid, None)
+                self.knob_units.setdefault(k.id, k.unit)
+        for cols, last, units in ((self._cols, self._last, self.units),
+                                  (self._kcols, self._klast, self.knob_units)):
+            for sid in [s for s, seen in last.items() if self.count - seen >= self.rows]:
+                cols.pop(sid, None)
+                last.pop(sid, None)
+                units.pop(sid, None)
 
     def append(self, snapshot: Snapshot) -> None:
         if not self.rows:
@@ -105,19 +116,23 @@ class Columns:
             col[i] = v if r.status is ok and v is not None else NAN
             last[sid] = count
             written += 1
+        kcols, klast = self._kcols, self._klast
+        kwritten = 0
         for sid, kv in snapshot.knobs.items():
-            col = cols.get(sid)
+            col = kcols.get(sid)
             if col is None:
                 self._add_columns(snapshot)
                 return self.append(snapshot)
             v = kv.value
             col[i] = v if v is not None else NAN
-            last[sid] = count
-            written += 1
-        if written != len(cols):  # a series absent from this snapshot: no value in this row
-            for sid, col in cols.items():
-                if last[sid] != count:
-                    col[i] = NAN
+            klast[sid] = count
+            kwritten += 1
+        # a series absent from this snapshot: no value in this row
+        for n, store, seen in ((written, cols, last), (kwritten, kcols, klast)):
+            if n != len(store):
+                for sid, col in store.items():
+                    if seen[sid] != count:
+                        col[i] = NAN
         self._t_mono[i] = snapshot.t_mono
         self._t_wall[i] = snapshot.t_wall
         self.count = count + 1
@@ -146,27 +161,34 @@ class Columns:
             return col[a:a + first] + col[:b - first] if b > first else col[a:a + first]
 
         series = {sid: cut(col) for sid, col in self._cols.items() if self._last.get(sid, -1) >= start}
-        units = {sid: self.units[sid] for sid in series if sid in self.units}
-        return Window(cut(self._t_wall), series, units)
+        knobs = {sid: cut(col) for sid, col in self._kcols.items() if self._klast.get(sid, -1) >= start}
+        return Window(cut(self._t_wall), series, {sid: self.units[sid] for sid in series if sid in self.units},
+                      knobs, {sid: self.knob_units[sid] for sid in knobs if sid in self.knob_units})
 
     def document(self, seconds: float) -> dict[str, Any]:
         return self.copy(seconds).document()
 
 
 class Window:
-    """Copied columns of one window: ``t`` (wall s), ``series`` (id → float64 array, NaN = none), ``units``."""
+    """Copied columns of one window: ``t`` (wall s), ``series`` (channel id → float64 array, NaN = none),
+    ``units``, and the same for knobs (``knobs``, ``knob_units``)."""
 
-    __slots__ = ("t", "series", "units")
+    __slots__ = ("t", "series", "units", "knobs", "knob_units")
 
-    def __init__(self, t: array[float], series: dict[str, array[float]], units: dict[str, str]) -> None:
+    def __init__(self, t: array[float], series: dict[str, array[float]], units: dict[str, str],
+                 knobs: dict[str, array[float]] | None = None, knob_units: dict[str, str] | None = None) -> None:
         self.t, self.series, self.units = t, series, units
+        self.knobs, self.knob_units = knobs or {}, knob_units or {}
 
     def __len__(self) -> int:
         return len(self.t)
 
     def document(self) -> dict[str, Any]:
-        """``{"t": [...], "series": {id: [value or None, ...]}, "units": {id: unit}}`` (non-finite → None)."""
+        """``{"t": [...], "series": {channel id: [value or None, ...]}, "units": {id: unit}, "knobs": {knob id:
+        [...]}, "knob_units": {id: unit}}`` (non-finite → None)."""
         isfinite = math.isfinite
         return {"t": self.t.tolist(),
                 "series": {sid: [x if isfinite(x) else None for x in col] for sid, col in self.series.items()},
-                "units": dict(self.units)}
+                "units": dict(self.units),
+                "knobs": {sid: [x if isfinite(x) else None for x in col] for sid, col in self.knobs.items()},
+                "knob_units": dict(self.knob_units)}

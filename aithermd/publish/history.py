@@ -1,9 +1,11 @@
 """``GetHistory(seconds)``: the last seconds of published values as columns.
 
-Shape: ``{"t": [wall-clock s, ...], "series": {channel or knob id: [value or null, ...]},
-"units": {id: unit}}``, oldest first, one entry per published tick kept by the hub's
+Shape (:class:`~aithermd.publish.wire.HistoryDoc`): ``{"t": [wall-clock s, ...], "series": {channel id:
+[value or null, ...]}, "units": {channel id: unit}, "knobs": {knob id: [value or null, ...]}, "knob_units":
+{knob id: unit}}``, oldest first, one entry per published tick kept by the hub's
 :class:`~aithermd.publish.columns.Columns`. Channel values are readings in the channel's unit (null when
-not ok); knob values are the read-back settings in daemon units. A series that appears or vanishes
+not ok); knob values are the read-back settings in daemon units, kept apart from the channels (a knob and a
+channel may share an id: NVML's ``gpu0/fan0``). A series that appears or vanishes
 mid-window is padded with null. The JSON text is cached per (latest snapshot, seconds), so many clients
 asking in one tick cost one serialisation; the window is copied out on the event loop (array slices) and a
 long one is turned into JSON in a worker thread.

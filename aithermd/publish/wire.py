@@ -215,12 +215,16 @@ class SnapshotDoc(TypedDict):
 
 
 class HistoryDoc(TypedDict):
-    """``GetHistory(seconds)``: one column per channel or knob id, oldest first, aligned on ``t`` (wall s);
-    null where a value was not ok or the series did not exist yet; ``units`` per id."""
+    """``GetHistory(seconds)``: one column per channel (``series``, readings in ``units``) and one per knob
+    (``knobs``, read-back values in ``knob_units``), oldest first, aligned on ``t`` (wall s); null where a
+    reading was not ok or the series did not exist yet. Channels and knobs are apart because their ids may
+    be the same: NVML's ``gpu0/fan0`` is both the fan's speed reading and its duty knob."""
 
     t: list[float]
     series: dict[str, list[float | None]]
     units: dict[str, str]
+    knobs: dict[str, list[float | None]]
+    knob_units: dict[str, str]
 
 
 class DocumentError(ValueError):

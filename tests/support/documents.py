@@ -110,9 +110,14 @@ def fixture_text(name: str, doc: Any) -> str:
     """How a fixture file is written: snapshots indented, history one series per line (both diff well)."""
     if name != "history.json":
         return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
-    series = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in doc["series"].items())
-    return (f'{{"t": {json.dumps(doc["t"])},\n "series": {{\n{series}}},\n'
-            f' "units": {json.dumps(doc["units"], ensure_ascii=False)}}}\n')
+
+    def columns(member: str) -> str:
+        return ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in doc[member].items())
+
+    return (f'{{"t": {json.dumps(doc["t"])},\n "series": {{\n{columns("series")}}},\n'
+            f' "units": {json.dumps(doc["units"], ensure_ascii=False)},\n'
+            f' "knobs": {{\n{columns("knobs")}}},\n'
+            f' "knob_units": {json.dumps(doc["knob_units"], ensure_ascii=False)}}}\n')
 
 
 def main() -> int:

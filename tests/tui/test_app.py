@@ -32,13 +32,13 @@ async def test_overview_at_80x24_shows_gpu_cards_cpu_package_and_status_line():
         assert len(lines) == 24 and max(len(line) for line in lines) <= 80
         assert "● policy ai-training · in force: quiet (held, cookie 17)" in lines[0]
         assert "gpu0 · NVIDIA GeForce RTX 4090" in text
-        assert "360/360 W" in text and "10–600 W" in text and "slowdown 85 °C" in text
-        assert "fans 47%" in text
+        assert "358/360 W" in text and "10–600 W" in text and "slowdown 85 °C" in text
+        assert "fans 39%" in text
         assert "limit quiet/busy-limit  −90 W vs default" in text
         assert "clocks sw_power_cap" in text
         assert "gpu1 · NVIDIA RTX 6000 Ada Generation" in text and "slowdown 93 °C" in text
         assert "−60 W vs default" in text
-        assert "package-0    70.1 W" in text and "PL1 95 W  PL2 119 W  52 °C" in text
+        assert "package-0    70.1 W" in text and "PL1 95 W  PL2 119 W  50 °C" in text
         assert "q Quit" in lines[-1]
 
 
@@ -47,7 +47,7 @@ async def test_board_fans_table_lists_speed_duty_and_source():
     async with app.run_test(size=(100, 50)) as pilot:
         await settle(pilot)
         text = screen_text(app)
-        assert "nct6798-isa-0290 fan1  520 RPM  28%   quiet/board-fans" in text
+        assert "nct6798-isa-0290 fan1  483 RPM  26%   quiet/board-fans" in text
         assert "amdgpu-pci-0700 fan1   839 RPM  40%   firmware" in text
 
 

@@ -23,12 +23,12 @@ async def test_status_text_summarises_gpus_packages_fans(fake_daemon, private_bu
     assert rc == 0
     assert out.splitlines()[0] == "policy ai-training"  # the scripted daemon starts without holds
     assert "  gpu0  NVIDIA GeForce RTX 4090" in out
-    assert ("     56 °C  power 360.0 W of limit 360 W (10–600 W, default 450 W)  util 100%  fans 47%"
+    assert ("     54 °C  power 358.2 W of limit 360 W (10–600 W, default 450 W)  util 100%  fans 39%"
             in out)
     assert "limit set by quiet/busy-limit: gpu0 in load.busy: 80% of the default (360 W)" in out
     assert "clock events: sw_power_cap" in out
-    assert "package-0  power   70.1 W  PL1 95 W  PL2 119 W  52 °C" in out
-    assert "nct6798-isa-0290 fan1   520 RPM  duty  28%  quiet/board-fans" in out
+    assert "package-0  power   70.1 W  PL1 95 W  PL2 119 W  50 °C" in out
+    assert "nct6798-isa-0290 fan1   483 RPM  duty  26%  quiet/board-fans" in out
 
 
 async def test_policy_verbs(fake_daemon, private_bus):
@@ -173,7 +173,7 @@ async def test_explain_gives_a_paragraph_per_knob(fake_daemon, private_bus):
                      "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; state:load busy. "
                      "Range 10 W to 600 W, default 450 W.")
     fan = " ".join(next(p for p in paragraphs if p.startswith("gpu0/fan0")).split())
-    assert fan == ("gpu0/fan0 is 47%, set by no rule (the value found at start is kept). "
+    assert fan == ("gpu0/fan0 is 39%, set by no rule (the value found at start is kept). "
                    "Range 0% to 100%.")
     pl2 = " ".join(next(p for p in paragraphs if p.startswith("powercap:package-0/pl2")).split())
     assert pl2 == ("powercap:package-0/pl2 is 118.8 W, set by no rule (the value found at start is kept).")

@@ -16,7 +16,7 @@ async def test_typed_calls_return_decoded_documents(fake_daemon, private_bus):
     async with DaemonClient(private_bus) as c:
         doc = await c.get_snapshot()
         assert [d["id"] for d in doc["devices"] if d["kind"] == "gpu"] == ["gpu0", "gpu1"]
-        assert (await c.get_history(300))["series"]["gpu0/power_limit"][-1] == 360.0
+        assert (await c.get_history(300))["knobs"]["gpu0/power_limit"][-1] == 360.0
         assert list(await c.explain("gpu0/power_limit")) == ["gpu0/power_limit"]
         assert [p["name"] for p in await c.list_policies()] == ["ai-training", "balanced", "quiet"]
         assert (await c.get_policy("quiet"))["source"].startswith("name: quiet")

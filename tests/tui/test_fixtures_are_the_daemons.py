@@ -35,7 +35,7 @@ from tests.support import documents
 FIXTURES = Path(__file__).parent / "fixtures"
 SCHEMAS = {"snapshot.json": wire.SnapshotDoc, "history.json": wire.HistoryDoc,
            "snapshot_nogpu.json": wire.SnapshotDoc}
-FREE_FORM = {"series", "units", "states", "inputs"}  # keyed by ids, policies, inputs: keys are values
+FREE_FORM = {"series", "units", "knobs", "knob_units", "states", "inputs"}  # keyed by ids, policies, inputs: keys are values
 # a member a daemon legitimately leaves out in that document's configuration
 ABSENT_BY_DESIGN = {"snapshot_nogpu.json": {".processes"}}  # energy accounting off on that run
 REGENERATE = "the daemon's documents changed shape: regenerate with python -m tests.support.documents"

@@ -41,7 +41,7 @@ class PlotsScreen(DataScreen):
         self.show(state)
 
     def _plots(self, state: TuiState) -> list[tuple[str, str, str, str | None, float, str]]:
-        """(widget id, title, series id, limit series id, full-scale floor, unit) for each plot."""
+        """(widget id, title, channel id, limit knob id, full-scale floor, unit) for each plot."""
         if state.doc is None:
             return []
         ov = overview(state.doc)
@@ -57,8 +57,8 @@ class PlotsScreen(DataScreen):
                             100.0, "%"))
                 out.append((f"plot-{g.id}-mem", f"{g.id} memory busy", f"{g.id}/memory_utilization", None,
                             100.0, "%"))
-                if state.history.window(f"{g.id}/fan0", state.span_s):
-                    out.append((f"plot-{g.id}-fan", f"{g.id} fan", f"{g.id}/fan0", None, 100.0, "%"))
+                if state.history.window(f"{g.id}/fan0", state.span_s):  # its speed, and the duty asked
+                    out.append((f"plot-{g.id}-fan", f"{g.id} fan", f"{g.id}/fan0", f"{g.id}/fan0", 100.0, "%"))
         for p in ov.packages:
             safe = p.id.replace(":", "-")
             out.append((f"plot-{safe}-power", f"{p.name} power", f"{p.id}/power", f"{p.id}/pl1",
@@ -78,6 +78,6 @@ class PlotsScreen(DataScreen):
             if widget is None:
                 widget = TracePlot(title, unit, id=wid)
                 grid.mount(widget)
-            line = state.history.window(limit, state.span_s) if limit else ()
+            line = state.history.window(limit, state.span_s, knob=True) if limit else ()
             widget.set_series(state.history.window(key, state.span_s), line, span_s=state.span_s, floor=floor)
         self.query_one("#plots-empty", Static).update("" if plots else "Nothing to plot yet.")

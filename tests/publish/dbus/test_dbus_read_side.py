@@ -91,8 +91,9 @@ async def test_get_history_returns_the_window_as_columns(service, client, hub):
     doc = json.loads(text)
     assert doc["t"] == [reference_snapshot(s).t_wall for s in (2, 3, 4, 5)]
     assert doc["series"]["gpu0/energy"] == [1200.0, 1300.0, 1400.0, 1500.0]
-    assert doc["series"]["gpu0/power_limit"] == [450.0] * 4
-    assert doc["units"]["gpu0/energy"] == "J"
+    assert "gpu0/power_limit" not in doc["series"]  # a knob: its read-back values are apart
+    assert doc["knobs"]["gpu0/power_limit"] == [450.0] * 4
+    assert doc["units"]["gpu0/energy"] == "J" and doc["knob_units"]["gpu0/power_limit"] == "W"
     reply = await call(client, "GetHistory", "d", [-1.0])
     assert reply.error_name == wire.ERROR_INVALID_ARGUMENT
 

@@ -21,22 +21,25 @@ def snapshot_document(snapshots: list[Snapshot]) -> dict:
     """What GetHistory answered when the hub kept whole snapshots (the oracle)."""
     n = len(snapshots)
     series: dict[str, list] = {}
+    knobs: dict[str, list] = {}
     units: dict[str, str] = {}
+    knob_units: dict[str, str] = {}
     for i, s in enumerate(snapshots):
         for dev in s.devices:
             for ch in dev.channels:
                 units.setdefault(ch.id, ch.unit)
             for k in dev.knobs:
-                units.setdefault(k.id, k.unit)
+                knob_units.setdefault(k.id, k.unit)
         for cid, r in s.readings.items():
             v = r.value
             series.setdefault(cid, [None] * n)[i] = (v if r.status is Status.OK and v is not None
                                                       and math.isfinite(v) else None)
         for kid, kv in s.knobs.items():
             v = kv.value
-            series.setdefault(kid, [None] * n)[i] = v if v is not None and math.isfinite(v) else None
+            knobs.setdefault(kid, [None] * n)[i] = v if v is not None and math.isfinite(v) else None
     return {"t": [s.t_wall for s in snapshots], "series": series,
-            "units": {k: u for k, u in units.items() if k in series}}
+            "units": {k: u for k, u in units.items() if k in series}, "knobs": knobs,
+            "knob_units": {k: u for k, u in knob_units.items() if k in knobs}}
 
 
 def noisy(seq: int, rng: random.Random) -> Snapshot:
@@ -68,6 +71,30 @@ def test_columns_give_the_document_the_snapshots_gave(seconds):
     assert got["t"] == want["t"]
     assert got["series"] == want["series"]
     assert got["units"] == want["units"]
+    assert got["knobs"] == want["knobs"] and got["knob_units"] == want["knob_units"]
+
+
+def with_gpu_fan(seq: int) -> Snapshot:
+    """The reference workstation whose gpu0 has NVML's fan: a speed reading and a duty knob, both
+    ``gpu0/fan0`` (the reading is the fan's speed in % of its maximum, the knob the duty asked)."""
+    s = reference_snapshot(seq)
+    gpu0 = s.devices[0]
+    fan = Channel("gpu0/fan0", "gpu0", "fan0", Quantity.UTILIZATION, "%")
+    devices = (replace(gpu0, channels=(*gpu0.channels, fan)), *s.devices[1:])
+    readings = dict(s.readings, **{"gpu0/fan0": Reading("gpu0/fan0", 55.0 + seq % 3)})
+    return replace(s, devices=devices, readings=MappingProxyType(readings))
+
+
+def test_a_channel_and_a_knob_with_one_id_keep_their_own_series():
+    hub = StateHub(history_s=60.0)
+    snaps = [with_gpu_fan(seq) for seq in range(1, 6)]
+    for snap in snaps:
+        hub.publish(snap)
+    doc = hub.columns.document(60.0)
+    assert doc["series"]["gpu0/fan0"] == [55.0 + seq % 3 for seq in range(1, 6)]  # the fan's speed
+    assert doc["knobs"]["gpu0/fan0"] == [40.0 + seq % 10 for seq in range(1, 6)]  # the duty asked
+    assert doc["units"]["gpu0/fan0"] == "%" and doc["knob_units"]["gpu0/fan0"] == "%"
+    assert doc["knobs"]["gpu0/power_limit"] == [450.0] * 5 and "gpu0/power_limit" not in doc["series"]
 
 
 def many(n: int, seq: int) -> Snapshot:
@@ -120,5 +147,6 @@ def test_a_vanished_series_is_dropped_after_a_whole_lap():
         cols.append(reference_snapshot(seq, gpus=2))
     for seq in range(5, 30):  # gpu1 gone (a new device list)
         cols.append(reference_snapshot(seq, gpus=1))
-    assert not [k for k in cols.document(10.0)["series"] if k.startswith("gpu1/")]
-    assert not [k for k in cols._cols if k.startswith("gpu1/")]
+    doc = cols.document(10.0)
+    assert not [k for k in (*doc["series"], *doc["knobs"]) if k.startswith("gpu1/")]
+    assert not [k for k in (*cols._cols, *cols._kcols) if k.startswith("gpu1/")]
