@@ -2,8 +2,8 @@
 
 Used on SIGTERM/SIGINT (with the daemon's open backends), at start after a crash (the journal is dirty),
 and by ``aithermd restore`` (``ExecStopPost=``), which needs nothing but the state directory: each entry's
-locator rebuilds its backend through :func:`aithermd.backends.open_backend`. Restoring twice puts the same
-values back twice. An entry whose restore fails stays in the journal (the report says why) so a later
+locator rebuilds its backend through :func:`aithermd.backends.registry.open_backend`. Restoring twice puts
+the same values back twice. An entry whose restore fails stays in the journal (the report says why) so a later
 restore can try again; the others are forgotten.
 
 A knob whose device is gone would otherwise fail every restore (and every daemon stop) forever. When the
@@ -59,8 +59,8 @@ def locator_key(locator: Mapping[str, Any]) -> str:
 
 
 def _default_opener(locator: Mapping[str, Any]) -> Backend:
-    """:func:`aithermd.backends.open_backend`, then discovery (knob ids are known only after it)."""
-    from aithermd.backends import open_backend
+    """:func:`aithermd.backends.registry.open_backend`, then discovery (knob ids are known only after it)."""
+    from aithermd.backends.registry import open_backend
     backend = open_backend(dict(locator))
     backend.discover()
     return backend
@@ -96,7 +96,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     restored.
 
     ``backends``: already open backends, matched to entries by locator (the daemon's own); other locators
-    are opened with ``opener`` (default :func:`aithermd.backends.open_backend`) and closed afterwards.
+    are opened with ``opener`` (default :func:`aithermd.backends.registry.open_backend`) and closed
+    afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
     --sysfs-root``). A knob its backend does not know is absent: kept, or forgotten when it was recorded
     in a boot other than ``boot_id`` (default: the current one; see the module doc).

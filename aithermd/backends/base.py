@@ -21,8 +21,8 @@ class Backend(Protocol):
     - ``save_knob(knob_id)`` returns the knob's original raw state as a JSON-able dict (value and mode, in
       the hardware's units); ``restore_knob(knob_id, saved)`` puts exactly that back.
     - ``locator()`` is a JSON-able dict naming the backend and its root (``{"backend": "hwmon",
-      "sysfs_root": "/sys"}``), enough for :func:`aithermd.backends.open_backend` to rebuild it in another
-      process (``aithermd restore``).
+      "sysfs_root": "/sys"}``), enough for :func:`aithermd.backends.registry.open_backend` to rebuild it in
+      another process (``aithermd restore``).
     """
 
     kind: str

@@ -32,7 +32,7 @@ class HwmonSubset(HwmonBackend):
     (``keep="except"``); chips with ``pwmN`` knobs are never on the ``only`` side.
 
     ``locator()`` of the ``only`` side carries ``"lane": "slow"`` so that a restore never mistakes it for
-    the inline side (it owns no knob); :func:`aithermd.backends.open_backend` ignores the key."""
+    the inline side (it owns no knob); :func:`aithermd.backends.registry.open_backend` ignores the key."""
 
     def __init__(self, sysfs_root: str = "/sys", *, drivers: Collection[str] = SLOW_DRIVERS,
                  keep: str = "except", io: SysfsIO | None = None, clock: Clock | None = None) -> None:

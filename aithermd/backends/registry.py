@@ -3,7 +3,9 @@
 - :func:`open_backends` builds the backends for one sysfs root (hwmon, powercap/RAPL, thermal zones, cpu,
   and GPUs when an NVML module is given); :func:`open_for_daemon` is what ``aithermd run`` opens: the
   same, NVML when the settings enable it and the bindings import, and the slow hwmon chips (nvme, drivetemp) split off into
-  their own worker (:mod:`aithermd.backends.slow`).
+  their own worker (:mod:`aithermd.backends.slow`); :func:`open_backend` rebuilds one backend from its
+  :meth:`~aithermd.backends.base.Backend.locator` (``aithermd restore`` runs in another process and has only
+  the journal's locators).
 - :func:`discover` asks every backend for its devices and indexes them in an :class:`Inventory`;
   :func:`rediscover` does it again for the backend families a hotplug event names (off the loop, one
   family's failure keeping its old devices). Start-up, hotplug, resume and reload all take their devices
@@ -33,9 +35,10 @@ from aithermd.backends.base import Backend
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.model import Device, Event, Knob
 
-__all__ = ["ALL", "Inventory", "discover", "family_of", "is_threaded", "natural_key", "open_backends",
-           "open_for_daemon", "reader_for", "rediscover", "unique_ids"]
+__all__ = ["ALL", "BACKENDS", "Inventory", "discover", "family_of", "is_threaded", "natural_key",
+           "open_backend", "open_backends", "open_for_daemon", "reader_for", "rediscover", "unique_ids"]
 
+BACKENDS = ("hwmon", "powercap", "thermal", "cpu", "nvml")  # the kinds a locator may name
 THREADED_KINDS = frozenset({"nvml"})
 ALL = "*"  # every family (a rescan after the udev monitor missed events)
 
@@ -134,6 +137,35 @@ def open_for_daemon(settings: Any) -> list[Backend]:
             structlog.get_logger("aithermd.registry").warning("nvml_unavailable", error=str(exc))
     from aithermd.backends.slow import split_slow  # nvme/drivetemp chips: read in a worker of their own
     return split_slow(open_backends(str(settings.sysfs_root), nvml=nvml))
+
+
+def open_backend(locator: dict[str, Any]) -> Backend:
+    """The backend a ``locator()`` dict names: ``{"backend": "hwmon"|"powercap", "sysfs_root": DIR}``,
+    ``{"backend": "cpu"}``, or an NVML locator (handed to ``aithermd.backends.nvml.open_from_locator``).
+    Raises ValueError for an unknown backend and ImportError when the NVML module is not available."""
+    kind = locator.get("backend")
+    root = {"sysfs_root": locator["sysfs_root"]} if "sysfs_root" in locator else {}
+    if kind == "hwmon":
+        from aithermd.backends.hwmon import HwmonBackend
+
+        return HwmonBackend(**root)
+    if kind == "powercap":
+        from aithermd.backends.powercap import RaplBackend
+
+        return RaplBackend(**root)
+    if kind == "thermal":
+        from aithermd.backends.thermal import ThermalBackend
+
+        return ThermalBackend(**root)
+    if kind == "cpu":
+        from aithermd.backends.cpu import CpuBackend
+
+        return CpuBackend()
+    if kind == "nvml":
+        from aithermd.backends.nvml import open_from_locator  # written with the NVML backend
+
+        return open_from_locator(locator)
+    raise ValueError(f"unknown backend {kind!r} in locator {locator!r}; known: {', '.join(BACKENDS)}")
 
 
 def discover(backends: Iterable[Backend]) -> Inventory:

@@ -6,11 +6,10 @@ from collections import namedtuple
 
 import pytest
 
-from aithermd.backends import open_backend
 from aithermd.backends.cpu import CpuBackend
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.powercap import RaplBackend
-from aithermd.backends.registry import discover, open_backends
+from aithermd.backends.registry import discover, open_backend, open_backends
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Status
 from aithermd.publish.sensors import render_table, sensors_document
 from aithermd.sim import ttar

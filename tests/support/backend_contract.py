@@ -23,7 +23,7 @@ promise (:class:`aithermd.backends.base.Backend`):
   :class:`~aithermd.errors.BackendError`; an unknown knob id raises :class:`~aithermd.errors.UnknownKnob`
   from every knob method;
 - **locator()** is JSON naming the backend; where ``aithermd restore`` can rebuild the backend from it
-  (:func:`aithermd.backends.open_backend`) the rebuilt one finds every device and knob;
+  (:func:`aithermd.backends.registry.open_backend`) the rebuilt one finds every device and knob;
 - **close()** can be called twice.
 
 A :class:`Rig` is one backend on its hardware with the levers the contract pulls; ``tests/backends/
@@ -60,7 +60,8 @@ class Rig:
     Unknown Error, an OSError from psutil); ``lose()`` makes every device vanish (ENODEV,
     NVML_ERROR_GPU_IS_LOST), None for hardware that cannot vanish; ``before_sample(backend)`` runs before
     each ``sample()`` (the slow lane's reader thread, run in line); ``reopens``: whether
-    :func:`aithermd.backends.open_backend` rebuilds it from its locator (the fakes live only in the test)."""
+    :func:`aithermd.backends.registry.open_backend` rebuilds it from its locator (the fakes live only in the
+    test)."""
 
     make: Callable[[], Any]
     fail_reads: Callable[[], None] | None
@@ -264,7 +265,7 @@ def check_unknown_knob(rig: Rig) -> None:
 
 # -- lifecycle ------------------------------------------------------------------------------------------
 def check_locator(rig: Rig) -> None:
-    from aithermd.backends import open_backend
+    from aithermd.backends.registry import open_backend
 
     backend = rig.open()
     devices = backend.discover()
