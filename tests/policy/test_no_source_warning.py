@@ -3,7 +3,6 @@ and hotplug, naming the fans that will run at 100 % (recorded X570 board)."""
 
 from __future__ import annotations
 
-import shutil
 import textwrap
 
 from aithermd.backends.registry import discover, open_backends
@@ -11,6 +10,7 @@ from aithermd.policy.devicecheck import unsourced_fans
 from aithermd.policy.loader import load_policy_file, load_policy_text, shipped_policy_dir
 from aithermd.runtime.changes import unsourced_message
 from tests.backends.helpers import MACHINES_DIR
+from tests.support.machines import copy_machine
 
 X570 = MACHINES_DIR / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "sys"
 NOWHERE = """
@@ -47,8 +47,7 @@ def test_the_warning_names_the_fans_and_what_to_do():
 
 def test_shipped_policies_warn_on_no_recorded_machine_with_fans(tmp_path):
     """On an older kernel (unlabelled k10temp) the shipped policies still find the CPU: no warning."""
-    root = tmp_path / "sys"
-    shutil.copytree(X570, root, symlinks=True)
+    root = copy_machine(tmp_path, X570.parent.name)
     for label in (root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2").glob("temp*_label"):
         label.unlink()
     found = devices(root)

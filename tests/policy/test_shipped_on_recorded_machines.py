@@ -5,7 +5,6 @@ safety layer's failed-source 100 %, including on older kernels whose k10temp or 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,9 @@ from aithermd.model import KnobKind, Layer
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.loader import load_policy_file, shipped_policy_dir
 from aithermd.sim import ttar
-from tests.backends.helpers import MACHINES, MACHINES_DIR, TTAR
+from tests.backends.helpers import MACHINES, TTAR
 from tests.backends.test_ttar_trees import amdgpu_tree
+from tests.support.machines import copy_machine
 
 POLICIES = ("balanced", "ai-training", "quiet")
 TREES = sorted(p.name for p in TTAR.glob("*.ttar") if "rapl" not in p.name)
@@ -88,8 +88,7 @@ def assert_no_fan_pinned(result, devices):
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("machine", MACHINES)
 def test_shipped_policy_on_recorded_machine(machine, policy, tmp_path):
-    root = tmp_path / "sys"
-    shutil.copytree(MACHINES_DIR / machine / "sys", root, symlinks=True)
+    root = copy_machine(tmp_path, machine)
     result, devices = run_policy(root, policy)
     assert_no_fan_pinned(result, devices)
 
@@ -104,8 +103,7 @@ def test_shipped_policy_on_recorded_ttar_tree(tree, policy, tmp_path):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_board_fans_follow_an_unlabelled_k10temp(policy, tmp_path):
     """A kernel before 5.6 shows k10temp's Tctl as plain temp1: the board fans still follow it."""
-    root = tmp_path / "sys"
-    shutil.copytree(MACHINES_DIR / X570 / "sys", root, symlinks=True)
+    root = copy_machine(tmp_path, X570)
     for label in (root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2").glob("temp*_label"):
         label.unlink()
     result, devices = run_policy(root, policy)
@@ -120,8 +118,7 @@ def test_board_fans_follow_an_unlabelled_k10temp(policy, tmp_path):
 def test_board_fans_fall_back_when_the_cpu_temperature_fails(tmp_path):
     """Tctl and Tdie fail for good (their files gone: ENOENT, persistent): the board fans follow the next
     alternative that reads — any other CPU temperature, here the CCD's Tccd1 — and explain says which."""
-    root = tmp_path / "sys"
-    shutil.copytree(MACHINES_DIR / X570 / "sys", root, symlinks=True)
+    root = copy_machine(tmp_path, X570)
     k10 = root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2"
     for f in ("temp1_input", "temp2_input"):
         (k10 / f).unlink()  # reads fail with ENOENT: persistent
