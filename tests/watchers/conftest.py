@@ -1,5 +1,5 @@
-"""Fixtures for living with real machines: a copy of a recorded board (:mod:`tests.support.machines`), small
-policies, a cycle built the way the daemon builds it, fake NVML GPUs."""
+"""Fixtures for the watchers (fast lane, hotplug, logind, suspend): a copy of a recorded board
+(:mod:`tests.support.machines`), small policies, a tick built the way the daemon builds it, fake NVML GPUs."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
 POLICIES = {
     # board fans follow the GPU's edge temperature; GPU limits at 80 %, GPU fans at 40 %
     "follow": """\
-description: livewith - board fans follow the amdgpu edge temperature
+description: watchers - board fans follow the amdgpu edge temperature
 curves:
   edge:
     kind: points
@@ -46,7 +46,7 @@ rules:
     duty_pct: 40
 """,
     "steady": """\
-description: livewith - board fans (and those of a hot-plugged it87 chip) at a fixed 60 %
+description: watchers - board fans (and those of a hot-plugged it87 chip) at a fixed 60 %
 rules:
   - name: board-fans
     kind: fan

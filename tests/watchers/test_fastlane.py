@@ -28,23 +28,23 @@ class CountingIO(SysfsIO):
         return super().pread(fd, size)
 
 
-def lane_for(cycle, emitted, clock, **kw):
-    return FastLane(lambda: cycle, asyncio.Lock(), emitted.extend, FastLaneOptions(**kw), clock=clock)
+def lane_for(tick, emitted, clock, **kw):
+    return FastLane(lambda: tick, asyncio.Lock(), emitted.extend, FastLaneOptions(**kw), clock=clock)
 
 
 @pytest.fixture
 def board(tmp_path, root, policy_dir, clock):
     io = CountingIO()
-    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+    tick = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
                        clock)
-    yield cycle, io
-    cycle.executor.worker.shutdown()
+    yield tick, io
+    tick.executor.worker.shutdown()
 
 
 async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
-    cycle, io = board
-    lane = lane_for(cycle, [], clock)
-    lane.rearm(await cycle.run(1))  # edge at 39 °C, its trigger 86 °C (crit 91 − 5)
+    tick, io = board
+    lane = lane_for(tick, [], clock)
+    lane.rearm(await tick.run(1))  # edge at 39 °C, its trigger 86 °C (crit 91 − 5)
     before = io.preads
     assert lane.watch == {}
     assert await lane.poll_once() is False
@@ -52,12 +52,12 @@ async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
 
 
 async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(board, clock, root):
-    cycle, io = board
+    tick, io = board
     emitted = []
-    lane = lane_for(cycle, emitted, clock)
+    lane = lane_for(tick, emitted, clock)
     original_amd = read(root, f"{AMDGPU}/pwm1")
     write(root, f"{AMDGPU}/temp1_input", 80000)  # within 10 °C of the trigger: watched
-    lane.rearm(await cycle.run(1))
+    lane.rearm(await tick.run(1))
     assert lane.watch == {EDGE: 86.0}
     assert await lane.poll_once() is False  # 80 °C: nothing to do (the first poll opens the file)
     before = io.preads
@@ -68,28 +68,28 @@ async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(boa
     # the GPU chip's own fan and every board fan whose curve reads the edge sensor: full, manual mode
     assert read(root, f"{AMDGPU}/pwm1") == 255 and read(root, f"{AMDGPU}/pwm1_enable") == 1
     assert all(read(root, f"{NCT}/pwm{i}") == 255 for i in range(1, 7))
-    journal = cycle.applier.journal.entries()
+    journal = tick.applier.journal.entries()
     assert journal[AMD_PWM].saved["pwm"] == original_amd  # the original, recorded before the write
     assert emitted[0].kind == "fault" and emitted[0].subject == EDGE and "90 °C ≥ 86 °C" in emitted[0].message
     assert {e.subject for e in emitted if e.kind == "actuation"} >= {AMD_PWM, "hwmon:nct6798-isa-0290/pwm3"}
     # acted once: the next polls leave it to the main tick, which latches the same safety decision
     assert await lane.poll_once() is False
-    snap = await cycle.run(2)
+    snap = await tick.run(2)
     assert snap.decisions[AMD_PWM].rule == "safety/critical-temperature"
     lane.rearm(snap)
     assert lane.acted == {EDGE}  # still critical at the tick: the tick's safety layer has it, not the lane
     actions = lane.actions
     assert await lane.poll_once() is False and lane.actions == actions
     write(root, f"{AMDGPU}/temp1_input", 82000)  # cooled below the trigger: the next crossing counts again
-    lane.rearm(await cycle.run(3))
+    lane.rearm(await tick.run(3))
     assert lane.acted == set() and lane.watch == {EDGE: 86.0}
 
 
 async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, clock, root):
-    cycle, _ = board
+    tick, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane = lane_for(cycle, [], clock)  # the default rate, 12.5 Hz
-    lane.rearm(await cycle.run(1))
+    lane = lane_for(tick, [], clock)  # the default rate, 12.5 Hz
+    lane.rearm(await tick.run(1))
     start = clock.monotonic()
     cross_at = start + 0.137  # somewhere between two polls, long before the next 2 s tick
     acted_at = None
@@ -115,50 +115,50 @@ async def test_the_lane_acts_within_100_ms_of_a_crossing_with_a_2_s_tick(board, 
 
 async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_dir, clock):
     io = CountingIO()
-    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
+    tick = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [HwmonBackend(str(root), io=io)],
                        clock)
     paused = True
-    lane = FastLane(lambda: cycle, asyncio.Lock(), [].extend, clock=clock, paused=lambda: paused)
+    lane = FastLane(lambda: tick, asyncio.Lock(), [].extend, clock=clock, paused=lambda: paused)
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane.rearm(await cycle.run(1))
+    lane.rearm(await tick.run(1))
     write(root, f"{AMDGPU}/temp1_input", 95000)
     before = io.preads
     assert await lane.poll_once() is False
     assert io.preads == before and read(root, f"{AMDGPU}/pwm1") != 255
-    cycle.executor.worker.shutdown()
+    tick.executor.worker.shutdown()
 
 
 @pytest.fixture
 def gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-    cycle = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
-    yield fake, cycle
-    cycle.executor.worker.shutdown()
+    tick = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
+    yield fake, tick
+    tick.executor.worker.shutdown()
     backend.close()
 
 
 async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_and_full_fans(gpus, clock):
-    fake, cycle = gpus
+    fake, tick = gpus
     emitted = []
-    lane = lane_for(cycle, emitted, clock)
-    snap = await cycle.run(1)  # the policy: limits at 80 %, fans at 40 %
+    lane = lane_for(tick, emitted, clock)
+    snap = await tick.run(1)  # the policy: limits at 80 %, fans at 40 %
     limit0, limit1 = fake.power_limit_w(0), fake.power_limit_w(1)
     lane.rearm(snap)
     assert lane.watch == {}  # cool and under their limits
     fake.set_dynamic(0, power_draw_w=limit0 + 40.0)  # gpu0 draws more than its limit, at 40 °C
-    lane.rearm(await cycle.run(2))
-    trigger = cycle.state.safety.triggers
+    lane.rearm(await tick.run(2))
+    trigger = tick.state.safety.triggers
     assert set(lane.watch) == {"gpu0/temperature"} and lane.watch["gpu0/temperature"] == dict(trigger)[
         "gpu0/temperature"] == 95.0 - 5.0
     fake.set_dynamic(0, temp_c=93.0)
     assert await lane.poll_once() is False  # 40 → 93 °C at once: faster than a GPU moves, confirmed next poll
     assert await lane.poll_once() is True
-    knobs = {k.id: k for d in cycle.world.devices for k in d.knobs}
+    knobs = {k.id: k for d in tick.world.devices for k in d.knobs}
     assert fake.power_limit_w(0) == knobs["gpu0/power_limit"].min == 100.0
     assert fake.fan_target_pct(0, 0) == 100 and not fake.fan_auto(0, 0)
     assert fake.power_limit_w(1) == limit1 and fake.fan_target_pct(1, 0) == 40  # the other GPU untouched
-    assert "gpu0/power_limit" in cycle.applier.journal
+    assert "gpu0/power_limit" in tick.applier.journal
     assert emitted[0].subject == "gpu0/temperature"
 
 
@@ -167,10 +167,10 @@ async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board,
     applies the safety action (journal first). Bounded wait, no timing assertion (speed: the benchmark)."""
     import threading
 
-    cycle, _ = board
+    tick, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane = lane_for(cycle, [], clock, threaded=True)
-    lane.rearm(await cycle.run(1))
+    lane = lane_for(tick, [], clock, threaded=True)
+    lane.rearm(await tick.run(1))
     loop_thread = threading.current_thread()
     acted_on = []
     real_poll = lane.poll_once
@@ -192,7 +192,7 @@ async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board,
             await asyncio.sleep(0.01)
         assert read(root, f"{AMDGPU}/pwm1") == 255 and read(root, f"{AMDGPU}/pwm1_enable") == 1
         assert acted_on and all(t is loop_thread for t in acted_on)
-        assert AMD_PWM in cycle.applier.journal.entries()
+        assert AMD_PWM in tick.applier.journal.entries()
     finally:
         await lane.stop()
         await asyncio.to_thread(thread.join, 2.0)
@@ -211,10 +211,10 @@ def test_the_daemon_polls_from_a_thread_in_real_time():
 async def test_a_spike_across_the_trigger_waits_for_the_next_poll(board, clock, root):
     """80 → 120 °C between two polls is faster than a GPU die moves (30 °C/s): the lane, like the tick's
     sensor trust, acts only if the next poll still reads it — a one-poll spike never moves a fan."""
-    cycle, _ = board
+    tick, _ = board
     write(root, f"{AMDGPU}/temp1_input", 80000)
-    lane = lane_for(cycle, [], clock)
-    lane.rearm(await cycle.run(1))
+    lane = lane_for(tick, [], clock)
+    lane.rearm(await tick.run(1))
     original = read(root, f"{AMDGPU}/pwm1")
     write(root, f"{AMDGPU}/temp1_input", 120000)
     assert await lane.poll_once() is False  # suspected spike

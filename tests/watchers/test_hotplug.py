@@ -108,52 +108,52 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
                                                                                     policy_dir, clock):
     saved = tmp_path / "amdgpu"
     shutil.copytree(root / AMDGPU, saved, symlinks=True)
-    cycle = make_tick(settings_for(tmp_path, root, policy_dir), [HwmonBackend(str(root))], clock)
+    tick = make_tick(settings_for(tmp_path, root, policy_dir), [HwmonBackend(str(root))], clock)
     try:
         write(root, f"{AMDGPU}/temp1_input", 95000)  # critical: the safety layer takes the amdgpu fan
-        await cycle.run(1)
-        journal = cycle.applier.journal
-        assert f"{AMD}/pwm1" in journal and f"{AMD}/pwm1" in cycle.applier.owned
-        ids = [d.id for d in cycle.world.devices]
+        await tick.run(1)
+        journal = tick.applier.journal
+        assert f"{AMD}/pwm1" in journal and f"{AMD}/pwm1" in tick.applier.owned
+        ids = [d.id for d in tick.world.devices]
 
-        world, events = await rediscover(cycle.world, {"hwmon"}, applier=cycle.applier, t_wall=1.0)
+        world, events = await rediscover(tick.world, {"hwmon"}, applier=tick.applier, t_wall=1.0)
         assert [d.id for d in world.devices] == ids and events == []  # nothing changed: nothing forgotten
         assert f"{AMD}/pwm1" in journal
 
         remove_amdgpu(root)
-        world, events = await rediscover(world, {"hwmon"}, applier=cycle.applier, t_wall=2.0)
+        world, events = await rediscover(world, {"hwmon"}, applier=tick.applier, t_wall=2.0)
         assert [d.id for d in world.devices] == [i for i in ids if i != AMD]
         assert [(e.kind, e.subject, e.data["action"]) for e in events] == [
             ("hotplug", AMD, "removed"), ("hotplug", f"{AMD}/pwm1", "forgotten")]
-        assert f"{AMD}/pwm1" not in journal and f"{AMD}/pwm1" not in cycle.applier.owned
+        assert f"{AMD}/pwm1" not in journal and f"{AMD}/pwm1" not in tick.applier.owned
         assert "hwmon:nct6798-isa-0290/pwm1" in journal  # the others stay
 
         shutil.copytree(saved, root / AMDGPU, symlinks=True)
         (root / "class" / "hwmon" / "hwmon0").symlink_to(f"../../{AMDGPU}")
-        world, events = await rediscover(world, {"hwmon"}, applier=cycle.applier, t_wall=3.0)
+        world, events = await rediscover(world, {"hwmon"}, applier=tick.applier, t_wall=3.0)
         assert [d.id for d in world.devices] == ids  # back, under the same id
         assert [(e.subject, e.data["action"]) for e in events] == [(AMD, "added")]
     finally:
-        cycle.executor.worker.shutdown()
+        tick.executor.worker.shutdown()
 
 
 @pytest.fixture
 def two_gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-    cycle = make_tick(settings_for(tmp_path, root, policy_dir), [backend], clock)
-    yield fake, cycle
-    cycle.executor.worker.shutdown()
+    tick = make_tick(settings_for(tmp_path, root, policy_dir), [backend], clock)
+    yield fake, tick
+    tick.executor.worker.shutdown()
     backend.close()
 
 
 async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
-    fake, cycle = two_gpus
-    await cycle.run(1)  # limits and fans of both GPUs taken
-    journal = cycle.applier.journal
+    fake, tick = two_gpus
+    await tick.run(1)  # limits and fans of both GPUs taken
+    journal = tick.applier.journal
     assert {"gpu0/power_limit", "gpu1/power_limit", "gpu1/fan0"} <= set(journal.entries())
     fake.remove_gpu(1)
-    world, events = await rediscover(cycle.world, {"nvml"}, applier=cycle.applier, t_wall=1.0)
+    world, events = await rediscover(tick.world, {"nvml"}, applier=tick.applier, t_wall=1.0)
     assert [d.id for d in world.devices] == ["gpu0"]
     assert {(e.subject, e.data["action"]) for e in events} == {
         ("gpu1", "removed"), ("gpu1/power_limit", "forgotten"), ("gpu1/fan0", "forgotten")}
@@ -161,16 +161,16 @@ async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
 
 
 async def test_a_removed_first_gpu_is_not_rediscovered_so_no_id_changes(two_gpus):
-    fake, cycle = two_gpus
-    await cycle.run(1)
+    fake, tick = two_gpus
+    await tick.run(1)
     fake.remove_gpu(0)  # NVML now enumerates the second GPU at index 0
-    world, events = await rediscover(cycle.world, {"nvml"}, applier=cycle.applier, t_wall=1.0)
-    assert world is cycle.world and [d.id for d in world.devices] == ["gpu0", "gpu1"]
+    world, events = await rediscover(tick.world, {"nvml"}, applier=tick.applier, t_wall=1.0)
+    assert world is tick.world and [d.id for d in world.devices] == ["gpu0", "gpu1"]
     assert [e.message for e in events] == [
         "GPUs not rediscovered: GPU ids would change (gpu1 → gpu0); a vanished GPU stays lost until the "
         "daemon restarts"]
-    assert "gpu0/power_limit" in cycle.applier.journal  # lost, not gone: its original is kept
-    snap = await cycle.run(2)
+    assert "gpu0/power_limit" in tick.applier.journal  # lost, not gone: its original is kept
+    snap = await tick.run(2)
     assert "gpu0" in snap.degraded and snap.readings["gpu1/temperature"].value is not None
 
 
