@@ -173,6 +173,38 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     args.json = args.json or report.json
 
 
+def _status(args: argparse.Namespace) -> int | None:
+    """``status``: one blocking connection (:class:`aithermctl.calls.BlockingClient`), no event loop; None
+    when the bus address needs the dbus-fast client."""
+    from aithermctl import calls, errors
+
+    try:
+        with calls.BlockingClient(args.bus) as client:
+            if args.json:
+                text = client.call("GetSnapshot")  # exactly the daemon's document, byte for byte
+                sys.stdout.write(text if text.endswith("\n") else text + "\n")
+                return 0
+            doc = client.get_snapshot()
+            known: dict[str, str | None] = {}
+            for hold in (doc.get("policy") or {}).get("holds") or ():
+                owner = str(hold.get("owner") or "")
+                if hold.get("detached") or not owner.startswith(":"):
+                    continue
+                if owner not in known:
+                    known[owner] = client.describe_owner(owner)
+                if known[owner]:
+                    hold["owner_text"] = known[owner]
+    except calls.Unsupported:
+        return None
+    except errors.ClientError as exc:
+        print(f"aithermctl: {exc}", file=sys.stderr)
+        return exc.exit_code
+    from aithermctl.render import status_text
+
+    sys.stdout.write(status_text(doc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -188,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         if verb == "top":
             from aithermctl.tui_main import run_tui
             return run_tui(args.bus)
+        if verb == "status" and (rc := _status(args)) is not None:
+            return rc
         if verb == "demo":
             from aithermctl.demo import run_demo
             return run_demo(args)

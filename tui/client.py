@@ -22,9 +22,10 @@ from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, Var
 from dbus_fast.aio import MessageBus
 
 from aithermctl import errors
+from aithermctl.bus_args import check_args
+from aithermctl.calls import DBUS, checked, decode, owner_text, reason
 from aithermd.publish import wire
 
-DBUS = ("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 PRIVILEGED = frozenset({"SetActivePolicy", "HoldPolicy", "ReleasePolicy", "SetOverride", "ClearOverride",
                         "Reload"})
@@ -73,7 +74,7 @@ class DaemonClient:
                 conn = MessageBus(bus_address=self.bus)
             await asyncio.wait_for(conn.connect(), self.timeout_s)
         except Exception as exc:  # socket missing or refused, auth failed, bad address, timeout
-            raise errors.BusUnreachable(self.bus, _reason(exc)) from exc
+            raise errors.BusUnreachable(self.bus, reason(exc)) from exc
         self._conn = conn
         conn.add_message_handler(self._on_message)
         for rule in (f"type='signal',sender='{wire.BUS_NAME}',interface='{wire.INTERFACE}'",
@@ -134,7 +135,7 @@ class DaemonClient:
             raise errors.from_dbus(str(exc.type), exc.text, member, self.bus) from exc
         except Exception as exc:  # the connection broke under the call
             await self._drop()
-            raise errors.BusUnreachable(self.bus, f"connection lost ({_reason(exc)})") from exc
+            raise errors.BusUnreachable(self.bus, f"connection lost ({reason(exc)})") from exc
         if reply.message_type is MessageType.ERROR:
             text = reply.body[0] if reply.body and isinstance(reply.body[0], str) else ""
             raise errors.from_dbus(reply.error_name or "", text, member, self.bus)
@@ -144,7 +145,7 @@ class DaemonClient:
         """Call ``member`` of the daemon's interface with ``args``; the single return value (or None).
         Raises the errors of :mod:`aithermctl.errors`."""
         signature = wire.METHODS[member][0]
-        _check_args(member, signature, args)
+        check_args(member, signature, args)
         await self.connect()
         flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if member in PRIVILEGED else MessageFlag.NONE)
         body = await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
@@ -152,21 +153,11 @@ class DaemonClient:
         return body[0] if body else None
 
     async def _json(self, member: str, *args: Any) -> Any:
-        text = await self.call(member, *args)
-        try:
-            return json.loads(text)
-        except (TypeError, ValueError) as exc:
-            raise errors.DaemonError(f"aithermd answered {member} with something that is not JSON "
-                                     f"({exc}); update aithermd and aithermctl together") from exc
+        return decode(member, await self.call(member, *args))
 
     async def _document(self, member: str, schema: Any, *args: Any) -> Any:
         """``member``'s JSON answer checked against ``schema`` (a :mod:`~aithermd.publish.wire` type)."""
-        doc = await self._json(member, *args)
-        try:
-            return wire.check(doc, schema, strict=False)
-        except wire.DocumentError as exc:
-            raise errors.DaemonError(f"aithermd answered {member} with a document aithermctl cannot read "
-                                     f"({exc}); update aithermd and aithermctl together") from exc
+        return checked(member, await self._json(member, *args), schema)
 
     async def get_property(self, name: str) -> Any:
         """The value of daemon property ``name`` (see ``wire.PROPERTIES``)."""
@@ -186,23 +177,12 @@ class DaemonClient:
         4242)"``: its uid and pid from the bus daemon (GetConnectionUnixUser, GetConnectionUnixProcessID),
         the user name from the password database, the command from ``/proc/PID/comm``. None when the
         connection is gone or the bus does not say."""
-        import pwd
-
         try:
             (uid,) = await self._raw(DBUS, "GetConnectionUnixUser", "s", [name])
             (pid,) = await self._raw(DBUS, "GetConnectionUnixProcessID", "s", [name])
         except errors.ClientError:
             return None
-        try:
-            user = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            user = f"uid {uid}"
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-                command = f.read().strip()
-        except OSError:
-            return f"{user} (pid {pid})"
-        return f"{user}: {command} (pid {pid})"
+        return owner_text(uid, pid)
 
     # the daemon's methods, typed ----------------------------------------------------------------------
     async def get_snapshot(self) -> wire.SnapshotDoc:
@@ -340,52 +320,6 @@ class DaemonClient:
             raise errors.BusUnreachable(self.bus, "connection lost")
         finally:
             self._listeners.discard(on_signal)
-
-
-_UINT_MAX = {"u": 2**32 - 1, "t": 2**64 - 1}
-
-
-def _check_args(member: str, signature: str, args: tuple[Any, ...]) -> None:
-    """Refuse, before anything is sent, an argument D-Bus cannot carry (a string that is not UTF-8 or holds
-    a NUL, an unsigned integer out of range): dbus-fast would fail half-way and drop the connection.
-    Raises Rejected."""
-    for code, arg in zip(signature, args, strict=True):
-        why = ""
-        if code == "s":
-            try:
-                arg.encode("utf-8")
-            except UnicodeEncodeError:
-                why = "is not valid UTF-8"
-            if "\0" in arg:
-                why = "holds a NUL character"
-        elif code in _UINT_MAX and not 0 <= arg <= _UINT_MAX[code]:
-            why = f"is outside 0–{_UINT_MAX[code]}"
-        if why:
-            raise errors.Rejected(f"{member}: the argument {_shown(arg)} {why} (see aithermctl --help)")
-
-
-def _shown(arg: Any) -> str:
-    """``arg`` for an error line: a command-line string with its undecodable bytes (and NUL) as ``\\xNN``."""
-    if not isinstance(arg, str):
-        return repr(arg)
-    try:
-        text = arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return "'" + text.replace("\0", "\\x00") + "'"
-    except UnicodeEncodeError:
-        return ascii(arg)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if isinstance(exc, FileNotFoundError):
-        return f"no socket ({exc.filename or text})" if exc.filename else "no bus socket"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, PermissionError):
-        return "permission denied"
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return " ".join(text.split())
 
 
 async def describe_owners(client: Any, holds: Iterable[dict], known: dict | None = None) -> None:

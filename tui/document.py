@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aithermd.publish.wire import ChannelDoc, DeviceDoc, KnobDoc, PolicyDoc, SnapshotDoc
 
@@ -22,14 +21,12 @@ _RULE = re.compile(r"^([\w.-]+/[\w.-]+):\s*")
 _CPU_CHIPS = ("coretemp", "k10temp", "zenpower")
 
 
-@dataclass(frozen=True, slots=True)
-class FanDuty:
+class FanDuty(NamedTuple):
     id: str
     pct: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class GpuView:
+class GpuView(NamedTuple):
     """One GPU card: °C, W, %; ``rule`` set the power limit (``""`` when none), ``reason`` why."""
 
     id: str
@@ -49,8 +46,7 @@ class GpuView:
     problems: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class CpuPackageView:
+class CpuPackageView(NamedTuple):
     """A RAPL package zone: power against PL1 (long term) and PL2 (short term), W; package temperature."""
 
     id: str
@@ -62,8 +58,7 @@ class CpuPackageView:
     rule: str
 
 
-@dataclass(frozen=True, slots=True)
-class BoardFanView:
+class BoardFanView(NamedTuple):
     """A board fan: speed (RPM), the duty of its pwm knob (%), and what drives it."""
 
     id: str
@@ -75,8 +70,7 @@ class BoardFanView:
     status: str
 
 
-@dataclass(frozen=True, slots=True)
-class Overview:
+class Overview(NamedTuple):
     gpus: tuple[GpuView, ...]
     packages: tuple[CpuPackageView, ...]
     fans: tuple[BoardFanView, ...]

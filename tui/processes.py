@@ -5,8 +5,7 @@ shared; energy per unit, job, container or command. Pure functions, shared by th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from aithermctl.document import Doc, fmt
 
@@ -14,8 +13,7 @@ SORT_KEYS = ("watts", "joules", "memory", "sm", "pid", "user", "command")
 J_PER_KWH = 3.6e6
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessRow:
+class ProcessRow(NamedTuple):
     pid: int
     user: str
     command: str
@@ -31,8 +29,7 @@ class ProcessRow:
                 "command": self.command}[by]
 
 
-@dataclass(frozen=True, slots=True)
-class GpuProcesses:
+class GpuProcesses(NamedTuple):
     id: str
     memory_used_bytes: int | None
     memory_total_bytes: int | None
