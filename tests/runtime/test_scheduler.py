@@ -80,4 +80,5 @@ async def test_real_time_ticks_wait_for_their_deadline_on_one_timer():
     await asyncio.wait_for(t.run(tick, asyncio.Event(), max_ticks=3), timeout=10.0)
     assert [s for s, _, _ in seen] == [1, 2, 3]
     assert all(now >= deadline for _, deadline, now in seen)  # never before its deadline
-    assert seen[2][1] - seen[0][1] == pytest.approx(0.04)  # on the grid
+    steps = (seen[2][1] - seen[0][1]) / 0.02  # on the grid: 2 periods, more when a tick came so late under
+    assert steps >= 2 - 1e-6 and abs(steps - round(steps)) < 1e-6  # load that the next deadline was skipped
