@@ -27,7 +27,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 def prepare(args: Any, work: Path) -> None:
     """The policy directory every daemon loads, and for ``--before`` a ``PYTHONPATH`` directory holding that
-    checkout's ``aithermd`` and its ``tui`` as ``aithermctl`` (as the wheel installs it)."""
+    checkout's ``aithermd`` and its ``tui`` as ``aithermctl`` (as the wheel installs it). Both checkouts are
+    byte-compiled first."""
+    for tree in (HERE.parent, args.before):  # as an installed package is, so that no peer compiles its
+        if tree is not None:  # modules at each start (PYTHONDONTWRITEBYTECODE, a fresh checkout)
+            dirs = [str(tree / d) for d in ("aithermd", "tui", "benchmarks")]
+            subprocess.run([sys.executable, "-m", "compileall", "-q", *dirs], stdout=subprocess.DEVNULL,
+                           check=False)
     policies = work / "policies"
     policies.mkdir()
     (policies / "reference.yaml").write_text((HERE / "reference-policy.yaml").read_text())
