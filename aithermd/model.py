@@ -97,6 +97,8 @@ class Channel:
     ``emergency``, ``cap`` (hwmon) or ``slowdown``, ``shutdown``, ``max_operating`` (NVML).
     ``alias`` is the name its driver documents for it when ``label`` (what lm-sensors shows) lacks it:
     ``Tctl`` for an unlabelled k10temp ``temp1`` (:mod:`aithermd.backends.labels`); selectors match both.
+    ``estimated``: the value is derived, not measured (a pre-Volta GPU's energy integrated from its power
+    draw).
     """
 
     id: str
@@ -107,6 +109,7 @@ class Channel:
     label: str | None = None
     thresholds: Mapping[str, float] = field(default_factory=_empty)
     alias: str | None = None
+    estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,8 @@ class Sample:
 
     ``t`` is the monotonic time of the read; ``attrs`` holds non-numeric per-tick facts per device
     (GPU ``clock_event_reasons``: tuple of names, ``persistence_mode``: bool, ``pstate``); ``lost`` the ids
-    of devices that vanished (GPU_IS_LOST, ENODEV on every file).
+    of devices that vanished (GPU_IS_LOST, ENODEV on every file); ``health`` the source's own state by
+    family (``{"nvml": {"library": "up", "expected": 2, "present": 1, ...}}``).
     """
 
     t: float
@@ -189,6 +193,7 @@ class Sample:
     knobs: Mapping[str, KnobValue] = field(default_factory=_empty)
     attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
     lost: frozenset[str] = frozenset()
+    health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
 
 
 class Layer(StrEnum):
@@ -324,3 +329,21 @@ class GpuUsage:
     memory_total_bytes: int | None = None
     error: str | None = None
     utilization_error: str | None = None
+    health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # the sources' own state by
+    # family (NVML library and GPUs expected/present, the udev monitor), as the backends' samples had it
+
+
+def in_total(device: Device) -> bool:
+    """Whether ``device``'s energy and power count in a total (CPU package power, energy windows): GPUs and
+    RAPL packages do; a RAPL subzone (core, uncore, dram: inside its package), the platform zone (psys) and
+    a second copy of a package (``intel-rapl-mmio``) do not (``info["in_total"]``, set by the backend)."""
+    return bool(device.info.get("in_total", True))
+
+
+def is_cpu_package(device: Device) -> bool:
+    """A CPU package counted once: a RAPL ``package-N`` zone (or an AMD socket energy counter) that is no
+    copy of another."""
+    role = device.info.get("role")
+    if role is None:  # a device described without roles: a top-level zone named package-N
+        role = "package" if device.name.startswith("package") and not device.info.get("parent") else None
+    return device.kind is DeviceKind.POWERCAP and role == "package" and in_total(device)

@@ -163,16 +163,24 @@ def _package_temp(doc: SnapshotDoc, zone: str) -> float | None:
 
 def cpu_packages(doc: SnapshotDoc) -> tuple[CpuPackageView, ...]:
     out = []
+    platform = []
     for device in doc.get("devices") or ():
         name = str(device.get("name") or "")
-        if device.get("kind") != "powercap" or not name.startswith("package"):
+        if device.get("kind") != "powercap" or device.get("duplicate_of"):  # an MMIO copy: shown once
+            continue
+        if name == "psys":  # the platform (package and the rest of the SoC): shown apart, after the packages
+            platform.append(CpuPackageView(id=device["id"], name="psys", power_w=value(channels(device).get(
+                "power")), pl1_w=value(knobs(device).get("pl1")), pl2_w=value(knobs(device).get("pl2")),
+                temp_c=None, rule="platform, not a package"))
+            continue
+        if not name.startswith("package"):
             continue
         chans, kn = channels(device), knobs(device)
         out.append(CpuPackageView(
             id=device["id"], name=name, power_w=value(chans.get("power")), pl1_w=value(kn.get("pl1")),
             pl2_w=value(kn.get("pl2")), temp_c=_package_temp(doc, name),
             rule=rule_of(kn.get("pl1")) or rule_of(kn.get("pl2"))))
-    return tuple(out)
+    return tuple(out + platform)
 
 
 def _fan_source(knob: KnobDoc | None) -> str:

@@ -208,20 +208,27 @@ def policy_text(policy: Mapping[str, Any]) -> str:
 
 
 def energy_text(result: Mapping[str, Any], command: str) -> str:
-    """Joules per GPU and zone, the duration, mean power."""
+    """Joules per GPU and zone, the duration, mean power; estimated joules (a pre-Volta GPU's, integrated
+    from power) are marked, and the total counts each device once (the daemon's ``total_j``)."""
     duration = float(result.get("duration_s") or 0.0)
     joules: Mapping[str, float] = result.get("joules") or {}
+    estimated = set(result.get("estimated") or ())
     lines = [f"energy while {command} ran, {format_duration(duration)} ({duration:.3f} s):"]
     width = max((len(k) for k in joules), default=4)
     gpu_total = 0.0
     for dev, j in joules.items():
         mean = f"{j / duration:10.1f} W mean" if duration > 0 else ""
-        lines.append(f"  {dev:<{width}} {j:12.1f} J {mean}")
+        lines.append(f"  {dev:<{width}} {j:12.1f} J {mean}" + ("  (estimated)" if dev in estimated else ""))
         if dev.startswith("gpu"):
             gpu_total += j
     if sum(1 for k in joules if k.startswith("gpu")) > 1:
         mean = f"{gpu_total / duration:10.1f} W mean" if duration > 0 else ""
         lines.append(f"  {'all GPUs':<{width}} {gpu_total:12.1f} J {mean}")
+    total = result.get("total_j")
+    if isinstance(total, int | float) and len(joules) > 1:
+        mean = f"{total / duration:10.1f} W mean" if duration > 0 else ""
+        lines.append(f"  {'total':<{width}} {total:12.1f} J {mean}  (each package once, without subzones "
+                     "or psys)")
     own: Mapping[str, float] = result.get("attributed") or {}
     if "scope" in result:
         lines.append("its own share (by its processes' GPU utilization and CPU time):")

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aithermd.model import DeviceKind, Quantity, Snapshot, Status
+from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +38,16 @@ class Point:
 @dataclass(frozen=True, slots=True)
 class Increment:
     """What :meth:`EnergyMeter.feed` returns: ``joules`` per device id since the previous snapshot, over
-    ``dt_s``; ``unmeasured_s`` per device where the counter went back after too long a gap."""
+    ``dt_s``; ``unmeasured_s`` per device where the counter went back after too long a gap; ``apart``,
+    ``platform`` and ``estimated`` say which devices no total counts (:func:`aithermd.model.in_total`), which
+    are the platform (psys) and whose joules are estimated."""
 
     dt_s: float
     joules: Mapping[str, float]
     unmeasured_s: Mapping[str, float]
+    apart: frozenset[str] = frozenset()  # devices no total counts (a RAPL subzone, psys, an MMIO copy)
+    platform: frozenset[str] = frozenset()  # psys: the platform, given apart
+    estimated: frozenset[str] = frozenset()  # devices whose joules are integrated from power (pre-Volta)
 
 
 def _identity(dev: Any) -> str | None:
@@ -65,6 +70,8 @@ class EnergyMeter:
         self._t_wall: float | None = max((p.t_wall for p in (seed or {}).values()), default=None)
         self._devices: Any = None
         self._layout: list[tuple[str, str, str | None, str | None]] = []  # (device, energy ch, power ch, id)
+        # (apart, platform, estimated) device ids of the device tuple: see Increment
+        self._roles: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(),) * 3
 
     def points(self) -> dict[str, Point]:
         """{channel id: last good point} (for saving across a restart)."""
@@ -80,6 +87,10 @@ class EnergyMeter:
                 if ch.quantity is Quantity.ENERGY:
                     layout.append((dev.id, ch.id, power, _identity(dev)))
         self._devices, self._layout = devices, layout
+        self._roles = (frozenset(d.id for d in devices if not in_total(d)),
+                       frozenset(d.id for d in devices if d.info.get("role") == "platform"),
+                       frozenset(d.id for d in devices
+                                 if any(c.estimated for c in d.channels if c.quantity is Quantity.ENERGY)))
 
     def feed(self, s: Snapshot) -> Increment:
         if s.devices is not self._devices:
@@ -118,7 +129,7 @@ class EnergyMeter:
         dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
         self._t_wall = now
         self._points = points
-        return Increment(dt, joules, unmeasured)
+        return Increment(dt, joules, unmeasured, *self._roles)
 
 
 def points_to_json(points: Mapping[str, Point]) -> dict[str, Any]:

@@ -85,12 +85,20 @@ class Window:
     unmeasured_s: float = 0.0
     restarts: int = 0  # daemon restarts the window lived through
 
-    def document(self, now: float) -> dict[str, Any]:
+    def document(self, now: float, apart: frozenset[str] = frozenset(), platform: frozenset[str] = frozenset(),
+                 estimated: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The window so far; ``total_j`` leaves out the ``apart`` devices (RAPL subzones, psys, an MMIO
+        copy of a package), ``platform_j`` is psys, ``estimated`` the devices integrated from power."""
         joules = {k: round(v, 6) for k, v in sorted(self.joules.items())}
+        total = sum(v for k, v in joules.items() if k not in apart)
         doc: dict[str, Any] = {"id": self.id, "name": self.name, "uid": self.uid,
                                "started": self.started, "duration_s": round(max(0.0, now - self.started), 6),
-                               "joules": joules, "total_j": round(sum(joules.values()), 6),
+                               "joules": joules, "total_j": round(total, 6),
                                "restarts": self.restarts, "unmeasured_s": round(self.unmeasured_s, 3)}
+        if any(k in platform for k in joules):
+            doc["platform_j"] = round(sum(v for k, v in joules.items() if k in platform), 6)
+        if any(k in estimated for k in joules):
+            doc["estimated"] = sorted(k for k in joules if k in estimated)
         if self.scope:
             attributed = {k: round(v, 6) for k, v in sorted(self.attributed.items())}
             doc.update(scope=self.scope, attributed=attributed,
@@ -114,6 +122,8 @@ class EnergyWindows:
         self._windows: dict[int, Window] = {}
         self._soonest = math.inf  # the earliest deadline of an open window
         self.changed = False  # set by every change; the owner clears it after saving
+        # devices no total counts, the platform, estimated ones (from the meter's increments)
+        self._roles: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(),) * 3
 
     def start(self, name: str, timeout_s: float, uid: int, scope: str = "") -> int:
         """Open a window; returns its id (uint64, never 0). ``timeout_s``: 0 = one day, at most seven days;
@@ -145,7 +155,8 @@ class EnergyWindows:
     def stop(self, window_id: int, uid: int, *, root: bool = False,
              name: str | None = None) -> dict[str, Any]:
         """Close a window: ``{"id", "name", "uid", "started", "duration_s", "joules": {device id: J},
-        "total_j", "restarts", "unmeasured_s"}`` and, for a scoped window, ``"scope"``, ``"attributed"``
+        "total_j", "restarts", "unmeasured_s"}`` (``total_j`` counts each device once: no RAPL subzone, psys
+        or MMIO copy of a package; ``platform_j`` and ``estimated`` where they apply) and, for a scoped window, ``"scope"``, ``"attributed"``
         ({device id: J}) and ``"attributed_total_j"``. ``name``: when given (not None or ""), the window must
         have been opened with that name.
 
@@ -160,14 +171,14 @@ class EnergyWindows:
             raise WrongWindow(f"energy window {window_id} is {window.name!r}, not {name!r}; left open")
         del self._windows[window_id]
         self.changed = True
-        return window.document(self._clock.wall())
+        return window.document(self._clock.wall(), *self._roles)
 
     def list(self, uid: int, *, root: bool = False) -> list[dict[str, Any]]:
         """The caller's open windows (every window for root), oldest first, as :meth:`stop` documents them
         so far."""
         self.expire()
         now = self._clock.wall()
-        return [w.document(now) for w in sorted(self._windows.values(), key=lambda w: w.started)
+        return [w.document(now, *self._roles) for w in sorted(self._windows.values(), key=lambda w: w.started)
                 if root or w.uid == uid]
 
     def expire(self) -> None:
@@ -187,6 +198,9 @@ class EnergyWindows:
 
     def add(self, increment: Increment) -> None:
         """Device joules since the previous snapshot, to every open window."""
+        if increment.apart or increment.platform or increment.estimated:
+            self._roles = (self._roles[0] | increment.apart, self._roles[1] | increment.platform,
+                           self._roles[2] | increment.estimated)
         if not self._windows:
             return
         for window in self._windows.values():

@@ -7,8 +7,15 @@ memory temperature and limit reads (per-field ``nvmlReturn``); ``nvmlDeviceGetTe
 ``...ClocksThrottleReasons`` (older drivers: ``NVML_ERROR_FUNCTION_NOT_FOUND``, then the older call is used).
 
 Error classes are kept apart: ``NOT_SUPPORTED`` at discovery = the capability is absent (no channel or
-knob); ``NO_PERMISSION`` = the knob is read-only with the reason; ``GPU_IS_LOST`` = this GPU is lost (the
-caller reports it in ``Sample.lost``); anything else = that reading failed.
+knob), and on an informational query (name, PCI info, thresholds) a fallback, never a dropped GPU;
+``NO_PERMISSION`` = the knob is read-only with the reason; ``GPU_IS_LOST`` = this GPU is lost
+(:class:`Lost`: the caller reports it in ``Sample.lost``); ``UNKNOWN``, ``UNINITIALIZED``,
+``LIB_RM_VERSION_MISMATCH`` and ``DRIVER_NOT_LOADED`` = NVML itself needs initialising again (:class:`Down`);
+anything else = that reading failed.
+
+GPUs without an energy counter (``nvmlDeviceGetTotalEnergyConsumption`` is "for Volta or newer": Pascal
+and older answer ``NOT_SUPPORTED``) get an ``energy`` channel integrated from power, marked
+``Channel.estimated``.
 """
 
 from __future__ import annotations
@@ -84,6 +91,18 @@ class Lost(Exception):
     """NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus."""
 
 
+class Down(Exception):
+    """An NVML error that only initialising NVML again can cure (``args[0]``: its name): Unknown Error
+    (nvidia-container-toolkit after a cgroup reload, a driver in recovery), a library/driver version
+    mismatch after a driver upgrade, the driver unloaded, NVML uninitialised under us."""
+
+
+# nvml.h codes whose cure is nvmlShutdown + nvmlInit (and, for a version mismatch, a reboot or module reload)
+# UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, UNKNOWN
+REINIT_CODES = frozenset({1, 9, 18, 999})
+NOT_SUPPORTED_CODES = frozenset({3, 13})  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
+
+
 def error_names(nv: Any) -> dict[int, str]:
     """Code → name (15 → ``NVML_ERROR_GPU_IS_LOST``) from the bindings' own constants."""
     return {
@@ -109,6 +128,11 @@ class GpuProbe:
     ) -> None:
         self.nv, self.index, self.handle, self.probe_writes = nv, index, handle, probe_writes
         self.uuid: str | None = None  # set by probe()
+        self.bus_id = ""  # set by probe(); "" when the GPU does not report its PCI info
+        self.estimate_energy = False  # no energy counter: integrated from power
+        self.unsupported: dict[str, float] = {}  # role → monotonic time it is asked again (NO_DATA repeated)
+        self._no_data: dict[str, int] = {}
+        self._est: tuple[float, float | None, float] | None = None  # (t, W, J) of the last energy estimate
         self.names = names if names is not None else error_names(nv)
         self.id = f"gpu{index if device_index is None else device_index}"
         self.fields: list[tuple[str, int]] = []  # (role, field id) read in one batch
@@ -127,8 +151,9 @@ class GpuProbe:
         return getattr(exc, "value", -1)
 
     def call(self, name: str, *args: Any) -> Any:
-        """``nv.<name>(handle, *args)``; GPU_IS_LOST raises :class:`Lost`; a function this pynvml lacks
-        raises NVMLError(FUNCTION_NOT_FOUND) like a driver that lacks it."""
+        """``nv.<name>(handle, *args)``; GPU_IS_LOST raises :class:`Lost`, the codes of
+        :data:`REINIT_CODES` raise :class:`Down`; a function this pynvml lacks raises
+        NVMLError(FUNCTION_NOT_FOUND) like a driver that lacks it."""
         fn = getattr(self.nv, name, None)
         if fn is None:
             raise self.nv.NVMLError(self.nv.NVML_ERROR_FUNCTION_NOT_FOUND)
@@ -137,6 +162,8 @@ class GpuProbe:
         except self.nv.NVMLError as exc:
             if exc.value == self.nv.NVML_ERROR_GPU_IS_LOST:
                 raise Lost(self.id) from exc
+            if exc.value in REINIT_CODES:
+                raise Down(self.names.get(exc.value, f"NVML_ERROR_{exc.value}")) from exc
             raise
 
     def attempt(self, name: str, *args: Any) -> tuple[Any, int | None]:
@@ -150,21 +177,36 @@ class GpuProbe:
         return f"{self.names.get(code, f'NVML_ERROR_{code}')}: {what}"
 
     def _channel(
-        self, attribute: str, quantity: Quantity, thresholds: dict[str, float] | None = None
+        self,
+        attribute: str,
+        quantity: Quantity,
+        thresholds: dict[str, float] | None = None,
+        estimated: bool = False,
     ) -> None:
         cid = f"{self.id}/{attribute}"
         self.channels[attribute] = Channel(
-            cid, self.id, attribute, quantity, UNITS[quantity], thresholds=thresholds or {}
+            cid, self.id, attribute, quantity, UNITS[quantity], thresholds=thresholds or {},
+            estimated=estimated,
         )
+
+    def _info(self, name: str, fallback: Any) -> Any:
+        """An informational query; ``fallback`` when the GPU does not support it (never a dropped GPU)."""
+        value, code = self.attempt(name)
+        if code is not None and code not in NOT_SUPPORTED_CODES and code != self.nv.NVML_ERROR_NO_PERMISSION:
+            raise self.nv.NVMLError(code)
+        return fallback if code is not None else value
 
     # -- discovery -------------------------------------------------------------------------------------
     def probe(self) -> Device:
         """Decide every capability once (raises :class:`Lost` if the GPU is lost meanwhile)."""
         nv = self.nv
-        uuid, name = self.call("nvmlDeviceGetUUID"), self.call("nvmlDeviceGetName")
+        uuid = self.call("nvmlDeviceGetUUID")
         self.uuid = uuid
-        bus = self.call("nvmlDeviceGetPciInfo_v3").busId
+        name = self._info("nvmlDeviceGetName", None) or "NVIDIA GPU"
+        pci = self._info("nvmlDeviceGetPciInfo_v3", None)
+        bus = pci.busId if pci is not None else ""
         bus = bus.decode() if isinstance(bus, bytes) else str(bus)
+        self.bus_id = bus
         self._probe_temperature()
         self._probe_fields()
         self.util = self.attempt("nvmlDeviceGetUtilizationRates")[1] is None
@@ -239,13 +281,17 @@ class GpuProbe:
             else:
                 continue
             if role in _ROLE_CHANNEL:
-                thresholds = {}
+                thresholds: dict[str, float] = {}
                 if role == "memory_temperature":
                     value, code = self.attempt(
                         "nvmlDeviceGetTemperatureThreshold", nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX
                     )
                     thresholds = {"max_operating": float(value)} if code is None else {}
                 self._channel(role, _ROLE_CHANNEL[role][0], thresholds)
+        have = {role for role, _ in self.fields} | set(self.calls)
+        if "power" in have and "energy" not in have:
+            self.estimate_energy = True  # pre-Volta: nvmlDeviceGetTotalEnergyConsumption not supported
+            self._channel("energy", Quantity.ENERGY, estimated=True)
 
     def _probe_power_knob(self) -> None:
         nv = self.nv

@@ -1,79 +1,241 @@
-"""One dedicated thread that owns every NVML call.
+"""The thread that owns every NVML call, with a deadline per GPU so that one hung GPU holds up no other.
 
-NVML calls are blocking C calls (a GPU falling off the bus can hold one for seconds), so none may run on
-the asyncio loop. Every call the NVML backend makes goes through one :class:`NvmlWorker`: ``await
-worker.call(fn, *args)`` from the loop, ``worker.run(fn, *args)`` from another thread (the daemon's
-sampling executor, a command). Calls run one at a time, in order; a call made from the worker thread itself
-runs at once (no deadlock when a worker job calls back in).
+NVML calls are blocking C calls, and a GPU falling off the bus (Xid 79), a driver in recovery or a hung
+RM lock can hold one for seconds or for ever. None may run on the asyncio loop: every call the NVML
+backend makes goes through one :class:`NvmlWorker`: ``await worker.call(fn, *args)`` from the loop,
+``worker.run(fn, *args)`` from another thread (the daemon's sampling worker, a command). Calls run one at a
+time, in order, on one thread; a call made from the worker thread itself runs at once.
+
+**A hung GPU.** A call made for a GPU (``gpu="gpu1"``) that misses its deadline marks that GPU *hung* and
+leaves the stuck thread behind: later calls run on a fresh thread, so the other GPUs go on being read and
+written; calls for the hung GPU fail at once with :class:`~aithermd.errors.BackendTimeout` until the stuck
+call returns (then the GPU is free again and its abandoned thread ends). :meth:`NvmlWorker.each` reads
+many GPUs in one pass on the thread (one hand-off per tick in the normal case): a GPU whose read makes no
+progress within the deadline is marked hung and the pass goes on with the GPUs after it on a fresh thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
+
+import structlog
 
 from aithermd.errors import BackendTimeout
 
 T = TypeVar("T")
+DEADLINE_S = 2.0  # an NVML query answers in µs to ms; nvmlInit attaching every GPU can take ~1 s
+
+
+class _Thread:
+    """One daemon thread running submitted calls in order (a daemon thread: one stuck in a hung NVML call
+    never holds up the process's exit, as a _Thread's thread would)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        self._jobs.put((fn, args, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args, future = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+    def shutdown(self, *, wait: bool = False, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            while True:
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if job is not None:
+                    job[2].cancel()
+        self._jobs.put(None)
+        if wait and self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 class NvmlWorker:
-    """A single-thread executor for NVML calls. ``timeout_s``: the default deadline of one call; a call
-    that misses it raises :class:`~aithermd.errors.BackendTimeout` (the thread stays busy with it)."""
+    """NVML calls on one thread at a time (see the module doc). ``timeout_s``: the default deadline of a
+    call (s)."""
 
-    def __init__(self, name: str = "nvml", timeout_s: float = 10.0) -> None:
+    def __init__(self, name: str = "nvml", timeout_s: float = DEADLINE_S) -> None:
+        self.name = name
         self.timeout_s = timeout_s
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self._ident: int | None = None
+        self._executor: _Thread | None = None
+        self._generation = 0
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._hung: dict[str, float] = {}  # gpu → monotonic time its call went unanswered
+        self.hangs = 0  # calls abandoned since the start
         self._closed = False
+        self._log = structlog.get_logger("aithermd.nvml")
+
+    # -- the thread ------------------------------------------------------------------------------------
+    def _current(self) -> _Thread:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("NVML worker is closed")
+            if self._executor is None:
+                self._generation += 1
+                self._executor = _Thread(f"{self.name}-{self._generation}")
+            return self._executor
+
+    def _abandon(self, executor: _Thread) -> None:
+        """Leave ``executor``'s stuck thread behind (it ends once its call returns)."""
+        with self._lock:
+            if self._executor is executor:
+                self._executor = None
+        executor.shutdown(wait=False, cancel_futures=True)
 
     def _enter(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        self._ident = threading.get_ident()
+        self._local.inside = True
         return fn(*args)
-
-    def _submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
-        if self._closed:
-            raise RuntimeError("NVML worker is closed")
-        return self._executor.submit(self._enter, fn, args)
 
     @property
     def on_worker(self) -> bool:
-        """True when the caller is the worker thread itself."""
-        return self._ident is not None and threading.get_ident() == self._ident
+        """True when the caller is a worker thread itself."""
+        return bool(getattr(self._local, "inside", False))
 
-    def run(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None) -> T:
+    # -- hung GPUs -------------------------------------------------------------------------------------
+    def hung(self, gpu: str) -> float | None:
+        """When (monotonic s) ``gpu``'s unanswered call was given up on, or None when it is not hung."""
+        return self._hung.get(gpu)
+
+    @property
+    def hung_gpus(self) -> frozenset[str]:
+        return frozenset(self._hung)
+
+    def _mark_hung(self, gpu: str, future: Future[Any], what: str, deadline: float) -> None:
+        self.hangs += 1
+        self._hung[gpu] = time.monotonic()
+        self._log.error("nvml_call_hung", gpu=gpu, call=what, deadline_s=deadline,
+                        message=f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
+                                "GPUs are served by a fresh thread")
+
+        def returned(_: Future[Any]) -> None:
+            if self._hung.pop(gpu, None) is not None:
+                self._log.warning("nvml_call_returned", gpu=gpu, call=what)
+
+        future.add_done_callback(returned)
+
+    def _refuse_hung(self, gpu: str | None) -> None:
+        if gpu is not None and gpu in self._hung:
+            raise BackendTimeout(f"{gpu}: an earlier NVML call has not returned (the GPU is hung)")
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def run(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None,
+            gpu: str | None = None) -> T:
         """Run ``fn(*args)`` on the worker and wait for it (blocking the calling thread, never the loop's
-        own: call :meth:`call` there). Exceptions propagate; a missed deadline raises BackendTimeout."""
+        own: call :meth:`call` there). Exceptions propagate; a missed deadline raises BackendTimeout (and
+        marks ``gpu`` hung)."""
         if self.on_worker:
             return fn(*args)
-        future = self._submit(fn, args)
+        self._refuse_hung(gpu)
+        executor = self._current()
+        future = executor.submit(self._enter, fn, args)
         deadline = self.timeout_s if timeout_s is None else timeout_s
         try:
             return future.result(timeout=deadline)
         except FutureTimeout:
-            raise BackendTimeout(
-                f"NVML call {getattr(fn, '__name__', fn)!s} took over {deadline:g} s"
-            ) from None
+            raise self._timed_out(executor, future, fn, deadline, gpu) from None
 
-    async def call(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None) -> T:
+    async def call(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None,
+                   gpu: str | None = None) -> T:
         """``await`` ``fn(*args)`` run on the worker; the loop keeps running meanwhile."""
         if self.on_worker:
             return fn(*args)
-        future = asyncio.wrap_future(self._submit(fn, args))
+        self._refuse_hung(gpu)
+        executor = self._current()
+        cf = executor.submit(self._enter, fn, args)
         deadline = self.timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(asyncio.shield(future), deadline)
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(cf)), deadline)
         except TimeoutError:
-            raise BackendTimeout(
-                f"NVML call {getattr(fn, '__name__', fn)!s} took over {deadline:g} s"
-            ) from None
+            raise self._timed_out(executor, cf, fn, deadline, gpu) from None
+
+    def _timed_out(self, executor: _Thread, future: Future[Any], fn: Callable[..., Any],
+                   deadline: float, gpu: str | None) -> BackendTimeout:
+        what = getattr(fn, "__name__", str(fn))
+        if gpu is not None:
+            self._mark_hung(gpu, future, what, deadline)
+        self._abandon(executor)
+        return BackendTimeout(f"NVML call {what} took over {deadline:g} s" + (f" on {gpu}" if gpu else ""))
+
+    def each(self, items: Iterable[tuple[str, T]], fn: Callable[[T], Any],
+             timeout_s: float | None = None) -> dict[str, Any]:
+        """``fn(item)`` for each ``(gpu, item)`` whose GPU is not hung, in order, on the worker; returns
+        {gpu: result}. A GPU whose ``fn`` makes no answer within the deadline is marked hung and left out;
+        the GPUs after it are read on a fresh thread. ``fn`` should not raise (an exception ends the pass
+        and propagates)."""
+        pending = [(g, it) for g, it in items if g not in self._hung]
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        if self.on_worker:
+            return {g: fn(it) for g, it in pending}
+        results: dict[str, Any] = {}
+        while pending:
+            state: dict[str, Any] = {"gpu": None, "since": time.monotonic(), "stop": False}
+            done: dict[str, Any] = {}
+
+            def one_pass(todo: list[tuple[str, T]] = pending, state: dict[str, Any] = state,
+                         done: dict[str, Any] = done) -> None:
+                for g, it in todo:
+                    if state["stop"]:
+                        return
+                    state["gpu"], state["since"] = g, time.monotonic()
+                    value = fn(it)
+                    if not state["stop"]:
+                        done[g] = value
+                state["gpu"] = None
+
+            executor = self._current()
+            future = executor.submit(self._enter, one_pass, ())
+            while True:
+                wait = state["since"] + deadline - time.monotonic()
+                try:
+                    future.result(timeout=max(0.0, wait))
+                    break
+                except FutureTimeout:
+                    if time.monotonic() - state["since"] < deadline:
+                        continue  # the pass moved on to another GPU meanwhile: its own deadline counts
+                    state["stop"] = True
+                    stuck = state["gpu"]
+                    if stuck is not None:
+                        self._mark_hung(stuck, future, getattr(fn, "__name__", "read"), deadline)
+                    self._abandon(executor)
+                    break
+            results.update(done)
+            if not state["stop"]:
+                break
+            pending = [(g, it) for g, it in pending if g not in results and g not in self._hung]
+        return results
 
     def close(self) -> None:
-        """Finish queued calls and stop the thread; later calls raise RuntimeError."""
-        if not self._closed:
+        """Finish queued calls and stop the thread; later calls raise RuntimeError (a hung thread is left
+        to end on its own)."""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            self._executor.shutdown(wait=not self.on_worker)
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=not self.on_worker and not self._hung)

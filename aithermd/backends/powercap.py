@@ -10,9 +10,18 @@ looked for under ``devices/virtual/powercap``.
 Channels: ``energy`` (J) — a monotonic total that starts at the counter's first value and adds each
 wrap-corrected increase — and ``power`` (W) — the ``energy_uj`` increase over the *measured* monotonic
 interval between two samples (the first sample has no power: status ``stale``). When the counter goes
-backwards it wrapped: the increase is ``new + max_energy_range_uj − old``. Since CVE-2020-8694 ``energy_uj``
-is readable only by root: that is found at discovery and reported as ``not_supported`` with the reason,
-never as a crash or a failure.
+backwards it wrapped: the increase is ``new + max_energy_range_uj − old``. An interval longer than the
+counter can represent (``max_energy_range_uj`` at the zone's highest power: it may have wrapped more than
+once, after a suspend or a stalled daemon) is discarded (power ``stale``, nothing added), never reported as
+a tiny power. Since CVE-2020-8694 ``energy_uj`` is readable only by root: that is found at discovery, logged
+once with the reason and reported as ``not_supported``, never as a crash or a failure; discovery (a reload)
+probes it again.
+
+Zones are told apart for totals (:mod:`aithermd.backends.powercap_zones`): ``Device.info["role"]`` is
+``package``, ``platform`` (psys) or the subzone's name; a subzone, the platform and a second (MMIO) copy of
+a package carry ``info["in_total"] = False`` (a copy also ``duplicate_of``), so no total counts them. A
+machine without RAPL packages (AMD without powercap) gets its packages from the ``amd_energy``/``zenergy``
+hwmon socket counters: ``powercap:package-N``, energy only.
 
 Knobs: ``constraint_N_name`` ``long_term`` → ``pl1``, ``short_term`` → ``pl2``; value from
 ``constraint_N_power_limit_uw`` in W, ``max`` from ``constraint_N_max_power_uw`` (when > 0), ``min`` from
@@ -26,8 +35,11 @@ import math
 import os
 from typing import Any
 
+import structlog
+
 from aithermd import units
 from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.powercap_zones import amd_energy_sockets, max_gap_s, zone_role
 from aithermd.backends.sysfs import (
     Attribute,
     Nonsense,
@@ -69,10 +81,12 @@ class _Limit:
 
 
 class _Zone:
-    __slots__ = ("device_id", "energy", "why_not", "max_range", "prev_raw", "prev_t", "total_uj")
+    __slots__ = ("device_id", "energy", "why_not", "max_range", "max_gap_s", "prev_raw", "prev_t", "total_uj")
 
-    def __init__(self, device_id: str, energy: Attribute, why_not: str | None, max_range: int | None) -> None:
+    def __init__(self, device_id: str, energy: Attribute, why_not: str | None, max_range: int | None,
+                 max_gap: float | None = None) -> None:
         self.device_id, self.energy, self.why_not, self.max_range = device_id, energy, why_not, max_range
+        self.max_gap_s = max_gap if max_gap is not None else max_gap_s(max_range, None)
         self.prev_raw: int | None = None
         self.prev_t = 0.0
         self.total_uj = 0
@@ -102,6 +116,7 @@ class RaplBackend:
         self.io = io or SysfsIO()
         self._zones: list[_Zone] = []
         self._limits: dict[str, _Limit] = {}
+        self._why_logged: dict[str, str] = {}  # zone → the reason its energy was last logged unreadable
 
     # -- discovery -------------------------------------------------------------------------------------
     def _zone_dirs(self) -> list[str]:
@@ -138,51 +153,90 @@ class RaplBackend:
         zones.sort(key=lambda z: z[0])
         ids = unique_ids(f"powercap:{name}" for _, _, name, _ in zones)
         by_base = {base: dev_id for dev_id, (_, base, _, _) in zip(ids, zones, strict=True)}
+        msr = {name: dev_id for dev_id, (mmio, base, name, _) in zip(ids, zones, strict=True)
+               if not mmio[0] and base.count(":") == 1}
         devices = []
-        for dev_id, (_, base, name, path) in zip(ids, zones, strict=True):
+        for dev_id, ((mmio, _), base, name, path) in zip(ids, zones, strict=True):
             parent = by_base.get(base.rsplit(":", 1)[0]) if base.count(":") > 1 else None
-            devices.append(self._build(dev_id, base, name, path, parent))
+            copy_of = msr.get(name) if mmio and parent is None else None
+            devices.append(self._build(dev_id, base, name, path, parent, copy_of))
+        if not any(d.info.get("role") == "package" for d in devices):
+            devices += self._amd_sockets({d.id for d in devices})
         return devices
 
-    def _build(self, dev_id: str, base: str, name: str, path: str, parent: str | None) -> Device:
-        io = self.io
-        energy = Attribute(io, os.path.join(path, "energy_uj"))
-        why_not = None
+    def _amd_sockets(self, taken: set[str]) -> list[Device]:
+        """Packages from ``amd_energy``/``zenergy`` socket counters (µJ, no wrap, no limits)."""
+        out = []
+        for socket, path, chip in amd_energy_sockets(self.io, self.sysfs_root):
+            dev_id = f"powercap:package-{socket}"
+            if dev_id in taken:
+                continue
+            taken.add(dev_id)
+            energy = Attribute(self.io, path)
+            why_not = self._probe_energy(dev_id, energy)
+            self._zones.append(_Zone(dev_id, energy, why_not, None))
+            info: dict[str, Any] = {"zone": chip, "parent": None, "role": "package", "source": chip}
+            if why_not:
+                info["energy_why_not"] = why_not
+            out.append(Device(id=dev_id, kind=DeviceKind.POWERCAP, name=f"package-{socket}",
+                              channels=self._channels(dev_id, f"package-{socket}"), info=info))
+        return out
+
+    def _probe_energy(self, dev_id: str, energy: Attribute) -> str | None:
+        """Why ``energy`` cannot be read (logged once per zone and reason), or None."""
         try:
             energy.read()
         except OSError as exc:
-            why_not = ROOT_ONLY if exc.errno in (errno.EACCES, errno.EPERM) else classify_oserror(exc)[1]
+            why = ROOT_ONLY if exc.errno in (errno.EACCES, errno.EPERM) else classify_oserror(exc)[1]
             energy.close()
-        self._zones.append(
-            _Zone(dev_id, energy, why_not, read_optional_int(io, os.path.join(path, "max_energy_range_uj")))
+            if self._why_logged.get(dev_id) != why:
+                self._why_logged[dev_id] = why
+                structlog.get_logger("aithermd.powercap").warning(
+                    "rapl_energy_unavailable", zone=dev_id, reason=why,
+                    message=f"{dev_id}: {why}; its power and energy are not reported (probed again on "
+                            "reload)")
+            return why
+        self._why_logged.pop(dev_id, None)
+        return None
+
+    @staticmethod
+    def _channels(dev_id: str, name: str) -> tuple[Channel, Channel]:
+        return (
+            Channel(f"{dev_id}/power", dev_id, "power", Quantity.POWER, UNITS[Quantity.POWER],
+                    f"{name} power"),
+            Channel(f"{dev_id}/energy", dev_id, "energy", Quantity.ENERGY, UNITS[Quantity.ENERGY],
+                    f"{name} energy"),
         )
-        channels = (
-            Channel(
-                f"{dev_id}/power", dev_id, "power", Quantity.POWER, UNITS[Quantity.POWER], f"{name} power"
-            ),
-            Channel(
-                f"{dev_id}/energy",
-                dev_id,
-                "energy",
-                Quantity.ENERGY,
-                UNITS[Quantity.ENERGY],
-                f"{name} energy",
-            ),
-        )
-        info: dict[str, Any] = {"zone": base, "parent": parent}
+
+    def _build(self, dev_id: str, base: str, name: str, path: str, parent: str | None,
+               copy_of: str | None) -> Device:
+        io = self.io
+        energy = Attribute(io, os.path.join(path, "energy_uj"))
+        why_not = self._probe_energy(dev_id, energy)
+        channels = self._channels(dev_id, name)
+        role = zone_role(name, parent)
+        info: dict[str, Any] = {"zone": base, "parent": parent, "role": role}
+        if parent is not None or role == "platform" or copy_of is not None:
+            info["in_total"] = False  # inside its package, the whole platform, or the package again
+        if copy_of is not None:
+            info["duplicate_of"] = copy_of
         if why_not:
             info["energy_why_not"] = why_not
         knobs = []
+        max_w = 0.0
         n = 0
         while (cname := read_optional_text(io, os.path.join(path, f"constraint_{n}_name"))) is not None:
             kind = CONSTRAINT_KINDS.get(cname.strip())
             prefix = os.path.join(path, f"constraint_{n}_")
+            max_w = max(max_w, units.uw_to_w(read_optional_int(io, prefix + "max_power_uw") or 0))
             if kind is not None and io.exists(prefix + "power_limit_uw"):
                 window = read_optional_int(io, prefix + "time_window_us")
                 if window is not None:
                     info[f"{kind}_time_window_s"] = units.us_to_s(window)
                 knobs.append(self._limit(dev_id, kind, prefix, window is not None))
             n += 1
+        max_range = read_optional_int(io, os.path.join(path, "max_energy_range_uj"))
+        self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, max_w or None)))
         return Device(
             id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs), info=info
         )
@@ -247,7 +301,13 @@ class RaplBackend:
             )
         delta = energy_increase_uj(zone.prev_raw, raw, zone.max_range)
         dt = t - zone.prev_t
-        if delta is None:
+        if zone.max_gap_s is not None and dt > zone.max_gap_s:
+            # the counter may have wrapped more than once: whatever it says now is no measure of this gap
+            power = Reading(power_id, None, Status.STALE,
+                            f"{dt:.0f} s since the last read: longer than energy_uj can represent "
+                            f"({zone.max_gap_s:.0f} s); discarded")
+            delta = 0
+        elif delta is None:
             power = Reading(
                 power_id,
                 None,

@@ -1,7 +1,6 @@
-"""Narrow reads for the watchers beside the tick: one input at a time for the fast lane, and the NVML
-enumeration that hotplug checks before it rediscovers GPUs. The backends hand them out through their public
-``reader(channel_id)`` methods (:func:`aithermd.backends.registry.reader_for`); nothing here reads a
-backend's private state.
+"""Narrow reads for the watchers beside the tick: one input at a time for the fast lane. The backends hand
+them out through their public ``reader(channel_id)`` methods (:func:`aithermd.backends.registry.reader_for`);
+nothing here reads a backend's private state.
 
 - :class:`HwmonReader`: one hwmon input file (``tempN_input``) through a descriptor of its own (kept open,
   one ``pread``), converted and checked for plausibility (range, sentinels) exactly as the backend's sample
@@ -11,8 +10,6 @@ backend's private state.
 - :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
   thread, never on the loop.
-- :func:`nvml_enumeration`: the (index, UUID) of every GPU NVML enumerates now (``nvmlDeviceGetCount``,
-  ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetUUID``), to tell whether a rediscovery would renumber.
 
 Every reader answers None for a value it cannot read (failed, lost, nonsense): the fast lane then leaves
 that input to the main tick, whose health checks report it.
@@ -82,27 +79,7 @@ class NvmlReader:
 
     async def aread(self, timeout_s: float) -> tuple[float | None, float | None]:
         """``read()`` on the NVML worker; raises BackendTimeout past ``timeout_s``."""
-        return await self.worker.call(self.read, timeout_s=timeout_s)
+        return await self.worker.call(self.read, timeout_s=timeout_s, gpu=self.device_id)
 
 
-def nvml_enumeration(backend: Any) -> list[tuple[int, str]]:
-    """``[(device index, UUID)]`` of the GPUs NVML enumerates now, numbered as the backend would number
-    them (its ``index_base`` added). Runs on the backend's worker (blocking the calling thread); raises
-    the NVML error when enumeration itself fails."""
-    nv = backend.nvml
-
-    def enumerate_now() -> list[tuple[int, str]]:
-        base = backend.index_base() if callable(backend.index_base) else backend.index_base
-        out = []
-        for i in range(nv.nvmlDeviceGetCount()):
-            try:
-                uuid = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
-            except nv.NVMLError:
-                continue  # lost at enumeration: discovery skips it too
-            out.append((base + i, uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
-        return out
-
-    return backend.worker.run(enumerate_now)
-
-
-__all__ = ["HwmonReader", "NvmlReader", "nvml_enumeration"]
+__all__ = ["HwmonReader", "NvmlReader"]

@@ -16,9 +16,12 @@
 Ids: each backend orders its own devices by bus path and suffixes repeated ids ``#2``, ``#3``
 (:mod:`aithermd.backends.ids`); ids of different backends cannot collide by construction (``hwmon:``,
 ``powercap:``, ``cpu``, ``gpu<N>``), and a collision anyway is logged and the later device dropped, so
-every id names exactly one device. NVML numbers GPUs by enumeration index, so before rediscovering NVML
-the current enumeration is compared with the known GPUs: when a GPU that stays would get another id (one
-before it vanished) the rediscovery is skipped and the vanished GPU stays *lost*.
+every id names exactly one device. The NVML backend keeps each GPU's id by UUID for the daemon's life, so a
+GPU that vanishes never renumbers the others.
+
+Backends that notice on their own that their devices changed (NVML adopting a GPU that became ready,
+dropping one no longer enumerated, a knob found read-only) say so through ``take_changes()``
+(:func:`changed_families`); the runtime then rediscovers them like a hotplug event.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from aithermd.backends.base import Backend
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.model import Device, Event, Knob
 
-__all__ = ["ALL", "BACKENDS", "Inventory", "discover", "family_of", "is_threaded", "natural_key",
-           "open_backend", "open_backends", "open_for_daemon", "reader_for", "rediscover", "unique_ids"]
+__all__ = ["ALL", "BACKENDS", "Inventory", "changed_families", "discover", "family_of", "is_threaded",
+           "natural_key", "open_backend", "open_backends", "open_for_daemon", "reader_for", "rediscover",
+           "unique_ids"]
 
 BACKENDS = ("hwmon", "powercap", "thermal", "cpu", "nvml")  # the kinds a locator may name
 THREADED_KINDS = frozenset({"nvml"})
@@ -182,21 +186,21 @@ def discover(backends: Iterable[Backend]) -> Inventory:
     return _index(backends, found)
 
 
-def _nvml_keeps_ids(backend: Any, old: Sequence[Device]) -> str | None:
-    """None when rediscovering ``backend`` keeps every surviving GPU's id, else why not."""
-    from aithermd.backends.readers import nvml_enumeration
-
-    now = {uuid: f"gpu{index}" for index, uuid in nvml_enumeration(backend)}
-    moved = [f"{d.id} → {now[d.info['uuid']]}" for d in old
-             if d.info.get("uuid") in now and now[d.info["uuid"]] != d.id]
-    return f"GPU ids would change ({', '.join(moved)})" if moved else None
+def changed_families(backends: Iterable[Backend]) -> set[str]:
+    """The families of ``backends`` whose ``take_changes()`` says their devices changed (each asked once)."""
+    out: set[str] = set()
+    for b in backends:
+        take = getattr(b, "take_changes", None)
+        if callable(take) and take():
+            out.add(family_of(b))
+    return out
 
 
 async def rediscover(inventory: Inventory, families: set[str], *, t_wall: float,
                      timeout_s: float = 10.0) -> tuple[Inventory, list[Event]]:
     """Rediscover the backends of ``families`` (``*``: all) off the loop, side by side. Returns the new
     inventory (``inventory`` itself when nothing was rediscovered) and the ``hotplug`` events: devices
-    added and removed, an NVML rediscovery skipped. A backend whose rediscovery fails or takes over
+    added and removed. A backend whose rediscovery fails or takes over
     ``timeout_s`` s keeps its old devices. Knobs that vanished are the caller's to forget."""
     log = structlog.get_logger("aithermd.registry")
     found: dict[int, Sequence[Device]] = {}
@@ -204,14 +208,6 @@ async def rediscover(inventory: Inventory, families: set[str], *, t_wall: float,
 
     async def one(b: Backend) -> None:
         try:
-            if family_of(b) == "nvml":
-                why = await asyncio.wait_for(asyncio.to_thread(_nvml_keeps_ids, b, inventory.devices_of(b)),
-                                             timeout_s)
-                if why is not None:
-                    log.warning("rediscovery_skipped", backend="nvml", reason=why)
-                    events.append(Event("hotplug", t_wall, "nvml", f"GPUs not rediscovered: {why}; a "
-                                        "vanished GPU stays lost until the daemon restarts", {"reason": why}))
-                    return
             found[id(b)] = await asyncio.wait_for(asyncio.to_thread(b.discover), timeout_s)
         except Exception as exc:  # noqa: BLE001 - one family's failure (or a hung one) keeps its old devices
             log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc!r}")

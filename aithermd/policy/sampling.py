@@ -2,7 +2,8 @@
 
 Window keys are channel ids (``gpu0/utilization``, ``hwmon:k10temp-pci-00c3/temp1``) or derived values:
 ``gpu<N>/power_pct`` (power draw as % of the present power limit, else of the default),
-``cpu/package_power`` (sum of the RAPL package zones' power, W) and ``source:FN|INPUTS`` (a fan curve's
+``cpu/package_power`` (sum of the CPU packages' power, W: each package once, never its subzones, psys or
+an MMIO copy of it: :func:`aithermd.model.is_cpu_package`) and ``source:FN|INPUTS`` (a fan curve's
 source for ``smoothing_s``, resolved as the curve resolves it: :mod:`aithermd.policy.sources`).
 A reading that is not ok pushes nothing and leaves its key out of the tick's ``ok`` set.
 """
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aithermd.model import DeviceKind, Status
+from aithermd.model import DeviceKind, Status, is_cpu_package
 from aithermd.policy import sources
 from aithermd.policy.conditions import CPU_KEY
 from aithermd.policy.windows import Window
@@ -44,8 +45,7 @@ def build(plans: Sequence[Any]) -> Sampler:
     for key, horizon in needs.items():
         h = horizon + HORIZON_PAD_S
         if key == CPU_KEY["cpu.power_w"]:
-            ids = tuple(f"{d.id}/power" for d in devices if d.kind == DeviceKind.POWERCAP
-                        and d.id.split(":", 1)[-1].startswith("package"))
+            ids = tuple(f"{d.id}/power" for d in devices if is_cpu_package(d))  # each package once
             items.append((key, h, CPU_POWER, ids, None, None))
         elif key.startswith(SOURCE_PREFIX):
             fn, inputs = sources.parse_key(key)

@@ -11,7 +11,11 @@ The shape is :class:`aithermd.publish.wire.SnapshotDoc` (typed there for aitherm
                   "attrs": {...}}],
      "policy": {"active": str, "holds": [{"cookie", "policy", "reason", "owner", "detached", "expires",
                                          "uid", "created"}],
-                "states": {policy: {scope: state}}}}
+                "states": {policy: {scope: state}}},
+     "health": {"nvml": {"library", "error", "reinits", "expected", "present", "gpus": {...}}, ...}}
+
+RAPL devices also carry ``role`` (``package``, ``platform``, ``core``...) and, when no total counts them,
+``"in_total": false`` (and ``duplicate_of`` for an MMIO copy of a package).
 
 ``label`` falls back to the attribute name, as lm-sensors prints it. Values are in daemon units (°C, W, J,
 RPM, %); ``thresholds`` are the channel's own (hwmon ``crit``/``max``/..., NVML ``slowdown``/``shutdown``/
@@ -29,11 +33,13 @@ from typing import Any
 from aithermd.model import (
     Decision,
     Device,
+    DeviceKind,
     Hold,
     KnobValue,
     PolicyStatus,
     Reading,
     Snapshot,
+    in_total,
 )
 from aithermd.publish.sensors import sensors_document
 from aithermd.publish.wire import DeviceDoc, HoldDoc, PolicyDoc, SnapshotDoc
@@ -91,6 +97,13 @@ def policy_document(status: PolicyStatus) -> PolicyDoc:
 def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
     """The full ``GetSnapshot`` document of one published snapshot (see the module docstring)."""
     devices = sensors_devices(snapshot.devices, snapshot.readings, snapshot.knobs, snapshot.attrs)
+    for dev, device in zip(devices, snapshot.devices, strict=True):
+        if device.kind is DeviceKind.POWERCAP:
+            dev["role"] = device.info.get("role")
+            if not in_total(device):
+                dev["in_total"] = False
+            if device.info.get("duplicate_of"):
+                dev["duplicate_of"] = device.info["duplicate_of"]
     for dev in devices:
         for knob in dev["knobs"]:
             d = snapshot.decisions.get(knob["id"])
@@ -100,7 +113,7 @@ def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
             knob["layer"] = str(d.layer) if d else None
     return {"seq": snapshot.seq, "t_wall": snapshot.t_wall, "tick_s": snapshot.tick_s,
             "dry_run": snapshot.dry_run, "degraded": list(snapshot.degraded), "devices": devices,
-            "policy": policy_document(snapshot.policy)}
+            "policy": policy_document(snapshot.policy), "health": plain(snapshot.health)}
 
 
 def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decision]:

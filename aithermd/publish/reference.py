@@ -69,10 +69,12 @@ def reference_devices(gpus: int = 2) -> tuple[Device, ...]:
         pkg, DeviceKind.POWERCAP, "package-0",
         channels=(_ch(pkg, "power", Quantity.POWER), _ch(pkg, "energy", Quantity.ENERGY)),
         knobs=(Knob(f"{pkg}/pl1", pkg, KnobKind.PL1, "W", 10.0, 253.0, 125.0, True),
-               Knob(f"{pkg}/pl2", pkg, KnobKind.PL2, "W", 10.0, 253.0, 253.0, True))))
+               Knob(f"{pkg}/pl2", pkg, KnobKind.PL2, "W", 10.0, 253.0, 253.0, True)),
+        info={"zone": "intel-rapl:0", "parent": None, "role": "package"}))
     dram = "powercap:dram"
     devices.append(Device(dram, DeviceKind.POWERCAP, "dram", channels=(
-        _ch(dram, "power", Quantity.POWER), _ch(dram, "energy", Quantity.ENERGY))))
+        _ch(dram, "power", Quantity.POWER), _ch(dram, "energy", Quantity.ENERGY)),
+        info={"zone": "intel-rapl:0:2", "parent": pkg, "role": "dram", "in_total": False}))
     return tuple(devices)
 
 

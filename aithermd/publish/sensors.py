@@ -8,7 +8,8 @@ Shape (issue 2, exact)::
                   "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable",
                              "why_not"}]}]}
 
-``label`` is the channel's label, or its attribute name when it has none (as lm-sensors prints it);
+``label`` is the channel's label, or its attribute name when it has none (as lm-sensors prints it); a
+derived channel also has ``"estimated": true`` (a pre-Volta GPU's energy, integrated from its power);
 ``alias`` the name its driver documents for it when the label lacks it (``Tctl``), else None;
 ``value`` is a number in the channel's unit, or None with a non-ok ``status``. ``status`` is the reading's
 (``ok``, ``failed``, ``implausible``, ``stale``, ``not_supported``) or ``held`` when the daemon's sensor
@@ -43,7 +44,7 @@ def channel_entry(channel: Channel, reading: Reading | None) -> dict[str, Any]:
         status, reason = HELD_STATUS, reading.detail[len(HELD):]
     else:
         status, reason = str(reading.status), reading.detail
-    return {
+    entry = {
         "id": channel.id,
         "attribute": channel.attribute,
         "label": channel.label if channel.label is not None else channel.attribute,
@@ -53,6 +54,9 @@ def channel_entry(channel: Channel, reading: Reading | None) -> dict[str, Any]:
         "status": status,
         "reason": reason,
     }
+    if channel.estimated:
+        entry["estimated"] = True
+    return entry
 
 
 def knob_entry(knob: Knob, value: KnobValue | None) -> dict[str, Any]:
@@ -122,8 +126,9 @@ def render_table(doc: Mapping[str, Any]) -> str:
                 c["label"] if not c.get("alias") else f"{c['label']} ({c['alias']})",
                 _fmt(c["value"], c["unit"]),
                 c["attribute"],
-                "" if c["status"] == "ok" else
-                f"[{c['status']}: {c['reason']}]" if c.get("reason") else f"[{c['status']}]",
+                ("" if c["status"] == "ok" else
+                 f"[{c['status']}: {c['reason']}]" if c.get("reason") else f"[{c['status']}]")
+                + (" (estimated)" if c.get("estimated") else ""),
             )
             for c in dev.get("channels", [])
         ]

@@ -41,7 +41,7 @@ from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.restore import restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
-from aithermd.backends.registry import discover, open_for_daemon
+from aithermd.backends.registry import changed_families, discover, open_for_daemon
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import EXIT_CONFIG, PolicyErrors
 from aithermd.model import Snapshot
@@ -224,8 +224,7 @@ class Daemon:
         try:
             if not self._stop.is_set():  # a stop during start-up: no service, no tick, straight to restore
                 await self.services.start(self._services(options, executor))
-                if self.services.get("hotplug") is not None:
-                    self.inbox.add_source(self._device_changes)
+                self.inbox.add_source(self._device_changes)
             await self.scheduler.run(self._run_tick, self._stop, max_ticks, until)
             code = 0
         finally:
@@ -283,9 +282,12 @@ class Daemon:
         return out
 
     def _device_changes(self) -> list[Rediscover]:
-        """The inbox's hotplug source: the families whose udev events settled."""
-        assert self.hotplug is not None
-        families = self.hotplug.poll()
+        """The inbox's device source: the families whose udev events settled, and those whose backends
+        noticed on their own that their devices changed (NVML adopting a GPU that became ready, dropping one
+        no longer enumerated, a knob found read-only)."""
+        families = changed_families(self.tick.world.backends) if self.tick is not None else set()
+        if self.hotplug is not None:
+            families |= self.hotplug.poll()
         return [Rediscover(frozenset(families))] if families else []
 
     async def _shut_down(self, code: int, executor: Executor, backends: Sequence[Backend], own: bool) -> int:

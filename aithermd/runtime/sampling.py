@@ -43,7 +43,7 @@ def list_processes() -> frozenset[str]:
 @dataclass
 class Sampled:
     """One tick's reads merged: ``readings`` by channel id, ``knobs`` by knob id (values in daemon units),
-    ``attrs`` by device id, ``lost`` device ids, ``processes`` (empty unless a policy needs them),
+    ``attrs`` by device id, ``lost`` device ids, ``health`` by source family, ``processes`` (empty unless a policy needs them),
     ``hop_ok`` (False when the worker did not answer: its knobs are not written this tick) and the
     ``events`` of new faults."""
 
@@ -51,6 +51,7 @@ class Sampled:
     knobs: dict[str, KnobValue] = field(default_factory=dict)
     attrs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     lost: set[str] = field(default_factory=set)
+    health: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     processes: Any = frozenset()
     hop_ok: bool = True
     events: list[Event] = field(default_factory=list)
@@ -109,6 +110,8 @@ class Sampler:
             out.knobs.update(s.knobs)
             out.attrs.update(s.attrs)
             out.lost.update(s.lost)
+            if s.health:
+                out.health.update(s.health)
         return out
 
     def _one(self, backend: Backend, channels: Mapping[int, tuple[str, ...]], t_wall: float,

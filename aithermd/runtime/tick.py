@@ -95,7 +95,8 @@ class Tick:
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
                             knobs=knobs, attrs=sampled.attrs, decisions=self.decisions,
                             policy=PolicyStatus(self.control.active, tuple(self.control.holds), self.states),
-                            degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s)
+                            degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s,
+                            health=sampled.health)
         self.hub.publish(snapshot, events)
         return snapshot
 

@@ -12,8 +12,13 @@ GPUs come from :class:`~aithermd.sim.gpu_profile.GpuProfile` (``nvidia-smi -q`` 
 units (mW, mJ, °C, %), ``NVML_ERROR_UNINITIALIZED`` before ``nvmlInit``, limits outside the constraints
 fail with ``INVALID_ARGUMENT``, writes without privilege with ``NO_PERMISSION``, missing capabilities with
 ``NOT_SUPPORTED``, a lost GPU with ``GPU_IS_LOST`` on every call, functions newer than the fake's driver
-branch are absent (``FUNCTION_NOT_FOUND``). Errors can be injected per function and device. Process lists
-and per-process utilization: :mod:`aithermd.sim.fake_nvml_procs` (GPUs start with their dump's processes).
+branch are absent (``FUNCTION_NOT_FOUND``), the energy counter is absent before Volta. Faults can be
+injected: an error per function and device (:meth:`FakeNvml.inject`), the whole library failing with one
+code, ``nvmlInit`` included (:meth:`FakeNvml.fail_library`: the driver unloaded, a version mismatch after an
+upgrade, Unknown Error), calls on one GPU that hang until released (:meth:`FakeNvml.hang`; other GPUs answer
+meanwhile), an out-of-band power cap below the management limit (:meth:`FakeNvml.cap_power`).
+Process lists and per-process utilization: :mod:`aithermd.sim.fake_nvml_procs` (GPUs start with
+their dump's processes).
 
 Indexes taken by the simulator helpers (``set_dynamic(index, ...)``) are positions in the profile list,
 stable even after :meth:`remove_gpu`; NVML indexes count only the GPUs still present.
@@ -35,6 +40,7 @@ from aithermd.sim.fake_nvml_lib import (
     FUNCTION_SINCE,
     GPU_IS_LOST,
     HANDLE_BASE,
+    HANDLE_EPOCH,
     INVALID_ARGUMENT,
     NO_PERMISSION,
     UNINITIALIZED,
@@ -65,9 +71,22 @@ class _CFunction:
         self.name, self._lib, self._impl, self.restype, self.argtypes = name, lib, impl, None, None
 
     def __call__(self, *args: Any) -> Any:
-        with self._lib._lock:
+        lib = self._lib
+        if lib._hangs and args:  # a hung GPU blocks its own callers only, outside the library's lock
+            gate = lib._hangs.get(_position(args[0]))
+            if gate is not None:
+                gate.wait()
+        with lib._lock:
+            lib.calls[self.name] = lib.calls.get(self.name, 0) + 1
+            if self.name not in _LIFECYCLE:
+                if lib.library_error is not None:
+                    return lib.library_error
+                if lib._broken is not None:  # broken under this session: only a new nvmlInit cures it
+                    return lib._broken
+            elif lib.library_error is not None and self.name.startswith("nvmlInit"):
+                return lib.library_error
             try:
-                self._lib._sync()
+                lib._sync()
                 return self._impl(*args)
             except NvmlReturn as exc:
                 return exc.code
@@ -117,6 +136,10 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, NvmlCl
         self._lock = threading.RLock()
         self._functions: dict[str, _CFunction] = {}
         self._injections: dict[tuple[str, int | None], list[Any]] = {}
+        self._hangs: dict[int, threading.Event] = {}
+        self.library_error: int | None = None  # every call answers this code (fail_library)
+        self._broken: int | None = None  # the failure that broke the open session (until re-initialised)
+        self.calls: dict[str, int] = {}  # C function → calls made (tests count what a lost GPU costs)
         self._file = StateFile(state_path) if state_path is not None else None
         if self._file is not None and _gpus is not None and profiles:
             self._persist()
@@ -204,11 +227,11 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, NvmlCl
             addr = handle or 0
         else:
             addr = _addr(handle)
-        pos = addr - HANDLE_BASE
-        if not 0 <= pos < len(self.gpus):
+        epoch, pos = divmod(addr - HANDLE_BASE, HANDLE_EPOCH)
+        if not 0 <= pos < len(self.gpus) or epoch < 0:
             raise NvmlReturn(INVALID_ARGUMENT)
         gpu = self.gpus[pos]
-        if gpu.lost or gpu.removed:
+        if gpu.lost or gpu.removed or epoch != gpu.epoch:
             raise NvmlReturn(GPU_IS_LOST)
         self._check_injected(fname, gpu)
         return gpu
@@ -282,9 +305,40 @@ class FakeNvml(NvmlFunctions, NvmlReadingFunctions, NvmlProcessFunctions, NvmlCl
                 return
             self._injections[(_c_name(function), index)] = [code, count]
 
-    def clear_injections(self) -> None:
+    def clear_injections(self, function: str | None = None, index: int | None = None) -> None:
+        """Remove every injection, or the one set for ``function`` (``"*"`` included) and ``index``."""
         with self._lock:
-            self._injections.clear()
+            if function is None:
+                self._injections.clear()
+            else:
+                self._injections.pop((_c_name(function), index), None)
+
+    def fail_library(self, code: int | None) -> None:
+        """Make every NVML call, ``nvmlInit`` included, answer ``code`` (None: work again): the driver
+        unloaded (DRIVER_NOT_LOADED), a driver upgraded under a running process (LIB_RM_VERSION_MISMATCH),
+        NVML broken in a container after a cgroup reload (UNKNOWN). As with the real library, a session
+        open when the failure came stays broken after it ends, until ``nvmlShutdown`` and ``nvmlInit``."""
+        with self._lock:
+            self.library_error = code
+            if code is not None and self._refcount > 0:
+                self._broken = code
+
+    def hang(self, index: int) -> None:
+        """Calls on GPU ``index`` (by handle) block until :meth:`unhang`; other GPUs answer meanwhile."""
+        self._hangs.setdefault(index, threading.Event())
+
+    def unhang(self, index: int | None = None) -> None:
+        """Release the calls blocked on GPU ``index`` (None: every GPU)."""
+        for i in list(self._hangs) if index is None else [index]:
+            gate = self._hangs.pop(i, None)
+            if gate is not None:
+                gate.set()
+
+    def cap_power(self, index: int, watts: float | None) -> None:
+        """An out-of-band power cap on GPU ``index`` (a BMC, nvidia-powerd): the enforced limit is at most
+        ``watts`` whatever the management limit; None lifts it."""
+        with self._lock:
+            self.gpus[index].cap_mw = None if watts is None else int(round(watts * 1000))
 
 
 def _c_name(name: str) -> str:
@@ -295,3 +349,19 @@ def _addr(handle: Any) -> int:
     import ctypes
 
     return ctypes.c_void_p.from_buffer(handle).value or 0
+
+
+def _position(arg: Any) -> int | None:
+    """The profile position a device handle argument names, or None when ``arg`` is no handle."""
+    import ctypes
+
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        offset = arg - HANDLE_BASE
+    elif isinstance(arg, (ctypes._Pointer, ctypes.c_void_p)):  # noqa: SLF001 - pynvml's c_nvmlDevice_t
+        offset = _addr(arg) - HANDLE_BASE
+    else:
+        return None
+    return offset % HANDLE_EPOCH if offset >= 0 else None
+
+
+_LIFECYCLE = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"})

@@ -78,6 +78,8 @@ FUNCTION_SINCE = MappingProxyType(
     }
 )
 HANDLE_BASE = 0x4E560000
+HANDLE_EPOCH = 0x100  # a handle is HANDLE_BASE + epoch × HANDLE_EPOCH + position: a GPU back from a reset
+# (revive_gpu) has a new epoch, so a handle from before answers GPU_IS_LOST until the GPU is looked up again
 
 
 class NvmlReturn(Exception):
@@ -127,6 +129,8 @@ class NvmlFunctions:
     def _nvmlInitWithFlags(self, flags: Any = 0) -> int:
         if not self.driver_loaded:
             raise NvmlReturn(DRIVER_NOT_LOADED)
+        if self._refcount <= 0:
+            self._broken = None  # a fresh session: whatever broke the last one is behind us
         self._refcount += 1
         return SUCCESS
 
@@ -138,6 +142,8 @@ class NvmlFunctions:
     def _nvmlShutdown(self) -> int:
         self._ensure_init()
         self._refcount -= 1
+        if self._refcount <= 0:
+            self._broken = None
         return SUCCESS
 
     def _nvmlErrorString(self, result: Any) -> bytes:
@@ -161,7 +167,8 @@ class NvmlFunctions:
     _nvmlDeviceGetCount = _nvmlDeviceGetCount_v2
 
     def _give_handle(self, gpu: FakeGpu, ref: Any) -> int:
-        ctypes.c_void_p.from_buffer(_out(ref)).value = HANDLE_BASE + self.gpus.index(gpu)
+        ctypes.c_void_p.from_buffer(_out(ref)).value = (HANDLE_BASE + gpu.epoch * HANDLE_EPOCH
+                                                         + self.gpus.index(gpu))
         return SUCCESS
 
     def _nvmlDeviceGetHandleByIndex_v2(self, index: Any, ref: Any) -> int:
@@ -256,7 +263,7 @@ class NvmlFunctions:
 
     def _nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, energy: Any) -> int:
         gpu = self._dev(handle, "nvmlDeviceGetTotalEnergyConsumption")
-        _need(gpu.power_mw)
+        _need(gpu.power_mw if gpu.energy_counter else None)
         _out(energy).value = gpu.energy_mj
         return SUCCESS
 

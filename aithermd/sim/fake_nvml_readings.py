@@ -149,7 +149,7 @@ class NvmlReadingFunctions:
         if fid not in FIELD_SINCE or self.driver_branch < FIELD_SINCE[fid]:
             raise NvmlReturn(NOT_SUPPORTED)
         if fid in (FI_TOTAL_ENERGY, FI_ENERGY):
-            _need(gpu.power_mw)
+            _need(gpu.power_mw if gpu.energy_counter else None)
             return VT_ULL, gpu.energy_mj
         value = {
             FI_MEMORY_TEMP: None if gpu.memory_temp_c is None else int(round(gpu.memory_temp_c)),

@@ -35,9 +35,14 @@ class SimulatorControls:
         self._set_flag(index, "removed", True)
 
     def revive_gpu(self, index: int) -> None:
+        """The GPU is back (after a reset or a re-plug): enumerated again, with new handles (a handle taken
+        before answers GPU_IS_LOST, as after a real GPU reset)."""
         with self._lock:
             self._sync()
-            self.gpus[index].lost = self.gpus[index].removed = False
+            gpu = self.gpus[index]
+            if gpu.lost or gpu.removed:
+                gpu.epoch += 1
+            gpu.lost = gpu.removed = False
             self._persist()
 
     def _set_flag(self, index: int, flag: str, value: bool) -> None:

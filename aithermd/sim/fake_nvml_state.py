@@ -46,6 +46,7 @@ REASON_BITS: Mapping[str, int] = MappingProxyType(
         "reliability": 0x400,
     }
 )
+PRE_VOLTA = frozenset({"kepler", "maxwell", "pascal"})
 _UUID_NS = uuidlib.UUID("6f1c5b1e-5a0c-4f43-9d59-61746865726d")  # fixed: the same GPU gets the same UUID
 
 
@@ -133,6 +134,8 @@ class FakeGpu:
     gpm_elapsed_s: float = 0.0  # GPM counters: time, busy time and tensor-active time (s)
     gpm_busy_s: float = 0.0
     gpm_tensor_s: float = 0.0
+    cap_mw: int | None = None  # an out-of-band cap (BMC, nvidia-powerd): the enforced limit stays under it
+    epoch: int = 0  # incremented when the GPU comes back from a reset: older handles are stale
 
     @classmethod
     def from_profile(cls, profile: GpuProfile, bus_id: str, fan_count: int | None = None) -> FakeGpu:
@@ -187,17 +190,26 @@ class FakeGpu:
 
     @property
     def enforced_mw(self) -> int | None:
-        """min(management limit, any other cap the dump showed: enforced below requested, e.g. GH200)."""
+        """min(management limit, any other cap the dump showed: enforced below requested, e.g. GH200, and
+        an out-of-band cap set by :meth:`FakeNvml.cap_power`)."""
         p, limit = self.profile, self.limit_mw
         if limit is None:
-            return _mw(p.enforced_power_limit_w)
-        if (
+            enforced = _mw(p.enforced_power_limit_w)
+        elif (
             p.enforced_power_limit_w is not None
             and p.power_limit_w is not None
             and p.enforced_power_limit_w < p.power_limit_w
         ):
-            return min(limit, w_to_mw(p.enforced_power_limit_w))
-        return limit
+            enforced = min(limit, w_to_mw(p.enforced_power_limit_w))
+        else:
+            enforced = limit
+        return enforced if self.cap_mw is None or enforced is None else min(enforced, self.cap_mw)
+
+    @property
+    def energy_counter(self) -> bool:
+        """NVML: nvmlDeviceGetTotalEnergyConsumption is "for Volta or newer"; Kepler, Maxwell and Pascal
+        boards answer NOT_SUPPORTED (an unknown architecture is taken as newer)."""
+        return (self.profile.architecture or "").strip().lower() not in PRE_VOLTA
 
     @property
     def present(self) -> bool:

@@ -160,18 +160,22 @@ async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
     assert "gpu1/power_limit" not in journal and "gpu0/power_limit" in journal
 
 
-async def test_a_removed_first_gpu_is_not_rediscovered_so_no_id_changes(two_gpus):
+async def test_a_removed_first_gpu_leaves_the_other_its_id(two_gpus):
     fake, tick = two_gpus
     await tick.run(1)
-    fake.remove_gpu(0)  # NVML now enumerates the second GPU at index 0
+    fake.remove_gpu(0)  # NVML now enumerates the second GPU at index 0: it keeps its id by UUID
     world, events = await rediscover(tick.world, {"nvml"}, applier=tick.applier, t_wall=1.0)
-    assert world is tick.world and [d.id for d in world.devices] == ["gpu0", "gpu1"]
-    assert [e.message for e in events] == [
-        "GPUs not rediscovered: GPU ids would change (gpu1 → gpu0); a vanished GPU stays lost until the "
-        "daemon restarts"]
-    assert "gpu0/power_limit" in tick.applier.journal  # lost, not gone: its original is kept
+    assert [d.id for d in world.devices] == ["gpu1"]
+    assert {(e.subject, e.data["action"]) for e in events} == {
+        ("gpu0", "removed"), ("gpu0/power_limit", "forgotten"), ("gpu0/fan0", "forgotten")}
+    assert "gpu1/power_limit" in tick.applier.journal
+    tick.world = world
     snap = await tick.run(2)
-    assert "gpu0" in snap.degraded and snap.readings["gpu1/temperature"].value is not None
+    assert snap.readings["gpu1/temperature"].value is not None and "gpu1" not in snap.degraded
+    fake.revive_gpu(0)  # back on the bus: adopted under its old id, the other GPU's id unchanged
+    world, events = await rediscover(world, {"nvml"}, applier=tick.applier, t_wall=2.0)
+    assert [d.id for d in world.devices] == ["gpu0", "gpu1"]
+    assert [(e.subject, e.data["action"]) for e in events] == [("gpu0", "added")]
 
 
 async def test_a_lost_gpu_is_reported_once_and_skipped_while_the_other_keeps_working(tmp_path, root,
