@@ -281,6 +281,8 @@ class Snapshot:
     degraded: tuple[str, ...] = ()  # device, channel or knob ids in trouble
     dry_run: bool = False
     tick_s: float = 1.0
+    health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # the sources' own state by
+    # family (NVML library and GPUs expected/present, the udev monitor), as the backends' samples had it
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,8 +331,6 @@ class GpuUsage:
     memory_total_bytes: int | None = None
     error: str | None = None
     utilization_error: str | None = None
-    health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # the sources' own state by
-    # family (NVML library and GPUs expected/present, the udev monitor), as the backends' samples had it
 
 
 def in_total(device: Device) -> bool:
