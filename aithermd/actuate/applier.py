@@ -3,8 +3,9 @@
 - **Journal first**: before the first write to a knob its original state goes to the journal (on disk);
   if that fails nothing is written.
 - **Read back** after each write. A value that does not stick (the read-back differs from the request
-  beyond the knob's resolution, or the mode is not manual) or a power limit whose enforced value is below
-  the requested one (a BMC or driver cap) is *drift*, reported once per distinct case with the knob named.
+  beyond the knob's resolution, or the mode is not manual) is *drift*, reported once per distinct case with
+  the knob named (an enforced power limit below the requested one is :mod:`aithermd.actuate.caps`'s, every
+  tick). A write refused with NoPermission before the knob was ever written leaves no journal entry.
 - **Behind our back**: :meth:`Applier.observe` compares each tick's sampled value of an owned knob with the
   value read back after our last write; a change is drift (another fan controller such as fancontrol or
   CoolerControl, a BMC, the driver on resume). :data:`CONFLICT_COUNT` such changes within
@@ -31,6 +32,7 @@ import structlog
 from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
+from aithermd.errors import NoPermission
 from aithermd.model import Decision, Event, Knob, KnobValue, Status
 from aithermd.units import num, rounded
 
@@ -60,7 +62,6 @@ class _Owned:
     after: KnobValue | None = None
     behind: deque[float] = field(default_factory=deque)
     stuck: tuple[float, float | None, str | None] | None = None
-    capped: bool = False
 
 
 class Applier:
@@ -126,12 +127,16 @@ class Applier:
 
     # -- one write -----------------------------------------------------------------------------------
     def apply(self, backend: Backend, knob: Knob, device_id: str, decision: Decision, value: float,
-              current: KnobValue | None, t_wall: float) -> tuple[KnobValue | None, list[Event]]:
+              current: KnobValue | None, t_wall: float,
+              force: bool = False) -> tuple[KnobValue | None, list[Event]]:
         """Bring ``knob`` to ``value`` (daemon units, already clamped) for ``decision``; ``current`` is this
-        tick's read-back. Returns the knob's state afterwards and the events."""
+        tick's read-back; ``force`` writes even a value that reads as in place (a limit the driver reports
+        but does not enforce). Returns the knob's state afterwards and the events."""
         if knob.id in self.stepped_back or not knob.writable or self.paused:
             return current, []
         own = self._owned.get(knob.id)
+        if force and own is not None and not self.dry_run:
+            current = None  # write it again whatever the read-back says
         if same_setting(knob, current, value):
             if own is not None:
                 own.requested, own.after = value, current
@@ -147,14 +152,18 @@ class Applier:
             self._log_actuation(knob, device_id, decision, old, value, dry_run=True)
             return current, [self._actuation_event(t_wall, knob, device_id, decision, old, value)]
         events: list[Event] = []
+        recorded = False
         try:
             if knob.id not in self.journal:
                 saved = backend.save_knob(knob.id)
                 self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
+                recorded = True
             if self.paused:  # paused while the original was read (a slow NVML call): write nothing
                 return current, []
             backend.write_knob(knob.id, value)
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
+            if recorded and isinstance(exc, NoPermission) and own is None:
+                self._unrecord(knob.id)  # refused before anything changed: no original to put back
             return current, self._fault(t_wall, knob, device_id, "write", exc)
         own = self._owned.setdefault(knob.id, _Owned(device_id, value))
         own.requested = value
@@ -171,6 +180,17 @@ class Applier:
         events.extend(self._check_stuck(knob, own, after, value, t_wall))
         return after, events
 
+    def _unrecord(self, knob_id: str) -> None:
+        try:
+            self.journal.forget(knob_id)
+        except Exception as exc:  # noqa: BLE001 - JournalError: the entry stays, restoring it is harmless
+            self._log.warning("journal_forget_failed", knob=knob_id, error=str(exc))
+
+    @property
+    def requested(self) -> dict[str, float]:
+        """Knob id → the value last asked of each owned knob (daemon units)."""
+        return {k: own.requested for k, own in self._owned.items()}
+
     def _check_stuck(self, knob: Knob, own: _Owned, after: KnobValue, value: float,
                      t_wall: float) -> list[Event]:
         events: list[Event] = []
@@ -186,16 +206,6 @@ class Applier:
                     f"{knob.id} did not stick: asked {num(value)} {knob.unit}, read back {got}"
                     + (f" in mode {after.mode}" if after.mode not in MANUAL_MODES else ""),
                     expected=value, got=after.value, mode=after.mode, why="did_not_stick"))
-        enforced = after.extra.get("enforced_w") if after.extra else None
-        if enforced is not None and enforced < value - tolerance(knob, value):
-            if not own.capped:
-                own.capped = True
-                events.append(self._event(
-                    "drift", t_wall, knob, own.device_id,
-                    f"{knob.id}: enforced limit {num(enforced)} W is below the requested {num(value)} W "
-                    "(a BMC or driver cap)", expected=value, got=enforced, why="enforced_below_requested"))
-        else:
-            own.capped = False
         return events
 
     # -- hand back -----------------------------------------------------------------------------------

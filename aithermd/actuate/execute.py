@@ -93,11 +93,13 @@ class Executor:
     # -- writing -----------------------------------------------------------------------------------------
     async def apply(self, world: Knobs, decisions: Iterable[tuple[str, Decision]], *, t_wall: float,
                     back: Sequence[str] = (), current: Mapping[str, KnobValue] | None = None,
-                    threaded: bool = True, budget_s: float | None = None) -> Applied:
+                    threaded: bool = True, budget_s: float | None = None,
+                    force: frozenset[str] | set[str] = frozenset()) -> Applied:
         """Hand back ``back`` (knob ids), then bring each knob of ``decisions`` to its decision's value.
         ``current``: this tick's sampled values (None: each knob is read first); ``threaded``: False skips
         the threaded backends' knobs (their sample did not answer); ``budget_s``: how long the worker job is
-        awaited (default the worker's budget). Never raises for a device fault."""
+        awaited (default the worker's budget); ``force``: knobs written again even when they read as in
+        place (:mod:`aithermd.actuate.caps`). Never raises for a device fault."""
         out = Applied()
         if self.closed:
             out.late = [k for k, _ in decisions] + list(back)
@@ -110,12 +112,12 @@ class Executor:
                 (here if owner[item[0]] in inline else there).append(item)
         back_here = [k for k in back if owner[k] in inline]
         back_there = [k for k in back if owner[k] not in inline]
-        self._batch(world, here, back_here, current, t_wall, None, out)
+        self._batch(world, here, back_here, current, t_wall, None, out, force)
         if not (there or back_there) or not threaded:
             return out
         now = None if current is None else {**current, **out.after}
         job = _Job([k for k, _ in there] + back_there)
-        result = await self.worker.hop(self._batch, world, there, back_there, now, t_wall, job,
+        result = await self.worker.hop(self._batch, world, there, back_there, now, t_wall, job, None, force,
                                        budget_s=budget_s, submitted=lambda f: self._track(job, f))
         if result is None:
             out.late = list(job.knobs)
@@ -131,13 +133,13 @@ class Executor:
 
     def _batch(self, world: Knobs, wanted: Sequence[tuple[str, Decision]], back: Sequence[str],
                current: Mapping[str, KnobValue] | None, t_wall: float, job: _Job | None,
-               out: Applied | None = None) -> Applied:
+               out: Applied | None = None, force: frozenset[str] | set[str] = frozenset()) -> Applied:
         """Hand back, then write, one knob at a time (on the loop or in the worker thread), into ``out`` (a
         new :class:`Applied` by default); nothing once the executor is closed."""
         out = Applied() if out is None else out
         try:
             self._hand_back(world, back, t_wall, job, out)
-            self._write(world, wanted, current, t_wall, job, out)
+            self._write(world, wanted, current, t_wall, job, out, force)
         finally:
             if job is not None:
                 job.writing = None
@@ -159,7 +161,7 @@ class Executor:
 
     def _write(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
                current: Mapping[str, KnobValue] | None, t_wall: float, job: _Job | None,
-               out: Applied) -> None:
+               out: Applied, force: frozenset[str] | set[str] = frozenset()) -> None:
         for knob_id, decision in wanted:
             if self.closed:
                 return
@@ -174,7 +176,8 @@ class Executor:
                     before = backend.read_knob(knob_id)
                 except Exception:  # noqa: BLE001 - the applier writes anyway and reports
                     before = None
-            after, events = self.applier.apply(backend, knob, knob.device_id, decision, value, before, t_wall)
+            after, events = self.applier.apply(backend, knob, knob.device_id, decision, value, before, t_wall,
+                                               force=knob_id in force)
             if after is not None:
                 out.after[knob_id] = after
             out.events += events

@@ -8,6 +8,8 @@
 - **Health** (:mod:`aithermd.runtime.health`): each reading judged by the sensor trust (a transient fault
   or a spike held for one reading within 3 s); failed, implausible and stale readings and lost devices are
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.
+  GPU power limits enforced below the requested one, or a draw above the enforced limit, are reported
+  (:mod:`aithermd.actuate.caps`; such a limit is written again once).
 - **Evaluate**: the pure policy engine with the active policy, the holds and the operator's overrides.
 - **Arbitrate**: the engine's winning decision per knob, clamped again to the knob's constraints; a knob we
   own that no decision claims any more (or a ``default`` decision) is handed back (journaled original
@@ -26,6 +28,7 @@ from typing import Any
 import structlog
 
 from aithermd.actuate.applier import Applier
+from aithermd.actuate.caps import PowerCaps
 from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
 from aithermd.model import Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
@@ -52,6 +55,7 @@ class Tick:
         self.lock = asyncio.Lock()
         self.sampler = Sampler(clock, executor.worker, processes)
         self.health = Health()
+        self.caps = PowerCaps()
         self.state: Any = engine.initial_state()
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
@@ -85,18 +89,21 @@ class Tick:
             knob = world.knobs.get(knob_id)
             if knob is not None and knob.device_id not in lost:
                 events += self.applier.observe(knob, knobs.get(knob_id), t_mono, t_wall)
+        capped, reapply = self.caps.observe(world, readings, knobs, self.applier.requested, t_mono, t_wall)
+        events += capped
         events += self.control.expire(t_wall)
         decided = self._evaluate(world, t_mono, t_wall, readings, knobs, sampled.attrs, sampled.processes,
                                  events)
         if decided:
-            events += await self._actuate(world, knobs, lost, t_wall, sampled.hop_ok)
+            events += await self._actuate(world, knobs, lost, t_wall, sampled.hop_ok, reapply)
         degraded.update(self.applier.faults)
         degraded.update(self.applier.stepped_back)
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
                             knobs=knobs, attrs=sampled.attrs, decisions=self.decisions,
                             policy=PolicyStatus(self.control.active, tuple(self.control.holds), self.states),
                             degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s,
-                            health=sampled.health)
+                            health={**sampled.health, "power_limits": self.caps.state}
+                            if self.caps.state else sampled.health)
         self.hub.publish(snapshot, events)
         return snapshot
 
@@ -149,9 +156,9 @@ class Tick:
         return wanted, back
 
     async def _actuate(self, world: World, knobs: dict[str, KnobValue], lost: set[str], t_wall: float,
-                       hop_ok: bool) -> list[Event]:
+                       hop_ok: bool, force: set[str]) -> list[Event]:
         wanted, back = self.arbitrate(world, lost)
         applied = await self.executor.apply(world, wanted, back=back, current=knobs, t_wall=t_wall,
-                                            threaded=hop_ok)
+                                            threaded=hop_ok, force=force)
         knobs.update(applied.after)
         return applied.events

@@ -71,17 +71,6 @@ def test_a_value_that_does_not_stick_is_drift_reported_once(setup):
     assert again == [] and len(b.writes) == 1  # asked already, reported already: no fight
 
 
-def test_enforced_limit_below_requested_is_drift(tmp_path):
-    b = FakeBackend()
-    b.enforced_w = 50.0
-    j = Journal(tmp_path)
-    knob = Knob(b.kid("pwm1"), b.device_id, KnobKind.POWER_LIMIT, "W", 0.0, 100.0, None, True)
-    # the fake stores duty, but the applier only sees daemon units and extra["enforced_w"]
-    _, events = Applier(j).apply(b, knob, b.device_id, DEC, 90.0, current(b, knob), 1.0)
-    caps = [e for e in events if e.data.get("why") == "enforced_below_requested"]
-    assert len(caps) == 1 and "enforced limit 50 W" in caps[0].message
-
-
 def test_changes_behind_our_back_are_drift_then_step_back(setup):
     b, j, applier, knob = setup
     applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)

@@ -1,0 +1,121 @@
+"""The daemon with GPUs that misbehave over months, through the real NVML backend over the fake NVML: a GPU
+not ready at start adopted and controlled (its originals journaled first), a GPU lost and back, a knob
+NVML refuses as root made read-only once, a limit enforced below the requested one named, a draw above
+the enforced limit alerted and the limit written again once, a GPU released."""
+
+from __future__ import annotations
+
+import pynvml as E
+
+from aithermd.backends.nvml import NvmlBackend
+from aithermd.runtime.daemon import Daemon
+from aithermd.runtime.live import LiveOptions
+from aithermd.sim.fake_nvml import FakeNvml
+
+from .conftest import GPU_DUMPS, settings_for
+
+
+def daemon(tmp_path, root, policy_dir, clock, fake, **kw):
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, **kw)
+    d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
+               live=LiveOptions())
+    events: list = []
+    d.hub.add_listener(lambda snap, evs: events.extend(evs))
+    return d, backend, events
+
+
+async def test_a_gpu_not_ready_at_start_is_adopted_and_controlled_originals_first(tmp_path, root, policy_dir,
+                                                                                   clock):
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    fake.inject("nvmlDeviceGetHandleByIndex_v2", 1, E.NVML_ERROR_NOT_READY)  # e.g. still in its reset
+    original = fake.power_limit_w(1)
+    d, backend, events = daemon(tmp_path, root, policy_dir, clock, fake)
+    seen = []
+
+    def step():
+        snap = d.hub.latest
+        seen.append(sorted(dev.id for dev in snap.devices))
+        if snap.seq == 3:
+            fake.clear_injections()
+        if snap.seq == 12:
+            entry = d.tick.applier.journal.entries().get("gpu1/power_limit")
+            seen.append(entry.saved["limit_mw"] if entry else None)
+        return snap.seq >= 12
+
+    assert await d.run(until=step) == 0
+    assert seen[0] == ["gpu0"] and seen[-2] == ["gpu0", "gpu1"]
+    assert seen[-1] == original * 1000, "the original was journaled before the first write"
+    assert [e.subject for e in events if e.kind == "hotplug"] == ["gpu1"]
+    assert any(e.kind == "actuation" and e.subject == "gpu1/power_limit" for e in events), "controlled"
+    assert fake.power_limit_w(1) == original, "restored at the stop"
+
+
+async def test_a_knob_nvml_refuses_to_root_is_read_only_once_with_no_journal_entry(tmp_path, root, policy_dir,
+                                                                                    clock):
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    fake.privileged = False  # a container without CAP_SYS_ADMIN: NO_PERMISSION even though we are root
+    d, backend, events = daemon(tmp_path, root, policy_dir, clock, fake, probe_writes=False)
+    calls = []
+
+    def step():
+        calls.append(fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0))
+        return d.hub.latest.seq >= 8
+
+    assert await d.run(until=step) == 0  # nothing was changed, so nothing needs restoring
+    assert calls[-1] == calls[2] == 2, "each GPU's limit tried once, never again"
+    knob = d.world.knobs["gpu0/power_limit"]
+    assert not knob.writable and "CAP_SYS_ADMIN" in knob.why_not
+    faults = [e for e in events if e.kind == "fault" and e.subject == "gpu0/power_limit"]
+    assert len(faults) == 1 and "NoPermission" in faults[0].message
+    assert "gpu0/power_limit" not in d.tick.applier.journal.entries()
+    try:
+        d.control.set_override("gpu0/power_limit", 300.0, 0.0)
+    except Exception as exc:  # noqa: BLE001 - the reason travels to D-Bus callers
+        refused = str(exc)
+    assert "read-only" in refused and "NO_PERMISSION" in refused
+
+
+async def test_a_cap_below_the_request_is_named_and_a_draw_above_it_rewrites_the_limit_once(
+        tmp_path, root, policy_dir, clock):
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    d, backend, events = daemon(tmp_path, root, policy_dir, clock, fake)
+    writes = []
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 3:
+            fake.cap_power(0, 200.0)  # the BMC caps the board below the policy's 280 W
+        if seq >= 5:
+            fake.set_dynamic(0, power_draw_w=260.0)  # yet it draws well above 200 W
+        writes.append(fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0))
+        return seq >= 60
+
+    assert await d.run(until=step) == 0
+    capped = [e for e in events if e.data.get("why") == "enforced_below_requested"]
+    assert len(capped) == 1 and capped[0].subject == "gpu0/power_limit"
+    assert "out-of-band" in capped[0].data["capped_by"] and "enforced limit 200 W" in capped[0].message
+    above = [e for e in events if e.kind == "power"]
+    assert len(above) == 1 and above[0].data["reapplied"] and "260 W" in above[0].message
+    assert writes[-1] - writes[10] == 1, "the requested limit written again once, not every tick"
+    limits = d.hub.latest.health["power_limits"]["gpu0/power_limit"]
+    assert (limits["requested_w"], limits["enforced_w"]) == (280.0, 200.0)
+
+
+async def test_a_gpu_lost_then_reset_is_controlled_again(tmp_path, root, policy_dir, clock):
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    d, backend, events = daemon(tmp_path, root, policy_dir, clock, fake)
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 3:
+            fake.lose_gpu(1)
+        if seq == 10:
+            fake.gpus[1].limit_mw = fake.gpus[1].default_mw  # a reset puts the default limit back
+            fake.revive_gpu(1)
+        return seq >= 400
+
+    assert await d.run(until=step) == 0
+    snap = d.hub.latest
+    assert "gpu1" not in snap.degraded and snap.health["nvml"]["gpus"]["gpu1"]["state"] == "ok"
+    assert snap.knobs["gpu1/power_limit"].value == 240.0, "the policy's limit is back in force"
+    assert fake.power_limit_w(1) == 300.0, "and the original restored at the stop"
