@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -34,6 +35,9 @@ class StateHub:
         self.columns = Columns(history_s, max_snapshots)
         self._events: deque[Event] = deque(maxlen=events_max)
         self._listeners: list[Listener] = []
+        # the services' own state, for the exporter: {"udev": {"restarts", "rescans"}, "dbus": {"connected",
+        # "reconnects"}}; each service replaces its entry (never mutates a published one)
+        self.status: dict[str, dict[str, Any]] = {}
         self._log = structlog.get_logger("aithermd.hub")
 
     @property

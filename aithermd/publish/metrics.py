@@ -28,6 +28,7 @@ from aithermd import __version__
 from aithermd.backends.nvml_probe import REASONS
 from aithermd.model import Device, DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
 from aithermd.publish.document import decision_changes
+from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
 from aithermd.publish.scrape import CLIENT_TIMEOUT_S, ScrapeServer, exposition
 
@@ -323,9 +324,12 @@ class MetricsHandle:
         # as every Prometheus client exports them
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+        self.above_limit = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
+        self.registry.register(HealthCollector(hub, self.above_limit))
         self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
                                buckets=TICK_BUCKETS_S, registry=self.registry)
-        self._remove_listener = hub.add_listener(self.counters.on_publish)
+        removers = [hub.add_listener(self.counters.on_publish), hub.add_listener(self.above_limit.on_publish)]
+        self._remove_listener = lambda: [remove() for remove in removers]
         self._server: ScrapeServer | None = None
         self.address: tuple[str, int] | None = None
 

@@ -119,3 +119,43 @@ async def test_a_gpu_lost_then_reset_is_controlled_again(tmp_path, root, policy_
     assert "gpu1" not in snap.degraded and snap.health["nvml"]["gpus"]["gpu1"]["state"] == "ok"
     assert snap.knobs["gpu1/power_limit"].value == 240.0, "the policy's limit is back in force"
     assert fake.power_limit_w(1) == 300.0, "and the original restored at the stop"
+
+
+async def test_gpu_health_is_exported_for_alerts(tmp_path, root, policy_dir, clock):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from aithermd.publish import metrics
+
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    d, backend, events = daemon(tmp_path, root, policy_dir, clock, fake)
+    handle = metrics.start("none", d.hub)
+    scrapes = []
+
+    def scrape() -> dict:
+        out = {}
+        for family in text_string_to_metric_families(metrics.render(handle).decode()):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq in (1, 6):
+            scrapes.append(scrape())
+        if seq == 3:
+            fake.lose_gpu(1)
+        return seq >= 6
+
+    try:
+        assert await d.run(until=step) in (0, 1)
+    finally:
+        handle.stop()
+    first, later = scrapes
+    bus1 = fake.gpus[1].bus_id
+    up1 = ("aithermd_gpu_up", (("gpu", "1"), ("pci_bus_id", bus1), ("uuid", fake.gpus[1].uuid)))
+    assert first[up1] == 1.0 and later[up1] == 0.0
+    assert (first[("aithermd_gpus_expected", ())], first[("aithermd_gpus_present", ())]) == (2.0, 2.0)
+    assert (later[("aithermd_gpus_expected", ())], later[("aithermd_gpus_present", ())]) == (2.0, 1.0)
+    assert first[("aithermd_nvml_up", ())] == 1.0 and first[("aithermd_nvml_reinits_total", ())] == 0.0
+    above = ("aithermd_gpu_power_above_limit_total", (("knob", "gpu0/power_limit"),))
+    assert first[above] == 0.0, "the counter is there at 0 before any event"

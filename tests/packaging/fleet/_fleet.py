@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 FLEET = ROOT / "packaging" / "fleet"
 METRICS_SOURCE = ROOT / "aithermd" / "publish" / "metrics.py"
+METRICS_SOURCES = sorted((ROOT / "aithermd" / "publish").glob("*metrics.py"))  # every exporter family
 
 
 def need_tool(name: str) -> str:
@@ -31,4 +32,5 @@ def dashboard_module() -> ModuleType:
 
 
 def exported_metrics() -> set[str]:
-    return dashboard_module().exported_metrics(METRICS_SOURCE)
+    module = dashboard_module()
+    return set().union(*(module.exported_metrics(source) for source in METRICS_SOURCES))
