@@ -44,6 +44,8 @@ class DaemonSettings(BaseModel):
     - ``policy_dirs``: directories loaded in order, a later file of the same name replacing an earlier one;
       None = the shipped policies then ``/etc/aithermd/policies.d``.
     - ``state_dir``: journal of original knob values, kept policy choice and overrides.
+    - ``runtime_dir``: where the machine-wide lock lives (one daemon per machine: :mod:`aithermd.runtime.
+      instance`; the unit's ``RuntimeDirectory=``).
     - ``sysfs_root``: root of the sysfs tree the hwmon/powercap backends read (a fixture copy in tests).
     - ``nvml``: open GPUs through NVML (no driver = zero GPUs, not an error).
     - ``dry_run``: decide and log, write nothing (not even the journal).
@@ -67,6 +69,7 @@ class DaemonSettings(BaseModel):
     policy_pinned: bool = False
     policy_dirs: list[Path] | None = None
     state_dir: Path = Path("/var/lib/aithermd")
+    runtime_dir: Path = Path("/run/aithermd")
     sysfs_root: Path = Path("/sys")
     nvml: bool = True
     dry_run: bool = False

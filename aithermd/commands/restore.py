@@ -3,9 +3,10 @@
 For ``ExecStopPost=`` and after a crash: needs nothing but the state directory, whose journal names each
 knob's backend and root. Idempotent. A knob its backend no longer knows (its device is absent) is not a
 failure: a warning, and it stays journaled until its device is back, or is forgotten when it was recorded
-before the last reboot (:mod:`aithermd.actuate.restore`). Exit codes: 0 every present knob restored (or
-nothing to do), 1 some knob could not be restored (it stays journaled; the log says why), 2 the journal
-cannot be read.
+before the last reboot (:mod:`aithermd.actuate.restore`). Refuses while a daemon runs on the state
+directory (it restores on its own when it stops). Exit codes: 0 every present knob restored (or nothing to
+do), 1 some knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the
+journal cannot be read.
 """
 
 from __future__ import annotations
@@ -43,8 +44,15 @@ def run(args: argparse.Namespace) -> int:
     from aithermd.actuate.journal import Journal, JournalError
     from aithermd.actuate.restore import restore_journal
 
+    from aithermd.runtime.instance import held_by_other
+
     log.setup("info", "auto")
     state_dir = _state_dir(args)
+    owner = held_by_other(state_dir)
+    if owner is not None:
+        print(f"error: {owner} is running on {state_dir}: it restores every knob when it stops "
+              "(systemctl stop aithermd); nothing restored", file=sys.stderr)
+        return 1
     try:
         journal = Journal(state_dir)
     except JournalError as exc:

@@ -1,10 +1,11 @@
 """The daemon's lifecycle, the one place that knows the order of things:
 build → start the services → tick on the deadlines → stop the services in reverse → restore.
 
-- **Build**: open the journal (a dirty one — a crash — is restored first), open the backends and discover
-  their devices (:mod:`aithermd.backends.registry`), load the policies (a broken file beside the active
-  policy is left out and logged; a broken active policy, or none to run, stops the start: exit 78
-  EX_CONFIG, nothing written), pick the active policy (``--policy`` > the choice kept in the state
+- **Build**: take the instance locks (one daemon per machine: :mod:`aithermd.runtime.instance`; a second
+  one exits 1 before it reads anything), open the journal (a dirty one — a crash — is restored first),
+  open the backends and discover their devices (:mod:`aithermd.backends.registry`), load the policies (a
+  broken file beside the active policy is left out and logged; a broken active policy, or none to run,
+  stops the start: exit 78 EX_CONFIG, nothing written), pick the active policy (``--policy`` > the choice kept in the state
   directory > the config), then the apply path (:mod:`aithermd.actuate.execute`), the inbox and the tick.
 - **Start** (:mod:`aithermd.runtime.services`, in this order, each within a timeout; one that cannot start
   is a warning): the sd_notify watchdog, energy accounting, D-Bus, the Prometheus exporter, then the
@@ -49,6 +50,7 @@ from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
 from aithermd.runtime.control import Control
 from aithermd.runtime.inbox import Inbox, Rediscover, Reload
+from aithermd.runtime.instance import AlreadyRunning, InstanceLock
 from aithermd.runtime.scheduler import Scheduler, Sleep
 from aithermd.runtime.sd_notify import Notifier
 from aithermd.runtime.services import (
@@ -175,6 +177,19 @@ class Daemon:
                 signals.detach()
 
     async def _run(self, max_ticks: int | None, until: Callable[[], bool] | None) -> int:
+        lock = InstanceLock(self.settings.state_dir, self.settings.sysfs_root, self.settings.runtime_dir)
+        try:
+            lock.acquire()  # before the journal: a second daemon must not "restore" the first one's knobs
+        except (AlreadyRunning, OSError) as exc:
+            self._log.error("already_running" if isinstance(exc, AlreadyRunning) else "lock_failed",
+                            error=str(exc))
+            return 1
+        try:
+            return await self._run_locked(max_ticks, until)
+        finally:
+            lock.release()
+
+    async def _run_locked(self, max_ticks: int | None, until: Callable[[], bool] | None) -> int:
         assert self._stop is not None
         s = self.settings
         try:
