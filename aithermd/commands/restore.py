@@ -43,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
     from aithermd import log
     from aithermd.actuate.journal import Journal, JournalError
     from aithermd.actuate.restore import restore_journal
-
     from aithermd.runtime.instance import held_by_other
 
     log.setup("info", "auto")
