@@ -281,15 +281,15 @@ class DbusHandle:
         self._watch = asyncio.ensure_future(self._watch_bus(bus)) if bus is not None else None
 
     async def _watch_bus(self, bus: DaemonBus) -> None:
-        """Warn once when the bus goes away under us (dbus-daemon restarted or died)."""
+        """Note when the bus goes away under us (dbus-daemon restarted or died); the daemon's
+        :class:`~aithermd.publish.dbus_keeper.DbusKeeper` reports it and connects again."""
         try:  # shielded: cancelling this watcher must not cancel the bus's own disconnect future
             await asyncio.shield(bus.wait_for_disconnect())
             error = None
         except Exception as exc:  # noqa: BLE001 - how it ended is only reported
             error = f"{type(exc).__name__}: {exc}"
         if self.bus is bus:  # not our own stop()
-            structlog.get_logger("aithermd.dbus").warning("dbus_lost", error=error,
-                                                          hint="restart aithermd to serve D-Bus again")
+            structlog.get_logger("aithermd.dbus").debug("dbus_connection_closed", error=error)
 
     @property
     def unique_name(self) -> str | None:

@@ -8,8 +8,9 @@ that wants each tick's duration has ``after_tick(seconds)``.
 
 The daemon's own (the watchers — fast lane, udev hotplug, logind — keep the same shape in
 :mod:`aithermd.watchers`): :class:`Watchdog` (sd_notify ``WATCHDOG=1``), :class:`EnergyListener` (energy
-accounting fed by each snapshot), :class:`DbusService` (``io.github.aithermd.Daemon1``) and
-:class:`MetricsService` (the Prometheus exporter).
+accounting fed by each snapshot), :class:`DbusService` (``io.github.aithermd.Daemon1``, kept by
+:class:`~aithermd.publish.dbus_keeper.DbusKeeper`, which connects again whenever the bus drops the daemon)
+and :class:`MetricsService` (the Prometheus exporter).
 """
 
 from __future__ import annotations
@@ -147,8 +148,10 @@ class EnergyListener:
 
 
 class DbusService:
-    """``io.github.aithermd.Daemon1`` on ``settings.bus`` (:mod:`aithermd.publish.dbus_service`); a bus that
-    cannot be had is the warning ``dbus_unavailable``."""
+    """``io.github.aithermd.Daemon1`` on ``settings.bus`` (:mod:`aithermd.publish.dbus_service`), kept by a
+    :class:`~aithermd.publish.dbus_keeper.DbusKeeper` (``handle``): a bus that cannot be had at start is the
+    warning ``dbus_unavailable`` and is joined when it comes; a bus that drops the daemon (dbus-daemon
+    restarted) is connected to again with backoff and the name requested again."""
 
     name = "dbus"
 
@@ -159,11 +162,23 @@ class DbusService:
     def describe(self) -> dict[str, Any]:
         return {"bus": self.settings.bus}
 
+    @property
+    def connected(self) -> bool:
+        return self.handle is not None and self.handle.connected
+
     async def start(self) -> None:
         mod = import_service("aithermd.publish.dbus_service")
+        from aithermd.publish.dbus_keeper import DbusKeeper
+
         s = self.settings
-        self.handle = await mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run, clock=self.clock,
-                                      energy=self.energy)
+
+        async def connect() -> Any:  # each (re)connection: export the interface, own the name
+            return await asyncio.wait_for(mod.start(s.bus, self.control, self.hub, dry_run=s.dry_run,
+                                                    clock=self.clock, energy=self.energy), START_TIMEOUT_S)
+
+        self.handle = DbusKeeper(connect, hub=self.hub, bus=s.bus)
+        # the first attempt within half the group's start timeout; the keeper tries on in the background
+        await self.handle.start(START_TIMEOUT_S / 2)
 
     async def stop(self) -> None:
         await self.handle.stop()

@@ -56,3 +56,33 @@ async def test_a_missing_service_module_is_a_warning(settings, clock, monkeypatc
         assert await d.run(max_ticks=1) == 0
     warn = [e for e in logs if e["event"] == "service_unavailable"]
     assert warn and warn[0]["module"] == "aithermd.publish.dbus_service"
+
+
+async def test_a_bus_that_is_not_there_at_start_is_joined_when_it_comes(settings, clock):
+    import asyncio
+
+    from tests.support.dbus import PrivateBus
+
+    bus = PrivateBus.start("session")
+    bus.kill()  # not up yet when the daemon starts (dbus.service late, or restarting)
+    d = Daemon(settings.model_copy(update={"bus": bus.address}), clock=clock, backends=[FakeBackend()],
+               sleep=clock.sleep, engine=STUB_ENGINE)
+    started = []
+
+    async def later():
+        await asyncio.sleep(0.5)
+        bus.restart()
+
+    def step():
+        if not started:
+            started.append(asyncio.get_running_loop().create_task(later()))
+        service = d.services.get("dbus")
+        return service is not None and service.connected
+
+    try:
+        with capture_logs() as logs:
+            assert await asyncio.wait_for(d.run(until=step), 60) == 0
+    finally:
+        bus.stop()
+    assert [e["event"] for e in logs if e["event"].startswith("dbus_")][:1] == ["dbus_unavailable"]
+    assert d.hub.status["dbus"]["connected"] is False  # stopped: the name released

@@ -15,7 +15,8 @@ prints it after it listens). Three kinds of bus:
 ``service_dirs`` adds ``<servicedir>`` elements: D-Bus activation from the ``.service`` files there.
 
 A test without ``dbus-daemon`` installed is skipped with the package to install. ``stop()`` ends the bus and
-removes its directory; ``kill()`` kills it with SIGKILL (a bus that dies under the daemon).
+removes its directory; ``kill()`` kills it with SIGKILL (a bus that dies under the daemon); ``restart()``
+starts a new one on the same socket (a dbus-daemon restart).
 """
 
 from __future__ import annotations
@@ -111,6 +112,19 @@ class PrivateBus:
             shutil.rmtree(directory, ignore_errors=True)
             raise
         return cls(proc, directory, address)
+
+    def restart(self, timeout_s: float = 10.0) -> None:
+        """Stop the bus and start a new dbus-daemon on the same socket (a ``systemctl restart dbus``):
+        every connection is lost, the address stays."""
+        self.kill()
+        self.socket.unlink(missing_ok=True)
+        config = self.directory / "bus.conf"
+        with (self.directory / "bus.log").open("a") as err:
+            self.proc = subprocess.Popen([need_dbus_daemon(), f"--config-file={config}", "--nofork",
+                                          "--nopidfile", "--nosyslog", "--print-address=1"],
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+        address = _first_line(self.proc, self.directory / "bus.log", timeout_s)
+        assert address.split(",")[0] == self.address.split(",")[0], (address, self.address)
 
     def kill(self) -> None:
         """SIGKILL the bus (every connection on it is lost at once); ``stop()`` still cleans up."""

@@ -39,22 +39,74 @@ async def test_stop_releases_the_name_and_is_idempotent(bus_address, polkitd, co
     hub.publish(hub.latest)  # listeners are gone: publishing after stop is harmless
 
 
-async def test_losing_the_bus_is_reported_and_publishing_goes_on(control, hub, capsys):
+async def test_after_a_bus_restart_the_name_is_had_again_and_publishing_goes_on(control, hub):
     import asyncio
 
+    from dbus_fast.aio import MessageBus
+    from structlog.testing import capture_logs
+
+    from aithermd.publish.dbus_keeper import DbusKeeper
     from aithermd.publish.reference import reference_snapshot
 
     bus = PrivateBus.start("session")
-    handle = await dbus_service.start(bus.address, control, hub, snapshot_interval_s=0.0)
+    keeper = DbusKeeper(lambda: dbus_service.start(bus.address, control, hub, snapshot_interval_s=0.0),
+                        hub=hub, bus=bus.address, backoff_s=(0.05, 0.2))
     try:
-        bus.kill()
-        for _ in range(100):
-            if not handle.bus.connected:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.05)
-        hub.publish(reference_snapshot(2))  # emitting on a dead bus raises nothing
-        assert "dbus_lost" in capsys.readouterr().err
+        with capture_logs() as logs:
+            await keeper.start()
+            assert keeper.connected and hub.status["dbus"] == {"connected": True, "reconnects": 0}
+            bus.restart()  # systemctl restart dbus: every connection dropped, the same address
+            for _ in range(200):
+                if not keeper.connected:
+                    break
+                await asyncio.sleep(0.02)
+            hub.publish(reference_snapshot(2))  # emitting while off the bus raises nothing
+            for _ in range(200):
+                if keeper.connected:
+                    break
+                await asyncio.sleep(0.05)
+        assert keeper.connected and hub.status["dbus"] == {"connected": True, "reconnects": 1}
+        events = [e["event"] for e in logs]
+        assert "dbus_lost" in events and "dbus_reconnected" in events
+        client = await MessageBus(bus_address=bus.address).connect()
+        try:
+            (doc,) = await ok(client, "GetSnapshot")  # served again under the well-known name
+            assert '"seq":2' in doc
+        finally:
+            client.disconnect()
     finally:
-        await handle.stop()
+        await keeper.stop()
+        bus.stop()
+    assert hub.status["dbus"]["connected"] is False
+
+
+async def test_a_refused_name_is_retried_and_logged_until_it_is_free(control, hub):
+    import asyncio
+
+    from dbus_fast import NameFlag
+    from dbus_fast.aio import MessageBus
+    from structlog.testing import capture_logs
+
+    from aithermd.publish.dbus_keeper import DbusKeeper
+
+    bus = PrivateBus.start("session")
+    squatter = await MessageBus(bus_address=bus.address).connect()
+    await squatter.request_name(wire.BUS_NAME, NameFlag.DO_NOT_QUEUE)
+    keeper = DbusKeeper(lambda: dbus_service.start(bus.address, control, hub), hub=hub, bus=bus.address,
+                        backoff_s=(0.05, 0.1))
+    try:
+        with capture_logs() as logs:
+            await keeper.start()
+            assert not keeper.connected
+            await asyncio.sleep(0.5)
+            squatter.disconnect()  # the other owner goes: the name is had at the next try
+            for _ in range(100):
+                if keeper.connected:
+                    break
+                await asyncio.sleep(0.05)
+        assert keeper.connected
+        refused = [e for e in logs if e["event"] == "dbus_name_refused"]
+        assert len(refused) == 1 and "owned by another process" in refused[0]["error"], "logged once"
+    finally:
+        await keeper.stop()
         bus.stop()
