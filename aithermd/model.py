@@ -112,6 +112,9 @@ class Channel:
     estimated: bool = False
 
 
+EDGE_MARGIN = 0.1  # Knob.edge_margin: the fraction of a knob's range a request may overshoot and be clamped
+
+
 @dataclass(frozen=True, slots=True)
 class Knob:
     """One actuator, with its constraints decided at discovery (never re-probed per tick).
@@ -139,6 +142,16 @@ class Knob:
         if self.max is not None and value > self.max:
             value = self.max
         return value
+
+    def edge_margin(self) -> float:
+        """How far beyond a bound an operator's request is still clamped rather than refused: a tenth of the
+        range (of the bound when only one is known), at least one unit (450 W max: up to 480 W of a 150–450 W
+        range gives 450 W; a duty of 103 % gives 100 %)."""
+        if self.min is not None and self.max is not None:
+            span = self.max - self.min
+        else:
+            span = abs(self.max if self.max is not None else self.min or 0.0)
+        return max(EDGE_MARGIN * span, 1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,9 +219,11 @@ class DaemonClient:
     async def release_policy(self, cookie: int) -> None:
         await self.call("ReleasePolicy", int(cookie))
 
-    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> None:
-        """Override ``knob_id`` to ``value`` (daemon units: W, %) for ``seconds`` (0 = until cleared)."""
-        await self.call("SetOverride", knob_id, float(value), float(seconds))
+    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> float:
+        """Override ``knob_id`` to ``value`` (daemon units: W, %) for ``seconds`` (0 = until cleared); returns
+        the value the daemon applied (clamped when just outside the knob's range)."""
+        applied = await self.call("SetOverride", knob_id, float(value), float(seconds))
+        return float(applied) if applied is not None else float(value)
 
     async def clear_override(self, knob_id: str) -> None:
         await self.call("ClearOverride", knob_id)

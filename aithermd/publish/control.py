@@ -33,9 +33,10 @@ class DaemonControl(Protocol):
     def release_owner(self, owner: str) -> None:
         """``owner`` left the bus: end its non-detached holds."""
 
-    def set_override(self, knob_id: str, value: float, seconds: float) -> None:
+    def set_override(self, knob_id: str, value: float, seconds: float) -> float:
         """Operator override of one knob (daemon units), for ``seconds`` (0 = until cleared); persists across
-        restarts. Raises UnknownKnob, InvalidArgument (out of the knob's constraints)."""
+        restarts. Returns the value applied (a value just outside the knob's constraints is clamped to it).
+        Raises UnknownKnob, OutOfRange (far outside the knob's constraints), InvalidArgument (read-only)."""
 
     def clear_override(self, knob_id: str) -> None:
         """Raises UnknownKnob when no such knob exists."""

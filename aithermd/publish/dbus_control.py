@@ -27,6 +27,7 @@ from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import CallTracker, DaemonBus, bus_daemon_message
 from aithermd.publish.hub import StateHub
 from aithermd.publish.polkit import Authorizer
+from aithermd.runtime.control import clamp_request, range_text  # noqa: F401 - range_text: its old home
 
 _FAILED = "org.freedesktop.DBus.Error.Failed"
 _ERRORS: tuple[tuple[type[Exception], str], ...] = (
@@ -128,14 +129,18 @@ class PrivilegedCalls:
         with mapped_errors():
             self._control.release_policy(cookie)
 
-    async def set_override(self, sender: str, knob_id: str, value: float, seconds: float) -> None:
+    async def set_override(self, sender: str, knob_id: str, value: float, seconds: float) -> float:
+        """Returns the value applied (a value just outside the knob's constraints is clamped)."""
         uid = await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
         with mapped_errors():
             _finite("value", value)
             _duration("seconds", seconds)
             self._check_knob(knob_id, value)
-            self._control.set_override(knob_id, value, seconds)
-        self._log.info("set_override", knob=knob_id, value=value, seconds=seconds, sender=sender, uid=uid)
+            applied = self._control.set_override(knob_id, value, seconds)
+        applied = value if applied is None else float(applied)
+        self._log.info("set_override", knob=knob_id, value=applied, requested=value, seconds=seconds,
+                       sender=sender, uid=uid)
+        return applied
 
     async def clear_override(self, sender: str, knob_id: str) -> None:
         await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
@@ -161,9 +166,7 @@ class PrivilegedCalls:
             return
         if not knob.writable:
             raise errors.InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
-        if (knob.min is not None and value < knob.min) or (knob.max is not None and value > knob.max):
-            where = range_text(knob.min, knob.max, knob.unit)
-            raise errors.OutOfRange(f"{knob_id}: {value:g} {knob.unit} is {where}")
+        clamp_request(knob, value)
 
     async def _still_connected(self, name: str) -> bool:
         reply = await self._bus.call(bus_daemon_message("NameHasOwner", "s", [name]))
@@ -178,13 +181,3 @@ class PrivilegedCalls:
                 self._control.release_owner(name)
             except Exception:  # never let a control bug break the bus's message handling
                 self._log.exception("release_owner_failed", owner=name)
-
-
-def range_text(lo: float | None, hi: float | None, unit: str) -> str:
-    """Where a value fell outside a knob's range, in words, for a range that may be open at either end:
-    "outside 150–600 W", "above the maximum 95 W", "below the minimum 30 %"."""
-    if lo is not None and hi is not None:
-        return f"outside {lo:g}–{hi:g} {unit}"
-    if hi is not None:
-        return f"above the maximum {hi:g} {unit}"
-    return f"below the minimum {lo:g} {unit}"

@@ -174,8 +174,9 @@ class Daemon1(ServiceInterface):
         await self._priv.release_policy(self._tracker.sender(), cookie)
 
     @method()
-    async def SetOverride(self, knob_id: DBusStr, value: DBusDouble, seconds: DBusDouble):  # noqa: N802
-        await self._priv.set_override(self._tracker.sender(), knob_id, value, seconds)
+    async def SetOverride(self, knob_id: DBusStr, value: DBusDouble,  # noqa: N802
+                          seconds: DBusDouble) -> DBusDouble:
+        return await self._priv.set_override(self._tracker.sender(), knob_id, value, seconds)
 
     @method()
     async def ClearOverride(self, knob_id: DBusStr):  # noqa: N802

@@ -76,7 +76,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "SetActivePolicy": ("s", ""),
     "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
     "ReleasePolicy": ("u", ""),
-    "SetOverride": ("sdd", ""),  # knob id, value (daemon units), seconds (0 = until cleared)
+    "SetOverride": ("sdd", "d"),  # knob id, value (daemon units), seconds (0 = until cleared) → applied
     "ClearOverride": ("s", ""),
     "Reload": ("", ""),
 }

@@ -20,7 +20,7 @@ import structlog
 
 from aithermd.actuate.journal import write_atomically
 from aithermd.clock import Clock
-from aithermd.errors import InvalidArgument, UnknownCookie, UnknownKnob, UnknownPolicy
+from aithermd.errors import InvalidArgument, OutOfRange, UnknownCookie, UnknownKnob, UnknownPolicy
 from aithermd.model import Event, Hold, Knob, PolicyStatus
 from aithermd.publish.hub import StateHub
 
@@ -196,19 +196,22 @@ class Control:
             self._events.append(self._event("policy", hold.policy, f"hold {hold.cookie} ended: {owner} left",
                                             cookie=hold.cookie))
 
-    def set_override(self, knob_id: str, value: float, seconds: float) -> None:
+    def set_override(self, knob_id: str, value: float, seconds: float) -> float:
+        """Returns the value applied: ``value``, or the nearest bound for a value just outside the knob's
+        constraints (:meth:`Knob.edge_margin`)."""
         knob = self._knob(knob_id)
         if not knob.writable:
             raise InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
-        if not math.isfinite(value) or knob.clamp(value) != value:
-            raise InvalidArgument(f"{knob_id}: {value:g} {knob.unit} is outside "
-                                  f"[{_fmt(knob.min)}, {_fmt(knob.max)}] {knob.unit}")
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidArgument(f"seconds must be ≥ 0 (0 = until cleared), not {seconds}")
-        self.overrides[knob_id] = (float(value), self._clock.wall() + seconds if seconds > 0 else None)
-        self._events.append(self._event("policy", knob_id, f"override {knob_id} := {value:g} {knob.unit}"
-                                        + (f" for {seconds:g} s" if seconds > 0 else ""), value=value))
+        applied = clamp_request(knob, value)
+        self.overrides[knob_id] = (applied, self._clock.wall() + seconds if seconds > 0 else None)
+        asked = f" (asked {value:g} {knob.unit}, clamped to the knob's range)" if applied != value else ""
+        self._events.append(self._event("policy", knob_id, f"override {knob_id} := {applied:g} {knob.unit}"
+                                        + (f" for {seconds:g} s" if seconds > 0 else "") + asked,
+                                        value=applied, requested=value))
         self._save()
+        return applied
 
     def clear_override(self, knob_id: str) -> None:
         self._knob(knob_id)
@@ -248,3 +251,26 @@ class Control:
 
 def _fmt(value: float | None) -> str:
     return "?" if value is None else f"{value:g}"
+
+
+def range_text(lo: float | None, hi: float | None, unit: str) -> str:
+    """Where a value fell outside a knob's range, in words, for a range that may be open at either end:
+    "outside 150–600 W", "above the maximum 95 W", "below the minimum 30 %"."""
+    if lo is not None and hi is not None:
+        return f"outside {lo:g}–{hi:g} {unit}"
+    if hi is not None:
+        return f"above the maximum {hi:g} {unit}"
+    return f"below the minimum {lo:g} {unit}"
+
+
+def clamp_request(knob: Knob, value: float) -> float:
+    """An operator's ``value`` for ``knob``: itself inside the constraints, the nearest bound when just
+    outside them (within :meth:`Knob.edge_margin`). Raises OutOfRange further out, InvalidArgument for a
+    value that is no number."""
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{knob.id}: {value!r} is not a number")
+    applied = knob.clamp(value)
+    if abs(applied - value) > knob.edge_margin():
+        raise OutOfRange(f"{knob.id}: {value:g} {knob.unit} is {range_text(knob.min, knob.max, knob.unit)} "
+                         f"(a value within {knob.edge_margin():g} {knob.unit} of it is clamped to it)")
+    return applied

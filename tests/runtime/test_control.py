@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from aithermd.errors import InvalidArgument, UnknownCookie, UnknownKnob, UnknownPolicy
+from aithermd.errors import InvalidArgument, OutOfRange, UnknownCookie, UnknownKnob, UnknownPolicy
 from aithermd.model import Decision, Knob, KnobKind, Layer, Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.control import STATE_FILE, Control
@@ -91,8 +91,9 @@ def test_overrides_are_validated_expire_and_persist(tmp_path, clock, policies):
     op = make(tmp_path, clock, policies)
     with pytest.raises(UnknownKnob):
         op.set_override("hwmon:nct/pwm9", 50, 0)
-    with pytest.raises(InvalidArgument, match=r"outside \[150, 450\] W"):
+    with pytest.raises(OutOfRange, match=r"outside 150–450 W"):
         op.set_override("gpu0/power_limit", 500, 0)
+    assert op.set_override("gpu0/power_limit", 470, 0) == 450.0  # just outside: clamped, not refused
     with pytest.raises(InvalidArgument, match="read-only: NO_PERMISSION"):
         op.set_override("gpu0/fan0", 50, 0)
     with pytest.raises(InvalidArgument):

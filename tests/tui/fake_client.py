@@ -104,8 +104,9 @@ class FakeClient:
         await self._call("explain", knob_id)
         return self.explained
 
-    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> None:
+    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> float:
         await self._call("set_override", knob_id, value, seconds)
+        return value
 
     async def clear_override(self, knob_id: str) -> None:
         await self._call("clear_override", knob_id)

@@ -160,12 +160,15 @@ class FakeDaemon:
             raise _Err(wire.ERROR_UNKNOWN_COOKIE, f"no hold with cookie {cookie}")
         self.doc["policy"]["holds"] = [h for h in self.holds if h["cookie"] != cookie]
 
-    def m_SetOverride(self, msg: Message, knob_id: str, value: float, seconds: float) -> None:
+    def m_SetOverride(self, msg: Message, knob_id: str, value: float, seconds: float) -> float:
         knob = self._knob(knob_id)
-        if not knob["min"] <= value <= knob["max"]:
+        margin = max(0.1 * (knob["max"] - knob["min"]), 1.0)  # as the daemon: just outside is clamped
+        if not knob["min"] - margin <= value <= knob["max"] + margin:
             raise _Err(wire.ERROR_OUT_OF_RANGE,
                        f"{knob_id}: {value:g} {knob['unit']} is outside {knob['min']:g}–{knob['max']:g}")
-        self.overrides[knob_id] = (value, seconds)
+        applied = min(max(value, knob["min"]), knob["max"])
+        self.overrides[knob_id] = (applied, seconds)
+        return applied
 
     def m_ClearOverride(self, msg: Message, knob_id: str) -> None:
         self._knob(knob_id)

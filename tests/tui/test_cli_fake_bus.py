@@ -145,6 +145,9 @@ async def test_override_set_clear_and_refusals(fake_daemon, private_bus):
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "400W", "--for", "15m")
     assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 900.0)}
     assert "gpu0/power_limit overridden to 400 W for 15m 00s" in err  # the unit, the duration as typed
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "620")  # just above its 600 W max
+    assert rc == 0 and fake_daemon.overrides["gpu0/power_limit"] == (600.0, 0.0)
+    assert "overridden to 600 W until cleared (asked 620 W: clamped to the knob's range)" in err
     rc, _, _ = await ctl(private_bus, "override", "clear", "gpu0/power_limit")
     assert rc == 0 and fake_daemon.overrides == {}
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "9999")

@@ -60,14 +60,15 @@ class FakeControl:
         for cookie in [c for c, h in self.holds.items() if h["owner"] == owner and not h["detached"]]:
             del self.holds[cookie]
 
-    def set_override(self, knob_id: str, value: float, seconds: float) -> None:
+    def set_override(self, knob_id: str, value: float, seconds: float) -> float:
+        from aithermd.runtime.control import clamp_request
+
         if knob_id not in self.knobs:
             raise errors.UnknownKnob(knob_id)
-        k = self.knobs[knob_id]
-        if k.clamp(value) != value:
-            raise errors.InvalidArgument(f"{value} outside {k.min}..{k.max}")
-        self.overrides[knob_id] = (value, seconds)
+        applied = clamp_request(self.knobs[knob_id], value)
+        self.overrides[knob_id] = (applied, seconds)
         self.calls.append(("set_override", knob_id, value, seconds))
+        return applied
 
     def clear_override(self, knob_id: str) -> None:
         if knob_id not in self.knobs:

@@ -104,6 +104,16 @@ async def test_arguments_are_validated_with_named_errors_and_nothing_changes(ser
     assert control.calls == [] and control.active == "balanced" and control.overrides == {}
 
 
+async def test_a_limit_just_outside_the_constraints_is_clamped_and_the_applied_value_returned(service, client,
+                                                                                            control):
+    # gpu0's limit is 150–600 W: a tenth of the range (45 W) beyond a bound is clamped to it, not refused
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 630.0, 0.0]) == [600.0]
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 110.0, 60.0]) == [150.0]
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]) == [300.0]
+    assert control.overrides["gpu0/power_limit"] == (300.0, 0.0)
+    assert [c[2] for c in control.calls] == [630.0, 110.0, 300.0]  # what was asked, before clamping
+
+
 async def test_a_broken_reload_is_a_named_error(service, client, control):
     control.reload_error = errors.PolicyErrors([errors.PolicyError("quiet.yaml", "bad key", line=3, col=1)])
     reply = await call(client, "Reload")
