@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--for", dest="seconds", type=_duration_or_zero, default=0.0, metavar="DURATION",
                    help="end the override after DURATION (default 0: until cleared)")
 
+    p = sub.add_parser("gpu", help="let go of a GPU before unbinding or removing it")
+    gsub = p.add_subparsers(dest="gpu_verb", metavar="release", required=True)
+    gsub.add_parser("release", help="restore GPU's originals and stop using it until it is back"
+                    ).add_argument("gpu", metavar="GPU")
+
     p = sub.add_parser("explain", help="why each knob has its value (one paragraph per knob)")
     p.add_argument("knob", nargs="?", default="", metavar="KNOB")
     p.add_argument("--json", action="store_true")

@@ -28,7 +28,7 @@ from aithermd.publish import wire
 
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 PRIVILEGED = frozenset({"SetActivePolicy", "HoldPolicy", "ReleasePolicy", "SetOverride", "ClearOverride",
-                        "Reload"})
+                        "Reload", "ReleaseGpu"})
 Listener = Callable[[str, list[Any]], None]
 
 
@@ -227,6 +227,10 @@ class DaemonClient:
 
     async def clear_override(self, knob_id: str) -> None:
         await self.call("ClearOverride", knob_id)
+
+    async def release_gpu(self, device_id: str) -> str:
+        """Restore GPU ``device_id``'s originals and have the daemon stop using it; returns what was done."""
+        return str(await self.call("ReleaseGpu", device_id))
 
     async def reload(self) -> None:
         await self.call("Reload")

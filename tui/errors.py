@@ -125,6 +125,7 @@ _WHAT: dict[str, tuple[str, str | None]] = {
     "SetOverride": ("override a knob", wire.ACTION_OVERRIDE),
     "ClearOverride": ("clear an override", wire.ACTION_OVERRIDE),
     "Reload": ("reload policies", wire.ACTION_RELOAD),
+    "ReleaseGpu": ("release a GPU", wire.ACTION_OVERRIDE),
 }
 
 

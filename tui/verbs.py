@@ -201,6 +201,13 @@ def override_value(text: str, knob: dict) -> tuple[float, str]:
     return value, ""
 
 
+async def gpu(client: DaemonClient, args: argparse.Namespace) -> int:
+    """``gpu release GPU``: the daemon restores the GPU's originals and stops using it (before a driver
+    unbind, ``nvidia-smi drain`` or a hot-remove)."""
+    _note(await client.release_gpu(args.gpu))
+    return wire.EXIT_OK
+
+
 async def explain(client: DaemonClient, args: argparse.Namespace) -> int:
     explained = await client.explain(args.knob)
     if args.json:
@@ -242,7 +249,7 @@ async def doctor(client: DaemonClient, args: argparse.Namespace) -> int:
 
 VERBS: dict[str, Verb] = {
     "status": status, "policy": policy, "hold": hold, "release": release, "run": run,
-    "override": override, "explain": explain, "energy": energy, "doctor": doctor,
+    "override": override, "gpu": gpu, "explain": explain, "energy": energy, "doctor": doctor,
 }
 
 

@@ -46,6 +46,10 @@ class DaemonControl(Protocol):
         every policy file): called off the event loop, in a thread of its own. Raises PolicyErrors (nothing
         changed)."""
 
+    async def release_gpu(self, device_id: str) -> str:
+        """Restore GPU ``device_id``'s originals and stop using it until it is back; returns what was done.
+        Raises UnknownKnob (no such GPU), InvalidArgument."""
+
     def explain(self, knob_id: str) -> dict[str, Any]:
         """{knob_id: {"value", "requested", "layer", "rule", "reason", "inputs"}} for one knob or, with "",
         all knobs. Raises UnknownKnob."""

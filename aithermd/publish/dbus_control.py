@@ -154,6 +154,15 @@ class PrivilegedCalls:
             await asyncio.to_thread(self._control.reload)
         self._log.info("reload", sender=sender, uid=uid)
 
+    async def release_gpu(self, sender: str, device_id: str) -> str:
+        """Restore a GPU's originals and stop using it (the override action: it changes knobs)."""
+        uid = await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
+        with mapped_errors():
+            _text("device_id", device_id, empty_ok=False)
+            done = await self._control.release_gpu(device_id)
+        self._log.info("release_gpu", gpu=device_id, sender=sender, uid=uid)
+        return done
+
     def _check_knob(self, knob_id: str, value: float | None) -> None:
         """UnknownKnob / OutOfRange against the latest snapshot's knob constraints (the control re-checks)."""
         snapshot = self._hub.latest

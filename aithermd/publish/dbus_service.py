@@ -186,6 +186,10 @@ class Daemon1(ServiceInterface):
     async def Reload(self):  # noqa: N802
         await self._priv.reload(self._tracker.sender())
 
+    @method()
+    async def ReleaseGpu(self, device_id: DBusStr) -> DBusStr:  # noqa: N802
+        return await self._priv.release_gpu(self._tracker.sender(), device_id)
+
     # ---- properties and signals --------------------------------------------------------------------------
     @dbus_property(access=PropertyAccess.READ)
     def Version(self) -> DBusStr:  # noqa: N802

@@ -79,6 +79,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "SetOverride": ("sdd", "d"),  # knob id, value (daemon units), seconds (0 = until cleared) → applied
     "ClearOverride": ("s", ""),
     "Reload": ("", ""),
+    "ReleaseGpu": ("s", "s"),  # device id → what was done (its originals restored, no longer used)
 }
 
 # Properties (read-only): name → signature

@@ -9,6 +9,9 @@
   :func:`aithermd.backends.registry.rediscover`; a knob that vanished is forgotten — journal entry and
   applier state — only once rediscovery confirms its device is gone (a merely *lost* device keeps its
   journal entry, so its original is restored if it comes back); each change is a ``hotplug`` event.
+- **Release of a GPU** (``aithermctl gpu release``, or udev removing or unbinding its PCI device): its
+  originals restored and the GPU dropped (:mod:`aithermd.runtime.release`); udev adding or binding it back
+  lets NVML adopt it again.
 - **Suspend and resume** (logind's PrepareForSleep): :meth:`Changes.suspend` pauses the applier at once
   (no write, no hand-back, no drift count: a driver resetting knobs on resume is not a conflict) and waits
   for the writes in flight; a :class:`~aithermd.runtime.inbox.Resume` — PrepareForSleep(false), or no
@@ -30,7 +33,17 @@ from aithermd.backends import registry
 from aithermd.clock import Clock
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.model import Decision, Event, Layer
-from aithermd.runtime.inbox import Events, Inbox, Message, Policies, Rediscover, Reload, Resume
+from aithermd.runtime.inbox import (
+    Events,
+    Inbox,
+    Message,
+    Policies,
+    Rediscover,
+    Release,
+    Reload,
+    Resume,
+    Unrelease,
+)
 from aithermd.runtime.world import Engine, PolicySet, World, load_policies, with_inventory, with_policies
 
 SUSPEND_SETTLE_S = 5.0
@@ -181,8 +194,32 @@ class Changes:
             world, found = await rediscover(world, set(message.families), applier=self.executor.applier,
                                             t_wall=self.clock.wall())
             events += found
+        elif isinstance(message, Release):
+            world = await self._release(world, message, events)
+        elif isinstance(message, Unrelease):
+            for backend in world.backends:
+                unrelease = getattr(backend, "unrelease", None)
+                if callable(unrelease):
+                    unrelease(message.bus_id)
         elif isinstance(message, Resume):
             events += await self._resume(world, decisions, message.why)
+        return world
+
+    async def _release(self, world: World, message: Release, events: list[Event]) -> World:
+        from aithermd.runtime.release import gpu_of_bus, release_gpu
+
+        gpu = message.device_id or gpu_of_bus(world, message.bus_id or "")
+        if gpu is None:  # udev: a GPU the daemon does not use
+            return world
+        try:
+            world, done, sentence = await release_gpu(world, self.executor, gpu, self.clock.wall())
+        except Exception as exc:  # noqa: BLE001 - the caller hears it; udev's rediscovery drops it anyway
+            if message.device_id is None:
+                self._log.warning("release_failed", gpu=gpu, error=f"{type(exc).__name__}: {exc}")
+            message.reply.append(exc)
+            return world
+        events += done
+        message.reply.append(sentence)
         return world
 
     def _swap(self, world: World, loaded: PolicySet) -> World:

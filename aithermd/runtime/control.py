@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -42,10 +42,11 @@ class Control:
     def __init__(self, state_dir: Path, *, clock: Clock, hub: StateHub,
                  policies: Callable[[], Mapping[str, Any]], knobs: Callable[[], Mapping[str, Knob]],
                  reload: Callable[[], None], default_policy: str, pinned: bool = False,
-                 warnings: Callable[[Any], list[str]] | None = None) -> None:
+                 warnings: Callable[[Any], list[str]] | None = None,
+                 release: Callable[[str], Awaitable[str]] | None = None) -> None:
         self.path = Path(state_dir) / STATE_FILE
         self._warnings = warnings or (lambda _policy: [])
-        self._clock, self._hub, self._reload = clock, hub, reload
+        self._clock, self._hub, self._reload, self._release = clock, hub, reload, release
         self._policies, self._knobs = policies, knobs
         self._log = structlog.get_logger("aithermd.control")
         self.active = default_policy
@@ -221,6 +222,11 @@ class Control:
 
     def reload(self) -> None:
         self._reload()
+
+    async def release_gpu(self, device_id: str) -> str:
+        if self._release is None:
+            raise InvalidArgument("releasing a GPU needs the running daemon")
+        return await self._release(device_id)
 
     def explain(self, knob_id: str) -> dict[str, Any]:
         snap = self._hub.latest

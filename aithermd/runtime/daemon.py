@@ -5,8 +5,9 @@ build → start the services → tick on the deadlines → stop the services in 
   one exits 1 before it reads anything), open the journal (a dirty one — a crash — is restored first),
   open the backends and discover their devices (:mod:`aithermd.backends.registry`), load the policies (a
   broken file beside the active policy is left out and logged; a broken active policy, or none to run,
-  stops the start: exit 78 EX_CONFIG, nothing written), pick the active policy (``--policy`` > the choice kept in the state
-  directory > the config), then the apply path (:mod:`aithermd.actuate.execute`), the inbox and the tick.
+  stops the start: exit 78 EX_CONFIG, nothing written), pick the active policy (``--policy`` > the choice
+  kept in the state directory > the config), then the apply path (:mod:`aithermd.actuate.execute`), the
+  inbox and the tick.
 - **Start** (:mod:`aithermd.runtime.services`, in this order, each within a timeout; one that cannot start
   is a warning): the sd_notify watchdog, energy accounting, D-Bus, the Prometheus exporter, then the
   watchers (:mod:`aithermd.watchers`): udev hotplug, logind, the fast lane.
@@ -42,14 +43,15 @@ from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.restore import restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
+from aithermd.backends.nvml_life import bus_id_of
 from aithermd.backends.registry import changed_families, discover, open_for_daemon
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import EXIT_CONFIG, PolicyErrors
+from aithermd.errors import EXIT_CONFIG, InvalidArgument, PolicyErrors
 from aithermd.model import Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
 from aithermd.runtime.control import Control
-from aithermd.runtime.inbox import Inbox, Rediscover, Reload
+from aithermd.runtime.inbox import Inbox, Message, Rediscover, Release, Reload, Unrelease
 from aithermd.runtime.instance import AlreadyRunning, InstanceLock
 from aithermd.runtime.scheduler import Scheduler, Sleep
 from aithermd.runtime.sd_notify import Notifier
@@ -216,7 +218,8 @@ class Daemon:
                                          policies=lambda: self._policies().policies,
                                          knobs=lambda: self.tick.world.knobs if self.tick else world.knobs,
                                          reload=self.reload_now, default_policy=s.policy,
-                                         pinned=s.policy_pinned, warnings=self._selection_warnings)
+                                         pinned=s.policy_pinned, warnings=self._selection_warnings,
+                                         release=self._release_gpu)
         code = self._pick_policy(control, world, {Path(err.path).stem for err in skipped})
         if code:
             self._close(backends, own_backends)
@@ -296,14 +299,21 @@ class Daemon:
             out.append(self.fastlane)
         return out
 
-    def _device_changes(self) -> list[Rediscover]:
+    def _device_changes(self) -> list[Message]:
         """The inbox's device source: the families whose udev events settled, and those whose backends
         noticed on their own that their devices changed (NVML adopting a GPU that became ready, dropping one
-        no longer enumerated, a knob found read-only)."""
+        no longer enumerated, a knob found read-only); before them, an NVIDIA PCI device udev removed or
+        unbound is released (its originals restored), one added or bound back may be adopted again."""
         families = changed_families(self.tick.world.backends) if self.tick is not None else set()
+        out: list[Message] = []
         if self.hotplug is not None:
             families |= self.hotplug.poll()
-        return [Rediscover(frozenset(families))] if families else []
+            for ev in self.hotplug.take_gpu_events():  # a GPU released before its rediscovery
+                bus = bus_id_of(ev.sys_path)
+                if bus is not None:
+                    out.append(Release(bus_id=bus) if ev.action in ("remove", "unbind") else Unrelease(bus))
+            self.hub.status["udev"] = {"restarts": self.hotplug.restarts, "rescans": self.hotplug.rescans}
+        return out + ([Rediscover(frozenset(families))] if families else [])
 
     async def _shut_down(self, code: int, executor: Executor, backends: Sequence[Backend], own: bool) -> int:
         """Hardware first: every step is guarded so that nothing (not even a closed stderr) can keep the
@@ -354,6 +364,19 @@ class Daemon:
             except Exception as exc:  # noqa: BLE001
                 _guard(self._log.warning, "close_failed", backend=getattr(backend, "kind", "?"),
                        error=str(exc))
+
+    async def _release_gpu(self, device_id: str) -> str:
+        """D-Bus ``ReleaseGpu``: handled by the next tick (:mod:`aithermd.runtime.release`); returns what was
+        done. Raises UnknownKnob, InvalidArgument."""
+        if self.tick is None:
+            raise InvalidArgument("the daemon is starting: try again")
+        message = Release(device_id=device_id)
+        await self.inbox.request(message)
+        if not message.reply:
+            raise InvalidArgument(f"{device_id} was not released: the daemon is stopping")
+        if isinstance(message.reply[0], Exception):
+            raise message.reply[0]
+        return str(message.reply[0])
 
     async def _run_tick(self, seq: int, deadline: float) -> None:
         assert self.tick is not None and self.notifier is not None and self.changes is not None

@@ -45,6 +45,24 @@ class Rediscover:
 
 
 @dataclass(frozen=True)
+class Release:
+    """Let go of a GPU (:mod:`aithermd.runtime.release`): ``device_id`` (``aithermctl gpu release``, D-Bus
+    ``ReleaseGpu``), or the GPU on PCI ``bus_id`` that udev says is being removed or unbound. ``reply``
+    receives the sentence for the caller, or the exception raised."""
+
+    device_id: str | None = None
+    bus_id: str | None = None
+    reply: list[Any] = field(default_factory=list, compare=False)
+
+
+@dataclass(frozen=True)
+class Unrelease:
+    """udev says the GPU on PCI ``bus_id`` is back (``add``/``bind``): it may be adopted again."""
+
+    bus_id: str
+
+
+@dataclass(frozen=True)
 class Resume:
     """Writing again after a sleep: every owned knob re-applied to its last decision; ``why`` starts the
     ``sleep`` event ("resumed", "no resume announced")."""
@@ -59,7 +77,7 @@ class Events:
     events: tuple[Event, ...]
 
 
-Message = Reload | Policies | Rediscover | Resume | Events
+Message = Reload | Policies | Rediscover | Release | Unrelease | Resume | Events
 
 
 @dataclass

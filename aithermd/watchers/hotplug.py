@@ -17,6 +17,11 @@ The monitor's own failure (its thread ended: ENOBUFS on the netlink socket, libu
 :meth:`Hotplug.check` — called every second by the supervisor task and at each tick — and the monitor
 restarted after a backoff (1 s doubling to 60 s), followed by a rescan of every family, since events were
 missed meanwhile.
+Restarts and rescans are counted (``aithermd_udev_monitor_restarts_total``, ``aithermd_udev_rescans_total``),
+and every :data:`RESCAN_S` a rescan of every family runs anyway: a monitor that stays alive but loses
+events (a netlink buffer overrun) is caught too. A ``remove``/``unbind`` of an NVIDIA PCI device releases
+that GPU first (its originals restored: :mod:`aithermd.runtime.release`); an ``add``/``bind`` lets it be
+adopted again.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from aithermd.backends.registry import ALL
 from aithermd.clock import Clock, RealClock
 
 SUBSYSTEMS = ("hwmon", "drm", "pci", "powercap")
+RESCAN_S = 300.0  # a periodic rescan of every family: what a dead or overrun monitor missed is found
 ACTIONS = frozenset({"add", "remove", "bind", "unbind", "move"})
+GPU_ACTIONS = frozenset({"add", "remove", "bind", "unbind"})  # a GPU to release first, or to adopt again
 NVIDIA_VENDOR = "10de"
 
 
@@ -127,14 +134,18 @@ class Hotplug:
     def __init__(self, *, monitor_factory: Callable[..., Any] | None = UdevMonitor, settle_s: float = 0.2,
                  remove_wait_s: float = 5.0, clock: Clock | None = None,
                  exists: Callable[[str], bool] = os.path.exists, backoff_s: tuple[float, float] = (1.0, 60.0),
-                 ) -> None:
+                 rescan_s: float = RESCAN_S) -> None:
         self.monitor_factory, self.settle_s, self.remove_wait_s = monitor_factory, settle_s, remove_wait_s
         self.clock = clock or RealClock()
         self.exists = exists
         self.backoff_s = backoff_s
         self.monitor: Any = None
         self.restarts = 0
+        self.rescans = 0
+        self.rescan_s = rescan_s
+        self._next_rescan: float | None = None
         self.events_seen = 0
+        self._gpu_events: list[DeviceEvent] = []
         self._pending: dict[str, list[tuple[float, DeviceEvent]]] = {}
         self._retry_at: float | None = None
         self._delay = backoff_s[0]
@@ -151,8 +162,17 @@ class Hotplug:
                        family=family)
         if family is not None:
             self._pending.setdefault(family, []).append((self.clock.monotonic(), event))
+        if family == "nvml" and event.subsystem == "pci" and event.action in GPU_ACTIONS:
+            self._gpu_events.append(event)
+
+    def take_gpu_events(self) -> list[DeviceEvent]:
+        """The NVIDIA PCI add/bind/remove/unbind events since the last call (a GPU to release, or to adopt
+        again), oldest first."""
+        events, self._gpu_events = self._gpu_events, []
+        return events
 
     def rescan_all(self) -> None:
+        self.rescans += 1
         self._pending.setdefault(ALL, []).append((self.clock.monotonic(), DeviceEvent("rescan", "", "")))
 
     def due(self) -> set[str]:
@@ -194,8 +214,14 @@ class Hotplug:
             self.check()
 
     def check(self) -> bool:
-        """Restart the monitor when its thread ended (after the backoff); True when it was restarted."""
+        """Restart the monitor when its thread ended (after the backoff); True when it was restarted. Every
+        ``rescan_s`` a rescan of every family catches what a monitor that died quietly missed."""
         now = self.clock.monotonic()
+        if self._next_rescan is None:
+            self._next_rescan = now + self.rescan_s
+        elif now >= self._next_rescan:
+            self._next_rescan = now + self.rescan_s
+            self.rescan_all()
         monitor = self.monitor
         if monitor is None or monitor.alive:
             if monitor is not None and now - self._started_at > self.backoff_s[1]:

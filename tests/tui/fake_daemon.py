@@ -43,6 +43,7 @@ class FakeDaemon:
         self.deny: set[str] = set()
         self.reload_error: str | None = None
         self.overrides: dict[str, tuple[float, float]] = {}
+        self.released: list[str] = []
         self.windows: dict[int, tuple[str, float]] = {}
         self.bus: MessageBus | None = None
         self._next = 100
@@ -169,6 +170,12 @@ class FakeDaemon:
         applied = min(max(value, knob["min"]), knob["max"])
         self.overrides[knob_id] = (applied, seconds)
         return applied
+
+    def m_ReleaseGpu(self, msg: Message, device_id: str) -> str:
+        if not any(d["id"] == device_id and d["kind"] == "gpu" for d in self.doc["devices"]):
+            raise _Err(wire.ERROR_UNKNOWN_KNOB, f"no GPU {device_id!r}")
+        self.released.append(device_id)
+        return f"{device_id} (PCI ?) released: originals restored, no longer used until it is back"
 
     def m_ClearOverride(self, msg: Message, knob_id: str) -> None:
         self._knob(knob_id)

@@ -255,3 +255,10 @@ async def test_status_names_a_holds_owner_by_user_and_process(fake_daemon, priva
     finally:
         proc.send_signal(signal.SIGINT)
         await finish(proc)
+
+
+async def test_gpu_release_prints_what_the_daemon_did(fake_daemon, private_bus):
+    rc, _, err = await ctl(private_bus, "gpu", "release", "gpu0")
+    assert rc == 0 and fake_daemon.released == ["gpu0"] and "released: originals restored" in err
+    rc, _, err = await ctl(private_bus, "gpu", "release", "gpu7")
+    assert rc == wire.EXIT_USAGE and "no GPU 'gpu7'" in err

@@ -5,11 +5,13 @@ the enforced limit alerted and the limit written again once, a GPU released."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pynvml as E
 
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.runtime.daemon import Daemon
-from aithermd.runtime.live import LiveOptions
+from aithermd.watchers.options import WatcherOptions
 from aithermd.sim.fake_nvml import FakeNvml
 
 from .conftest import GPU_DUMPS, settings_for
@@ -18,7 +20,7 @@ from .conftest import GPU_DUMPS, settings_for
 def daemon(tmp_path, root, policy_dir, clock, fake, **kw):
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock, **kw)
     d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
-               live=LiveOptions())
+               watchers=WatcherOptions())
     events: list = []
     d.hub.add_listener(lambda snap, evs: events.extend(evs))
     return d, backend, events
@@ -159,3 +161,65 @@ async def test_gpu_health_is_exported_for_alerts(tmp_path, root, policy_dir, clo
     assert first[("aithermd_nvml_up", ())] == 1.0 and first[("aithermd_nvml_reinits_total", ())] == 0.0
     above = ("aithermd_gpu_power_above_limit_total", (("knob", "gpu0/power_limit"),))
     assert first[above] == 0.0, "the counter is there at 0 before any event"
+
+
+async def test_a_released_gpu_gets_its_originals_back_and_is_left_alone_until_udev_brings_it_back(
+        tmp_path, root, policy_dir, clock):
+    from aithermd.watchers.hotplug import DeviceEvent
+
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    original = fake.power_limit_w(1)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
+               watchers=WatcherOptions(hotplug=True, udev=False, settle_s=0.0))
+    seen = {}
+    sys_path = "/sys/devices/pci0000:00/" + fake.gpus[1].bus_id[4:].lower()
+
+    async def release():
+        seen["message"] = await d.control.release_gpu("gpu1")
+        seen["limit"] = fake.power_limit_w(1)
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 3:
+            seen["task"] = asyncio.get_running_loop().create_task(release())
+        if seq == 8:
+            seen["devices"] = [x.id for x in d.hub.latest.devices]
+            seen["calls"] = fake.calls.get("nvmlDeviceGetFieldValues", 0)
+        if seq == 12:
+            seen["calls"] = fake.calls["nvmlDeviceGetFieldValues"] - seen["calls"]
+            d.hotplug.submit(DeviceEvent("add", "pci", sys_path, "10de"))  # it is back
+        return seq >= 16
+
+    assert await d.run(until=step) == 0
+    await seen["task"]
+    assert "gpu1" in seen["message"] and "originals restored" in seen["message"]
+    assert seen["limit"] == original, "its original limit was put back before it was let go"
+    assert seen["devices"] == ["gpu0"] and seen["calls"] == 4, "only gpu0 was read meanwhile"
+    assert [x.id for x in d.hub.latest.devices] == ["gpu0", "gpu1"], "adopted again after the udev add"
+    assert fake.power_limit_w(1) == original
+
+
+async def test_a_udev_remove_of_a_gpu_releases_it_first(tmp_path, root, policy_dir, clock):
+    from aithermd.watchers.hotplug import DeviceEvent
+
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    original = fake.power_limit_w(0)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
+               watchers=WatcherOptions(hotplug=True, udev=False, settle_s=0.0))
+    events = []
+    d.hub.add_listener(lambda snap, evs: events.extend(evs))
+    sys_path = "/sys/devices/pci0000:00/" + fake.gpus[0].bus_id[4:].lower()
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 3:
+            assert fake.power_limit_w(0) != original  # the policy's limit is in force
+            d.hotplug.submit(DeviceEvent("unbind", "pci", sys_path, "10de"))  # the driver lets go
+        return seq >= 6
+
+    assert await d.run(until=step) == 0
+    released = [e for e in events if e.data.get("action") == "released"]
+    assert [e.subject for e in released] == ["gpu0"] and fake.power_limit_w(0) == original
+    assert [x.id for x in d.hub.latest.devices] == ["gpu1"]

@@ -6,7 +6,7 @@ function __aithermctl_policies
     end
 end
 
-set -l verbs status policy hold release run override explain energy doctor demo top
+set -l verbs status policy hold release run override gpu explain energy doctor demo top
 complete -c aithermctl -f
 complete -c aithermctl -l bus -x -a 'system session' -d 'Where the daemon is'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Print the version'
@@ -16,6 +16,7 @@ complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a hold -d 'H
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a release -d 'End a hold'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a run -d 'Hold a policy while a command runs'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a override -d 'Set a knob by hand'
+complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a gpu -d 'Let go of a GPU'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a explain -d 'Why each knob has its value'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a energy -d 'Joules while a command runs'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a doctor -d 'What can be read and written here'
@@ -30,6 +31,7 @@ complete -c aithermctl -n "__fish_seen_subcommand_from hold energy" -l timeout -
 complete -c aithermctl -n "__fish_seen_subcommand_from hold" -l detach -d 'Keep the hold after aithermctl exits'
 complete -c aithermctl -n "__fish_seen_subcommand_from run demo" -l policy -x -a '(__aithermctl_policies)' -d 'Policy'
 complete -c aithermctl -n "__fish_seen_subcommand_from override" -l for -x -d 'DURATION'
+complete -c aithermctl -n "__fish_seen_subcommand_from gpu; and not __fish_seen_subcommand_from release" -a release -d 'Restore its originals and stop using it'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l speedup -x -d 'Simulated time runs K times faster'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l no-tui -d 'Print the bus address and wait'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l metrics-listen -x -d 'Prometheus metrics HOST:PORT or none'

@@ -76,6 +76,12 @@ class FakeControl:
         self.overrides.pop(knob_id, None)
         self.calls.append(("clear_override", knob_id))
 
+    async def release_gpu(self, device_id: str) -> str:
+        if not device_id.startswith("gpu"):
+            raise errors.UnknownKnob(f"no GPU {device_id!r}")
+        self.calls.append(("release_gpu", device_id))
+        return f"{device_id} released"
+
     def reload(self) -> None:
         if self.reload_error is not None:
             raise self.reload_error

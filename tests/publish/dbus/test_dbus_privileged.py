@@ -24,6 +24,7 @@ MUTATIONS = [
     ["SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]],
     ["ClearOverride", "s", ["gpu0/power_limit"]],
     ["Reload", "", []],
+    ["ReleaseGpu", "s", ["gpu0"]],
 ]
 
 
@@ -112,6 +113,13 @@ async def test_a_limit_just_outside_the_constraints_is_clamped_and_the_applied_v
     assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]) == [300.0]
     assert control.overrides["gpu0/power_limit"] == (300.0, 0.0)
     assert [c[2] for c in control.calls] == [630.0, 110.0, 300.0]  # what was asked, before clamping
+
+
+async def test_root_releases_a_gpu_and_gets_what_was_done(service, client, control):
+    assert await ok(client, "ReleaseGpu", "s", ["gpu1"]) == ["gpu1 released"]
+    reply = await call(client, "ReleaseGpu", "s", ["hwmon:nct"])
+    assert reply.error_name == wire.ERROR_UNKNOWN_KNOB
+    assert control.calls == [("release_gpu", "gpu1")]
 
 
 async def test_a_broken_reload_is_a_named_error(service, client, control):
