@@ -4,7 +4,8 @@
   all-or-nothing (:meth:`Changes.load_policies`, which logs each error as FILE:LINE); a set without the
   active policy and without the configured fallback is refused, since nothing (not even the safety layer)
   would run. The tick then swaps the policies in; holds on vanished policies end, a vanished active policy
-  falls back to the configured one.
+  falls back to the configured one. The RAPL zones are probed again either way (an ``energy_uj`` made
+  readable since start is read from the next sample).
 - **Hotplug**: the backend families whose udev events settled are rediscovered through
   :func:`aithermd.backends.registry.rediscover`; a knob that vanished is forgotten — journal entry and
   applier state — only once rediscovery confirms its device is gone (a merely *lost* device keeps its
@@ -183,13 +184,14 @@ class Changes:
         if isinstance(message, Events):
             events += message.events
         elif isinstance(message, Reload):
+            world = await self._probe_rapl(world, events)
             try:
                 loaded = await asyncio.to_thread(self.load_policies, world.policy_set)
             except PolicyErrors:
                 return world  # logged with FILE:LINE; the old policies stay
             world = self._swap(world, loaded)
         elif isinstance(message, Policies):
-            world = self._swap(world, message.policy_set)
+            world = self._swap(await self._probe_rapl(world, events), message.policy_set)
         elif isinstance(message, Rediscover):
             world, found = await rediscover(world, set(message.families), applier=self.executor.applier,
                                             t_wall=self.clock.wall())
@@ -220,6 +222,14 @@ class Changes:
             return world
         events += done
         message.reply.append(sentence)
+        return world
+
+    async def _probe_rapl(self, world: World, events: list[Event]) -> World:
+        """A reload probes the RAPL zones again, whatever becomes of the policies: an ``energy_uj`` made
+        readable since start (a udev rule, a capability), a zone that came back."""
+        world, found = await rediscover(world, {"powercap"}, applier=self.executor.applier,
+                                        t_wall=self.clock.wall())
+        events += found
         return world
 
     def _swap(self, world: World, loaded: PolicySet) -> World:

@@ -132,3 +132,32 @@ def test_unreadable_energy_is_logged_once_and_probed_again_on_rediscovery(root):
     assert "energy_why_not" not in pkg.info
     assert backend.sample().readings["powercap:package-0/energy"].status is Status.OK
     backend.close()
+
+
+async def test_a_reload_probes_rapl_again(root, tmp_path, clock):
+    """SIGHUP/aithermctl policy reload: an energy_uj made readable since start is read from the next tick."""
+    from aithermd.runtime.daemon import Daemon
+    from aithermd.settings import DaemonSettings
+    from tests.daemon.stub_engine import STUB_ENGINE, write_policy
+
+    write_policy(tmp_path / "policies", "balanced", 50.0)
+    io = FaultIO()
+    io.open_faults["intel-rapl:0/energy_uj"] = [OSError(errno.EACCES, "Permission denied")]
+    settings = DaemonSettings(state_dir=tmp_path / "state", policy_dirs=[tmp_path / "policies"], bus="none",
+                              metrics_listen="none", nvml=False, sysfs_root=root, runtime_dir=tmp_path / "run")
+    d = Daemon(settings, clock=clock, backends=[RaplBackend(str(root), clock=clock, io=io)],
+               sleep=clock.sleep, engine=STUB_ENGINE)
+    statuses = []
+
+    def step():
+        snap = d.hub.latest
+        statuses.append(snap.readings["powercap:package-0/energy"].status)
+        if snap.seq == 3:
+            io.open_faults.clear()  # made readable (a udev rule, a capability)
+        if snap.seq == 5:
+            d.request_reload()
+        return snap.seq >= 8
+
+    assert await d.run(until=step) == 0
+    assert statuses[:5] == [Status.NOT_SUPPORTED] * 5, "not probed every tick: only on reload"
+    assert statuses[5:] == [Status.OK] * 3, "the tick after the reload reads it"
