@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import structlog
 
+from aithermd.accounting.meter import EnergyMeter
+from aithermd.accounting.windows import EnergyWindows
 from aithermd.backends.powercap import ROOT_ONLY, RaplBackend
 from aithermd.model import Snapshot, Status, in_total, is_cpu_package
 from aithermd.policy import sampling
-from aithermd.accounting.meter import EnergyMeter
-from aithermd.accounting.windows import EnergyWindows
 from tests.support.clock import SimClock
 from tests.support.machines import SUPERMICRO, copy_machine
 
@@ -143,8 +143,9 @@ async def test_a_reload_probes_rapl_again(root, tmp_path, clock):
     write_policy(tmp_path / "policies", "balanced", 50.0)
     io = FaultIO()
     io.open_faults["intel-rapl:0/energy_uj"] = [OSError(errno.EACCES, "Permission denied")]
-    settings = DaemonSettings(state_dir=tmp_path / "state", policy_dirs=[tmp_path / "policies"], bus="none",
-                              metrics_listen="none", nvml=False, sysfs_root=root, runtime_dir=tmp_path / "run")
+    settings = DaemonSettings(state_dir=tmp_path / "state", policy_dirs=[tmp_path / "policies"],
+                              bus="none", metrics_listen="none", nvml=False, sysfs_root=root,
+                              runtime_dir=tmp_path / "run")
     d = Daemon(settings, clock=clock, backends=[RaplBackend(str(root), clock=clock, io=io)],
                sleep=clock.sleep, engine=STUB_ENGINE)
     statuses = []
