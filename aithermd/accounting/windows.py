@@ -85,8 +85,9 @@ class Window:
     unmeasured_s: float = 0.0
     restarts: int = 0  # daemon restarts the window lived through
 
-    def document(self, now: float, apart: frozenset[str] = frozenset(), platform: frozenset[str] = frozenset(),
-                 estimated: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def document(self, now: float, apart: frozenset[str] = frozenset(),
+                 platform: frozenset[str] = frozenset(), estimated: frozenset[str] = frozenset()
+                 ) -> dict[str, Any]:
         """The window so far; ``total_j`` leaves out the ``apart`` devices (RAPL subzones, psys, an MMIO
         copy of a package), ``platform_j`` is psys, ``estimated`` the devices integrated from power."""
         joules = {k: round(v, 6) for k, v in sorted(self.joules.items())}
@@ -156,8 +157,8 @@ class EnergyWindows:
              name: str | None = None) -> dict[str, Any]:
         """Close a window: ``{"id", "name", "uid", "started", "duration_s", "joules": {device id: J},
         "total_j", "restarts", "unmeasured_s"}`` (``total_j`` counts each device once: no RAPL subzone, psys
-        or MMIO copy of a package; ``platform_j`` and ``estimated`` where they apply) and, for a scoped window, ``"scope"``, ``"attributed"``
-        ({device id: J}) and ``"attributed_total_j"``. ``name``: when given (not None or ""), the window must
+        or MMIO copy of a package; ``platform_j`` and ``estimated`` where they apply) and, for a scoped
+        window, ``"scope"``, ``"attributed"`` ({device id: J}) and ``"attributed_total_j"``. ``name``: when given (not None or ""), the window must
         have been opened with that name.
 
         Raises UnknownWindow, NotOwner (another uid's window, unless ``root``), WrongWindow."""

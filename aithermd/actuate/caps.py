@@ -135,8 +135,8 @@ class PowerCaps:
         then = "; writing the requested limit again once" if owned else ""
         message = (f"{knob_id}: {device_id} draws {watts:.0f} W, above its enforced limit {enforced:g} W "
                    f"for {for_s:.0f} s{then}")
-        self._log.error("power_above_limit", knob=knob_id, device=device_id, draw_w=watts, enforced_w=enforced,
-                        for_s=round(for_s, 1), message=message)
+        self._log.error("power_above_limit", knob=knob_id, device=device_id, draw_w=watts,
+                        enforced_w=enforced, for_s=round(for_s, 1), message=message)
         return Event("power", t_wall, knob_id, message, {"device": device_id, "unit": "W", "draw_w": watts,
                                                          "enforced_w": enforced, "why": "draw_above_enforced",
                                                          "reapplied": owned})

@@ -7,7 +7,7 @@ import pytest
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal
 from aithermd.errors import NoPermission
-from aithermd.model import Decision, Knob, KnobKind, Layer
+from aithermd.model import Decision, Knob, Layer
 from tests.support.fake_backend import FakeBackend
 
 DEC = Decision("x", 60.0, Layer.POLICY, "balanced/cpu-fans")
