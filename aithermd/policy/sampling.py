@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aithermd.model import DeviceKind, Status, is_cpu_package
+from aithermd.model import Status, is_cpu_package
 from aithermd.policy import sources
 from aithermd.policy.conditions import CPU_KEY
 from aithermd.policy.windows import Window

@@ -124,7 +124,8 @@ class ChannelDoc(TypedDict):
     value over a suspect read; stale may carry the last value); ``reason`` says why when the status is not
     ok (``"EIO: Input/output error"``), else null.
     ``thresholds`` (only when the source states any), in ``unit``: hwmon ``min``, ``max``, ``crit``,
-    ``lcrit``, ``emergency``, ``cap``; NVML ``slowdown``, ``shutdown``, ``max_operating``."""
+    ``lcrit``, ``emergency``, ``cap``; NVML ``slowdown``, ``shutdown``, ``max_operating``. ``estimated``
+    (true, only when so): the value is derived, not measured (a pre-Volta GPU's energy, from its power)."""
 
     id: str
     attribute: str
@@ -135,6 +136,7 @@ class ChannelDoc(TypedDict):
     status: StatusName
     reason: str | None
     thresholds: NotRequired[dict[str, float]]
+    estimated: NotRequired[bool]
 
 
 class KnobDoc(TypedDict):
@@ -167,6 +169,10 @@ class DeviceAttrsDoc(TypedDict, total=False):
 
 
 class DeviceDoc(TypedDict):
+    """RAPL zones also say what they are for totals: ``role`` (``package``, ``platform`` for psys, or the
+    subzone's name), ``in_total`` false when no total counts them (a subzone, psys, an MMIO copy of a
+    package, which also names the zone it copies in ``duplicate_of``)."""
+
     id: str
     kind: DeviceKindName
     name: str
@@ -174,6 +180,9 @@ class DeviceDoc(TypedDict):
     channels: list[ChannelDoc]
     knobs: list[KnobDoc]
     attrs: NotRequired[DeviceAttrsDoc]
+    role: NotRequired[str | None]
+    in_total: NotRequired[bool]
+    duplicate_of: NotRequired[str]
 
 
 class HoldDoc(TypedDict):
@@ -213,6 +222,10 @@ class SnapshotDoc(TypedDict):
     devices: list[DeviceDoc]
     policy: PolicyDoc
     processes: NotRequired[dict[str, Any]]
+    # the sources' own state: "nvml" {"library": "up"|"down", "error", "reinits", "init_failures",
+    # "expected", "present", "gpus": {id: {"state", "why", "uuid", "pci_bus_id", "next_check_s"}}},
+    # "power_limits" {knob: {"requested_w", "enforced_w", "capped_by", "above_s"}}
+    health: NotRequired[dict[str, Any]]
 
 
 class HistoryDoc(TypedDict):
