@@ -128,6 +128,7 @@ class GpuProbe:
     ) -> None:
         self.nv, self.index, self.handle, self.probe_writes = nv, index, handle, probe_writes
         self.uuid: str | None = None  # set by probe()
+        self.beat: Callable[[], None] | None = None  # told as each NVML call begins (the worker's deadline)
         self.bus_id = ""  # set by probe(); "" when the GPU does not report its PCI info
         self.estimate_energy = False  # no energy counter: integrated from power
         self.unsupported: dict[str, float] = {}  # role → monotonic time it is asked again (NO_DATA repeated)
@@ -157,6 +158,8 @@ class GpuProbe:
         fn = getattr(self.nv, name, None)
         if fn is None:
             raise self.nv.NVMLError(self.nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if self.beat is not None:
+            self.beat()
         try:
             return fn(self.handle, *args)
         except self.nv.NVMLError as exc:

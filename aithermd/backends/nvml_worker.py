@@ -11,7 +11,8 @@ leaves the stuck thread behind: later calls run on a fresh thread, so the other 
 written; calls for the hung GPU fail at once with :class:`~aithermd.errors.BackendTimeout` until the stuck
 call returns (then the GPU is free again and its abandoned thread ends). :meth:`NvmlWorker.each` reads
 many GPUs in one pass on the thread (one hand-off per tick in the normal case): a GPU whose read makes no
-progress within the deadline is marked hung and the pass goes on with the GPUs after it on a fresh thread.
+progress within the deadline (no NVML call began: :meth:`NvmlWorker.beat`) is marked hung and the pass goes
+on with the GPUs after it on a fresh thread.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class NvmlWorker:
         self._lock = threading.Lock()
         self._hung: dict[str, float] = {}  # gpu → monotonic time its call went unanswered
         self.hangs = 0  # calls abandoned since the start
+        self._beat = 0.0  # monotonic time the last NVML call began (readers call beat())
         self._closed = False
         self._log = structlog.get_logger("aithermd.nvml")
 
@@ -115,6 +117,11 @@ class NvmlWorker:
     def on_worker(self) -> bool:
         """True when the caller is a worker thread itself."""
         return bool(getattr(self._local, "inside", False))
+
+    def beat(self) -> None:
+        """Note that an NVML call begins: :meth:`each` times the deadline from the last call, so a GPU whose
+        read is slow (a loaded machine, many calls) is never taken for a hung one while its calls return."""
+        self._beat = time.monotonic()
 
     # -- hung GPUs -------------------------------------------------------------------------------------
     def hung(self, gpu: str) -> float | None:
@@ -210,13 +217,13 @@ class NvmlWorker:
             executor = self._current()
             future = executor.submit(self._enter, one_pass, ())
             while True:
-                wait = state["since"] + deadline - time.monotonic()
+                wait = max(state["since"], self._beat) + deadline - time.monotonic()
                 try:
                     future.result(timeout=max(0.0, wait))
                     break
                 except FutureTimeout:
-                    if time.monotonic() - state["since"] < deadline:
-                        continue  # the pass moved on to another GPU meanwhile: its own deadline counts
+                    if time.monotonic() - max(state["since"], self._beat) < deadline:
+                        continue  # the pass moved on to another GPU or call meanwhile: its deadline counts
                     state["stop"] = True
                     stuck = state["gpu"]
                     if stuck is not None:
