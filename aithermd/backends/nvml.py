@@ -83,7 +83,8 @@ class NvmlBackend(NvmlKnobs):
         return self.index_base() if callable(self.index_base) else self.index_base
 
     def _make_reader(self, index: int, handle: Any, device_index: int) -> GpuReader:
-        reader = GpuReader(self.nvml, index, handle, self.probe_writes, self._names, device_index=device_index)
+        reader = GpuReader(self.nvml, index, handle, self.probe_writes, self._names,
+                           device_index=device_index)
         reader.beat = self.worker.beat
         return reader
 
