@@ -21,8 +21,8 @@ the host engine restarts).
   rediscovers, and its originals are journaled before the first write). Ids are stable for the daemon's
   life: a GPU keeps its id by UUID; a new GPU gets ``gpu<NVML index>`` unless another GPU holds that id, then
   the next free number.
-- **Expected and present.** Every GPU seen (by UUID) and every index NVML counts but cannot hand out is
-  *expected*; those ``ok`` now are *present* (:meth:`NvmlLife.health`).
+- **Expected and present.** Every GPU seen (by UUID), or as many as NVML counts when that is more (one not
+  ready yet), is *expected*; those ``ok`` now are *present* (:meth:`NvmlLife.health`).
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ class NvmlLife:
     unresolved: dict[int, str] = field(default_factory=dict)  # NVML index → why it has no handle yet
     released: set[str] = field(default_factory=set)  # uuids let go on request
     changed: bool = False
+    count: int = 0  # GPUs NVML counted at the last enumeration (lost and released ones included)
     started: bool = False  # the first enumeration is done: GPUs found later are adopted (logged)
     rescan_at: float = 0.0
     rescan_delay: float = GPU_BACKOFF_S[0]
@@ -249,6 +250,7 @@ class NvmlLife:
         except nv.NVMLError as exc:
             self._log.warning("nvml_count_failed", error=self.name(exc))
             return
+        self.count = count
         unresolved: dict[int, str] = {}
         seen: set[str] = set()
         for index in range(count):
@@ -268,8 +270,9 @@ class NvmlLife:
                               message=f"{slot.id} (PCI {slot.bus_id or '?'}) is no longer enumerated")
             del self.slots[slot.id]
             self.changed = True
+        known_lost = {s.reader.index for s in self.slots.values() if s.state != "ok"}
         for index, why in unresolved.items():
-            if self.unresolved.get(index) != why:
+            if self.unresolved.get(index) != why and index not in known_lost:
                 self._log.warning("gpu_not_ready", index=index, error=why,
                                   message=f"NVML index {index}: {why}; adopted when it answers")
         self.unresolved = unresolved
@@ -348,7 +351,8 @@ class NvmlLife:
                              "pci_bus_id": slot.bus_id,
                              "next_check_s": round(max(0.0, slot.retry_at - now), 1) if slot.state != "ok"
                              else None}
-        expected = len(set(self.expected) - self.released) + len(self.unresolved)
+        # every GPU seen (a removed one too) or counted (one not ready yet); a lost one is both, once
+        expected = max(len(set(self.expected) - self.released), self.count - len(self.released))
         present = sum(1 for g in gpus.values() if g["state"] == "ok")
         return {"library": "up" if self.lib.up else "down", "error": self.lib.why,
                 "reinits": self.lib.reinits, "init_failures": self.lib.failures,

@@ -110,6 +110,9 @@ class SimOptions:
     profiles: Sequence[Any] | None = None  # programmatic use: GpuProfiles instead of dumps or the default
     # programmatic use: more hub listeners, called with each published snapshot and its events
     listeners: Sequence[Callable[[Snapshot, Sequence[Event]], None]] = ()
+    faults: Sequence[Any] = ()  # --fault: parsed :class:`~aithermd.sim.faults.Fault` specs
+    max_step_s: float = MAX_STEP_S  # the physics' substep (s)
+    on_daemon: Callable[[Any, Any], None] | None = None  # programmatic use: told (daemon, machine) first
 
 
 def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
@@ -169,34 +172,39 @@ def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> 
                                 for k, d in recorder.state_s.items()}}
 
 
-def build_backends(machine: SimulatedMachine, clock: SimClock) -> list[Any]:
+def build_backends(machine: SimulatedMachine, clock: SimClock, io: Any = None) -> list[Any]:
     """The daemon's backends on the simulated machine: the real hwmon and powercap backends on its sysfs
-    root, the real NVML backend over the real ``pynvml`` bindings with the fake NVML beneath, and the real
-    CPU backend reading the simulated CPU. Every one that measures time uses the simulated clock."""
+    root (reading through ``io``: the fault plan's :class:`~aithermd.sim.faults.FaultIO`, when faults are
+    injected), the real NVML backend over the real ``pynvml`` bindings with the fake NVML beneath, and the
+    real CPU backend reading the simulated CPU. Every one that measures time uses the simulated clock."""
     from aithermd.backends.cpu import CpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.nvml import NvmlBackend
     from aithermd.backends.powercap import RaplBackend
 
     root = str(machine.sysfs_root)
-    return [HwmonBackend(root), RaplBackend(root, clock=clock),
+    return [HwmonBackend(root, io=io), RaplBackend(root, clock=clock, io=io),
             CpuBackend(psutil_module=machine.psutil, clock=clock),
             NvmlBackend(nvml=machine.nvml.bindings(), clock=clock)]
 
 
 class Stepper:
     """``before_sample``: advance the machine to the tick's simulated time in steps of at most
-    :data:`MAX_STEP_S`, printing a progress line each simulated ``progress_s``."""
+    ``max_step_s`` (:data:`MAX_STEP_S`), turn the injected ``faults`` (a :class:`~aithermd.sim.faults.
+    FaultPlan`) on and off, and print a progress line each simulated ``progress_s``."""
 
     def __init__(self, machine: SimulatedMachine, t0: float, out: TextIO | None,
-                 progress_s: float = 30.0) -> None:
+                 progress_s: float = 30.0, faults: Any = None, max_step_s: float = MAX_STEP_S) -> None:
         self.machine, self.t0, self.out, self.progress_s = machine, t0, out, progress_s
+        self.faults, self.max_step_s = faults, max_step_s
         self._next_progress = 0.0
 
     def __call__(self, t_mono: float) -> None:
         target = t_mono - self.t0
         while self.machine.t_s < target - 1e-9:
-            self.machine.step(min(MAX_STEP_S, target - self.machine.t_s))
+            self.machine.step(min(self.max_step_s, target - self.machine.t_s))
+        if self.faults is not None:
+            self.faults.apply(self.machine.t_s)
         if self.out is not None and self.machine.t_s >= self._next_progress:
             self._next_progress += self.progress_s
             m = self.machine
@@ -247,13 +255,27 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     clock = SimClock(wall_start=opts.wall_start)
     machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed,
                                wall_start=clock.wall())
+    fault_io, plan = None, None
+    if opts.faults:
+        from aithermd.sim.faults import FaultIO, FaultPlan
+
+        fault_io = FaultIO()
+        try:
+            plan = FaultPlan(opts.faults, machine.nvml, fault_io, str(machine.sysfs_root))
+        except ValueError:
+            machine.close()
+            cleanup(places)
+            raise
     recorder = Recorder(t0=clock.monotonic())
     live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
-    daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock),
+    daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock, fault_io),
                     sleep=sim_sleep(clock, opts.speedup),
-                    before_sample=Stepper(machine, clock.monotonic(), live),
+                    before_sample=Stepper(machine, clock.monotonic(), live, faults=plan,
+                                          max_step_s=opts.max_step_s),
                     processes=machine.processes.process_table())
+    if opts.on_daemon is not None:
+        opts.on_daemon(daemon, machine)
     daemon.hub.add_listener(recorder)
     for listener in opts.listeners:
         daemon.hub.add_listener(listener)
@@ -269,6 +291,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
         if daemon.tick is not None:
             policy = daemon.control.active if daemon.control else settings.policy
             data = summary_data(machine, recorder, policy)
+            if plan is not None:
+                data["faults"] = [{"t_s": t, "fault": what, "spec": spec} for t, what, spec in plan.log]
             if out is not None:
                 text = json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data)
                 out.write(text)
@@ -297,10 +321,16 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
     group.add_argument("--summary-json", dest="sim_json", action="store_true",
                        help="print the summary as one JSON document (and no progress lines)")
+    group.add_argument("--fault", dest="sim_faults", action="append", default=[], metavar="SPEC",
+                       help="inject a fault, TARGET:FAULT@WHEN (gpu1:GPU_IS_LOST@120s, gpu0:UNKNOWN@60s-90s, "
+                            "hwmon:nct6798-isa-0290/temp2:EIO@30s; see docs/faults.md; repeatable)")
 
 
 def options_from_args(args: Any) -> SimOptions:
-    """SimOptions from ``aithermd run`` arguments. Raises ValueError for a negative speedup or duration."""
+    """SimOptions from ``aithermd run`` arguments. Raises ValueError for a negative speedup or duration, or
+    a ``--fault`` spec that does not parse."""
+    from aithermd.sim.faults import parse_all
+
     duration, speedup = args.sim_duration_s, args.sim_speedup
     if duration is not None and not 0 < duration < math.inf:  # also refuses nan
         raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
@@ -308,7 +338,8 @@ def options_from_args(args: Any) -> SimOptions:
         raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
     return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
                       gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
-                      state_dir=args.state_dir, json_summary=args.sim_json)
+                      state_dir=args.state_dir, json_summary=args.sim_json,
+                      faults=tuple(parse_all(getattr(args, "sim_faults", None) or ())))
 
 
 def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: Any = None) -> int:
@@ -333,7 +364,11 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
         update["bus"] = "none"  # a simulation serves no bus unless asked to
     if getattr(args, "metrics_listen", None) is None:
         update["metrics_listen"] = "none"
-    result = asyncio.run(simulate(settings.model_copy(update=update), opts, out, signals))
+    try:
+        result = asyncio.run(simulate(settings.model_copy(update=update), opts, out, signals))
+    except ValueError as exc:  # a --fault naming what the simulated machine does not have
+        print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
+        return 2
     if result.code != 0:
         print(f"aithermd run --simulate: the daemon stopped with {result.code}; its files stay in "
               f"{result.places.state_dir} and {result.places.machine_dir}", file=sys.stderr)

@@ -38,6 +38,7 @@ complete -c aithermd -n "__fish_seen_subcommand_from run" -l log-format -x -a 'a
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l log-level -x -a 'debug info warning error' -d 'Log level'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l seed -x -d 'Noise seed'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l summary-json -d 'Print the summary as JSON'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l fault -x -d 'Inject a fault: TARGET:FAULT@WHEN'
 complete -c aithermd -n "__fish_seen_subcommand_from check" -s q -l quiet -d 'Print nothing for valid files'
 complete -c aithermd -n "__fish_seen_subcommand_from schema" -l compact -d 'One line instead of indented'
 complete -c aithermd -n "__fish_seen_subcommand_from schema" -l markdown -d 'The reference as Markdown'

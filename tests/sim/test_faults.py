@@ -1,0 +1,76 @@
+"""``aithermd run --simulate --fault SPEC``: the specs, their refusals, and faults that reach the daemon's
+real backends (the fake NVML beneath pynvml, the board's sysfs files) at their simulated time."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+
+import pytest
+from conftest import run_daemon
+
+from aithermd.sim.faults import FaultSpecError, parse
+
+
+def test_specs_parse_into_targets_faults_and_times():
+    lost = parse("gpu1:GPU_IS_LOST@120s")
+    assert (lost.target, lost.gpu, lost.kind, lost.value, lost.start, lost.end) == (
+        "gpu", 1, "code", 15, 120, None)
+    unknown = parse("gpu0:UNKNOWN@1m-90s")
+    assert (unknown.value, unknown.start, unknown.end) == (999, 60, 90)
+    one = parse("gpu0/DeviceGetPowerUsage:NO_DATA@2h")
+    assert (one.function, one.value, one.start) == ("nvmlDeviceGetPowerUsage", 21, 7200)
+    assert parse("nvml:LIB_RM_VERSION_MISMATCH@10m-12m").target == "nvml"
+    assert (parse("gpu0:HANG@5s-6s").kind, parse("gpu1:ABSENT@0s-1h").kind) == ("hang", "absent")
+    assert (parse("gpu0:CAP=200W@30s").kind, parse("gpu0:CAP=200W@30s").value) == ("cap", 200.0)
+    board = parse("hwmon:nct6798-isa-0290/temp2:EIO@30s")
+    assert (board.target, board.channel, board.value) == ("file", "hwmon:nct6798-isa-0290/temp2", errno.EIO)
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("gpu1:GPU_IS_LOST", "no @WHEN"),
+    ("gpu1:GPU_IS_LOST@soon", "is no time"),
+    ("gpu1:GPU_IS_LOST@90s-60s", r"ends \(60 s\) before it starts"),
+    ("gpu1:FELL_OFF@1s", "is no NVML error; use one of"),
+    ("tpu0:UNKNOWN@1s", "is no target"),
+    ("nvml:HANG@1s", "per GPU"),
+    ("hwmon:nct6798-isa-0290/temp2:EBROKEN@1s", "no errno name"),
+])
+def test_a_bad_spec_says_what_is_wrong(spec, says):
+    with pytest.raises(FaultSpecError, match=says):
+        parse(spec)
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("gpu1:UNKNOWN@1s-", "is no time"),
+    ("gpu7:GPU_IS_LOST@10s", "has 2 GPUs"),
+    ("hwmon:nct6798-isa-0290/temp99:EIO@10s", "has no channel hwmon:nct6798-isa-0290/temp99"),
+])
+def test_the_command_line_refuses_a_bad_fault_with_exit_2(tmp_path, fault, says):
+    done = subprocess.run([sys.executable, "-m", "aithermd", "run", "--simulate", "--duration", "60",
+                           "--speedup", "0", "--state-dir", str(tmp_path), "--fault", fault],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_faults_reach_the_real_backends_at_their_time(tmp_path):
+    from aithermd.sim.faults import parse_all
+
+    seen: list = []
+
+    def watch(snapshot, events):
+        seen.append((snapshot.t_mono, snapshot.health["nvml"]["gpus"]["gpu1"]["state"],
+                     snapshot.readings["hwmon:nct6798-isa-0290/temp2"].status, list(events)))
+
+    result = run_daemon(tmp_path, "balanced", 300.0, listeners=[watch], faults=parse_all([
+        "gpu1:GPU_IS_LOST@60s-180s", "hwmon:nct6798-isa-0290/temp2:EIO@30s-90s"]))
+    t0 = seen[0][0]
+    state = {round(t - t0): s for t, s, _, _ in seen}
+    assert state[50] == "ok" and state[70] == "lost" and state[290] == "ok", "lost at 60 s, back after 180 s"
+    temp2 = {round(t - t0): str(st) for t, _, st, _ in seen}
+    assert temp2[20] == "ok" and temp2[60] == "failed" and temp2[120] == "ok"
+    faults = [e.subject for *_, evs in seen for e in evs if e.kind == "fault"]
+    assert "gpu1" in faults and "hwmon:nct6798-isa-0290/temp2" in faults
+    assert [(f["t_s"], f["fault"]) for f in result.data["faults"]] == [
+        (30.0, "on"), (60.0, "on"), (90.0, "off"), (180.0, "off")]
