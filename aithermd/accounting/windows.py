@@ -158,8 +158,8 @@ class EnergyWindows:
         """Close a window: ``{"id", "name", "uid", "started", "duration_s", "joules": {device id: J},
         "total_j", "restarts", "unmeasured_s"}`` (``total_j`` counts each device once: no RAPL subzone, psys
         or MMIO copy of a package; ``platform_j`` and ``estimated`` where they apply) and, for a scoped
-        window, ``"scope"``, ``"attributed"`` ({device id: J}) and ``"attributed_total_j"``. ``name``: when given (not None or ""), the window must
-        have been opened with that name.
+        window, ``"scope"``, ``"attributed"`` ({device id: J}) and ``"attributed_total_j"``. ``name``: when
+        given (not None or ""), the window must have been opened with that name.
 
         Raises UnknownWindow, NotOwner (another uid's window, unless ``root``), WrongWindow."""
         self.expire()

@@ -43,9 +43,9 @@ def list_processes() -> frozenset[str]:
 @dataclass
 class Sampled:
     """One tick's reads merged: ``readings`` by channel id, ``knobs`` by knob id (values in daemon units),
-    ``attrs`` by device id, ``lost`` device ids, ``health`` by source family, ``processes`` (empty unless a policy needs them),
-    ``hop_ok`` (False when the worker did not answer: its knobs are not written this tick) and the
-    ``events`` of new faults."""
+    ``attrs`` by device id, ``lost`` device ids, ``health`` by source family, ``processes`` (empty unless a
+    policy needs them), ``hop_ok`` (False when the worker did not answer: its knobs are not written this
+    tick) and the ``events`` of new faults."""
 
     readings: dict[str, Reading] = field(default_factory=dict)
     knobs: dict[str, KnobValue] = field(default_factory=dict)

@@ -11,8 +11,8 @@ import pynvml as E
 
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.runtime.daemon import Daemon
-from aithermd.watchers.options import WatcherOptions
 from aithermd.sim.fake_nvml import FakeNvml
+from aithermd.watchers.options import WatcherOptions
 
 from .conftest import GPU_DUMPS, settings_for
 
