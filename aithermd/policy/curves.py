@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,8 @@ def points_step(curve: PointsCurve, temp_c: float, st: CurveState) -> tuple[floa
 
 
 def pid_step(curve: PidCurve, temp_c: float, now: float, st: CurveState) -> tuple[float, CurveState]:
+    if not math.isfinite(temp_c):  # nonsense (±inf): full duty, never NaN or zero; the state is kept
+        return 100.0, st
     err = temp_c - curve.setpoint_c
     dt = now - st.t if st.t is not None and now > st.t else 0.0
     integral = st.integral + err * dt
@@ -61,6 +64,8 @@ def pid_step(curve: PidCurve, temp_c: float, now: float, st: CurveState) -> tupl
         integral = min(max(integral, lo), hi)
     deriv = (err - st.prev_err) / dt if st.prev_err is not None and dt > 0 else 0.0
     duty = curve.base_pct + curve.kp * err + curve.ki * integral + curve.kd * deriv
+    if not math.isfinite(duty):  # an overflowing term: full duty, the state kept
+        return 100.0, st
     return min(max(duty, 0.0), 100.0), CurveState(integral=integral, prev_err=err, t=now)
 
 

@@ -39,6 +39,17 @@ def test_pid_pushes_up_when_hot_and_integrates_without_winding_up():
     assert duty < 100.0
 
 
+@pytest.mark.parametrize("temp", [float("-inf"), float("inf"), float("nan")])
+def test_pid_on_a_nonsense_temperature_is_full_duty_and_keeps_its_state(temp):
+    """A non-finite source (found by the policy fuzz test: -inf gave a NaN duty) drives the fan to 100 %."""
+    pid = PidCurve(kind="pid", source="x", setpoint_c=70, kp=2, ki=0.5, kd=0, base_pct=30)
+    _, st = fc.pid_step(pid, 75, 0.0, fc.CurveState())
+    duty, after = fc.pid_step(pid, temp, 0.0, st)
+    assert duty == 100.0 and after == st
+    duty, _ = fc.pid_step(pid, 75, 1.0, after)
+    assert duty == pytest.approx(30 + 2 * 5 + 0.5 * 5), "the next good reading picks up where it was"
+
+
 def test_mix_takes_max_min_or_mean_of_named_curves():
     a = PointsCurve(kind="points", source="a", points=[(0, 10), (100, 10)])
     b = PointsCurve(kind="points", source="b", points=[(0, 50), (100, 50)])
