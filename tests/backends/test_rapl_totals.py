@@ -138,7 +138,7 @@ async def test_a_reload_probes_rapl_again(root, tmp_path, clock):
     """SIGHUP/aithermctl policy reload: an energy_uj made readable since start is read from the next tick."""
     from aithermd.runtime.daemon import Daemon
     from aithermd.settings import DaemonSettings
-    from tests.daemon.stub_engine import STUB_ENGINE, write_policy
+    from tests.support.stub_engine import STUB_ENGINE, write_policy
 
     write_policy(tmp_path / "policies", "balanced", 50.0)
     io = FaultIO()
