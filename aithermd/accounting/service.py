@@ -5,7 +5,8 @@ given a process table) the accountant that says which process used the joules, a
 over the snapshot's energy channels). Every ``interval_s`` of snapshot time it starts one accounting pass
 as a task: each GPU backend's ``ausage()`` (process lists, on the NVML worker) and the process scan (in a
 thread), then the split, the ledger, the scoped windows and the history, back on the loop. Only one pass
-runs at a time; a slow one delays the next, never the tick.
+runs at a time; a slow one delays the next, never the tick. A machine without a GPU or a RAPL package zone
+has no joules to share out: no pass runs (the scan of every process was most of the daemon's CPU there).
 
 State is kept in the state directory: ``energy.json`` (open windows, the meter's counter points, the joules
 not yet accounted and where accounting stopped, idle floors) written at most every ``save_every_s`` and on
@@ -143,7 +144,8 @@ class EnergyService:
                 self._next_pass = snapshot.t_mono + self.interval_s
             elif snapshot.t_mono >= self._next_pass and (self._task is None or self._task.done()):
                 self._next_pass = snapshot.t_mono + self.interval_s
-                self._task = asyncio.get_running_loop().create_task(self.account())
+                if self._known:  # no GPU and no RAPL package: no joules to share, no process scan
+                    self._task = asyncio.get_running_loop().create_task(self.account())
         now = self.clock.monotonic()
         if self.windows.changed or self._last_save is None or now - self._last_save >= self.save_every_s:
             self.save()
