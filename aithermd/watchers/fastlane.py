@@ -12,10 +12,14 @@ watching from the published snapshot:
 
 Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread`` per hwmon file through a
 descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.readers`) —
-every ``1 / rate_hz`` s. A crossing that left the tick's reading faster than the sensor can move (the
-sensor trust's rate limits, :mod:`aithermd.backends.plausible`) is a suspected spike: the lane acts only
-when the next poll still reads it at its trigger (one poll period later), as the tick's trust would; a
-plausible rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
+every ``1 / rate_hz`` s, from one period before the first moment a watched input could be at its trigger:
+its headroom at the tick (trigger − reading) over the fastest rise its sensor shows (the sensor trust's rate
+limits, :mod:`aithermd.backends.plausible`: 80 °C/s for CPU dies, 30 °C/s for GPUs, 15 °C/s for board
+sensors). Until then nothing is read: a board sensor 9 °C under its trigger is not polled for 0.52 s
+after its tick, so a 1 s tick leaves 6 polls of 12 at 12.5 Hz. A crossing that left the tick's reading
+faster than the sensor can move (the same rate limits) is a suspected spike: the lane acts only when the
+next poll still reads it at its trigger (one poll period later), as the tick's trust would; a plausible
+rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
 decisions for it (power limits to their minimum, the device's fans and the fans whose curve reads it to
 full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under
 the loop's tick lock so it never interleaves with a tick. The next main tick sees the same temperature,
@@ -32,6 +36,7 @@ which acts under the tick lock as above.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -107,6 +112,7 @@ class FastLane:
         self._nvml: dict[str, Any] = {}  # channel id → a reader awaited on its worker (aread(timeout_s))
         self._base: Mapping[str, Reading] = {}
         self._base_t = 0.0
+        self.quiet_until = 0.0  # clock.monotonic() before which no watched input can reach its trigger
         self._jump: dict[str, float] = {}  # channel → its rate limit (°C/s): a faster crossing is confirmed
         self._pending: set[str] = set()  # crossings seen once that moved faster than their rate limit
         self._plan: Any = None
@@ -150,6 +156,9 @@ class FastLane:
             self.watch = watch
             self._jump = {cid: rate_limit(Quantity.TEMPERATURE, _driver(by_id.get(cid.rsplit("/", 1)[0])))
                           or float("inf") for cid in watch}
+            first = min((self._headroom_s(snapshot.readings.get(cid), trig, self._jump[cid])
+                         for cid, trig in watch.items()), default=0.0)
+            self.quiet_until = snapshot.t_mono + first - self.period_s
             self._pending.clear()
             self.acted.clear()
             # already at its trigger in this tick: the tick's own safety layer acted (and latches); the lane
@@ -162,6 +171,14 @@ class FastLane:
             self._wake.set()
         else:
             self._armed.clear()
+
+    @staticmethod
+    def _headroom_s(reading: Reading | None, trigger_c: float, rate_c_s: float) -> float:
+        """The shortest time (s) in which ``reading`` can rise to ``trigger_c`` at ``rate_c_s`` °C/s; 0 when
+        that is not known (no good reading, no rate limit)."""
+        if reading is None or reading.status != Status.OK or reading.value is None or math.isinf(rate_c_s):
+            return 0.0
+        return max(0.0, (trigger_c - reading.value) / rate_c_s)
 
     @staticmethod
     def _hot_gpus(devices: Any, snapshot: Snapshot) -> set[str]:
@@ -198,6 +215,10 @@ class FastLane:
                 self._armed.clear()
                 await self._armed.wait()
                 continue
+            quiet = self.quiet_until - self.clock.monotonic()
+            if quiet > 0:  # no watched input can be at its trigger yet (a re-arm only moves this later)
+                await self.sleep(quiet)
+                continue
             started = self.clock.monotonic()
             try:
                 await self.poll_once()
@@ -217,6 +238,11 @@ class FastLane:
             if not self.watch:
                 self._wake.wait()
                 self._wake.clear()
+                continue
+            quiet = self.quiet_until - time.monotonic()
+            if quiet > 0:  # no watched input can be at its trigger yet: wait for that, a re-arm or a stop
+                if self._wake.wait(quiet):
+                    self._wake.clear()
                 continue
             started = time.monotonic()
             if self._nvml or self._crossed():

@@ -225,3 +225,37 @@ async def test_a_spike_across_the_trigger_waits_for_the_next_poll(board, clock, 
     assert await lane.poll_once() is False
     assert await lane.poll_once() is True  # still there one poll later: real, acted on
     assert read(root, f"{AMDGPU}/pwm1") == 255
+
+
+async def test_nothing_is_read_before_a_watched_input_could_reach_its_trigger(board, clock, root):
+    """80 °C under an 86 °C trigger on an amdgpu sensor (30 °C/s at most, the sensor trust's limit): it
+    cannot be at its trigger before 0.2 s, so the first poll comes one period (80 ms) before that, then one
+    every period; at its trigger already, the lane polls at once."""
+    tick, io = board
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane = lane_for(tick, [], clock)
+    snap = await tick.run(1)
+    lane.rearm(snap)
+    assert lane.quiet_until == pytest.approx(snap.t_mono + 6.0 / 30.0 - 0.08)
+    polled_at = []
+    real_poll = lane.poll_once
+
+    async def poll_once():
+        polled_at.append(clock.monotonic() - snap.t_mono)
+        return await real_poll()
+
+    async def sleep(seconds):
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    lane.poll_once, lane.sleep = poll_once, sleep
+    task = asyncio.create_task(lane.run())
+    while len(polled_at) < 3:
+        await asyncio.sleep(0)
+    await lane.stop()
+    await task
+    assert polled_at[:3] == pytest.approx([0.12, 0.20, 0.28])
+    write(root, f"{AMDGPU}/temp1_input", 86000)
+    snap = await tick.run(2)
+    lane.rearm(snap)
+    assert lane.quiet_until <= snap.t_mono  # no headroom: no quiet time
