@@ -117,12 +117,19 @@ class ProcessTable:
     simulator's) and ``reader``."""
 
     def __init__(self, psutil_module: Any = None, reader: ProcReader | None = None) -> None:
-        if psutil_module is None:
-            import psutil as psutil_module
-        self.ps = psutil_module
+        self._ps = psutil_module
         self.reader = reader or ProcReader()
         self.info: dict[ProcKey, ProcessInfo] = {}
         self.by_pid: dict[int, ProcKey] = {}
+
+    @property
+    def ps(self) -> Any:
+        """The psutil module, imported at the first scan (a machine without an energy meter never scans:
+        :class:`~aithermd.accounting.service.EnergyService`)."""
+        if self._ps is None:
+            import psutil
+            self._ps = psutil
+        return self._ps
 
     def scan(self) -> dict[ProcKey, float]:
         """{key: CPU seconds so far (user + system, with reaped children's)} of every process now; the
