@@ -15,11 +15,12 @@ descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`ai
 every ``1 / rate_hz`` s, from one period before the first moment a watched input could be at its trigger:
 its headroom at the tick (trigger − reading) over the fastest rise its sensor shows (the sensor trust's rate
 limits, :mod:`aithermd.backends.plausible`: 80 °C/s for CPU dies, 30 °C/s for GPUs, 15 °C/s for board
-sensors). Until then nothing is read: a board sensor 9 °C under its trigger is not polled for 0.52 s
-after its tick, so a 1 s tick leaves 6 polls of 12 at 12.5 Hz. A crossing that left the tick's reading
-faster than the sensor can move (the same rate limits) is a suspected spike: the lane acts only when the
-next poll still reads it at its trigger (one poll period later), as the tick's trust would; a plausible
-rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
+sensors). Until then nothing is read, and the polling thread starts that quiet time again from each
+poll's own readings: a board sensor 9 °C under its trigger is read about twice a second instead of 12.5
+times, and a crossing is still seen within a period of becoming possible. A crossing that left the
+tick's reading faster than the sensor can move (the same rate limits) is a suspected spike: the lane acts
+only when the next poll still reads it at its trigger (one poll period later), as the tick's trust would;
+a plausible rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
 decisions for it (power limits to their minimum, the device's fans and the fans whose curve reads it to
 full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under
 the loop's tick lock so it never interleaves with a tick. The next main tick sees the same temperature,
@@ -113,6 +114,7 @@ class FastLane:
         self._base: Mapping[str, Reading] = {}
         self._base_t = 0.0
         self.quiet_until = 0.0  # clock.monotonic() before which no watched input can reach its trigger
+        self._quiet_rt = 0.0  # the same on the polling thread's clock (time.monotonic())
         self._jump: dict[str, float] = {}  # channel → its rate limit (°C/s): a faster crossing is confirmed
         self._pending: set[str] = set()  # crossings seen once that moved faster than their rate limit
         self._plan: Any = None
@@ -159,6 +161,7 @@ class FastLane:
             first = min((self._headroom_s(snapshot.readings.get(cid), trig, self._jump[cid])
                          for cid, trig in watch.items()), default=0.0)
             self.quiet_until = snapshot.t_mono + first - self.period_s
+            self._quiet_rt = time.monotonic() + (self.quiet_until - self.clock.monotonic())
             self._pending.clear()
             self.acted.clear()
             # already at its trigger in this tick: the tick's own safety layer acted (and latches); the lane
@@ -239,7 +242,7 @@ class FastLane:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            quiet = self.quiet_until - time.monotonic()
+            quiet = self._quiet_rt - time.monotonic()
             if quiet > 0:  # no watched input can be at its trigger yet: wait for that, a re-arm or a stop
                 if self._wake.wait(quiet):
                     self._wake.clear()
@@ -257,13 +260,23 @@ class FastLane:
                 self._wake.clear()
 
     def _crossed(self) -> bool:
-        """True when a watched hwmon input, read from the polling thread, is at or above its trigger."""
+        """True when a watched hwmon input, read from the polling thread, is at or above its trigger; else
+        the thread's quiet time starts again from these readings (their headroom over their rate limits)."""
         with self._readers_lock:
-            watch, acted = self.watch, self.acted
+            watch, acted, jump = self.watch, self.acted, self._jump
+            first = math.inf
             for cid, quick in self._hwmon.items():
                 value = quick.read()
-                if value is not None and value >= watch.get(cid, float("inf")) and cid not in acted:
-                    return True
+                trig = watch.get(cid, math.inf)
+                if value is None:
+                    first = 0.0  # unknown: keep polling
+                elif value >= trig:
+                    if cid not in acted:
+                        return True
+                else:
+                    first = min(first, (trig - value) / jump.get(cid, math.inf))
+            if not self._nvml and math.isfinite(first):
+                self._quiet_rt = max(self._quiet_rt, time.monotonic() + first - self.period_s)
         return False
 
     async def poll_once(self) -> bool:

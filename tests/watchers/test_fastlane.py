@@ -162,12 +162,15 @@ async def test_a_gpu_over_its_limit_is_watched_and_its_crossing_sets_min_limit_a
     assert emitted[0].subject == "gpu0/temperature"
 
 
-async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board, clock, root):
+@pytest.mark.parametrize("ahead_s", [0.0, 1e6])
+async def test_the_threaded_lane_reads_in_its_thread_and_acts_on_the_loop(board, clock, root, ahead_s):
     """Real time: the polling thread reads the watched file and hands the crossing to the event loop, which
-    applies the safety action (journal first). Bounded wait, no timing assertion (speed: the benchmark)."""
+    applies the safety action (journal first). Bounded wait, no timing assertion (speed: the benchmark).
+    The thread's quiet time is on its own clock, whatever the tick's clock reads (here 11 days ahead)."""
     import threading
 
     tick, _ = board
+    clock.advance(ahead_s)
     write(root, f"{AMDGPU}/temp1_input", 80000)
     lane = lane_for(tick, [], clock, threaded=True)
     lane.rearm(await tick.run(1))
@@ -259,3 +262,20 @@ async def test_nothing_is_read_before_a_watched_input_could_reach_its_trigger(bo
     snap = await tick.run(2)
     lane.rearm(snap)
     assert lane.quiet_until <= snap.t_mono  # no headroom: no quiet time
+
+
+def test_each_poll_of_the_thread_starts_the_quiet_time_again_from_its_readings(board, clock, root):
+    """The thread read 80 °C under an 86 °C trigger (30 °C/s at most): no poll for the next 0.2 s less a
+    period, whatever the tick said."""
+    import time
+
+    tick, _ = board
+    write(root, f"{AMDGPU}/temp1_input", 85000)
+    lane = lane_for(tick, [], clock, threaded=True)
+    lane.rearm(asyncio.run(tick.run(1)))
+    write(root, f"{AMDGPU}/temp1_input", 80000)  # cooler since the tick
+    before = time.monotonic()
+    assert lane._crossed() is False
+    assert before + 6.0 / 30.0 - 0.08 <= lane._quiet_rt <= time.monotonic() + 6.0 / 30.0 - 0.08
+    write(root, f"{AMDGPU}/temp1_input", 86000)
+    assert lane._crossed() is True  # at its trigger: handed to the loop at once
