@@ -4,6 +4,12 @@ Three-valued: a condition is True, False or None (unknown: a failed sensor, a wi
 never triggers anything: ``all`` is None unless some part is False, ``any`` is None unless some part is True,
 ``not None`` is None. ``sustain_s`` needs the condition True continuously that long (the start time is kept in
 :attr:`Ctx.held_new`, the next tick's ``held``).
+
+Besides each metric's statistic, a condition notes in :attr:`Ctx.stats` (which become the decision's
+Explain inputs) how far its time is along, as ``{"elapsed_s", "need_s"}`` (s): ``"<metric> < X"`` (or
+``>= X``) for a window that every sample must meet (``max`` … ``below``, ``min`` … ``above``: how long they
+all have, of ``window_s``), ``"<metric> history"`` for any other window while its history is shorter than ``window_s``,
+and ``"<condition> sustained"`` for a ``sustain_s`` timer while its condition holds.
 """
 
 from __future__ import annotations
@@ -85,7 +91,18 @@ class Node:
         k = f"{self.key}@{ctx.scope}"
         since = ctx.held.get(k, ctx.now)
         ctx.held_new[k] = since
+        ctx.stats[f"{self.name} sustained"] = progress(ctx.now - since, self.sustain_s)
         return ctx.now - since >= self.sustain_s - 1e-9
+
+    @property
+    def name(self) -> str:
+        """How Explain names this condition: its place in the policy (``rules[1].when``)."""
+        return self.key
+
+
+def progress(elapsed_s: float, need_s: float) -> dict[str, float]:
+    """``{"elapsed_s", "need_s"}``: time along (at most ``need_s``), of the time needed (s)."""
+    return {"elapsed_s": round(min(max(0.0, elapsed_s), need_s), 3), "need_s": need_s}
 
 
 class Metric(Node):
@@ -113,16 +130,48 @@ class Metric(Node):
                 best = v
         return best, complete and bool(keys)
 
+    @property
+    def name(self) -> str:
+        return self.label
+
+    @property
+    def whole_name(self) -> str:
+        """``gpu.utilization_pct.max_90s < 10``: what every sample of the window must meet."""
+        return f"{self.label} < {self.below:g}" if self.below is not None else f"{self.label} >= {self.above:g}"
+
     def test(self, ctx: Ctx) -> bool | None:
         v, complete = self.value(ctx)
         ctx.stats[self.label] = v
         if self.above is not None:
-            if v is not None and v >= self.above:
-                return True
-            return False if complete else None
-        if not complete or v is None:
-            return None
-        return v < self.below  # type: ignore[operator]
+            result = True if v is not None and v >= self.above else False if complete else None
+        elif not complete or v is None:
+            result = None
+        else:
+            result = v < self.below  # type: ignore[operator]
+        if self.stat != "last":
+            self._progress(ctx, result)
+        return result
+
+    def _progress(self, ctx: Ctx, result: bool | None) -> None:
+        """Note how far this window is along (see the module docstring); a window that every sample must
+        meet walks back only over the samples that met it."""
+        whole = (self.stat == "max" and self.below is not None) or (self.stat == "min" and self.above is not None)
+        keys = (f"{ctx.scope}/{self.attr}",) if self.attr and ctx.scope else self.keys
+        windows = [ctx.windows.get(k) if k in ctx.ok else None for k in keys]
+        if whole:
+            if result is True:
+                elapsed = self.window_s
+            else:
+                below, above = self.below, self.above
+                ok = (lambda x: x < below) if below is not None else (lambda x: x >= above)  # type: ignore[operator]
+                elapsed = min((w.held_s(ok, self.window_s, ctx.now) if w is not None else 0.0 for w in windows),
+                              default=0.0)
+            ctx.stats[self.whole_name] = progress(elapsed, self.window_s)
+        elif result is None:
+            covered = min((w.held_s(lambda x: True, self.window_s, ctx.now) if w is not None else 0.0
+                           for w in windows), default=0.0)
+            if covered < self.window_s:
+                ctx.stats[f"{self.label} history"] = progress(covered, self.window_s)
 
 
 class All(Node):

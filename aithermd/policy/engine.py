@@ -29,7 +29,7 @@ from aithermd.model import (
     _empty,
 )
 from aithermd.policy import arbiter, safety, sampling
-from aithermd.policy.conditions import Ctx
+from aithermd.policy.conditions import Ctx, progress
 from aithermd.policy.curves import CurveState, FanState
 from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
 from aithermd.policy.references import all_conditions
@@ -149,14 +149,18 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
             state_name = m.states[new.index].name
             ctx.machine_states[(m.name, scope)] = (state_name, new.settled)
             ctx.stats[f"state:{m.name}"] = state_name if new.settled else f"{state_name} (starting)"
+            dwell = m.states[new.index].min_dwell_s
+            if new.settled and ctx.now - new.since < dwell:  # no way out of this state before then
+                ctx.stats[f"dwell:{m.name}"] = progress(ctx.now - new.since, dwell)
             key = scope if len(plan.machines) == 1 else f"{m.name}/{scope}"
             states_out[key] = state_name
     decisions: dict[str, Decision] = {}
     curve_states: dict[str, CurveState] = {}
     fan_sources: dict[str, tuple[str, ...]] = {}
+    pending: dict[str, dict[str, Any]] = {}
     for rule in plan.rules:
         run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
-                 fan_sources, fan_failed)
+                 fan_sources, fan_failed, pending)
     return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
                                   MappingProxyType(curve_states), MappingProxyType(ctx.searches_new)), \
         states_out, fan_sources

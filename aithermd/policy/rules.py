@@ -110,10 +110,14 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
              machine_stats: Mapping[str | None, Mapping[str, Any]], prev_curves: Mapping[str, fc.CurveState],
              out_curves: dict[str, fc.CurveState], fans: Mapping[str, fc.FanState],
              decisions: dict[str, Decision], fan_sources: dict[str, tuple[str, ...]],
-             fan_failed: dict[str, tuple[str, str]] | None = None) -> None:
+             fan_failed: dict[str, tuple[str, str]] | None = None,
+             pending: dict[str, dict[str, Any]] | None = None) -> None:
     """Decide the knobs ``rule`` targets (into ``decisions``, first rule wins); record fan curve sources
     (every channel a fan's curve may read) and, in ``fan_failed``, the fans whose source failed this tick
-    with the first failed input (channel, status)."""
+    with the first failed input (channel, status). ``pending``: knob id → the ``{"elapsed_s", "need_s"}``
+    progress of earlier rules that did not hold yet (``"<rule>: <condition>"``), added to the inputs of
+    the rule that decides the knob."""
+    pending = {} if pending is None else pending
     temps: dict[str, float] | None = None
     hottest: float | None = None
     raw: dict[str, float] = {}
@@ -123,9 +127,14 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
         ctx.scope = t.scope
         ctx.stats = {}
         holds = rule.when.eval(ctx) if rule.when is not None else True
-        if holds is not True or t.knob.id in decisions:
+        if t.knob.id in decisions:
             continue
-        inputs: dict[str, Any] = {**machine_stats.get(t.scope, {}), **ctx.stats}
+        if holds is not True:  # its timers and windows still filling: shown with whatever decides the knob
+            waiting = {f"{rule.name}: {k}": v for k, v in ctx.stats.items() if isinstance(v, dict)}
+            if waiting:
+                pending.setdefault(t.knob.id, {}).update(waiting)
+            continue
+        inputs: dict[str, Any] = {**machine_stats.get(t.scope, {}), **ctx.stats, **pending.get(t.knob.id, {})}
         if rule.kind == "fan":
             if temps is None:
                 temps, hottest, raw, used, failed = _temps(rule, inp, ctx)

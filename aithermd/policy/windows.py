@@ -12,6 +12,7 @@ push costs O(1) amortized while every view stays immutable to its holders.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 
 EPS_S = 1e-6
 
@@ -104,6 +105,23 @@ class Window:
         cum = buf.cum
         below = cum[i0 - 1] + values[i0] * (lo - times[i0 - 1])  # i0 > start: times[start] ≤ lo
         return (cum[end - 1] - below) / span
+
+    def held_s(self, ok: Callable[[float], bool], window_s: float, now: float) -> float:
+        """How long (s, at most ``window_s``) every sample up to ``now`` has met ``ok``: ``now`` minus the time
+        of the newest sample that did not (its value covers the time before it), or minus the oldest
+        sample's time while the history is shorter than the window. So ``max < X`` over the window holds
+        once this reaches ``window_s``; 0.0 when empty. Walks back only over the samples that met ``ok``."""
+        start, end = self._start, self._end
+        times, values = self._buf.times, self._buf.values
+        lo = now - window_s
+        i = end - 1
+        while i >= start and times[i] > lo + EPS_S and ok(values[i]):
+            i -= 1
+        if i < start:
+            return max(0.0, now - times[start]) if end > start else 0.0
+        if times[i] <= lo + EPS_S:  # every sample inside the window met it
+            return window_s
+        return max(0.0, now - times[i])
 
     def mean_upto(self, window_s: float, now: float) -> float | None:
         """Time-weighted mean over (now − window_s, now], or over the whole history while it is shorter
