@@ -123,7 +123,10 @@ def status_text(doc: Doc, now: float | None = None) -> str:
 def _inputs_text(inputs: Mapping[str, Any]) -> str:
     parts = []
     for name, v in inputs.items():
-        if isinstance(v, Mapping):
+        if isinstance(v, Mapping) and isinstance(v.get("elapsed_s"), int | float) \
+                and isinstance(v.get("need_s"), int | float):  # a window, dwell or timer: as far as the engine says
+            parts.append(f"{name}: {format_duration(v['elapsed_s'])} of {format_duration(v['need_s'])}")
+        elif isinstance(v, Mapping):
             inner = ", ".join(f"{k} {_num(x)}" for k, x in v.items())
             parts.append(f"{name} ({inner})")
         else:
@@ -132,6 +135,8 @@ def _inputs_text(inputs: Mapping[str, Any]) -> str:
 
 
 def _num(v: Any) -> str:
+    if v is None:
+        return "unknown"
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)

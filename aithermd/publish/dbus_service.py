@@ -43,7 +43,7 @@ from aithermd.publish import wire
 from aithermd.publish.control import DaemonControl
 from aithermd.publish.dbus_bus import DEFAULT_MAX_IN_FLIGHT, BusUnavailable, CallTracker, DaemonBus, connect
 from aithermd.publish.dbus_control import PrivilegedCalls, mapped_errors
-from aithermd.publish.document import DocumentCache, decision_changes, hold_document, plain, with_processes
+from aithermd.publish.document import DocumentCache, event_signals, hold_document, with_processes
 from aithermd.publish.history import History
 from aithermd.publish.hub import StateHub
 from aithermd.publish.polkit import Authorizer
@@ -56,11 +56,6 @@ FIRST_SNAPSHOT_WAIT_S = 15.0
 
 DBusStrList = Annotated[list[str], DBusSignature("as")]
 DBusTwoStr = Annotated[list[str], DBusSignature("ss")]
-
-
-def _event_json(e: HubEvent) -> str:
-    return json.dumps({"kind": e.kind, "t_wall": e.t_wall, "subject": e.subject, "message": e.message,
-                       "data": plain(e.data)}, default=str, separators=(",", ":"))
 
 
 class Daemon1(ServiceInterface):
@@ -244,12 +239,8 @@ class Daemon1(ServiceInterface):
         self._props = props
         if changed:
             self.emit_properties_changed(changed)
-        for e in events:
-            self.Event(e.kind, _event_json(e))
-        for d in decision_changes(self._previous, snapshot):
-            self.Event("decision", _event_json(HubEvent(
-                "decision", snapshot.t_wall, d.knob_id, d.reason,
-                {"value": d.value, "requested": d.requested, "rule": d.rule, "layer": str(d.layer)})))
+        for kind, body in event_signals(self._previous, snapshot, events):
+            self.Event(kind, json.dumps(body, default=str, separators=(",", ":")))
         self._previous = snapshot
         self._snapshot_signal()
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aithermd.model import (
     Decision,
     Device,
     DeviceKind,
+    Event,
     Hold,
     KnobValue,
     PolicyStatus,
@@ -126,6 +127,25 @@ def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decis
         if p is None or p.rule != d.rule or p.layer != d.layer or p.value != d.value:
             changed.append(d)
     return changed
+
+
+def event_document(e: Event) -> dict[str, Any]:
+    """One D-Bus ``Event`` signal's JSON body: ``{"kind", "t_wall" (s), "subject", "message", "data"}``."""
+    return {"kind": e.kind, "t_wall": e.t_wall, "subject": e.subject, "message": e.message,
+            "data": plain(e.data)}
+
+
+def event_signals(previous: Snapshot | None, current: Snapshot,
+                  events: Sequence[Event]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``Event(kind, json)`` signals of one published snapshot, in order: each hub event, then each
+    changed decision (:func:`decision_changes`) as kind ``decision`` with ``data`` ``{"value",
+    "requested", "rule", "layer"}`` (the knob's unit: W, %)."""
+    out = [(e.kind, event_document(e)) for e in events]
+    for d in decision_changes(previous, current):
+        out.append(("decision", event_document(Event(
+            "decision", current.t_wall, d.knob_id, d.reason,
+            {"value": d.value, "requested": d.requested, "rule": d.rule, "layer": str(d.layer)}))))
+    return out
 
 
 # before the first tick: no time yet, nothing found, no policy loaded

@@ -201,10 +201,14 @@ class FakeDaemon:
             raise _Err(wire.ERROR_UNKNOWN_WINDOW, f"no energy window {window}")
         name, start, scope = self.windows.pop(window)
         duration = time.monotonic() - start
-        watts = {"gpu0": 500.0, "gpu1": 24.0, "powercap:package-0": 86.0}
-        doc = {"name": name, "duration_s": duration, "joules": {k: w * duration for k, w in watts.items()}}
+        # the daemon's own window document (fixtures/energy.json), its joules scaled to this window's length
+        doc = load("energy.json")
+        joules = {k: j * duration / doc["duration_s"] for k, j in doc["joules"].items()}
+        doc.update(id=window, name=name, started=time.time() - duration, duration_s=duration, joules=joules,
+                   total_j=sum(joules.values()))
         if scope:  # its own share: the whole of gpu0 and a tenth of the CPU package, as the accounting says
-            doc.update(scope=scope, attributed={"gpu0": 500.0 * duration, "cpu": 8.6 * duration})
+            attributed = {"cpu": joules["powercap:package-0"] / 10, "gpu0": joules["gpu0"]}
+            doc.update(scope=scope, attributed=attributed, attributed_total_j=sum(attributed.values()))
         return json.dumps(doc)
 
 

@@ -130,7 +130,7 @@ async def test_policy_screen_shows_policies_holds_states_and_why():
         await settle(pilot, 5)
         text = screen_text(app)
         assert "active ai-training   in force quiet (held)" in text
-        assert "balanced" in text and "Lower caps and quiet curves" in text
+        assert "balanced" in text and "Lower limits (60 % of the default idle" in text
         assert "17" in text and "meeting in the lab" in text
         hold_row = next(line for line in text.splitlines() if "meeting in the lab" in line)
         assert hold_row.split("│")[1].split()[-2:] == ["until", "released"]  # detached, no timeout
@@ -147,44 +147,61 @@ async def test_policy_screen_shows_policies_holds_states_and_why():
         assert ("release_policy", (17,)) in client.calls
 
 
-async def test_policy_screen_draws_a_filling_window_from_explain_inputs():
-    """The screen draws a rule's window (``{"elapsed_s", "need_s"}`` in its Explain inputs) as a bar. The
-    policy engine does not publish such inputs yet (its Explain inputs are flat: ``{"state:load": ...,
-    "gpu.utilization_pct.max_60s": ...}``, see fixtures/explain.json, written from the daemon), so in
-    production no bar is drawn: this entry is the shape the screen expects, not one the daemon sends."""
+def engine_inputs_3s_after_the_load_stopped() -> dict:
+    """gpu0/power_limit's Explain inputs from the policy engine itself, 3 s after a GPU's load stopped: its
+    busy state's exit window (every sample of 10 s below 10 %) has held 3 s of its 10 s."""
+    from tests.policy.test_explain_progress import MACHINE, inputs_over
+
+    inputs = inputs_over(MACHINE.replace("DWELL", "0"), [90.0] * 12 + [0.0] * 3)[-1]
+    return json.loads(json.dumps(inputs))  # as Explain sends it
+
+
+async def test_policy_screen_draws_the_engines_windows_as_they_come():
+    """A window's progress (``{"elapsed_s", "need_s"}`` in the Explain inputs) is drawn as the engine
+    computed it: the screen computes no time of its own."""
     client = FakeClient()
     client.explained = {"gpu0/power_limit": {
-        "value": 360.0, "requested": 360.0, "layer": "policy", "rule": "ai-training/raise-under-load",
-        "reason": "gpu0 utilization ≥ 90 % for 60 s", "inputs": {"sustain": {"elapsed_s": 45, "need_s": 60}}}}
+        "value": 600.0, "requested": 600.0, "layer": "policy", "rule": "t/busy", "reason": "gpu0 in load.busy",
+        "inputs": engine_inputs_3s_after_the_load_stopped()}}
     app = AithermApp(client, **FAST)
     async with app.run_test(size=(100, 60)) as pilot:
         await settle(pilot)
         await pilot.press("3")
         await settle(pilot, 5)
-        assert "sustain" in screen_text(app) and "45s of 1m 00s" in screen_text(app)
+        line = next(x for x in screen_text(app).splitlines() if "max_10s < 10 " in x)
+        assert line.rstrip(" │").endswith(" 3.0s of 10s")
+        client.explained["gpu0/power_limit"]["inputs"] = {"dwell:load": {"elapsed_s": 45, "need_s": 60}}
+        app.refresh_policy_info()
+        await settle(pilot, 5)
+        assert "dwell:load" in screen_text(app) and "45s of 1m 00s" in screen_text(app)
 
 
 async def test_events_screen_logs_signals_and_filters_by_kind():
+    """The Event signals the daemon sent (fixtures/events.json): fan and power-limit actuations and
+    decisions on the workstation, a failed fan on the board."""
     client = FakeClient()
     app = AithermApp(client, **FAST)
-    async with app.run_test(size=(100, 30)) as pilot:
+    async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
         for kind, event in load("events.json"):
             client.emit(kind, event)
         await pilot.press("4")
         await settle(pilot)
         text = screen_text(app)
-        assert "450 W → 520 W by ai-training/raise-under-load" in text
-        assert "read failed (EIO)" in text and "GPU appeared" in text
+        assert "gpu0/power_limit: 450 → 360 W (ai-training/idle-limit)" in text
+        assert "gpu0 in load.idle: 80% of the default (360 W)" in text
+        assert "curve board → 36 %" in text
+        assert "hwmon:nct6798-isa-0290/fan2 failed: EIO: Input/output error" in text
         await pilot.press("f")  # all → limits: power limits only, no fan decisions
         await settle(pilot)
         text = screen_text(app)
-        assert "Events (limits" in text and "450 W → 520 W by ai-training/raise-under-load" in text
-        assert "read failed (EIO)" not in text and "pwm3" not in text and "GPU appeared" not in text
-        await pilot.press("f", "f", "f")  # → decision → drift → fault
+        assert "Events (limits" in text and "gpu0/power_limit: 450 → 360 W" in text
+        assert "gpu0 in load.idle: 80% of the default (360 W)" in text
+        assert "failed: EIO" not in text and "pwm1" not in text and "curve board" not in text
+        await pilot.press("f", "f", "f")  # → actuation → decision → fault
         await settle(pilot)
         text = screen_text(app)
-        assert "Events (fault" in text and "read failed (EIO)" in text and "GPU appeared" not in text
+        assert "Events (fault" in text and "fan2 failed: EIO" in text and "gpu0/power_limit" not in text
 
 
 async def test_reconnects_when_the_daemon_restarts():

@@ -19,12 +19,13 @@ async def test_typed_calls_return_decoded_documents(fake_daemon, private_bus):
         assert (await c.get_history(300))["knobs"]["gpu0/power_limit"][-1] == 360.0
         assert list(await c.explain("gpu0/power_limit")) == ["gpu0/power_limit"]
         assert [p["name"] for p in await c.list_policies()] == ["ai-training", "balanced", "quiet"]
-        assert (await c.get_policy("quiet"))["source"].startswith("name: quiet")
+        assert (await c.get_policy("quiet"))["source"].startswith("# quiet — for a desk machine")
         assert await c.get_property("Version") == "0.1.0-fake"
         assert await c.name_has_owner() is True
         window = await c.start_energy_window("epoch", 60)
         result = await c.stop_energy_window(window)
-        assert result["name"] == "epoch" and set(result["joules"]) == {"gpu0", "gpu1", "powercap:package-0"}
+        assert result["name"] == "epoch" and result["id"] == window
+        assert set(result["joules"]) == {"gpu0", "gpu1", "powercap:core", "powercap:package-0"}
 
 
 async def test_changes_reach_the_daemon_with_their_arguments(fake_daemon, private_bus):

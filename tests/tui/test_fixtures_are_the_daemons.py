@@ -1,13 +1,16 @@
 """aithermctl is tested with what the daemon really sends.
 
-The TUI's fixture documents (``fixtures/snapshot.json``, ``history.json``, ``explain.json``,
-``snapshot_nogpu.json``) are written by ``python -m tests.support.documents`` from the real daemon on the
-simulated workstation and on a recorded board (:mod:`tests.support.documents`). Here:
+Every fixture document of the TUI's tests (``fixtures/*.json``: GetSnapshot, GetHistory, Explain,
+ListPolicies, GetPolicy, the Event signals, StopEnergyWindow) is written by ``python -m
+tests.support.documents`` from the real daemon on the simulated workstation and on a recorded board
+(:mod:`tests.support.documents`); none is written by hand. Here:
 
+- each file is what the daemon sends *now*, value for value (the run is deterministic); only what the
+  energy accounting's thread computes is compared by shape (members at the same places): a daemon that
+  sends anything else — a new member, a changed message, another value — fails here until the files are
+  regenerated;
 - the snapshot and history files have the typed shape both ends share (:mod:`aithermd.publish.wire`),
   strictly;
-- each file still has the shape the daemon sends *now* (same members at the same places; values may drift):
-  a member the daemon stops publishing, or starts publishing, fails here until the files are regenerated;
 - every member aithermctl reads — the CLI's status text, doctor, the TUI's views, history and every screen —
   is one the schema declares, and is present in what the daemon sends: the GPU card's slowdown line read a
   ``thresholds`` member no daemon published, and its test passed on a hand-written fixture.
@@ -73,11 +76,44 @@ def test_each_fixture_has_the_shared_typed_shape(name):
 
 
 @pytest.mark.parametrize("name", documents.FIXTURE_FILES)
-def test_each_fixture_has_the_shape_the_daemon_sends_now(name, fresh):
+def test_each_fixture_is_what_the_daemon_sends_now(name, fresh):
+    ours, theirs = load(name), json.loads(documents.fixture_text(name, fresh[name]))
+    for member in documents.VOLATILE.get(name, ()):  # the accounting thread's: by shape
+        mine, its = ours.pop(member, None), theirs.pop(member, None)
+        assert shape(mine) == shape(its), f"{REGENERATE}: {member} changed shape"
     top = name == "explain.json"  # {knob id: ...}
-    ours, theirs = shape(load(name), free=top), shape(fresh[name], free=top)
-    assert ours == theirs, f"{REGENERATE}: only in the file {sorted(ours - theirs)[:8]}, " \
-                           f"only in the daemon's {sorted(theirs - ours)[:8]}"
+    assert shape(ours, free=top) == shape(theirs, free=top), \
+        f"{REGENERATE}: only in the file {sorted(shape(ours, free=top) - shape(theirs, free=top))[:8]}, " \
+        f"only in the daemon's {sorted(shape(theirs, free=top) - shape(ours, free=top))[:8]}"
+    assert ours == theirs, f"{REGENERATE}: {name} holds other values than the daemon sends now " \
+                           f"(first difference at {first_difference(ours, theirs)})"
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str:
+    """Where ``a`` and ``b`` first differ (a member path), for the failure message."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return first_difference(x, y, f"{path}[{i}]")
+    return f"{path or 'the top'}: {a!r:.60} in the file, {b!r:.60} from the daemon"
+
+
+def test_the_value_check_sees_a_message_the_daemon_does_not_send(fresh):
+    """The hand-written events of before ("450 W → 520 W by ai-training/raise-under-load") named a rule no
+    shipped policy has and data members (from, to) the daemon never sends."""
+    doc = json.loads(json.dumps(fresh["events.json"]))
+    doc[0][1]["message"] = "450 W → 520 W by ai-training/raise-under-load"
+    assert doc != fresh["events.json"]
+    assert first_difference(doc, fresh["events.json"]).startswith("[0][1].message:")
+
+
+def test_no_fixture_document_is_written_by_hand():
+    """Every JSON file in fixtures/ is one the daemon's run writes."""
+    assert sorted(p.name for p in FIXTURES.glob("*.json")) == sorted(documents.FIXTURE_FILES)
 
 
 def test_the_shape_check_sees_a_member_the_daemon_does_not_send(fresh):

@@ -12,8 +12,18 @@ def test_explain_paragraph_for_a_held_policys_decision(snapshot_doc):
     entry = load("explain.json")["gpu0/power_limit"]
     text = " ".join(explain_paragraph("gpu0/power_limit", entry, knob).split())
     assert text == ("gpu0/power_limit is 360 W, set by a held policy (quiet/busy-limit): gpu0 in load.busy: "
-                    "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; state:load busy. "
+                    "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; "
+                    "gpu.utilization_pct.max_90s < 10: 0.0s of 1m 30s; state:load busy. "
                     "Range 10 W to 600 W, default 450 W.")
+
+
+def test_explain_paragraph_says_how_far_the_engines_windows_are():
+    from test_app import engine_inputs_3s_after_the_load_stopped
+
+    entry = {"value": 600.0, "requested": 600.0, "layer": "policy", "rule": "t/busy", "reason": "gpu0 in load.busy",
+             "inputs": engine_inputs_3s_after_the_load_stopped()}
+    text = " ".join(explain_paragraph("gpu0/power_limit", entry, None).split())
+    assert "Inputs: gpu.utilization_pct.max_10s 90; gpu.utilization_pct.max_10s < 10: 3.0s of 10s;" in text
 
 
 def test_explain_paragraph_for_a_safety_decision_clamped_to_the_knob():
@@ -35,17 +45,22 @@ def test_explain_paragraph_for_a_knob_nobody_set_and_a_read_only_knob():
 
 
 def test_energy_text_gives_mean_power_per_device_and_gpu_total():
-    text = energy_text(load("energy.json"), "python train.py")
-    lines = text.splitlines()
-    assert lines[0] == "energy while python train.py ran, 12s (12.500 s):"
-    assert lines[1].split() == ["gpu0", "6201.3", "J", "496.1", "W", "mean"]
-    assert lines[3].split()[:2] == ["powercap:package-0", "1080.2"]
-    assert lines[-1].split() == ["all", "GPUs", "6503.2", "J", "520.3", "W", "mean"]
+    """The daemon's window over the last minute of the simulated training (fixtures/energy.json)."""
+    doc = load("energy.json")
+    joules = doc["joules"]
+    lines = energy_text(doc, "python train.py").splitlines()
+    assert lines[0] == "energy while python train.py ran, 1m 00s (60.000 s):"
+    assert lines[1].split() == ["gpu0", f"{joules['gpu0']:.1f}", "J", f"{joules['gpu0'] / 60:.1f}", "W", "mean"]
+    assert [line.split()[0] for line in lines[1:-1]] == sorted(joules)  # GPUs, then the RAPL zones
+    gpus = joules["gpu0"] + joules["gpu1"]
+    assert lines[-1].split() == ["all", "GPUs", f"{gpus:.1f}", "J", f"{gpus / 60:.1f}", "W", "mean"]
+    assert 300 < joules["gpu0"] / 60 < 450  # an RTX 4090 training under quiet's 360 W limit
 
 
 def test_policies_mark_the_active_one():
-    assert policies_text(load("policies.json")).splitlines()[1] == \
-        "  balanced     Relax power limits when idle; moderate fan curves."
+    lines = policies_text(load("policies.json")).splitlines()
+    assert [line[:14] for line in lines] == ["* ai-training ", "  balanced    ", "  quiet       "]
+    assert lines[1].startswith("  balanced     Under sustained load, each GPU's efficient power limit")
 
 
 def test_holds_lines_say_how_each_hold_ends():

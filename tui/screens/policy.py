@@ -20,18 +20,15 @@ from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 from aithermctl.widgets.gauge import bar
 
-TOTAL_KEYS = ("need_s", "sustain_s", "relax_after_s", "window_s", "for_s", "total_s")
-
-
 def windows(inputs: Mapping[str, Any]) -> list[tuple[str, float, float]]:
-    """``(name, elapsed_s, total_s)`` of the inputs that are filling windows (a mapping with ``elapsed_s``
-    and one of ``need_s``, ``sustain_s``, ``relax_after_s``, ``window_s``, ``for_s``, ``total_s``)."""
+    """``(name, elapsed_s, need_s)`` of the inputs that are progress, as the policy engine computes it
+    (``{"elapsed_s", "need_s"}``: a window every sample must meet, a dwell, a sustain timer; see
+    :mod:`aithermd.policy.conditions`): drawn as they come, nothing recomputed here."""
     out = []
     for name, v in inputs.items():
-        if isinstance(v, Mapping) and isinstance(v.get("elapsed_s"), int | float):
-            total = next((v[k] for k in TOTAL_KEYS if isinstance(v.get(k), int | float) and v[k] > 0), None)
-            if total:
-                out.append((name, float(v["elapsed_s"]), float(total)))
+        if isinstance(v, Mapping) and isinstance(v.get("elapsed_s"), int | float) \
+                and isinstance(v.get("need_s"), int | float) and v["need_s"] > 0:
+            out.append((name, float(v["elapsed_s"]), float(v["need_s"])))
     return out
 
 
@@ -44,7 +41,6 @@ def why_text(state: TuiState, width: int) -> Text:
             text.append(f"{policy} ", style="dim")
             text.append(f"{scope}: ")
             text.append(f"{st}\n", style="bold")
-    bar_w = max(6, min(30, width - 40))
     for knob, entry in state.explained.items():
         rule = entry.get("rule") or entry.get("layer") or "default"
         text.append(f"{knob}", style="bold")
@@ -54,17 +50,20 @@ def why_text(state: TuiState, width: int) -> Text:
         plain = [f"{k} {_short(v)}" for k, v in inputs.items() if not isinstance(v, Mapping)]
         if plain:
             text.append(f"    {' · '.join(plain)}\n", style="dim")
-        for name, elapsed, total in windows(inputs):
-            style = "green" if elapsed >= total else "yellow"
-            text.append(f"    {name:<10} ")
-            text.append(bar(elapsed / total, bar_w), style=style)
-            text.append(f" {format_duration(min(elapsed, total))} of {format_duration(total)}\n")
+        for name, elapsed, need in windows(inputs):
+            style = "green" if elapsed >= need else "yellow"
+            along = f" {format_duration(elapsed)} of {format_duration(need)}"
+            text.append(f"    {name} ")
+            text.append(bar(elapsed / need, max(6, min(30, width - 9 - len(name) - len(along)))), style=style)
+            text.append(f"{along}\n")
     if not text.plain:
         text.append("No state machines and no explanations yet.", style="dim")
     return text
 
 
 def _short(v: Any) -> str:
+    if v is None:
+        return "unknown"
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
