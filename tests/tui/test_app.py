@@ -42,6 +42,41 @@ async def test_overview_at_80x24_shows_gpu_cards_cpu_package_and_status_line():
         assert "q Quit" in lines[-1]
 
 
+async def test_overview_at_80x24_shows_every_board_fan():
+    """Two GPU cards, the CPU package and seven fans in 24 rows: the cards take two gauges a line, the fans
+    several a line (the fifth fan and those after it were cut off)."""
+    client = FakeClient()
+    fans = [d for d in client.doc["devices"] for c in d["channels"] if c["attribute"].startswith("fan")
+            and d["kind"] == "hwmon"]
+    assert len(fans) == 7  # the recorded board's six nct6798 fans and the Radeon's
+    app = AithermApp(client, **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        for n in range(1, 7):
+            assert f"nct6798 fan{n} " in text
+        assert "amdgpu fan1  839 RPM  40% firmware" in text  # its source differs from the title's
+        assert "Board fans · quiet/board-fans" in text
+        assert "358/360 W" in text and "mem 19.8/24.0G" in text and "2 processes" in text
+        assert "q Quit" in text.splitlines()[-1]
+
+
+async def test_overview_at_140x40_plots_power_in_the_room_left():
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot, 5)
+        lines = screen_text(app).splitlines()
+        assert not [i for i, line in enumerate(lines) if not line.strip()]  # no empty row
+        trends = app.screen.query_one("#trends")
+        assert [p.id for p in trends.query(TracePlot)] == ["plot-gpu0-power", "plot-gpu1-power",
+                                                            "plot-powercap-package-0-power"]
+        assert trends.region.bottom == 39  # down to the footer
+        assert "nct6798-isa-0290 fan6  0 RPM" in "\n".join(lines)  # the full fan table, one a line
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        assert not trends.display
+
+
 async def test_board_fans_table_lists_speed_duty_and_source():
     app = AithermApp(FakeClient(), **FAST)
     async with app.run_test(size=(100, 50)) as pilot:
@@ -115,10 +150,20 @@ async def test_plots_show_temperature_power_and_the_limit_from_history():
         await settle(pilot)
         assert power.border_subtitle.endswith("· 1 min")
         assert power.content_size.height == 5 and plots["plot-gpu0-temp"].region.y < power.region.y
-        await pilot.resize_terminal(140, 40)  # wide: temperature and power side by side
+        ids = [p.id for p in app.screen.query(TracePlot)]  # one a row: each GPU's plots together
+        assert ids == ["plot-gpu0-temp", "plot-gpu0-power", "plot-gpu1-temp", "plot-gpu1-power",
+                       "plot-powercap-package-0-power"]
+        await pilot.resize_terminal(140, 40)  # wide and tall: a row per kind of plot, a column per GPU
         await settle(pilot)
-        assert plots["plot-gpu0-temp"].region.y == power.region.y
-        assert plots["plot-gpu0-temp"].region.x < power.region.x
+        plots = {p.id: p for p in app.screen.query(TracePlot)}
+        t0, t1, p0, p1 = (plots[f"plot-{g}-{k}"].region for k in ("temp", "power") for g in ("gpu0", "gpu1"))
+        assert t0.y == t1.y and t0.x < t1.x  # the temperatures side by side
+        assert p0.y == p1.y > t0.y and (p0.x, p1.x) == (t0.x, t1.x)  # the powers below, GPU under GPU
+        for kind in ("util", "mem"):  # tall: utilization and memory, in the same columns
+            u0, u1 = plots[f"plot-gpu0-{kind}"].region, plots[f"plot-gpu1-{kind}"].region
+            assert u0.y == u1.y > p0.y and (u0.x, u1.x) == (t0.x, t1.x)
+        ids = [p.id for p in app.screen.query(TracePlot)]
+        assert ids.index("plot-powercap-package-0-power") == len(ids) - 1  # the CPU package last
 
 
 async def test_policy_screen_shows_policies_holds_states_and_why():

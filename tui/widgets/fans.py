@@ -1,26 +1,95 @@
-"""BoardFans: board fans with their speed (RPM), pwm duty (%) and what drives them."""
+"""BoardFans: board fans with their speed (RPM), pwm duty (%) and what drives them.
+
+One fan a line under a header where the screen has room; where it has not (80×24 with two GPU cards),
+``compact``: several fans a line, each named by its chip without the bus address (``nct6798 fan1``), the
+source most of them share in the title and any other after the fan it drives. Every fan is shown in both.
+"""
 
 from __future__ import annotations
 
-from textual.widgets import DataTable
+from collections import Counter
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
 
 from aithermctl.document import BoardFanView, fmt
 
+GAP = 3  # cells between two fans on a line (compact)
 
-class BoardFans(DataTable):
-    DEFAULT_CSS = "BoardFans { height: auto; max-height: 12; border: round $secondary; }"
+
+def _speed(f: BoardFanView) -> str:
+    return fmt(f.rpm, "RPM") if f.status == "ok" else f"! {f.status}"
+
+
+def short_label(label: str) -> str:
+    """``nct6798-isa-0290 fan1`` → ``nct6798 fan1`` (the chip without its bus and address)."""
+    chip, _, rest = label.partition(" ")
+    return f"{chip.split('-', 1)[0]} {rest}" if rest else label
+
+
+def common_source(fans: Sequence[BoardFanView]) -> str:
+    """The source most fans share ("" when none has one)."""
+    counts = Counter(f.source for f in fans if f.source)
+    return counts.most_common(1)[0][0] if counts else ""
+
+
+def fans_text(fans: Sequence[BoardFanView], width: int, compact: bool) -> Text:
+    """The fans as text ``width`` cells wide (see the module docstring)."""
+    text = Text()
+    if not fans:
+        return Text("no board fan", style="dim")
+    if not compact:
+        w = max(len(f.label) for f in fans)
+        ws = max(5, *(len(_speed(f)) for f in fans))
+        text.append(f"{'fan':<{w}}  {'speed':<{ws}}  duty  source\n", style="bold")
+        for i, f in enumerate(fans):
+            text.append(f"{f.label:<{w}}  ")
+            text.append(f"{_speed(f):<{ws}}", style="" if f.status == "ok" else "bold red")
+            text.append(f"  {fmt(f.duty_pct, '%'):<4}  {f.source}" + ("\n" if i < len(fans) - 1 else ""))
+        return text
+    common = common_source(fans)
+    wl = max(len(short_label(f.label)) for f in fans)
+    ws = max(len(_speed(f)) for f in fans)
+    entries = []
+    for f in fans:
+        tail = f" {f.source}" if f.source and f.source != common else ""
+        entries.append((f"{short_label(f.label):<{wl}} ", f"{_speed(f):>{ws}}",
+                        f" {fmt(f.duty_pct, '%'):>4}{tail}", f.status == "ok"))
+    cell = max(len(a) + len(b) + len(c) for a, b, c, _ in entries)
+    per_line = max(1, (width + GAP) // (cell + GAP))
+    for i, (label, speed, rest, ok) in enumerate(entries):
+        if i and i % per_line == 0:
+            text.append("\n")
+        elif i:
+            text.append(" " * GAP)
+        text.append(label)
+        text.append(speed, style="" if ok else "bold red")
+        text.append(rest.ljust(cell - len(label) - len(speed)) if (i + 1) % per_line else rest)
+    return text
+
+
+class BoardFans(Widget):
+    """Set :meth:`show`; ``compact`` packs several fans a line (set by the overview from its height)."""
+
+    DEFAULT_CSS = "BoardFans { height: auto; border: round $secondary; padding: 0 1; }"
+    fans: reactive[tuple[BoardFanView, ...]] = reactive((), layout=True)
+    compact: reactive[bool] = reactive(False, layout=True)
 
     def on_mount(self) -> None:
-        self.border_title = "Board fans"
-        self.cursor_type = "row"
-        self.add_columns("fan", "speed", "duty", "source")
+        self._title()
 
     def show(self, fans: tuple[BoardFanView, ...]) -> None:
-        rows = [(f.label, fmt(f.rpm, "RPM") if f.status == "ok" else f"! {f.status}",
-                 fmt(f.duty_pct, "%"), f.source) for f in fans]
-        if rows == getattr(self, "_rows", None):
-            return
-        self._rows = rows
-        self.clear()
-        for f, row in zip(fans, rows, strict=True):
-            self.add_row(*row, key=f.id)
+        self.fans = fans
+        self._title()
+
+    def watch_compact(self) -> None:
+        self._title()
+
+    def _title(self) -> None:
+        common = common_source(self.fans) if self.compact else ""
+        self.border_title = f"Board fans · {common}" if common else "Board fans"
+
+    def render(self) -> Text:
+        return fans_text(self.fans, self.content_size.width or 76, self.compact)

@@ -15,28 +15,40 @@ LABEL = 16  # width of the left column
 
 
 def card_text(view: GpuView, width: int, memory: tuple[int | None, int | None] | None = None,
-              processes: int | None = None) -> Text:
+              processes: int | None = None, compact: bool = False) -> Text:
     """The card body for a content area ``width`` cells wide; ``memory`` (used, total bytes) and the number
-    of ``processes`` where the daemon accounts them."""
-    bar_w = max(4, min(40, width - LABEL - 18))
+    of ``processes`` where the daemon accounts them. ``compact``: two gauges a line (three lines where the
+    full card has five), for a screen too short for the full one."""
     text = Text()
-
-    def row(label: str, fraction: float | None, tail: str, warn: float = 0.8, alert: float = 0.95) -> None:
-        text.append(label.ljust(LABEL)[:LABEL])
-        text.append_text(gauge(fraction, bar_w, warn, alert))
-        text.append(f" {tail}\n")
-
+    rows: list[tuple[str, float | None, str, float, float]] = []
     slowdown = view.slowdown_c
-    row(fmt(view.temp_c, "°C"), ratio(view.temp_c, slowdown or 90.0),
-        f"slowdown {fmt(slowdown, '°C')}" if slowdown else "", 0.85, 0.97)
-    row(f"{fmt(view.power_w)}/{fmt(view.limit_w, 'W')}", ratio(view.power_w, view.limit_w),
-        f"{fmt(view.limit_min_w)}–{fmt(view.limit_max_w, 'W')}", 0.9, 0.98)
+    rows.append((fmt(view.temp_c, "°C"), ratio(view.temp_c, slowdown or 90.0),
+                 f"slowdown {fmt(slowdown, '°C')}" if slowdown else "", 0.85, 0.97))
+    rows.append((f"{fmt(view.power_w)}/{fmt(view.limit_w, 'W')}", ratio(view.power_w, view.limit_w),
+                 f"{fmt(view.limit_min_w)}–{fmt(view.limit_max_w, 'W')}", 0.9, 0.98))
     fans = " ".join(fmt(f.pct, "%") for f in view.fans) or "—"
-    row(f"util {fmt(view.util_pct, '%')}", ratio(view.util_pct, 100.0), f"fans {fans}", 2.0, 2.0)
+    rows.append((f"util {fmt(view.util_pct, '%')}", ratio(view.util_pct, 100.0), f"fans {fans}", 2.0, 2.0))
     if memory is not None and memory[1]:
         used, total = memory
         procs = "" if processes is None else f"{processes} process{'' if processes == 1 else 'es'}"
-        row(f"mem {gib(used)}/{gib(total)}G", ratio(used, total), procs, 0.9, 0.97)
+        rows.append((f"mem {gib(used)}/{gib(total)}G", ratio(used, total), procs, 0.9, 0.97))
+    if compact:
+        half = (width - 2) // 2
+        label_w = max(len(r[0]) for r in rows) + 1
+        tail_w = max(len(r[2]) for r in rows)
+        bar_w = max(3, half - label_w - tail_w - 1)
+        for i, (label, fraction, tail, warn, alert) in enumerate(rows):
+            text.append(label.ljust(label_w))
+            text.append_text(gauge(fraction, bar_w, warn, alert))
+            text.append(f" {tail}".ljust(half - label_w - bar_w) + ("  " if i % 2 == 0 else "\n"))
+        if len(rows) % 2:
+            text.append("\n")
+    else:
+        bar_w = max(4, min(40, width - LABEL - 18))
+        for label, fraction, tail, warn, alert in rows:
+            text.append(label.ljust(LABEL)[:LABEL])
+            text.append_text(gauge(fraction, bar_w, warn, alert))
+            text.append(f" {tail}\n")
     text.append("limit ", style="dim")
     text.append(view.rule or "default (no rule)", style="bold cyan" if view.rule else "dim")
     if view.default_w is not None and view.limit_w is not None and abs(view.limit_w - view.default_w) > 0.5:
@@ -60,6 +72,7 @@ class GpuCard(Widget):
     view: reactive[GpuView | None] = reactive(None, layout=True)
     memory: reactive[tuple[int | None, int | None] | None] = reactive(None, layout=True)
     processes: reactive[int | None] = reactive(None)
+    compact: reactive[bool] = reactive(False, layout=True)
 
     def watch_view(self, view: GpuView | None) -> None:
         if view is not None:
@@ -68,4 +81,4 @@ class GpuCard(Widget):
     def render(self) -> Text:
         if self.view is None:
             return Text("waiting for the daemon…", style="dim")
-        return card_text(self.view, self.content_size.width or 60, self.memory, self.processes)
+        return card_text(self.view, self.content_size.width or 60, self.memory, self.processes, self.compact)
