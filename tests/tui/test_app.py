@@ -77,6 +77,17 @@ async def test_overview_at_140x40_plots_power_in_the_room_left():
         assert not trends.display
 
 
+async def test_every_screen_keeps_quit_in_the_footer_at_80_columns():
+    """Keys a screen's own panels name (zoom, filter, activate, release, sort) stay out of the footer."""
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key in ("2", "3", "4", "5", "1"):
+            await pilot.press(key)
+            await settle(pilot)
+            assert screen_text(app).splitlines()[-1].rstrip().endswith("? Help q Quit"), key
+
+
 async def test_board_fans_table_lists_speed_duty_and_source():
     app = AithermApp(FakeClient(), **FAST)
     async with app.run_test(size=(100, 50)) as pilot:
@@ -141,14 +152,14 @@ async def test_plots_show_temperature_power_and_the_limit_from_history():
                               "plot-powercap-package-0-power"}
         power = plots["plot-gpu0-power"]
         assert power.border_title.startswith("gpu0 power ") and "limit 360 W ━" in power.border_title
-        assert power.border_subtitle.endswith("· 5 min")
+        assert power.border_subtitle.endswith("· 5 min · +/- zoom")
         assert "━" in screen_text(app)  # the limit line is drawn
         await pilot.press("minus")
         await settle(pilot)
-        assert power.border_subtitle.endswith("· 10 min")
+        assert power.border_subtitle.endswith("· 10 min · +/- zoom")
         await pilot.press("plus", "plus", "plus")
         await settle(pilot)
-        assert power.border_subtitle.endswith("· 1 min")
+        assert power.border_subtitle.endswith("· 1 min · +/- zoom")
         assert power.content_size.height == 5 and plots["plot-gpu0-temp"].region.y < power.region.y
         ids = [p.id for p in app.screen.query(TracePlot)]  # one a row: each GPU's plots together
         assert ids == ["plot-gpu0-temp", "plot-gpu0-power", "plot-gpu1-temp", "plot-gpu1-power",

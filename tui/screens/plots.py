@@ -69,9 +69,9 @@ def plot_specs(state: TuiState, *, tall: bool = False, kinds: tuple[str, ...] | 
     return ordered
 
 
-def show_plots(grid: Grid, plots: list[Plot], state: TuiState) -> None:
+def show_plots(grid: Grid, plots: list[Plot], state: TuiState, hint: str = "") -> None:
     """Make ``grid`` hold exactly ``plots``, in their order (a plot added later goes to its place, not to
-    the end), each with its series from ``state``."""
+    the end), each with its series from ``state`` (``hint``: keys, after the scale)."""
     existing = {w.id: w for w in grid.query(TracePlot)}
     wanted = {p.wid for p in plots}
     for wid, widget in list(existing.items()):
@@ -88,12 +88,13 @@ def show_plots(grid: Grid, plots: list[Plot], state: TuiState) -> None:
     for p in plots:
         line = state.history.window(p.limit, state.span_s, knob=True) if p.limit else ()
         existing[p.wid].set_series(state.history.window(p.key, state.span_s), line, span_s=state.span_s,
-                                   floor=p.floor)
+                                   floor=p.floor, hint=hint)
 
 
 class PlotsScreen(DataScreen):
-    BINDINGS = [Binding("plus,equals_sign", "zoom(-1)", "Shorter", show=True),
-                Binding("minus", "zoom(1)", "Longer", show=True)]
+    # each plot's subtitle names these keys: the footer keeps q Quit on 80 columns
+    BINDINGS = [Binding("plus,equals_sign", "zoom(-1)", "Shorter", show=False),
+                Binding("minus", "zoom(1)", "Longer", show=False)]
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="plots-body"):
@@ -124,7 +125,7 @@ class PlotsScreen(DataScreen):
         plots = plot_specs(state, tall=grid.has_class("tall"), by_device=not wide)
         gpus = sum(1 for p in plots if p.wid.endswith("-temp"))  # a column per GPU, as many as fit
         grid.styles.grid_size_columns = max(2, min(gpus, self.size.width // MIN_PLOT_COLS)) if wide else 1
-        show_plots(grid, plots, state)
+        show_plots(grid, plots, state, hint="+/- zoom")
         empty = self.query_one("#plots-empty", Static)
         empty.update("" if plots else "Nothing to plot yet.")
         empty.display = not plots

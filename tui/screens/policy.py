@@ -68,7 +68,9 @@ def _short(v: Any) -> str:
 
 
 class PolicyScreen(DataScreen):
-    BINDINGS = [Binding("a", "activate", "Activate policy"), Binding("r,delete", "release", "Release hold")]
+    # the tables' titles name these keys: the footer keeps q Quit on 80 columns
+    BINDINGS = [Binding("a", "activate", "Activate policy", show=False),
+                Binding("r,delete", "release", "Release hold", show=False)]
 
     def compose_body(self) -> ComposeResult:
         with VerticalScroll(id="policy-body"):

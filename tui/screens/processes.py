@@ -22,7 +22,8 @@ REPORT_BY = ("job", "unit", "process")
 
 
 class ProcessesScreen(DataScreen):
-    BINDINGS = [Binding("s", "sort", "Sort"), Binding("b", "report_by", "Report by")]
+    # the tables' titles name these keys: the footer keeps q Quit on 80 columns
+    BINDINGS = [Binding("s", "sort", "Sort", show=False), Binding("b", "report_by", "Report by", show=False)]
 
     def __init__(self) -> None:
         super().__init__()

@@ -90,8 +90,9 @@ class TracePlot(Widget):
 
     def set_series(self, points: Sequence[tuple[float, float | None]],
                    line: Sequence[tuple[float, float | None]] = (), *, span_s: float = 300.0,
-                   floor: float = 1.0) -> None:
-        """``points`` and ``line`` as ``(wall s, value)``; ``floor`` is the smallest full scale."""
+                   floor: float = 1.0, hint: str = "") -> None:
+        """``points`` and ``line`` as ``(wall s, value)``; ``floor`` is the smallest full scale; ``hint``
+        (keys) ends the subtitle."""
         self._points, self._line, self._span_s = points, line, span_s
         self._t_end = max((t for t, _ in (*points[-1:], *line[-1:])), default=0.0)
         seen = [v for _, v in (*points, *line) if v is not None]
@@ -101,7 +102,8 @@ class TracePlot(Widget):
         tail = f" · limit {lim:.0f} {self.unit} ━" if lim is not None else ""
         now = f"{newest:.0f} {self.unit}" if newest is not None else "—"
         self.border_title = f"{self.title} {now}{tail}"
-        self.border_subtitle = f"0–{self._ymax:.0f} {self.unit} · {self._span_s / 60:g} min"
+        self.border_subtitle = f"0–{self._ymax:.0f} {self.unit} · {self._span_s / 60:g} min" + \
+            (f" · {hint}" if hint else "")
         self.values = (tuple(points), tuple(line), span_s)
 
     def render(self) -> Text:
