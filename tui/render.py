@@ -124,7 +124,7 @@ def _inputs_text(inputs: Mapping[str, Any]) -> str:
     parts = []
     for name, v in inputs.items():
         if isinstance(v, Mapping) and isinstance(v.get("elapsed_s"), int | float) \
-                and isinstance(v.get("need_s"), int | float):  # a window, dwell or timer: as far as the engine says
+                and isinstance(v.get("need_s"), int | float):  # a window, dwell or timer, as the engine says
             parts.append(f"{name}: {format_duration(v['elapsed_s'])} of {format_duration(v['need_s'])}")
         elif isinstance(v, Mapping):
             inner = ", ".join(f"{k} {_num(x)}" for k, x in v.items())

@@ -8,8 +8,8 @@ never triggers anything: ``all`` is None unless some part is False, ``any`` is N
 Besides each metric's statistic, a condition notes in :attr:`Ctx.stats` (which become the decision's
 Explain inputs) how far its time is along, as ``{"elapsed_s", "need_s"}`` (s): ``"<metric> < X"`` (or
 ``>= X``) for a window that every sample must meet (``max`` … ``below``, ``min`` … ``above``: how long they
-all have, of ``window_s``), ``"<metric> history"`` for any other window while its history is shorter than ``window_s``,
-and ``"<condition> sustained"`` for a ``sustain_s`` timer while its condition holds.
+all have, of ``window_s``), ``"<metric> history"`` for any other window while its history is shorter than
+``window_s``, and ``"<condition> sustained"`` for a ``sustain_s`` timer while its condition holds.
 """
 
 from __future__ import annotations
@@ -137,7 +137,9 @@ class Metric(Node):
     @property
     def whole_name(self) -> str:
         """``gpu.utilization_pct.max_90s < 10``: what every sample of the window must meet."""
-        return f"{self.label} < {self.below:g}" if self.below is not None else f"{self.label} >= {self.above:g}"
+        if self.below is not None:
+            return f"{self.label} < {self.below:g}"
+        return f"{self.label} >= {self.above:g}"
 
     def test(self, ctx: Ctx) -> bool | None:
         v, complete = self.value(ctx)
@@ -155,7 +157,8 @@ class Metric(Node):
     def _progress(self, ctx: Ctx, result: bool | None) -> None:
         """Note how far this window is along (see the module docstring); a window that every sample must
         meet walks back only over the samples that met it."""
-        whole = (self.stat == "max" and self.below is not None) or (self.stat == "min" and self.above is not None)
+        whole = (self.stat == "max" and self.below is not None) or \
+            (self.stat == "min" and self.above is not None)
         keys = (f"{ctx.scope}/{self.attr}",) if self.attr and ctx.scope else self.keys
         windows = [ctx.windows.get(k) if k in ctx.ok else None for k in keys]
         if whole:
@@ -164,8 +167,8 @@ class Metric(Node):
             else:
                 below, above = self.below, self.above
                 ok = (lambda x: x < below) if below is not None else (lambda x: x >= above)  # type: ignore[operator]
-                elapsed = min((w.held_s(ok, self.window_s, ctx.now) if w is not None else 0.0 for w in windows),
-                              default=0.0)
+                elapsed = min((w.held_s(ok, self.window_s, ctx.now) if w is not None else 0.0
+                               for w in windows), default=0.0)
             ctx.stats[self.whole_name] = progress(elapsed, self.window_s)
         elif result is None:
             covered = min((w.held_s(lambda x: True, self.window_s, ctx.now) if w is not None else 0.0

@@ -107,8 +107,8 @@ class Window:
         return (cum[end - 1] - below) / span
 
     def held_s(self, ok: Callable[[float], bool], window_s: float, now: float) -> float:
-        """How long (s, at most ``window_s``) every sample up to ``now`` has met ``ok``: ``now`` minus the time
-        of the newest sample that did not (its value covers the time before it), or minus the oldest
+        """How long (s, at most ``window_s``) every sample up to ``now`` has met ``ok``: ``now`` minus the
+        time of the newest sample that did not (its value covers the time before it), or minus the oldest
         sample's time while the history is shorter than the window. So ``max < X`` over the window holds
         once this reaches ``window_s``; 0.0 when empty. Walks back only over the samples that met ``ok``."""
         start, end = self._start, self._end

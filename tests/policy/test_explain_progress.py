@@ -80,7 +80,9 @@ def test_window_held_s_walks_back_to_the_last_sample_that_failed():
     w = Window()
     for t, v in [(0, 5.0), (1, 50.0), (2, 5.0), (3, 5.0), (4, 5.0)]:
         w = w.push(float(t), v, 10.0)
-    below = (lambda x: x < 10)
+    def below(x: float) -> bool:
+        return x < 10
+
     assert w.held_s(below, 10.0, 4.0) == 3.0  # since the 50 at t=1
     assert w.held_s(below, 2.0, 4.0) == 2.0  # at most the window
     assert w.held_s(lambda x: True, 10.0, 4.0) == 4.0  # a history of 4 s, shorter than the window

@@ -40,7 +40,6 @@ from aithermd.model import Snapshot
 from aithermd.policy.loader import shipped_policy_dir
 from aithermd.publish.document import DocumentCache, event_signals, with_processes
 from aithermd.publish.history import History
-from aithermd.publish.wire import HistoryDoc, SnapshotDoc
 from aithermd.settings import DaemonSettings
 from tests.support.clock import SimClock
 from tests.support.machines import X570, copy_machine
@@ -151,7 +150,8 @@ def board_without_gpus(tmp_path: Path, ticks: int = 5) -> dict[str, Any]:
     code = asyncio.run(daemon.run(max_ticks=ticks))
     assert code == 0, f"the daemon exited {code}"
     assert daemon.hub.latest is not None
-    return {"snapshot": json.loads(DocumentCache().text(daemon.hub.latest)), "signals": _json(listener.signals)}
+    return {"snapshot": json.loads(DocumentCache().text(daemon.hub.latest)),
+            "signals": _json(listener.signals)}
 
 
 def first_of_each(signals: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:

@@ -13,7 +13,8 @@ CAPTURES = sorted((ROOT / "docs").glob("tui-screen-*.txt"))
 
 def test_there_are_captures_at_80x24_and_140x40():
     names = {p.name for p in CAPTURES}
-    assert {f"tui-screen-{s}-{z}.txt" for s in ("overview", "plots", "policy") for z in ("80x24", "140x40")} <= names
+    wanted = {f"tui-screen-{s}-{z}.txt" for s in ("overview", "plots", "policy") for z in ("80x24", "140x40")}
+    assert wanted <= names
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)

@@ -3,7 +3,14 @@
 from fake_client import load
 
 from aithermctl.errors import DaemonError, DaemonNotRunning, NotAuthorized, Rejected, from_dbus
-from aithermctl.render import energy_text, explain_paragraph, hold_ends, holds_lines, policies_text, status_text
+from aithermctl.render import (
+    energy_text,
+    explain_paragraph,
+    hold_ends,
+    holds_lines,
+    policies_text,
+    status_text,
+)
 from aithermd.publish import wire
 
 

@@ -32,7 +32,7 @@ def is_limit_event(event: dict[str, Any]) -> bool:
 
 
 class EventsScreen(DataScreen):
-    BINDINGS = [Binding("f", "filter", "Filter", show=False)]  # the table's title names it: the footer keeps q
+    BINDINGS = [Binding("f", "filter", "Filter", show=False)]  # the title names it: the footer keeps q Quit
 
     def __init__(self) -> None:
         super().__init__()

@@ -47,8 +47,8 @@ def plot_specs(state: TuiState, *, tall: bool = False, kinds: tuple[str, ...] | 
     for g in ov.gpus:
         out["temp"].append(Plot(f"plot-{g.id}-temp", f"{g.id} temperature", f"{g.id}/temperature", None,
                                 g.slowdown_c or 90.0, "°C"))
-        out["power"].append(Plot(f"plot-{g.id}-power", f"{g.id} power", f"{g.id}/power", f"{g.id}/power_limit",
-                                 g.limit_w or 100.0, "W"))
+        out["power"].append(Plot(f"plot-{g.id}-power", f"{g.id} power", f"{g.id}/power",
+                                 f"{g.id}/power_limit", g.limit_w or 100.0, "W"))
         if tall:
             out["util"].append(Plot(f"plot-{g.id}-util", f"{g.id} utilization", f"{g.id}/utilization", None,
                                     100.0, "%"))

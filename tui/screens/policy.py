@@ -20,6 +20,7 @@ from aithermctl.screens.base import DataScreen
 from aithermctl.state import TuiState
 from aithermctl.widgets.gauge import bar
 
+
 def windows(inputs: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """``(name, elapsed_s, need_s)`` of the inputs that are progress, as the policy engine computes it
     (``{"elapsed_s", "need_s"}``: a window every sample must meet, a dwell, a sustain timer; see
