@@ -34,7 +34,8 @@ def windows(inputs: Mapping[str, Any]) -> list[tuple[str, float, float]]:
 
 
 def why_text(state: TuiState, width: int) -> Text:
-    """Policy states, then one entry per explained knob with its rule, reason and filling windows."""
+    """Policy states, then one entry per explained knob with its rule, reason and filling windows, for a
+    text area ``width`` cells wide."""
     text = Text()
     states = ((state.doc or {}).get("policy") or {}).get("states") or {}
     for policy, scopes in states.items():
@@ -55,11 +56,15 @@ def why_text(state: TuiState, width: int) -> Text:
             style = "green" if elapsed >= need else "yellow"
             along = f" {format_duration(elapsed)} of {format_duration(need)}"
             text.append(f"    {name} ")
-            text.append(bar(elapsed / need, max(6, min(30, width - 9 - len(name) - len(along)))), style=style)
+            text.append(bar(elapsed / need, max(6, min(30, width - 5 - len(name) - len(along)))), style=style)
             text.append(f"{along}\n")
     if not text.plain:
         text.append("No state machines and no explanations yet.", style="dim")
     return text
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def _short(v: Any) -> str:
@@ -102,8 +107,10 @@ class PolicyScreen(DataScreen):
             head.append("   in force ", style="dim")
             head.append(f"{in_force} (held)", style="bold yellow")
         self.query_one("#policy-head", Static).update(head)
+        names = max((len(str(p.get("name"))) for p in state.policies), default=4)
+        room = max(10, (self.size.width or 80) - names - 16)  # a description longer than the table: cut
         self._fill("#policies", [(("*" if p.get("active") else ""), str(p.get("name")),
-                                  str(p.get("description") or "")) for p in state.policies],
+                                  _cut(str(p.get("description") or ""), room)) for p in state.policies],
                    [str(p.get("name")) for p in state.policies])
         t_wall = (state.doc or {}).get("t_wall")  # expiries are on the daemon's clock (faster when simulated)
         now = float(t_wall) if isinstance(t_wall, int | float) else time.time()
@@ -113,7 +120,7 @@ class PolicyScreen(DataScreen):
                                hold_ends(h, now))
                               for h in holds], [str(h.get("cookie")) for h in holds])
         why = self.query_one("#why", Static)
-        why.update(why_text(state, self.size.width or 80))
+        why.update(why_text(state, (self.size.width or 80) - 8))  # its border, padding and scroll bar
 
     def _fill(self, selector: str, rows: list[tuple[str, ...]], keys: list[str]) -> None:
         table = self.query_one(selector, DataTable)
