@@ -175,8 +175,9 @@ async def test_explain_gives_a_paragraph_per_knob(fake_daemon, private_bus):
     assert [p.split()[0] for p in paragraphs] == knobs  # every knob, those no rule set included
     limit = " ".join(next(p for p in paragraphs if p.startswith("gpu0/power_limit")).split())
     assert limit == ("gpu0/power_limit is 360 W, set by a held policy (quiet/busy-limit): gpu0 in load.busy: "
-                     "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; state:load busy. "
-                     "Range 10 W to 600 W, default 450 W.")
+                     "80% of the default (360 W). Inputs: gpu.utilization_pct.max_90s 100; "
+                     "gpu.utilization_pct.max_90s < 10: 0.0s of 1m 30s; state:load busy. "
+                     "Range 10 W to 600 W, default 450 W.")  # busy: no sample below 10 % in the idle window
     fan = " ".join(next(p for p in paragraphs if p.startswith("gpu0/fan0")).split())
     assert fan == ("gpu0/fan0 is 39%, set by no rule (the value found at start is kept). "
                    "Range 0% to 100%.")
