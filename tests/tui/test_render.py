@@ -1,5 +1,6 @@
 """Plain-text output of the CLI: explain paragraphs, energy report, policies, holds."""
 
+import pytest
 from fake_client import load
 
 from aithermctl.errors import DaemonError, DaemonNotRunning, NotAuthorized, Rejected, from_dbus
@@ -58,9 +59,12 @@ def test_energy_text_gives_mean_power_per_device_and_gpu_total():
     lines = energy_text(doc, "python train.py").splitlines()
     assert lines[0] == "energy while python train.py ran, 1m 00s (60.000 s):"
     assert lines[1].split() == ["gpu0", f"{joules['gpu0']:.1f}", "J", f"{joules['gpu0'] / 60:.1f}", "W", "mean"]
-    assert [line.split()[0] for line in lines[1:-1]] == sorted(joules)  # GPUs, then the RAPL zones
+    assert [line.split()[0] for line in lines[1:-2]] == sorted(joules)  # GPUs, then the RAPL zones
     gpus = joules["gpu0"] + joules["gpu1"]
-    assert lines[-1].split() == ["all", "GPUs", f"{gpus:.1f}", "J", f"{gpus / 60:.1f}", "W", "mean"]
+    assert lines[-2].split() == ["all", "GPUs", f"{gpus:.1f}", "J", f"{gpus / 60:.1f}", "W", "mean"]
+    # the total counts each package once, without its core subzone: the window's own total_j
+    assert lines[-1].split()[:2] == ["total", f"{doc['total_j']:.1f}"]
+    assert doc["total_j"] == pytest.approx(sum(joules.values()) - joules["powercap:core"])
     assert 300 < joules["gpu0"] / 60 < 450  # an RTX 4090 training under quiet's 360 W limit
 
 
