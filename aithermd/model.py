@@ -296,6 +296,7 @@ class Snapshot:
     tick_s: float = 1.0
     health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # the sources' own state by
     # family (NVML library and GPUs expected/present, the udev monitor), as the backends' samples had it
+    budget: Mapping[str, Any] = field(default_factory=_empty)  # how the power budget was split (power_budget)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ all have, of ``window_s``), ``"<metric> history"`` for any other window while it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -24,8 +23,8 @@ from typing import Any
 from aithermd.model import Device
 from aithermd.policy import selectors
 from aithermd.policy.references import resolve_state
+from aithermd.policy.schedules import Calendar, Period, compile_periods, holds
 from aithermd.policy.schema import (
-    DAYS,
     AllCondition,
     AnyCondition,
     MetricCondition,
@@ -61,12 +60,6 @@ class Ctx:
     scope: str | None = None  # a GPU id, or None machine-wide
     searches: Mapping[str, Any] = field(default_factory=dict)  # efficient-limit searches, last tick's
     searches_new: dict[str, Any] = field(default_factory=dict)  # and this tick's (the next tick's input)
-    _local: time.struct_time | None = None
-
-    def local(self) -> time.struct_time:
-        if self._local is None:
-            self._local = time.localtime(self.t_wall)
-        return self._local
 
 
 class Node:
@@ -225,27 +218,22 @@ class Not(Node):
         return None if r is None else not r
 
 
-def _minutes(hhmm: str) -> int:
-    h, m = hhmm.split(":")
-    return int(h) * 60 + int(m)
-
-
 class Schedule(Node):
-    __slots__ = ("days", "start", "end")
+    __slots__ = ("periods", "calendar")
 
-    def __init__(self, key: str, c: ScheduleCondition) -> None:
+    def __init__(self, key: str, c: ScheduleCondition, periods: tuple[Period, ...] | None = None,
+                 calendar: Calendar | None = None) -> None:
+        """``periods``: the windows (default: the condition's inline ones); ``calendar``: the policy's time
+        zone and holidays (default: local time, no holidays)."""
         super().__init__(key, c.sustain_s)
-        self.days = frozenset(DAYS.index(d) for d in c.schedule.days)
-        self.start, self.end = _minutes(c.schedule.from_), _minutes(c.schedule.to)
+        if periods is None:
+            spec = c.schedule
+            periods = compile_periods(spec if isinstance(spec, list) else [spec]) if not isinstance(spec, str) \
+                else ()
+        self.periods, self.calendar = periods, calendar or Calendar()
 
     def test(self, ctx: Ctx) -> bool | None:
-        lt = ctx.local()
-        minute, day = lt.tm_hour * 60 + lt.tm_min, lt.tm_wday
-        if self.start <= self.end:
-            return day in self.days and self.start <= minute < self.end
-        # wraps midnight: the late part belongs to the listed day, the early part to the day after it
-        return ((day in self.days and minute >= self.start)
-                or ((day - 1) % 7 in self.days and minute < self.end))
+        return holds(self.periods, self.calendar, ctx.t_wall)
 
 
 class Process(Node):
@@ -287,6 +275,14 @@ class Compiler:
     devices: Sequence[Device]
     needs: dict[str, float] = field(default_factory=dict)  # window key → horizon (s)
     uses_processes: bool = False
+    _calendar: Calendar | None = None
+
+    @property
+    def calendar(self) -> Calendar:
+        """The policy's local time and holidays (built once per compile)."""
+        if self._calendar is None:
+            self._calendar = Calendar(self.doc.timezone, self.doc.holidays)
+        return self._calendar
 
     def _need(self, key: str, window_s: float) -> None:
         self.needs[key] = max(self.needs.get(key, 0.0), window_s)
@@ -313,7 +309,10 @@ class Compiler:
         if isinstance(cond, NotCondition):
             return Not(key, cond.sustain_s, self.compile(cond.not_, f"{key}.not"))  # type: ignore[arg-type]
         if isinstance(cond, ScheduleCondition):
-            return Schedule(key, cond)
+            spec = cond.schedule
+            spec = self.doc.schedules.get(spec, []) if isinstance(spec, str) else spec
+            return Schedule(key, cond, compile_periods(spec if isinstance(spec, list) else [spec]),
+                            self.calendar)
         if isinstance(cond, ProcessCondition):
             self.uses_processes = True
             return Process(key, cond)

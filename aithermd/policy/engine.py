@@ -5,8 +5,11 @@ No clock reads, no I/O: times come in :class:`EngineInput`, history lives in :cl
 1. update the time-weighted windows the policies need (:mod:`aithermd.policy.windows`);
 2. per policy (the active one, then the holds): step its state machines, then run its rules in order — for
    each knob the first rule whose ``when`` holds decides it (fans through :mod:`aithermd.policy.curves`);
+   then its quiet mode (:mod:`aithermd.policy.quiet`: fans held to their noise ceilings, power lowered first);
 3. the built-in safety layer (:mod:`aithermd.policy.safety`) and operator overrides;
-4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob.
+4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob;
+5. the node power budget of the strongest policy that has one (:mod:`aithermd.policy.power_budget`): the
+   power limits the policies decided, split so that those in force never add up to more than the budget.
 
 Knobs nobody decides are absent from ``EngineResult.decisions``: the daemon hands them back.
 """
@@ -28,7 +31,7 @@ from aithermd.model import (
     Reading,
     _empty,
 )
-from aithermd.policy import arbiter, safety, sampling
+from aithermd.policy import arbiter, power_budget, quiet, safety, sampling
 from aithermd.policy.conditions import Ctx, progress
 from aithermd.policy.curves import CurveState, FanState
 from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
@@ -65,6 +68,7 @@ class PolicyState:
     held: Mapping[str, float] = field(default_factory=_empty)
     curves: Mapping[str, CurveState] = field(default_factory=_empty)
     searches: Mapping[str, Any] = field(default_factory=_empty)  # efficient-limit searches (efficient.py)
+    quiet: quiet.QuietState | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class EngineState:
     sampler: sampling.Sampler | None = None
     safety: safety.SafetyPlan | None = None
     t_mono: float | None = None
+    budget: power_budget.BudgetState | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class EngineResult:
     states: Mapping[str, Mapping[str, str]]
     # per layer ("safety", "override", or a policy name): the decisions before arbitration
     layers: Mapping[str, Mapping[str, Decision]] = field(default_factory=_empty)
+    budget: Mapping[str, Any] = field(default_factory=_empty)  # how the power budget was split (power_budget)
 
 
 def initial_state() -> EngineState:
@@ -133,7 +139,7 @@ def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) 
 
 def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, windows: Mapping[str, Window],
                 ok: set[str], fans: Mapping[str, FanState], fan_failed: dict[str, tuple[str, str]]
-                ) -> tuple[dict[str, Decision], PolicyState, dict[str, str], dict[str, tuple[str, ...]]]:
+                ) -> tuple[dict[str, Decision], PolicyState, dict[str, str], dict[str, tuple[str, ...]], Any]:
     name = plan.policy.name
     ctx = Ctx(now=inp.t_mono, t_wall=inp.t_wall, windows=windows, ok=ok, processes=inp.processes,
               held=ps.held, searches=ps.searches)
@@ -161,9 +167,12 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
     for rule in plan.rules:
         run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
                  fan_sources, fan_failed, pending)
+    calm = quiet.choose(plan.quiet, ctx) if plan.quiet else None
+    quiet_state = quiet.apply(calm, name, layer, decisions, ctx, inp, ps.quiet) if calm is not None else None
+    budget = power_budget.choose(plan.budgets, ctx) if plan.budgets else None
     return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
-                                  MappingProxyType(curve_states), MappingProxyType(ctx.searches_new)), \
-        states_out, fan_sources
+                                  MappingProxyType(curve_states), MappingProxyType(ctx.searches_new),
+                                  quiet_state), states_out, fan_sources, budget
 
 
 def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineState,
@@ -182,11 +191,14 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     states: dict[str, Mapping[str, str]] = {}
     fan_sources: dict[str, tuple[str, ...]] = {}
     fan_failed: dict[str, tuple[str, str]] = {}
+    budget: tuple[power_budget.CBudget, str] | None = None
     for idx, policy in enumerate(policies):
         layer = Layer.POLICY if idx == 0 and policy is active else Layer.HOLD
-        decisions, ps, st, sources = _run_policy(by_policy[policy], layer, inp,
-                                                 state.policies.get(policy.name, PolicyState()),
-                                                 windows, ok, state.fans, fan_failed)
+        decisions, ps, st, sources, chosen = _run_policy(by_policy[policy], layer, inp,
+                                                         state.policies.get(policy.name, PolicyState()),
+                                                         windows, ok, state.fans, fan_failed)
+        if chosen is not None:
+            budget = (chosen, policy.name)  # the strongest policy with a budget in force has its way
         layers.append(decisions)
         new_policies[policy.name] = ps
         states[policy.name] = MappingProxyType(st)
@@ -202,6 +214,11 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, fan_failed=fan_failed)
     override = arbiter.override_decisions(overrides, knobs)
     merged = arbiter.merge([*layers, override, safe], knobs)
+    report: Mapping[str, Any] = EMPTY
+    budget_state = state.budget
+    if budget is not None:
+        merged, report, budget_state = power_budget.apply(budget[0], budget[1], merged, inp, windows, ok,
+                                                          state.budget)
     fans = dict(state.fans)
     for kid, dec in merged.items():
         if knobs[kid].kind in (KnobKind.PWM, KnobKind.FAN) and dec.value is not None:
@@ -210,12 +227,12 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         del fans[kid]
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
                             fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
-                            safety=sp, t_mono=inp.t_mono)
+                            safety=sp, t_mono=inp.t_mono, budget=budget_state)
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs
     return EngineResult(decisions=MappingProxyType(merged), state=new_state,
-                        states=MappingProxyType(states), layers=MappingProxyType(by_layer))
+                        states=MappingProxyType(states), layers=MappingProxyType(by_layer), budget=report)
 
 
 __all__ = ["EngineInput", "EngineResult", "EngineState", "evaluate", "initial_state", "needs_processes",

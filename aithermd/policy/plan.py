@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
-from aithermd.policy import efficient, selectors, sources
+from aithermd.policy import efficient, power_budget, quiet, selectors, sources
 from aithermd.policy.conditions import Compiler, Node, Not
 from aithermd.policy.schema import (
     CpuPowerLimitRule,
@@ -69,6 +69,8 @@ class Plan:
     needs: dict[str, float]  # window key → horizon (s)
     uses_processes: bool
     knobs: dict[str, Knob]
+    budgets: tuple[Any, ...] = ()  # power_budget.CBudget per budget block
+    quiet: tuple[Any, ...] = ()  # quiet.CQuiet per quiet block
 
 
 def _leaves(name: str, curves: dict[str, Any], seen: set[str]) -> dict[str, Any]:
@@ -165,7 +167,10 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
         else:
             rules.append(_fan_rule(rule, i, comp, devices, when))
     knobs = {k.id: k for d in devices for k in d.knobs}
-    return Plan(policy, devices, tuple(machines), tuple(rules), comp.needs, comp.uses_processes, knobs)
+    budgets = power_budget.compile_budgets(doc, comp, devices)
+    quiet_blocks = quiet.compile_quiet(doc, comp, devices, rules)
+    return Plan(policy, devices, tuple(machines), tuple(rules), comp.needs, comp.uses_processes, knobs,
+                budgets, quiet_blocks)
 
 
 def search_spec(rule: GpuPowerLimitRule) -> efficient.Spec:

@@ -17,6 +17,7 @@ from aithermd.policy.schema import (
     MixCurve,
     NotCondition,
     PolicyDocument,
+    ScheduleCondition,
     StateCondition,
 )
 
@@ -52,6 +53,13 @@ def all_conditions(doc: PolicyDocument) -> Iterator[tuple[Any, tuple[Any, ...]]]
                 yield from walk_conditions(getattr(st, key), ("machines", mname, "states", i, key))
     for i, rule in enumerate(doc.rules):
         yield from walk_conditions(rule.when, ("rules", i, rule.kind, "when"))
+    for key in ("budget", "quiet"):
+        block = getattr(doc, key)
+        if isinstance(block, list):
+            for i, item in enumerate(block):
+                yield from walk_conditions(item.when, (key, i, "when"))
+        elif block is not None:
+            yield from walk_conditions(block.when, (key, "when"))
 
 
 def resolve_state(doc: PolicyDocument, ref: str) -> tuple[str, str] | None:
@@ -136,6 +144,11 @@ def check_references(doc: PolicyDocument) -> list[Problem]:
 
     all_states = [f"{m}.{s.name}" for m, machine in doc.machines.items() for s in machine.states]
     for cond, loc in all_conditions(doc):
+        if isinstance(cond, ScheduleCondition) and isinstance(cond.schedule, str) \
+                and cond.schedule not in doc.schedules:
+            problems.append(((*loc, "schedule"), f"no schedule named '{cond.schedule}'",
+                             _suggest(cond.schedule, list(doc.schedules))
+                             or ("define it under 'schedules'" if not doc.schedules else None)))
         if isinstance(cond, StateCondition) and resolve_state(doc, cond.state) is None:
             bare = [s.split(".", 1)[1] for s in all_states]
             if "." not in cond.state and bare.count(cond.state) > 1:

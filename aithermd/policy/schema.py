@@ -7,6 +7,7 @@ A policy file is one YAML mapping (see ``policies/README.md``)::
     curves:   {NAME: Curve}                      # fan curves, by kind: points | pid | mix
     machines: {NAME: Machine}                    # state machines with hysteresis (one per GPU or one)
     rules:    [Rule]                             # by kind: gpu_power_limit | cpu_power_limit | fan
+    budget, quiet, timezone, holidays, schedules # the whole machine (aithermd.policy.schema_machine)
 
 Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
 distinguishing key (``metric``, ``all``, ``any``, ``not``, ``schedule``, ``process``, ``state``), which keeps
@@ -22,6 +23,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from aithermd.policy import schema_machine
+from aithermd.policy.schema_machine import DAY_WORDS, Budget, Holidays, Quiet, ScheduleName, TimeZone
 from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,
@@ -139,16 +142,25 @@ class NotCondition(CondBase):
 
 
 class Schedule(Model):
-    """Local wall-clock time of day; ``from`` > ``to`` wraps past midnight (22:00–07:00)."""
+    """Local wall-clock time of day on given days; ``from`` > ``to`` wraps past midnight (22:00–07:00: the
+    hours after midnight belong to the day before). Days: ``mon`` … ``sun``, ``workday`` (Monday to Friday,
+    not a holiday), ``weekend``, ``holiday`` (a date of the policy's ``holidays``)."""
 
-    days: list[Literal[DAYS]] = Field(default_factory=lambda: list(DAYS))  # type: ignore[valid-type]
+    days: list[Literal[(*DAYS, *DAY_WORDS)]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: list(DAYS))
     from_: HHMM = Field("00:00", alias="from")
     to: HHMM = "24:00"
 
 
 class ScheduleCondition(CondBase):
+    """Inside a time window: inline (``{from: "22:00", to: "07:00"}``), a list of them, or the name of one of
+    the policy's ``schedules``; local time in the policy's ``timezone``, DST included."""
+
     TAG: ClassVar[str] = "schedule"
-    schedule: Schedule
+    schedule: Annotated[
+        Annotated[Schedule, Tag("inline")] | Annotated[list[Schedule], Tag("list")]
+        | Annotated[ScheduleName, Tag("name")],
+        Discriminator(lambda v: "name" if isinstance(v, str) else "list" if isinstance(v, list) else "inline")]
 
 
 class ProcessCondition(CondBase):
@@ -351,7 +363,19 @@ class PolicyDocument(Model):
     curves: dict[Name, Curve] = Field(default_factory=dict)
     machines: dict[Name, Machine] = Field(default_factory=dict)
     rules: list[Rule] = Field(default_factory=list)
+    budget: Budget | list[Budget] | None = Field(None, description=(
+        "a node power budget split by demand (a list: the first whose `when` holds)"))
+    quiet: Quiet | list[Quiet] | None = Field(None, description=(
+        "noise ceilings met by lowering power first (a list: the first whose `when` holds)"))
+    timezone: TimeZone = "local"
+    holidays: Holidays = Field(default_factory=list)
+    schedules: dict[ScheduleName, Annotated[list[Schedule], Field(min_length=1)]] = Field(
+        default_factory=dict, description="named time windows: {schedule: NAME} in a condition")
 
+
+FanSelector = Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinstance(v, str | list) else v,
+                                                  json_schema_input_type=str | list[str] | FanMatch)]
+schema_machine.rebuild({"Condition": Condition, "FanSelector": FanSelector, "GpuSelector": GpuSelector})
 
 for _m in (AllCondition, AnyCondition, NotCondition, State, Machine, RuleBase, GpuPowerLimitRule,
            CpuPowerLimitRule, FanRule, PolicyDocument):

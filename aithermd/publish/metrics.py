@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from aithermd import __version__
 from aithermd.backends.nvml_probe import REASONS
 from aithermd.model import Device, DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
+from aithermd.publish.budget_metrics import BudgetCollector
 from aithermd.publish.document import decision_changes
 from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
@@ -320,6 +321,7 @@ class MetricsHandle:
         self.counters = EventCounters()
         self.collector = SnapshotCollector(hub, self.counters)
         self.registry.register(self.collector)
+        self.registry.register(BudgetCollector(hub))
         # the daemon's own process_* (CPU seconds, resident memory, open fds, start time) and python_info,
         # as every Prometheus client exports them
         ProcessCollector(registry=self.registry)

@@ -59,6 +59,7 @@ class Tick:
         self.state: Any = engine.initial_state()
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
+        self.budget: Mapping[str, Any] = {}
         self.world = world
         self._log = structlog.get_logger("aithermd.tick")
 
@@ -103,7 +104,7 @@ class Tick:
                             policy=PolicyStatus(self.control.active, tuple(self.control.holds), self.states),
                             degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s,
                             health={**sampled.health, "power_limits": self.caps.state}
-                            if self.caps.state else sampled.health)
+                            if self.caps.state else sampled.health, budget=self.budget)
         self.hub.publish(snapshot, events)
         return snapshot
 
@@ -129,6 +130,7 @@ class Tick:
         self._log_sources(self.decisions, result.decisions)
         self.decisions = dict(result.decisions)
         self.states = result.states
+        self.budget = getattr(result, "budget", None) or {}
         return True
 
     def _log_sources(self, old: Mapping[str, Decision], new: Mapping[str, Decision]) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+MAX_LISTED = 40  # power-limit changes listed in the text summary
+
 
 def clock(t_s: float) -> str:
     """``m:ss`` (or ``h:mm:ss``) of simulated time."""
@@ -58,12 +60,17 @@ def format_summary(data: Mapping[str, Any]) -> str:
     changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith("/power_limit")
                or "/pl" in str(a.get("knob", ""))]
     lines += ["", f"power-limit changes ({len(changes)}):"]
-    lines += [actuation_line(a) for a in changes] or ["  none"]
+    lines += [actuation_line(a) for a in changes[:MAX_LISTED]] or ["  none"]
+    if len(changes) > MAX_LISTED:
+        lines.append(f"  … and {len(changes) - MAX_LISTED} more (--summary-json lists every one)")
     states = data.get("policy_states_s") or {}
     if states:
         lines += ["", "time per policy state:"]
         for key, per in states.items():
             lines.append(f"  {key}: " + ", ".join(f"{s} {clock(v)}" for s, v in per.items()))
+    if data.get("budget"):
+        from aithermd.sim.budget_watch import summary_lines
+        lines += summary_lines(data["budget"])
     fans = [a for a in data.get("actuations", ()) if a not in changes]
     lines += ["", f"fan and other knob changes: {len(fans)} "
               f"(board pwm changes seen by the machine: {data.get('fan_changes', 0)})"]

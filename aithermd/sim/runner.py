@@ -113,28 +113,41 @@ class SimOptions:
     faults: Sequence[Any] = ()  # --fault: parsed :class:`~aithermd.sim.faults.Fault` specs
     max_step_s: float = MAX_STEP_S  # the physics' substep (s)
     on_daemon: Callable[[Any, Any], None] | None = None  # programmatic use: told (daemon, machine) first
+    stagger_s: float | None = None  # GPU i's workload starts i × stagger_s later (phase-shifted jobs)
+    gpus: int | None = None  # simulate this many GPUs: the first of the profiles, repeated when fewer
 
 
-def machine_profiles(paths: Sequence[Path]) -> list[Any] | None:
-    """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order), or None for the default pair.
-    Raises :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump, ValueError for a
-    GPU the simulator cannot model (no default power limit), before anything starts."""
+def machine_profiles(paths: Sequence[Path], gpus: int | None = None) -> list[Any] | None:
+    """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order), or None for the default pair;
+    with ``gpus`` (``--gpus N``) the first N of them, the list repeated when shorter. Raises
+    :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump, ValueError for a GPU the
+    simulator cannot model (no default power limit) or a count outside 1–16, before anything starts."""
     from aithermd.sim.gpu_model import GpuParams
+    from aithermd.sim.machine import default_profiles
     from aithermd.sim.profiles import load_profiles
 
     profiles = load_profiles(paths) if paths else None
+    if gpus is not None:
+        if not 1 <= gpus <= 16:
+            raise ValueError(f"--gpus must be 1 to 16, not {gpus}")
+        pool = profiles or default_profiles()
+        profiles = [pool[i % len(pool)] for i in range(gpus)]
     for prof in profiles or ():
         GpuParams.from_profile(prof)
     return profiles
 
 
-def make_workload(opts: SimOptions) -> Workload:
-    """The trace's utilization (``--trace``), else the default idle → training → idle cycle."""
+def make_workload(opts: SimOptions, gpus: int = 1) -> Workload:
+    """The trace's utilization (``--trace``), else the default idle → training → idle cycle; shifted per
+    GPU by ``stagger_s`` when given (:mod:`aithermd.sim.staggered`)."""
+    from aithermd.sim.staggered import StaggeredWorkload
     from aithermd.sim.workload import CycleWorkload, load_trace
 
     if opts.workload is not None:
-        return opts.workload
-    return load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed)
+        load = opts.workload
+    else:
+        load = load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed)
+    return StaggeredWorkload.every(load, opts.stagger_s, gpus) if opts.stagger_s else load
 
 
 @dataclass
@@ -247,10 +260,12 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     :class:`~aithermd.runtime.signals.Signals` caught earlier (default: SIGTERM/SIGINT handled when
     ``out`` is given)."""
     from aithermd.runtime.daemon import Daemon
-    from aithermd.sim.machine import SimulatedMachine
+    from aithermd.sim.budget_watch import BudgetWatch
+    from aithermd.sim.machine import DEFAULT_PROFILES, SimulatedMachine
 
-    workload = make_workload(opts)
-    profiles = list(opts.profiles) if opts.profiles is not None else machine_profiles(opts.gpu_profiles)
+    profiles = list(opts.profiles) if opts.profiles is not None else machine_profiles(opts.gpu_profiles,
+                                                                                        opts.gpus)
+    workload = make_workload(opts, len(profiles) if profiles is not None else len(DEFAULT_PROFILES))
     places = make_places(opts.state_dir)
     clock = SimClock(wall_start=opts.wall_start)
     machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed,
@@ -277,6 +292,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     if opts.on_daemon is not None:
         opts.on_daemon(daemon, machine)
     daemon.hub.add_listener(recorder)
+    watch = BudgetWatch(machine)
+    daemon.hub.add_listener(watch)
     for listener in opts.listeners:
         daemon.hub.add_listener(listener)
     if live is not None:
@@ -293,6 +310,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
             data = summary_data(machine, recorder, policy)
             if plan is not None:
                 data["faults"] = [{"t_s": t, "fault": what, "spec": spec} for t, what, spec in plan.log]
+            if watch.ticks:
+                data["budget"] = watch.summary()
             if out is not None:
                 text = json.dumps(data, indent=1) + "\n" if opts.json_summary else report.format_summary(data)
                 out.write(text)
@@ -318,6 +337,11 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--gpu-profile", dest="sim_gpu_profiles", action="append", type=Path, default=[],
                        metavar="DUMP", help="simulate the GPUs of this nvidia-smi -q dump instead of the "
                                             "default RTX 4090 + RTX 6000 Ada (repeatable)")
+    group.add_argument("--gpus", dest="sim_gpus", type=int, metavar="N",
+                       help="simulate N GPUs: the first N of the --gpu-profile dumps (or of the default pair), "
+                            "repeated when there are fewer")
+    group.add_argument("--stagger", dest="sim_stagger_s", type=float, metavar="S",
+                       help="phase-shifted jobs: GPU i runs the workload i × S seconds after GPU 0")
     group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
     group.add_argument("--summary-json", dest="sim_json", action="store_true",
                        help="print the summary as one JSON document (and no progress lines)")
@@ -336,9 +360,13 @@ def options_from_args(args: Any) -> SimOptions:
         raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
     if not 0 <= speedup < math.inf:
         raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
+    stagger = getattr(args, "sim_stagger_s", None)
+    if stagger is not None and not 0 <= stagger < math.inf:
+        raise ValueError(f"--stagger must be a finite number of seconds >= 0, not {stagger:g}")
     return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
                       gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
-                      state_dir=args.state_dir, json_summary=args.sim_json,
+                      state_dir=args.state_dir, json_summary=args.sim_json, stagger_s=stagger,
+                      gpus=getattr(args, "sim_gpus", None),
                       faults=tuple(parse_all(getattr(args, "sim_faults", None) or ())))
 
 
@@ -355,7 +383,7 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
         opts = options_from_args(args)
         if opts.trace is not None:
             make_workload(opts)  # fail before anything starts
-        machine_profiles(opts.gpu_profiles)
+        machine_profiles(opts.gpu_profiles, opts.gpus)
     except (ValueError, OSError, TraceError, DumpError) as exc:
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2

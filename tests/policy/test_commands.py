@@ -68,7 +68,8 @@ def test_schema_is_json_schema_of_the_policy_document(capsys):
     assert main(["schema"]) == 0
     schema = json.loads(capsys.readouterr().out)
     assert schema["$schema"].endswith("2020-12/schema")
-    assert set(schema["properties"]) == {"description", "safety", "curves", "machines", "rules"}
+    assert set(schema["properties"]) == {"description", "safety", "curves", "machines", "rules", "budget", "quiet",
+                                         "timezone", "holidays", "schedules"}
     assert schema["additionalProperties"] is False
     assert "sustain_s" in schema["$defs"]["MetricCondition"]["properties"]
 

@@ -14,7 +14,7 @@ INVALID = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "inval
 EXPECTED = {
     'above-and-below.yaml': ["{file}:4:11: error: rules[0].when: give exactly one of 'above' or 'below'"],
     'ambiguous-state.yaml': ["{file}:12:54: error: rules[0].when.state: state 'busy' is in several machines: write machine.state"],
-    'bad-day.yaml': ["{file}:5:30: error: rules[0].when.schedule.days[1]: 'tues' is not one of: mon, tue, wed, thu, fri, sat, sun (hint: did you mean 'tue'?)"],
+    'bad-day.yaml': ["{file}:5:30: error: rules[0].when.schedule.days[1]: 'tues' is not one of: mon, tue, wed, thu, fri, sat, sun, workday, weekend, holiday (hint: did you mean 'tue'?)"],
     'bad-power-value.yaml': ["{file}:4:12: error: rules[0].limit: 'fast' is not a power value: expected watts (300 or '300 W'), a percentage of the default ('80%'), 'default', 'min', 'max' or 'efficient'"],
     'bad-rule-name.yaml': ["{file}:2:12: error: rules[0].name: 'my cap' is not a valid name (letters, digits, '-' and '_', starting with a letter or digit)"],
     'bad-time-of-day.yaml': ["{file}:5:24: error: rules[0].when.schedule.from: '25:00' is not a time of day HH:MM"],
