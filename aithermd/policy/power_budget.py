@@ -19,7 +19,9 @@ Each tick, after arbitration, :func:`apply` takes the winning decisions and:
   driver limit above ours counts). Transients shorter than the driver's averaging window (GPU boost
   excursions of milliseconds) are not exposed by NVML or the amdgpu/xe hwmon ABI and are not counted:
   ``other_w`` and the PSU's own rating have to cover them;
-- a device is busy when its mean utilization over ``window_s`` reaches ``idle_below_pct``;
+- draw and utilization are the larger of their mean over ``window_s`` and the last reading: an arriving
+  job is seen at once, a finished one once the window forgot it; a device is busy when its utilization
+  reaches ``idle_below_pct``;
 - the split (:func:`aithermd.policy.split.split`) and the grant (:func:`~aithermd.policy.split.grant`)
   decide each knob's value; every decision says in ``reason`` and ``inputs`` how the budget was split.
 
@@ -155,8 +157,14 @@ def _value(kv: KnobValue | None) -> float | None:
 
 
 def _mean(windows: Mapping[str, Any], ok: Any, key: str, window_s: float, now: float) -> float | None:
+    """The larger of the mean over ``window_s`` and the last value: a job that starts is seen at once, one
+    that stops only once the window has forgotten it (the split then errs toward giving, not taking)."""
     w = windows.get(key)
-    return None if w is None else w.mean_upto(window_s, now)
+    if w is None:
+        return None
+    mean = w.mean_upto(window_s, now)
+    last = w.stat("last", 0.0, now) if key in ok else None
+    return mean if last is None else last if mean is None else max(mean, last)
 
 
 @dataclass
@@ -194,9 +202,10 @@ def _gpu(dev_id: str, knob: Knob, cb: CBudget, merged: Mapping[str, Decision], i
     if ask is None:
         return None
     floor = min(knob.min if knob.min is not None else 0.0, ask)
-    fixed = fixed or not chosen or not knob.writable
-    if fixed:
-        cur = max(cur if cur is not None else ask, ask)
+    if not knob.writable:  # nothing will be written: what is in force stays
+        fixed, cur = True, cur if cur is not None else ask
+    elif fixed or not chosen:  # a safety, override or other decision lands this tick: count the higher
+        fixed, cur = True, max(cur if cur is not None else ask, ask)
     now, w = inp.t_mono, cb.spec.window_s
     util = _mean(windows, ok, f"{dev_id}/utilization", w, now)
     draw = _mean(windows, ok, f"{dev_id}/power", w, now)
@@ -219,14 +228,16 @@ def _package(p: Package, cb: CBudget, merged: Mapping[str, Decision], inp: Any, 
         asks.append(ask)
         cur = _value(inp.knobs.get(k.id))
         curs.append(cur if cur else k.max)
-        fixed = fixed or fx or not k.writable
+        fixed = fixed or fx
         if lay != Layer.POLICY or r != f"{policy}/{BUDGET_RULE}":
             layer, rule = lay, r
     ceiling = max(asks)
     low = [k.min for k in knobs if k.min is not None]
     floor = min(max([*low, cb.spec.cpu_min_w]), ceiling)
     cur = None if None in curs else max(c for c in curs if c is not None)
-    if fixed:
+    if not all(k.writable for k in knobs):  # nothing will be written: what is in force stays
+        fixed, cur = True, cur if cur is not None else ceiling
+    elif fixed:  # another decision may land this tick: count the higher
         cur = max(cur if cur is not None else ceiling, ceiling)
     now, w = inp.t_mono, cb.spec.window_s
     util = _mean(windows, ok, "cpu/utilization", w, now)

@@ -15,8 +15,9 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
 - each heat source's *factor* moves toward 1 − pressure × (1 − ``min_limit_pct``/100) by at most
   ``ramp_pct_s`` per second, and its limit is the factor × what the policy asks (never below the knob's
   minimum): a proportional band, so the temperature settles inside it while the fans hold their ceiling;
-- the fan's duty is held at the ceiling unless every heat source it has is at its lowest factor and the
-  temperature has reached the ceiling temperature anyway (*exhausted*), or a source is within
+- the fan's duty is held at the ceiling unless every heat source it has has been at its lowest factor for
+  :data:`SETTLE_S` (the heat needs that long to answer) and the temperature has reached the ceiling
+  temperature anyway (*exhausted*), or a source is within
   ``danger_margin_c`` of its safety threshold (*danger*): then the curve's own value stands. The built-in
   safety layer is applied after this and overrides it.
 
@@ -39,6 +40,7 @@ from aithermd.policy.curves import interpolate
 from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
 
 SMOOTH_S = 10.0  # the source temperature quiet reads: its time-weighted mean over this long
+SETTLE_S = 30.0  # a limit must have been at its lowest this long before the heat counts as beyond it
 RPM_GAIN = 0.3  # how far an RPM ceiling's duty moves toward its new estimate each tick
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -63,13 +65,15 @@ class CQuiet:
 
 @dataclass(frozen=True)
 class QuietState:
-    """Per power knob the factor on its limit (1 = untouched) and the limit found before quiet first set it;
-    per RPM-limited fan its duty ceiling (%); ``t`` the last tick's time."""
+    """Per power knob the factor on its limit (1 = untouched), the limit found before quiet first set it and
+    since when its factor has been at its lowest; per RPM-limited fan its duty ceiling (%); ``t`` the last
+    tick's time."""
 
     factors: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     found: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     caps: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     t: float | None = None
+    low_since: Mapping[str, float] = field(default_factory=lambda: EMPTY)
 
 
 def ceiling_c(curve: Any, curves: Mapping[str, Any], duty_pct: float, depth: int = 0) -> float:
@@ -218,6 +222,7 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         for k in f.heat:
             pressure[k.id] = max(pressure.get(k.id, 0.0), p)
     factors: dict[str, float] = {}
+    low_since: dict[str, float] = {}
     found = dict(prev.found)
     step = spec.ramp_pct_s / 100.0 * dt
     heat = {k.id: k for f in cq.fans for k in f.heat}
@@ -226,6 +231,8 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         f0 = prev.factors.get(kid, 1.0)
         fac = min(f0 + step, target) if target > f0 else max(f0 - step, target)
         factors[kid] = fac
+        if fac <= low + 1e-6:
+            low_since[kid] = prev.low_since.get(kid, ctx.now)
         dec = decisions.get(kid)
         kv = inp.knobs.get(kid)
         if kid not in found and kv is not None and kv.status == Status.OK and kv.value:
@@ -244,7 +251,8 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         dec = decisions.get(kid)
         if dec is None or dec.value is None or dec.value <= ceiling:
             continue
-        exhausted = bool(f.heat) and all(factors.get(k.id, 1.0) <= low + 1e-6 for k in f.heat) and p >= 1.0
+        exhausted = bool(f.heat) and p >= 1.0 and all(
+            ctx.now - low_since.get(k.id, ctx.now) >= SETTLE_S for k in f.heat)
         no_heat = not f.heat and p >= 1.0
         danger = next((cid for cid, at in f.danger_c if (v := _ok(inp.readings, cid)) is not None and v >= at),
                       None)
@@ -261,4 +269,5 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         decisions[kid] = Decision(kid, f.knob.clamp(ceiling), dec.layer, f"{policy}/quiet",
                                   f"quiet ceiling {ceiling:.0f} % (the curve asks {dec.value:.0f} %)",
                                   dec.value, inputs)
-    return QuietState(MappingProxyType(factors), MappingProxyType(found), MappingProxyType(new_caps), ctx.now)
+    return QuietState(MappingProxyType(factors), MappingProxyType(found), MappingProxyType(new_caps), ctx.now,
+                      MappingProxyType(low_since))

@@ -27,7 +27,7 @@ IS_ROOT = os.geteuid() == 0
 def test_shipped_policies_load_and_describe_themselves():
     assert shipped_policy_dir() == ROOT / "policies"
     policies = load_policies([shipped_policy_dir()])
-    assert set(policies) == {"balanced", "ai-training", "quiet"}
+    assert set(policies) == {"balanced", "ai-training", "quiet", "workstation"}
     for name, p in policies.items():
         assert p.name == name and p.path == ROOT / "policies" / f"{name}.yaml"
         assert p.description and p.source == p.path.read_text()

@@ -1,0 +1,125 @@
+"""Quiet mode through the real engine: fans held to a ceiling, power lowered first, the ceiling passed only when
+power is exhausted or near danger, safety over everything.
+
+The plant: one RTX 4090-like GPU whose temperature settles at ``base_c`` + 0.1 °C/W × its draw (τ 20 s),
+drawing min(its job's demand, its limit); two board fans following a curve of the GPU's temperature
+(45 % at 60 °C), each spinning 20 RPM per % of duty."""
+
+import math
+
+import pytest
+
+from aithermd.model import Layer
+from aithermd.policy.engine import evaluate, initial_state
+from aithermd.policy.loader import load_policy_text
+from aithermd.policy.quiet import ceiling_c
+from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
+from tests.policy.machines import NCT, tick, workstation
+
+FANS = (f"{NCT}/pwm1", f"{NCT}/pwm2")
+
+
+def policy(quiet: str, limit: str = "max"):
+    return load_policy_text(f"""
+curves:
+  board: {{kind: points, source: "gpu*/temperature", points: [[40, 30], [60, 45], [75, 75], [85, 100]]}}
+rules:
+  - {{name: up, kind: gpu_power_limit, limit: {limit}}}
+  - {{name: board-fans, kind: fan, fans: {{chip: "nct*"}}, curve: board}}
+{quiet}""", name="q")
+
+
+QUIET = """
+quiet:
+  fans: [{fans: {chip: "nct*"}, max_duty_pct: 45}]
+  approach_c: 8
+  min_limit_pct: 50
+  ramp_pct_s: 5
+"""
+
+
+def run(pol, *, base_c: float, demand_w: float = 400.0, seconds: int = 400, start_c: float | None = None,
+        hold_c: float | None = None):
+    devices = workstation(1)
+    knobs = {"gpu0/power_limit": 450.0, **{f: 30.0 for f in FANS}}
+    temp = base_c if start_c is None else start_c
+    state, trace = initial_state(), []
+    for t in range(seconds):
+        limit = knobs["gpu0/power_limit"]
+        draw = min(demand_w, limit)
+        temp += (base_c + 0.1 * draw - temp) / 20.0
+        reading = temp if hold_c is None else hold_c
+        vals = {"gpu0/temperature": reading, "gpu0/power": draw, "gpu0/utilization": 98.0,
+                **{f"{NCT}/fan{n}": 20.0 * knobs[f] for n, f in ((1, FANS[0]), (2, FANS[1]))}}
+        r = evaluate(pol, (), tick(devices, float(t), vals, knobs=knobs), state)
+        state = r.state
+        for k in knobs:
+            d = r.decisions.get(k)
+            if d is not None and d.value is not None:
+                knobs[k] = d.value
+        trace.append((t, reading, dict(knobs), r))
+    return trace
+
+
+def test_the_curve_is_inverted_where_it_passes_the_ceiling():
+    pts = PointsCurve(kind="points", source="x", points=[[40, 30], [60, 45], [75, 75], [85, 100]])
+    assert ceiling_c(pts, {}, 45.0) == 60.0
+    assert ceiling_c(pts, {}, 60.0) == 67.5
+    assert ceiling_c(pts, {}, 100.0) == math.inf and ceiling_c(pts, {}, 20.0) == -math.inf
+    pid = PidCurve(kind="pid", source="x", setpoint_c=70.0, kp=2.0, base_pct=30.0)
+    assert ceiling_c(pid, {}, 50.0) == 80.0
+    mix = MixCurve(kind="mix", fn="max", curves=["a", "b"])
+    assert ceiling_c(mix, {"a": pts, "b": pid}, 45.0) == 60.0
+
+
+def test_without_quiet_the_fans_follow_their_curve_above_the_ceiling():
+    trace = run(policy(""), base_c=28.0)
+    assert max(k[FANS[0]] for _, _, k, _ in trace[-60:]) > 60.0
+
+
+def test_power_comes_down_first_and_the_fans_stay_at_their_ceiling():
+    trace = run(policy(QUIET), base_c=28.0)
+    assert max(k[f] for _, _, k, _ in trace for f in FANS) <= 45.0
+    t, temp, knobs, r = trace[-1]
+    assert knobs["gpu0/power_limit"] < 400.0  # below what the job would draw: the limit holds the heat down
+    assert knobs["gpu0/power_limit"] >= 300.0  # never below min_limit_pct of the rule's 600 W
+    assert 52.0 <= temp <= 60.5  # inside the band below the ceiling temperature
+    d = r.decisions["gpu0/power_limit"]
+    assert d.rule == "q/quiet" and "quiet: fans near their ceiling" in d.reason
+
+
+def test_when_power_is_exhausted_the_fans_pass_the_ceiling():
+    trace = run(policy(QUIET), base_c=40.0)  # 300 W (the lowest quiet sets) still settles at 70 °C
+    t, temp, knobs, r = trace[-1]
+    assert knobs["gpu0/power_limit"] == 300.0 and temp > 60.0
+    assert knobs[FANS[0]] > 45.0
+    assert "above its 45 % quiet ceiling: power limits at their lowest" in r.decisions[FANS[0]].reason
+
+
+def test_near_the_safety_threshold_the_fans_pass_the_ceiling_at_once():
+    # the GPU slows down at 90 °C: safety acts at 85, quiet lets the fans go from 75 (danger_margin_c 10)
+    trace = run(policy(QUIET), base_c=28.0, hold_c=78.0, seconds=3)
+    _, _, knobs, r = trace[-1]
+    assert knobs["gpu0/power_limit"] > 300.0  # power has hardly started coming down
+    assert knobs[FANS[0]] > 45.0 and "within 10 °C of its safety threshold" in r.decisions[FANS[0]].reason
+
+
+def test_safety_overrides_quiet():
+    trace = run(policy(QUIET), base_c=28.0, hold_c=86.0, seconds=2)
+    _, _, knobs, r = trace[-1]
+    assert r.decisions[FANS[0]].layer == Layer.SAFETY and knobs[FANS[0]] == 100.0
+    assert knobs["gpu0/power_limit"] == 150.0
+
+
+def test_an_rpm_ceiling_holds_the_fans_tachometer_to_it():
+    quiet = QUIET.replace("max_duty_pct: 45", "max_rpm: 900")  # 20 RPM per %: 45 %
+    trace = run(policy(quiet), base_c=28.0)
+    late = [20.0 * k[FANS[0]] for _, _, k, _ in trace[-100:]]
+    assert max(late) <= 900.0 * 1.02
+
+
+@pytest.mark.parametrize("when, quiet_on", [("{schedule: {from: '00:00', to: '24:00'}}", True),
+                                            ("{schedule: {days: [holiday]}}", False)])
+def test_quiet_applies_only_while_its_when_holds(when, quiet_on):
+    trace = run(policy(QUIET.replace("quiet:\n", f"quiet:\n  when: {when}\n")), base_c=28.0, seconds=300)
+    assert (max(k[FANS[0]] for _, _, k, _ in trace) <= 45.0) is quiet_on
