@@ -138,9 +138,12 @@ class HwmonBackend(Quarantine):
     kind = "hwmon"
 
     def __init__(
-        self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None
+        self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None,
+        skip: frozenset[str] = frozenset(),
     ) -> None:
+        """``skip``: chip names left to another backend (the GPU drivers: :mod:`aithermd.backends.gpu_hwmon`)."""
         self.sysfs_root = sysfs_root
+        self.skip = skip
         self.io = io or SysfsIO()
         self.clock = clock or RealClock()
         self._devices: list[Device] = []
@@ -182,6 +185,8 @@ class HwmonBackend(Quarantine):
         for attr_dir, prefix in named:  # libsensors: the hwmon class device first, then the device itself
             if not prefix:
                 continue
+            if prefix in self.skip:
+                return None
             try:
                 files = io.listdir(attr_dir)
             except OSError:

@@ -36,13 +36,13 @@ import structlog
 
 from aithermd.backends.base import Backend
 from aithermd.backends.ids import natural_key, unique_ids
-from aithermd.model import Device, Event, Knob
+from aithermd.model import Device, DeviceKind, Event, Knob
 
 __all__ = ["ALL", "BACKENDS", "Inventory", "changed_families", "discover", "family_of", "is_threaded",
            "natural_key", "open_backend", "open_backends", "open_for_daemon", "reader_for", "rediscover",
            "unique_ids"]
 
-BACKENDS = ("hwmon", "powercap", "thermal", "cpu", "nvml")  # the kinds a locator may name
+BACKENDS = ("hwmon", "hwmon-gpu", "powercap", "thermal", "cpu", "nvml")  # the kinds a locator may name
 THREADED_KINDS = frozenset({"nvml"})
 ALL = "*"  # every family (a rescan after the udev monitor missed events)
 
@@ -111,11 +111,13 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
     procfs, the root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module)
     is given. Nothing is read yet."""
     from aithermd.backends.cpu import CpuBackend
+    from aithermd.backends.gpu_hwmon import GPU_DRIVERS, HwmonGpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.powercap import RaplBackend
     from aithermd.backends.thermal import ThermalBackend
 
-    backends: list[Backend] = [HwmonBackend(sysfs_root), RaplBackend(sysfs_root), ThermalBackend(sysfs_root)]
+    backends: list[Backend] = [HwmonBackend(sysfs_root, skip=GPU_DRIVERS), RaplBackend(sysfs_root),
+                               ThermalBackend(sysfs_root)]
     if cpu:
         backends.append(CpuBackend(sysfs_root=sysfs_root))
     if nvml is not None:
@@ -123,6 +125,7 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
 
         # never probe a real GPU by writing: NvmlBackend decides writability from the uid instead
         backends.append(NvmlBackend(nvml=nvml, probe_writes=False))
+    backends.append(HwmonGpuBackend(sysfs_root))  # after NVML: its GPUs are numbered after NVIDIA's
     return backends
 
 
@@ -144,7 +147,8 @@ def open_for_daemon(settings: Any) -> list[Backend]:
 
 
 def open_backend(locator: dict[str, Any]) -> Backend:
-    """The backend a ``locator()`` dict names: ``{"backend": "hwmon"|"powercap", "sysfs_root": DIR}``,
+    """The backend a ``locator()`` dict names: ``{"backend": "hwmon"|"hwmon-gpu"|"powercap"|"thermal",
+    "sysfs_root": DIR}``,
     ``{"backend": "cpu"}``, or an NVML locator (handed to ``aithermd.backends.nvml.open_from_locator``).
     Raises ValueError for an unknown backend and ImportError when the NVML module is not available."""
     kind = locator.get("backend")
@@ -153,6 +157,10 @@ def open_backend(locator: dict[str, Any]) -> Backend:
         from aithermd.backends.hwmon import HwmonBackend
 
         return HwmonBackend(**root)
+    if kind == "hwmon-gpu":
+        from aithermd.backends.gpu_hwmon import HwmonGpuBackend
+
+        return HwmonGpuBackend(**root)
     if kind == "powercap":
         from aithermd.backends.powercap import RaplBackend
 
@@ -180,6 +188,7 @@ def discover(backends: Iterable[Backend]) -> Inventory:
     found: dict[int, Sequence[Device]] = {}
     for backend in backends:
         try:
+            _number_after(backend, [d for devs in found.values() for d in devs])
             found[id(backend)] = backend.discover()
         except Exception as exc:  # noqa: BLE001 - one broken family never hides the others
             log.error("fault", device=getattr(backend, "kind", "?"), message=f"discovery failed: {exc}")
@@ -194,6 +203,13 @@ def changed_families(backends: Iterable[Backend]) -> set[str]:
         if callable(take) and take():
             out.add(family_of(b))
     return out
+
+
+def _number_after(backend: Any, devices: Sequence[Device]) -> None:
+    """A backend that numbers GPUs after others' (``index_base``: the hwmon GPUs) starts after the GPUs of
+    ``devices``."""
+    if hasattr(backend, "index_base"):
+        backend.index_base = sum(1 for d in devices if d.kind == DeviceKind.GPU)
 
 
 async def rediscover(inventory: Inventory, families: set[str], *, t_wall: float,
@@ -212,6 +228,8 @@ async def rediscover(inventory: Inventory, families: set[str], *, t_wall: float,
         except Exception as exc:  # noqa: BLE001 - one family's failure (or a hung one) keeps its old devices
             log.error("fault", subject=getattr(b, "kind", "?"), message=f"rediscovery failed: {exc!r}")
 
+    for b in inventory.backends:  # hwmon GPUs follow the NVIDIA GPUs already known
+        _number_after(b, [d for o in inventory.backends if o is not b for d in inventory.devices_of(o)])
     await asyncio.gather(*(one(b) for b in inventory.backends if ALL in families or family_of(b) in families))
     if not found:
         return inventory, events

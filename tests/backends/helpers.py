@@ -42,6 +42,25 @@ def document_view(doc: dict) -> dict[str, dict[str, tuple[str, float | None]]]:
     }
 
 
+# lm-sensors' name of an unlabelled amdgpu feature → the attribute of the gpuN device aithermd makes of it
+GPU_FEATURES = {"power1": "power", "fan1": "fan0_rpm"}
+
+
+def assert_gpus_agree(doc: dict, reference: dict) -> dict:
+    """The GPU chips lm-sensors lists (amdgpu, in bus order) are aithermd's hwmon GPUs, in the same order,
+    reading the same values; returns ``reference`` without them (for :func:`assert_agrees`)."""
+    gpu_chips = sorted(c for c in reference if c.split("-", 1)[0] in ("amdgpu", "xe", "i915"))
+    gpus = [d for d in doc["devices"] if d["kind"] == "gpu"]
+    assert len(gpus) == len(gpu_chips)
+    for chip, dev in zip(gpu_chips, gpus, strict=True):
+        ours = {c["attribute"]: c["value"] for c in dev["channels"]}
+        labelled = {c["label"]: c["value"] for c in dev["channels"] if c["label"]}
+        for label, (_attribute, value) in reference[chip].items():
+            got = labelled[label] if label in labelled else ours[GPU_FEATURES[label]]
+            assert got is not None and abs(got - value) <= TOLERANCE, f"{chip} {label}: {got} != {value}"
+    return {c: f for c, f in reference.items() if c not in gpu_chips}
+
+
 def assert_agrees(view: dict, reference: dict) -> None:
     assert sorted(view) == sorted(reference), "chips differ from lm-sensors"
     for chip, feats in reference.items():

@@ -80,7 +80,7 @@ def test_open_backend_rebuilds_from_locator(tmp_path):
 def test_inventory_discovers_every_backend_and_skips_a_broken_one():
     root = str(MACHINES_DIR / "laptop-amd-k10temp-amdgpu-nct6779-asus-nvme" / "sys")
     backends = open_backends(root, cpu=False)
-    assert [b.kind for b in backends] == ["hwmon", "powercap", "thermal"]
+    assert [b.kind for b in backends] == ["hwmon", "powercap", "thermal", "hwmon-gpu"]
 
     class Broken:
         kind = "broken"
@@ -95,6 +95,7 @@ def test_inventory_discovers_every_backend_and_skips_a_broken_one():
         "hwmon:k10temp-pci-00c3",
     ]
     assert len(devices) == 9
+    assert [d.id for d in devices][-2:] == ["gpu0", "gpu1"]  # the laptop's two amdgpu chips, in bus order
     for b in backends:
         b.close()
 

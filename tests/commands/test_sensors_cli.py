@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.helpers import MACHINES, MACHINES_DIR, assert_agrees, document_view, lm_sensors_reference
+from tests.backends.helpers import (
+    MACHINES,
+    MACHINES_DIR,
+    assert_agrees,
+    assert_gpus_agree,
+    document_view,
+    lm_sensors_reference,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE_KEYS = {"id", "kind", "name", "channels", "knobs"}
@@ -53,11 +60,12 @@ def test_json_with_sysfs_root_agrees_with_lm_sensors(machine):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)  # stdout is exactly one document
     check_shape(doc)
-    # no live CPU mixed in; the AMD server's sockets are RAPL packages from its amd_energy counters
+    # no live CPU mixed in; the AMD server's sockets are RAPL packages from its amd_energy counters; amdgpu
+    # chips are GPUs
     kinds = {d["id"]: d["kind"] for d in doc["devices"]}
-    assert {k for k, kind in kinds.items() if kind != "hwmon"} == (
+    assert {k for k, kind in kinds.items() if kind not in ("hwmon", "gpu")} == (
         {"powercap:package-0", "powercap:package-1"} if "amd-energy" in machine else set())
-    assert_agrees(document_view(doc), lm_sensors_reference(machine))
+    assert_agrees(document_view(doc), assert_gpus_agree(doc, lm_sensors_reference(machine)))
 
 
 @pytest.mark.skipif(UMOCKDEV is None, reason="umockdev-run is not installed")
@@ -70,7 +78,7 @@ def test_json_under_umockdev_with_default_root_agrees_with_lm_sensors(machine):
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     check_shape(doc)
-    assert_agrees(document_view(doc), lm_sensors_reference(machine))
+    assert_agrees(document_view(doc), assert_gpus_agree(doc, lm_sensors_reference(machine)))
 
 
 def test_table_is_grouped_by_device():
@@ -81,8 +89,8 @@ def test_table_is_grouped_by_device():
     heads = [line for line in lines if line and not line.startswith(" ")]
     assert heads == [
         "hwmon:k10temp-pci-00c3  (k10temp)",
-        "hwmon:amdgpu-pci-0700  (amdgpu)",
         "hwmon:nct6798-isa-0290  (nct6798)",
+        "gpu0  (AMD GPU (0000:07:00.0))",
     ]
     tctl = next(line for line in lines if line.strip().startswith("Tctl:"))
     assert "32.6 °C" in tctl and "temp1" in tctl
