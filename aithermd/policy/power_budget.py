@@ -19,9 +19,9 @@ Each tick, after arbitration, :func:`apply` takes the winning decisions and:
   driver limit above ours counts). Transients shorter than the driver's averaging window (GPU boost
   excursions of milliseconds) are not exposed by NVML or the amdgpu/xe hwmon ABI and are not counted:
   ``other_w`` and the PSU's own rating have to cover them;
-- draw and utilization are the larger of their mean over ``window_s`` and the last reading: an arriving
-  job is seen at once, a finished one once the window forgot it; a device is busy when its utilization
-  reaches ``idle_below_pct``;
+- draw and utilization are their mean over ``window_s``, or the last reading when it jumped well above
+  that mean: an arriving job is seen at once, a finished one once the window forgot it; a device is busy
+  when its utilization reaches ``idle_below_pct``;
 - the split (:func:`aithermd.policy.split.split`) and the grant (:func:`~aithermd.policy.split.grant`)
   decide each knob's value; every decision says in ``reason`` and ``inputs`` how the budget was split.
 
@@ -41,6 +41,7 @@ from aithermd.policy import selectors, split
 from aithermd.policy.schema_machine import Budget
 
 BUDGET_RULE = "budget"
+JUMP = 1.25  # a last reading this far above the window's mean is a new load, not noise
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,11 @@ class CBudget:
 
 @dataclass(frozen=True)
 class BudgetState:
-    """What the budget remembers: the limit it found on each knob before it first decided it (W)."""
+    """What the budget remembers: the limit it found on each knob before it first decided it (W), and the
+    devices its limit held back last tick."""
 
     found: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    bound: frozenset[str] = frozenset()
 
 
 def _efficiency(spec: Budget, dc_w: float) -> float:
@@ -157,14 +160,17 @@ def _value(kv: KnobValue | None) -> float | None:
 
 
 def _mean(windows: Mapping[str, Any], ok: Any, key: str, window_s: float, now: float) -> float | None:
-    """The larger of the mean over ``window_s`` and the last value: a job that starts is seen at once, one
-    that stops only once the window has forgotten it (the split then errs toward giving, not taking)."""
+    """The mean over ``window_s``, or the last value when it jumped :data:`JUMP` × above it: a job that
+    starts is seen at once, one that stops once the window has forgotten it (the split then errs toward
+    giving, not taking), and the noise of single readings moves nothing."""
     w = windows.get(key)
     if w is None:
         return None
     mean = w.mean_upto(window_s, now)
     last = w.stat("last", 0.0, now) if key in ok else None
-    return mean if last is None else last if mean is None else max(mean, last)
+    if mean is None or (last is not None and last > JUMP * mean):
+        return last
+    return mean
 
 
 @dataclass
@@ -191,7 +197,7 @@ def _ask(knob: Knob, merged: Mapping[str, Decision], inp: Any, found: dict[str, 
 
 
 def _gpu(dev_id: str, knob: Knob, cb: CBudget, merged: Mapping[str, Decision], inp: Any, windows: Any, ok: Any,
-         found: dict[str, float], policy: str, chosen: bool) -> _Dev | None:
+         found: dict[str, float], policy: str, chosen: bool, bound: frozenset[str]) -> _Dev | None:
     ask, layer, rule, fixed = _ask(knob, merged, inp, found, policy)
     kv = inp.knobs.get(knob.id)
     cur = _value(kv)
@@ -210,11 +216,12 @@ def _gpu(dev_id: str, knob: Knob, cb: CBudget, merged: Mapping[str, Decision], i
     util = _mean(windows, ok, f"{dev_id}/utilization", w, now)
     draw = _mean(windows, ok, f"{dev_id}/power", w, now)
     busy = util is None or util >= cb.spec.idle_below_pct
-    return _Dev(split.Consumer(dev_id, floor, ask, cur, draw, util, busy, fixed), (knob,), (ask,), layer, rule)
+    return _Dev(split.Consumer(dev_id, floor, ask, cur, draw, util, busy, fixed, dev_id in bound), (knob,), (ask,),
+                layer, rule)
 
 
 def _package(p: Package, cb: CBudget, merged: Mapping[str, Decision], inp: Any, windows: Any, ok: Any,
-             found: dict[str, float], policy: str) -> _Dev | None:
+             found: dict[str, float], policy: str, bound: frozenset[str]) -> _Dev | None:
     knobs = tuple(k for k in (p.pl1, p.pl2) if k is not None)
     if not knobs:
         return None
@@ -243,7 +250,8 @@ def _package(p: Package, cb: CBudget, merged: Mapping[str, Decision], inp: Any, 
     util = _mean(windows, ok, "cpu/utilization", w, now)
     draw = _mean(windows, ok, p.power_key, w, now)
     busy = util is None or util >= cb.spec.idle_below_pct
-    return _Dev(split.Consumer(p.device_id, floor, ceiling, cur, draw, util, busy, fixed), knobs, tuple(asks),
+    return _Dev(split.Consumer(p.device_id, floor, ceiling, cur, draw, util, busy, fixed, p.device_id in bound),
+                knobs, tuple(asks),
                 layer, rule)
 
 
@@ -268,14 +276,15 @@ def apply(cb: CBudget, policy: str, merged: Mapping[str, Decision], inp: Any, wi
           ok: Any, state: BudgetState | None) -> tuple[dict[str, Decision], dict[str, Any], BudgetState]:
     """The winning decisions with the budget's applied, the report, and the new state."""
     found = dict(state.found) if state is not None else {}
+    bound = state.bound if state is not None else frozenset()
     devs: list[_Dev] = []
     for group, chosen in ((cb.gpus, True), (cb.others, False)):
         for dev_id, knob in group:
-            d = _gpu(dev_id, knob, cb, merged, inp, windows, ok, found, policy, chosen)
+            d = _gpu(dev_id, knob, cb, merged, inp, windows, ok, found, policy, chosen, bound)
             if d is not None:
                 devs.append(d)
     for p in cb.packages:
-        d = _package(p, cb, merged, inp, windows, ok, found, policy)
+        d = _package(p, cb, merged, inp, windows, ok, found, policy, bound)
         if d is not None:
             devs.append(d)
     consumers = [d.consumer for d in devs]
@@ -316,4 +325,5 @@ def apply(cb: CBudget, policy: str, merged: Mapping[str, Decision], inp: Any, wi
     report = {"policy": policy, "budget_w": round(cb.devices_w, 1), "how": cb.how,
               "wall_w": cb.spec.wall_w, "other_w": cb.spec.other_w, "allotted_w": round(allotted, 1),
               "drawn_w": round(drawn, 1), "wall_drawn_w": wall, "devices": report_devs}
-    return out, report, BudgetState(MappingProxyType(found))
+    now_bound = frozenset(c for c, s in shares.items() if s.why == "bound")
+    return out, report, BudgetState(MappingProxyType(found), now_bound)

@@ -26,7 +26,7 @@ the budget, whatever order the writes land in and whichever of them fail: decrea
 and increases only out of the headroom left by the limits in force now (a limit being lowered still
 counts at its old value until it reads back lower), so a device freed by another's decrease is raised one
 tick later. Changes smaller than :data:`DEADBAND_STEPS` steps are not written unless the budget is
-exceeded or the target is the device's floor or ceiling, so the noise of draw does not rewrite limits.
+exceeded, so the noise of draw does not rewrite limits.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from dataclasses import dataclass
 # held back by it, and one that draws less is given 1.25 × its draw: enough for ~97 % of what it would
 # draw unbound, without reading as held back the next tick (0.97 / 1.2 ≈ 0.81 < 0.85).
 BINDS = 0.85
+RELEASE = 0.80  # a device held back stays so until it draws less than 80 % of its limit (hysteresis)
 HEADROOM = 1.25
 EPS_W = 1e-6
 IDLE_MARGIN = 3.0  # an idle device keeps at least 3 × its draw
-DEADBAND_STEPS = 2  # a change smaller than two steps waits
+DEADBAND_STEPS = 3  # a change smaller than three steps waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,8 @@ class Consumer:
     """One device under the budget, in W: ``floor`` (its minimum limit), ``ceiling`` (what its rule asks,
     ≥ floor), ``current`` (the limit in force now; None when unknown: charged at ``ceiling``), ``draw``
     (mean measured draw, None when unknown), ``util`` (mean utilization %, weight of its share), ``busy``,
-    ``fixed`` (cannot be written: charged at ``current``)."""
+    ``fixed`` (cannot be written: charged at ``current``), ``was_bound`` (held back by its limit last tick:
+    it stays so until it draws less than :data:`RELEASE` of it)."""
 
     id: str
     floor: float
@@ -61,6 +63,7 @@ class Consumer:
     util: float | None = None
     busy: bool = True
     fixed: bool = False
+    was_bound: bool = False
 
     @property
     def in_force(self) -> float:
@@ -81,7 +84,7 @@ class Share:
 def demand(c: Consumer, step_w: float) -> tuple[float, str]:
     """(W, why) a busy device asks for: its ceiling when its limit binds or its draw is unknown, else its
     draw × :data:`HEADROOM` + one step, within [floor, ceiling]."""
-    if c.draw is None or c.current is None or c.draw >= BINDS * c.current:
+    if c.draw is None or c.current is None or c.draw >= (RELEASE if c.was_bound else BINDS) * c.current:
         return c.ceiling, "bound"
     return min(c.ceiling, max(c.floor, c.draw * HEADROOM + step_w)), "draw"
 
@@ -174,9 +177,8 @@ def grant(budget_w: float, consumers: Sequence[Consumer], shares: Mapping[str, S
         if c.fixed or c.current is None:
             out[c.id] = s  # unknown limit in force: write the target (it was charged at the ceiling)
             continue
-        edge = s.target <= floor_of(c) + EPS_W or s.target >= c.ceiling - EPS_W
         if s.target < c.current - EPS_W:
-            lower = over or edge or c.current - s.target >= band
+            lower = over or c.current - s.target >= band
             out[c.id] = Share(s.target, s.target if lower else c.current, s.demand, s.why)
         elif s.target > c.current + EPS_W:
             raises.append(c)
@@ -186,8 +188,7 @@ def grant(budget_w: float, consumers: Sequence[Consumer], shares: Mapping[str, S
     for c in raises:
         s, cur = shares[c.id], c.current or 0.0
         up = min(s.target, cur + max(0.0, headroom))
-        edge = up >= c.ceiling - EPS_W
-        if up - cur < EPS_W or (up - cur < band and not edge):
+        if up - cur < band:
             out[c.id] = Share(s.target, cur, s.demand, s.why)
             continue
         headroom -= up - cur

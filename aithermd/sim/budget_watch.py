@@ -27,6 +27,7 @@ class BudgetWatch:
         self.over = 0
         self.worst: tuple[float, float, float] | None = None  # (in force − budget, in force, t_s)
         self.first: dict[str, Any] | None = None
+        self.budgets: dict[float, dict[str, Any]] = {}  # per budget in force: ticks, over, most in force
         self._allotted: dict[str, float] = {}
         self._drawn: dict[str, float] = {}
         self._asks: dict[str, float] = {}
@@ -55,8 +56,13 @@ class BudgetWatch:
         budget = float(report["budget_w"])
         self.ticks += 1
         t_s = self.machine.t_s
+        per = self.budgets.setdefault(budget, {"budget_w": budget, "how": report["how"], "ticks": 0, "over": 0,
+                                               "max_in_force_w": 0.0})
+        per["ticks"] += 1
+        per["max_in_force_w"] = round(max(per["max_in_force_w"], total), 1)
         if total > budget + TOLERANCE_W:
             self.over += 1
+            per["over"] += 1
         if self.worst is None or total - budget > self.worst[0]:
             self.worst = (total - budget, total, t_s)
         m = self.machine
@@ -69,13 +75,14 @@ class BudgetWatch:
 
     def summary(self) -> dict[str, Any]:
         """``ticks`` checked, ``over`` (ticks whose limits in force passed the budget), ``max_in_force_w``
-        and ``max_over_w`` (most in force, and by how much it passed the budget: ≤ 0 when held),
-        ``devices``: per device ``mean_allotted_w``, ``mean_drawn_w`` (true draw), ``max_ask_w``."""
+        and ``max_over_w`` (most in force, and by how much it passed the budget: ≤ 0 when held), ``budgets``:
+        the same per budget in force (a policy's budgets switch with their ``when``), ``devices``: per device
+        ``mean_allotted_w``, ``mean_drawn_w`` (true draw), ``max_ask_w``."""
         n = max(1, self.ticks)
         worst = self.worst or (0.0, 0.0, 0.0)
         return {**(self.first or {}), "ticks": self.ticks, "over": self.over,
                 "max_in_force_w": round(worst[1], 1), "max_over_w": round(worst[0], 1),
-                "at_t_s": round(worst[2], 1),
+                "at_t_s": round(worst[2], 1), "budgets": list(self.budgets.values()),
                 "devices": {d: {"mean_allotted_w": round(v / n, 1), "mean_drawn_w": round(self._drawn[d] / n, 1),
                                 "max_ask_w": round(self._asks[d], 1)} for d, v in self._allotted.items()}}
 
@@ -83,10 +90,12 @@ class BudgetWatch:
 def summary_lines(b: dict[str, Any]) -> list[str]:
     """The summary's budget section (``b``: :meth:`BudgetWatch.summary`)."""
     held = "held at every tick" if b["over"] == 0 else f"EXCEEDED at {b['over']} ticks"
-    lines = ["", f"power budget ({b.get('policy')}): {b.get('how')}",
-             f"  {held}: {b['ticks']} ticks checked against the limits in force on the machine (GPU power/enforced "
-             f"limit, CPU PL1/PL2); most in force {b['max_in_force_w']:.0f} W of {b.get('budget_w', 0):.0f} W",
-             f"  {'device':<20}{'mean share W':>14}{'mean drawn W':>14}{'rule asks W':>13}"]
+    lines = ["", f"power budget ({b.get('policy')}): {held} — {b['ticks']} ticks checked against the limits in "
+             "force on the machine (GPU power/enforced limit, CPU PL1/PL2)"]
+    for per in b.get("budgets") or ():
+        lines.append(f"  {per['ticks']:>6} ticks at {per['how']}: most in force {per['max_in_force_w']:.0f} W"
+                     + (f", over at {per['over']} ticks" if per["over"] else ""))
+    lines.append(f"  {'device':<20}{'mean share W':>14}{'mean drawn W':>14}{'rule asks W':>13}")
     for dev, d in b["devices"].items():
         lines.append(f"  {dev:<20}{d['mean_allotted_w']:>14.0f}{d['mean_drawn_w']:>14.0f}{d['max_ask_w']:>13.0f}")
     return lines

@@ -83,7 +83,7 @@ def test_the_limits_in_force_stay_within_the_budget_and_idle_gpus_give_theirs_ba
         plant.step(pol)
         assert plant.in_force() <= 1305.0
     assert plant.limits["gpu3/power_limit"] == 150.0  # its minimum: 3 × 25 W is less
-    assert plant.limits["gpu0/power_limit"] > busy_before + 40  # the others took what it gave back
+    assert plant.limits["gpu0/power_limit"] >= busy_before + 40  # the others took what it gave back
 
 
 def test_explain_says_how_the_budget_was_split():
