@@ -129,6 +129,8 @@ class HwmonGpuBackend:
         for n in names:
             hwmon = os.path.join(class_dir, n)
             driver = read_optional_text(io, os.path.join(hwmon, "name"))
+            if driver is None:  # no name: the driver bound to its device, as the hwmon backend names it
+                driver = os.path.basename(io.realpath(os.path.join(hwmon, "device", "driver")))
             if driver not in GPU_DRIVERS:
                 continue
             device = io.realpath(os.path.join(hwmon, "device"))

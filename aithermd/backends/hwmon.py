@@ -139,11 +139,11 @@ class HwmonBackend(Quarantine):
 
     def __init__(
         self, sysfs_root: str = "/sys", io: SysfsIO | None = None, clock: Clock | None = None,
-        skip: frozenset[str] = frozenset(),
+        leave: frozenset[str] = frozenset(),
     ) -> None:
-        """``skip``: chip names left to another backend (the GPU drivers: :mod:`aithermd.backends.gpu_hwmon`)."""
+        """``leave``: chip names left to another backend (the GPU drivers: :mod:`aithermd.backends.gpu_hwmon`)."""
         self.sysfs_root = sysfs_root
-        self.skip = skip
+        self.leave = leave
         self.io = io or SysfsIO()
         self.clock = clock or RealClock()
         self._devices: list[Device] = []
@@ -185,7 +185,7 @@ class HwmonBackend(Quarantine):
         for attr_dir, prefix in named:  # libsensors: the hwmon class device first, then the device itself
             if not prefix:
                 continue
-            if prefix in self.skip:
+            if prefix in self.leave:
                 return None
             try:
                 files = io.listdir(attr_dir)

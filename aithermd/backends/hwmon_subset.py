@@ -36,10 +36,10 @@ class HwmonSubset(HwmonBackend):
 
     def __init__(self, sysfs_root: str = "/sys", *, drivers: Collection[str] = SLOW_DRIVERS,
                  keep: str = "except", io: SysfsIO | None = None, clock: Clock | None = None,
-                 skip: frozenset[str] = frozenset()) -> None:
+                 leave: frozenset[str] = frozenset()) -> None:
         if keep not in ("only", "except"):
             raise ValueError(f"keep must be 'only' or 'except', not {keep!r}")
-        super().__init__(sysfs_root, io=io, clock=clock, skip=skip)
+        super().__init__(sysfs_root, io=io, clock=clock, leave=leave)
         self.drivers = frozenset(drivers)
         self.keep = keep
 
@@ -66,5 +66,5 @@ class HwmonSubset(HwmonBackend):
     def fresh(self) -> HwmonSubset:
         """A new, undiscovered instance over the same tree, split and I/O seam."""
         return HwmonSubset(self.sysfs_root, drivers=self.drivers, keep=self.keep, io=self.io,
-                           clock=self.clock, skip=self.skip)
+                           clock=self.clock, leave=self.leave)
 

@@ -116,7 +116,7 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
     from aithermd.backends.powercap import RaplBackend
     from aithermd.backends.thermal import ThermalBackend
 
-    backends: list[Backend] = [HwmonBackend(sysfs_root, skip=GPU_DRIVERS), RaplBackend(sysfs_root),
+    backends: list[Backend] = [HwmonBackend(sysfs_root, leave=GPU_DRIVERS), RaplBackend(sysfs_root),
                                ThermalBackend(sysfs_root)]
     if cpu:
         backends.append(CpuBackend(sysfs_root=sysfs_root))

@@ -215,9 +215,9 @@ def split_slow(backends: Sequence[Backend], options: SlowOptions | None = None,
         if type(b) is not HwmonBackend:
             out.append(b)
             continue
-        root, io, clock, skip = b.sysfs_root, b.io, b.clock, b.skip
-        out.append(HwmonSubset(root, drivers=drivers, keep="except", io=io, clock=clock, skip=skip))
+        root, io, clock, leave = b.sysfs_root, b.io, b.clock, b.leave
+        out.append(HwmonSubset(root, drivers=drivers, keep="except", io=io, clock=clock, leave=leave))
         for driver in drivers:
-            factory = partial(HwmonSubset, root, drivers=(driver,), keep="only", io=io, clock=clock, skip=skip)
+            factory = partial(HwmonSubset, root, drivers=(driver,), keep="only", io=io, clock=clock, leave=leave)
             out.append(SlowBackend(factory, options, clock, name=driver))
     return out

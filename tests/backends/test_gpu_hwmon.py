@@ -104,7 +104,7 @@ def test_fan_takes_manual_mode_and_goes_back(tmp_path):
 
 def test_the_hwmon_backend_leaves_gpu_chips_to_this_one(tmp_path):
     root = tree(tmp_path, "rx6900xt")
-    plain = HwmonBackend(str(root), skip=GPU_DRIVERS)
+    plain = HwmonBackend(str(root), leave=GPU_DRIVERS)
     assert plain.discover() == []
     inv = discover(open_backends(str(root), cpu=False))
     assert [d.id for d in inv.devices] == ["gpu0"]
