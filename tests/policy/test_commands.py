@@ -25,7 +25,7 @@ NCT_MACHINE = FIX / "sysfs" / "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp" / "
 def test_check_valid_files_exit_0(capsys):
     assert main(["check", *map(str, sorted((ROOT / "policies").glob("*.yaml")))]) == 0
     out = capsys.readouterr()
-    assert out.out.count(": ok\n") == 3 and out.err == ""
+    assert out.out.count(": ok\n") == 4 and out.err == ""
 
 
 def test_check_invalid_exit_1_with_file_line_col_on_stderr(capsys):
@@ -59,7 +59,7 @@ def test_check_device_references_against_a_recorded_machine(tmp_path, capsys):
     capsys.readouterr()
     assert main(["check", "--sysfs-root", str(NCT_MACHINE), str(p)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err == [f"{p}:2:46: error: rules[0].gpus: selects no GPU on this machine (GPUs: none)",
+    assert err == [f"{p}:2:46: error: rules[0].gpus: selects no GPU on this machine (GPUs: gpu0)",
                    f"{p}:4:35: error: rules[2].fans: selects no fan on this machine"]
     assert main(["check", "--sysfs-root", str(tmp_path / "nope"), str(p)]) == 2
 

@@ -36,6 +36,8 @@ complete -c aithermd -n "__fish_seen_subcommand_from check" -F
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l no-nvml -d 'Do not open NVIDIA GPUs'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l log-format -x -a 'auto json console' -d 'Log format'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l log-level -x -a 'debug info warning error' -d 'Log level'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l gpus -x -d 'Simulate N GPUs'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l stagger -x -d 'Phase-shifted jobs, S seconds apart'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l seed -x -d 'Noise seed'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l summary-json -d 'Print the summary as JSON'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l fault -x -d 'Inject a fault: TARGET:FAULT@WHEN'
