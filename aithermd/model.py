@@ -55,6 +55,10 @@ class KnobKind(StrEnum):
     PL2 = "pl2"  # RAPL constraint_1 (short_term) power limit, W
     POWER_LIMIT = "power_limit"  # NVML power management limit, W
     FAN = "fan"  # NVML fan speed, duty in %
+    EPP = "epp"  # cpufreq energy_performance_preference: an index into Knob.choices
+    GOVERNOR = "governor"  # cpufreq scaling_governor: an index into Knob.choices
+    BOOST = "boost"  # cpufreq boost / intel_pstate no_turbo: 0 off, 1 on
+    PLATFORM_PROFILE = "platform_profile"  # ACPI platform_profile: an index into Knob.choices
 
 
 class Quantity(StrEnum):
@@ -121,7 +125,8 @@ class Knob:
 
     ``value`` units: pwm and fan duty in %, limits in W. ``writable`` False carries ``why_not``
     (e.g. "NVML_ERROR_NO_PERMISSION: needs root", "no pwm1_enable and pwm1 not writable").
-    ``fan_channel`` is the channel id that measures this fan's speed, when known.
+    ``fan_channel`` is the channel id that measures this fan's speed, when known. ``choices``: the names
+    of an enumerated knob (EPP, governor, boost, platform_profile), whose value is an index into them.
     """
 
     id: str
@@ -134,6 +139,7 @@ class Knob:
     writable: bool = False
     why_not: str | None = None
     fan_channel: str | None = None
+    choices: tuple[str, ...] = ()
 
     def clamp(self, value: float) -> float:
         """``value`` clamped to [min, max] (each bound only when known)."""

@@ -2,7 +2,8 @@
 
 Checks the bus, the daemon (and what it reports as read-only or failing), polkit, the NVIDIA management
 library, hwmon and powercap in sysfs (kernel hwmon sysfs ABI: ``pwmN`` writable only by root; powercap:
-``energy_uj`` readable only by root since CVE-2020-8694). Each line: ``ok``, ``warn`` or ``FAIL``, what,
+``energy_uj`` readable only by root since CVE-2020-8694), and the CPU's own knobs with the profile daemon
+(power-profiles-daemon, tuned) that owns them, if one runs. Each line: ``ok``, ``warn`` or ``FAIL``, what,
 and why or what to do.
 """
 
@@ -134,6 +135,28 @@ def check_sysfs(sysfs_root: str = "/sys") -> list[Check]:
     return out
 
 
+def check_cpu_knobs(sysfs_root: str = "/sys") -> list[Check]:
+    """The CPU's EPP, governor, boost and platform_profile: which this machine has, and whether a profile
+    daemon (power-profiles-daemon, tuned) owns them — then aithermd leaves them alone rather than fight it."""
+    from aithermd.backends.cpu_knobs import CpuKnobBackend, profile_managers, run_root_of
+
+    managers = profile_managers(run_root_of(sysfs_root))
+    backend = CpuKnobBackend(sysfs_root, managed_by=managers)
+    try:
+        knobs = [k for d in backend.discover() for k in d.knobs]
+    finally:
+        backend.close()
+    if not knobs:
+        return [Check("ok", "cpu knobs", "no EPP, governor, boost or platform_profile in sysfs")]
+    names = ", ".join(k.id.split("/", 1)[1] for k in knobs)
+    if managers:
+        return [Check("warn", "cpu knobs", f"{names}: left to {' and '.join(managers)}, which runs: aithermd "
+                                           "never writes them (switch its profile, or stop it to let "
+                                           "policies drive them)")]
+    return [Check("ok", "cpu knobs", f"{names}: no profile daemon runs; policies may drive them "
+                                     "(kind: cpu_knobs)")]
+
+
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -146,6 +169,7 @@ async def run_doctor(client: DaemonClient, sysfs_root: str = "/sys") -> int:
     checks += await check_polkit(client)
     checks += check_nvml()
     checks += check_sysfs(sysfs_root)
+    checks += check_cpu_knobs(sysfs_root)
     width = max(len(c.what) for c in checks)
     for c in checks:
         sys.stdout.write(f"{c.level:<4}  {c.what:<{width}}  {c.detail}\n")

@@ -42,7 +42,7 @@ __all__ = ["ALL", "BACKENDS", "Inventory", "changed_families", "discover", "fami
            "natural_key", "open_backend", "open_backends", "open_for_daemon", "reader_for", "rediscover",
            "unique_ids"]
 
-BACKENDS = ("hwmon", "hwmon-gpu", "powercap", "thermal", "cpu", "nvml")  # the kinds a locator may name
+BACKENDS = ("hwmon", "hwmon-gpu", "powercap", "thermal", "cpu", "cpuknobs", "nvml")  # the kinds a locator may name
 THREADED_KINDS = frozenset({"nvml"})
 ALL = "*"  # every family (a rescan after the udev monitor missed events)
 
@@ -107,17 +107,19 @@ def _index(backends: Sequence[Backend], found: Mapping[int, Sequence[Device]]) -
 
 
 def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = True) -> list[Backend]:
-    """Backends for ``sysfs_root``: hwmon, powercap and thermal zones always, ``cpu`` (the live machine's
+    """Backends for ``sysfs_root``: hwmon, powercap, thermal zones and the CPU's knobs (EPP, governor, boost,
+    platform_profile) always, ``cpu`` (the live machine's
     procfs, the root's cpufreq) when ``cpu`` is true, NVML GPUs when ``nvml`` (a pynvml-compatible module)
     is given. Nothing is read yet."""
     from aithermd.backends.cpu import CpuBackend
+    from aithermd.backends.cpu_knobs import CpuKnobBackend
     from aithermd.backends.gpu_hwmon import GPU_DRIVERS, HwmonGpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.powercap import RaplBackend
     from aithermd.backends.thermal import ThermalBackend
 
     backends: list[Backend] = [HwmonBackend(sysfs_root, leave=GPU_DRIVERS), RaplBackend(sysfs_root),
-                               ThermalBackend(sysfs_root)]
+                               ThermalBackend(sysfs_root), CpuKnobBackend(sysfs_root)]
     if cpu:
         backends.append(CpuBackend(sysfs_root=sysfs_root))
     if nvml is not None:
@@ -147,8 +149,8 @@ def open_for_daemon(settings: Any) -> list[Backend]:
 
 
 def open_backend(locator: dict[str, Any]) -> Backend:
-    """The backend a ``locator()`` dict names: ``{"backend": "hwmon"|"hwmon-gpu"|"powercap"|"thermal",
-    "sysfs_root": DIR}``,
+    """The backend a ``locator()`` dict names: ``{"backend": "hwmon"|"hwmon-gpu"|"powercap"|"thermal"|
+    "cpuknobs", "sysfs_root": DIR}``,
     ``{"backend": "cpu"}``, or an NVML locator (handed to ``aithermd.backends.nvml.open_from_locator``).
     Raises ValueError for an unknown backend and ImportError when the NVML module is not available."""
     kind = locator.get("backend")
@@ -169,6 +171,10 @@ def open_backend(locator: dict[str, Any]) -> Backend:
         from aithermd.backends.thermal import ThermalBackend
 
         return ThermalBackend(**root)
+    if kind == "cpuknobs":
+        from aithermd.backends.cpu_knobs import CpuKnobBackend
+
+        return CpuKnobBackend(**root)
     if kind == "cpu":
         from aithermd.backends.cpu import CpuBackend
 

@@ -16,6 +16,7 @@ from aithermd.policy import selectors, sources
 from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
 from aithermd.policy.schema import (
+    CpuKnobsRule,
     CpuPowerLimitRule,
     FanRule,
     GpuMatch,
@@ -58,6 +59,13 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
         elif isinstance(rule, CpuPowerLimitRule):
             if not selectors.select_zones(rule.zones, devices) and _exact(rule.zones):
                 problems.append(((*loc, "zones"), "selects no RAPL zone on this machine"))
+        elif isinstance(rule, CpuKnobsRule):
+            for kind, name in rule.wanted().items():
+                knob = next((k for d in devices for k in d.knobs if k.kind == kind), None)
+                if knob is not None and name not in knob.choices:
+                    key = "boost" if kind == "boost" else kind
+                    problems.append(((*loc, key), f"'{name}' is not offered by this machine's {knob.id} "
+                                                  f"(it offers: {', '.join(knob.choices)})"))
         elif isinstance(rule, FanRule):
             f = rule.fans
             if not selectors.select_fans(f, devices) and any(_exact(p) for p in (f.id, f.chip, f.label)):

@@ -11,6 +11,7 @@ from aithermd.model import Device, DeviceKind, Knob, KnobKind
 from aithermd.policy import efficient, power_budget, quiet, selectors, sources
 from aithermd.policy.conditions import Compiler, Node, Not
 from aithermd.policy.schema import (
+    CpuKnobsRule,
     CpuPowerLimitRule,
     FanRule,
     GpuPowerLimitRule,
@@ -41,7 +42,7 @@ class CMachine:
 class Target:
     knob: Knob
     scope: str | None  # the GPU id whose metrics and states the rule sees, or None machine-wide
-    value: Any = None  # power rules: (kind, number) or W; fan rules: unused
+    value: Any = None  # power rules: (kind, number) or W; cpu_knobs: ("choice", index); fan rules: unused
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,11 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                     elif k.kind == KnobKind.PL2 and rule.pl2_w is not None:
                         targets.append(Target(k, None, ("w", rule.pl2_w)))
             rules.append(CRule(rule.name, "cpu_power_limit", when, tuple(targets), rule))
+        elif isinstance(rule, CpuKnobsRule):
+            wanted = rule.wanted()
+            targets = [Target(k, None, ("choice", float(k.choices.index(wanted[k.kind]))))
+                       for d in devices for k in d.knobs if wanted.get(k.kind) in k.choices]
+            rules.append(CRule(rule.name, "cpu_knobs", when, tuple(targets), rule))
         else:
             rules.append(_fan_rule(rule, i, comp, devices, when))
     knobs = {k.id: k for d in devices for k in d.knobs}
@@ -187,7 +193,7 @@ def search_spec(rule: GpuPowerLimitRule) -> efficient.Spec:
 def power_value(knob: Knob, spec: tuple[str, float]) -> float | None:
     """A parsed power value → W for ``knob`` (None when the knob lacks the needed constraint)."""
     kind, number = spec
-    if kind == "w":
+    if kind in ("w", "choice"):  # a choice: the index into the knob's choices
         return number
     if kind == "pct":
         return None if knob.default is None else knob.default * number / 100.0

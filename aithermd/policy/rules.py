@@ -19,8 +19,10 @@ from aithermd.policy.plan import CRule, Target, power_value
 _TEXT = MappingProxyType({"default": "the default", "min": "the minimum", "max": "the maximum"})
 
 
-def _limit_text(spec: tuple[str, float], watts: float) -> str:
+def _limit_text(spec: tuple[str, float], watts: float, knob: Any = None) -> str:
     kind, number = spec
+    if kind == "choice":
+        return f"{knob.kind} {knob.choices[int(number)]}"
     if kind == "pct":
         return f"{number:g}% of the default ({watts:g} W)"
     if kind in _TEXT:
@@ -162,7 +164,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 value = power_value(t.knob, t.value)
                 if value is None:
                     continue
-                text = _limit_text(t.value, value)
+                text = _limit_text(t.value, value, t.knob)
             reason = f"{target}{' in ' + where if where else ''}: {text}"
         decisions[t.knob.id] = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
                                         rule=f"{policy}/{rule.name}", reason=reason, requested=value,

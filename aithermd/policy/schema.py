@@ -6,7 +6,7 @@ A policy file is one YAML mapping (see ``policies/README.md``)::
     safety:   {margin_c, gpu_temp_limit_c}       # can only make the built-in safety stricter
     curves:   {NAME: Curve}                      # fan curves, by kind: points | pid | mix
     machines: {NAME: Machine}                    # state machines with hysteresis (one per GPU or one)
-    rules:    [Rule]                             # by kind: gpu_power_limit | cpu_power_limit | fan
+    rules:    [Rule]                             # by kind: gpu_power_limit | cpu_power_limit | cpu_knobs | fan
     budget, quiet, timezone, holidays, schedules # the whole machine (aithermd.policy.schema_machine)
 
 Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
@@ -24,7 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from aithermd.policy import schema_machine
-from aithermd.policy.schema_machine import DAY_WORDS, Budget, Holidays, Quiet, ScheduleName, TimeZone
+from aithermd.policy.schema_machine import DAY_WORDS, Budget, CpuKnobsRule, Holidays, Quiet, ScheduleName, TimeZone
 from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,
@@ -343,7 +343,7 @@ class FanRule(RuleBase):
         return self
 
 
-Rule = Annotated[GpuPowerLimitRule | CpuPowerLimitRule | FanRule, Field(discriminator="kind")]
+Rule = Annotated[GpuPowerLimitRule | CpuPowerLimitRule | CpuKnobsRule | FanRule, Field(discriminator="kind")]
 
 
 class Safety(Model):

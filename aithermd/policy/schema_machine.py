@@ -27,15 +27,20 @@ Units: W, %, °C, s. The 80 PLUS efficiency levels are given at 10/20/50/100 % o
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from aithermd.policy.values import Model, NonNeg, Pct
+from aithermd.policy.values import Model, Name, NonNeg, Pct
 
-__all__ = ["DAY_WORDS", "Budget", "FanCeiling", "Holidays", "Quiet", "ScheduleName", "TimeZone", "check_timezone",
+__all__ = ["DAY_WORDS", "EPP_NAMES", "PLATFORM_PROFILES", "Budget", "CpuKnobsRule", "FanCeiling", "Holidays", "Quiet", "ScheduleName", "TimeZone", "check_timezone",
            "parse_holiday", "rebuild"]
 
+# the kernel's names: EPP strings (intel_pstate.rst, amd-pstate.rst) and ACPI platform profiles
+# (ABI/testing/sysfs-platform_profile)
+EPP_NAMES = ("performance", "balance_performance", "balance_power", "power")
+PLATFORM_PROFILES = ("low-power", "cool", "quiet", "balanced", "balanced-performance", "performance", "max-power",
+                     "custom")
 # day words beside mon..sun: a workday is Monday to Friday and not a holiday; a holiday is a listed date
 DAY_WORDS = ("workday", "weekend", "holiday")
 EfficiencyPoint = tuple[Annotated[float, Field(gt=0, le=100)], Annotated[float, Field(ge=0.5, le=1.0)]]
@@ -157,6 +162,36 @@ class Quiet(Model):
         "how fast a limit moves under quiet, % of the rule's limit per s (down and up)"))
 
 
+class CpuKnobsRule(Model):
+    """The CPU's own knobs while ``when`` holds: EPP, the cpufreq governor, boost and the ACPI platform
+    profile (:mod:`aithermd.backends.cpu_knobs`). A knob the machine lacks, or a name it does not offer,
+    is left alone; none is touched while power-profiles-daemon or tuned runs."""
+
+    kind: Literal["cpu_knobs"]
+    name: Name
+    when: Condition | None = None  # type: ignore[name-defined]  # noqa: F821 - rebuilt by schema.py
+    epp: Literal[EPP_NAMES] | None = Field(None, description=(  # type: ignore[valid-type]
+        "energy_performance_preference of every cpufreq policy"))
+    governor: Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=32, description=(
+        "scaling_governor of every cpufreq policy (performance, powersave, schedutil, ...)"))] | None = None
+    boost: bool | None = Field(None, description="CPU boost (turbo): cpufreq boost or intel_pstate no_turbo")
+    platform_profile: Literal[PLATFORM_PROFILES] | None = Field(None, description=(  # type: ignore[valid-type]
+        "/sys/firmware/acpi/platform_profile"))
+
+    @model_validator(mode="after")
+    def _some(self) -> CpuKnobsRule:
+        if all(getattr(self, k) is None for k in ("epp", "governor", "boost", "platform_profile")):
+            raise ValueError("give at least one of epp, governor, boost or platform_profile")
+        return self
+
+    def wanted(self) -> dict[str, str]:
+        """Knob kind → the choice asked (boost as ``on``/``off``)."""
+        out = {k: getattr(self, k) for k in ("epp", "governor", "platform_profile") if getattr(self, k) is not None}
+        if self.boost is not None:
+            out["boost"] = "on" if self.boost else "off"
+        return out
+
+
 def _holidays(value: Any) -> Any:
     if isinstance(value, list):
         value = [str(v) for v in value]  # YAML may read 2026-12-24 as a date
@@ -174,5 +209,5 @@ ScheduleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_
 
 def rebuild(namespace: dict[str, Any]) -> None:
     """Resolve ``Condition``, ``FanSelector`` and ``GpuSelector`` (defined in :mod:`aithermd.policy.schema`)."""
-    for model in (Budget, FanCeiling, Quiet):
+    for model in (Budget, FanCeiling, Quiet, CpuKnobsRule):
         model.model_rebuild(_types_namespace=namespace)

@@ -1,6 +1,6 @@
 """Every backend keeps the contract of :mod:`tests.support.backend_contract`: the real ones on every recorded
 tree (hwmon on the six machines and two exporter trees, the inline and slow hwmon lanes, thermal zones,
-powercap on two RAPL trees, cpu on this machine's psutil, NVML over the fake NVML from recorded dumps,
+powercap on two RAPL trees, cpu on this machine's psutil, the CPU's knobs on the recorded intel_pstate tree, NVML over the fake NVML from recorded dumps,
 privileged and not) and the fakes the other tests drive the daemon with (:mod:`tests.support.fake_backend`)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pynvml
 import pytest
 
 from aithermd.backends.cpu import CpuBackend
+from aithermd.backends.cpu_knobs import CpuKnobBackend
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.hwmon_subset import HwmonSubset
 from aithermd.backends.nvml import NvmlBackend
@@ -63,6 +64,17 @@ def sysfs_rig(tmp_path: Path, tree: str, make: Callable[[str, FaultIO, SimClock]
     root, io, clock = str(copy_machine(tmp_path, tree)), FaultIO(), SimClock()
     return Rig(make=lambda: make(root, io, clock), fail_reads=partial(_fail_reads, io),
                lose=partial(_lose, io), before_sample=lambda backend: clock.advance(1.0))
+
+
+def cpu_knobs(managed_by: list[str]) -> Callable[[Path], Rig]:
+    """The recorded intel_pstate tree with EPP, no_turbo and platform_profile added (test_cpu_knobs)."""
+    def build(tmp: Path) -> Rig:
+        from tests.backends.test_cpu_knobs import with_epp
+
+        root, io = str(with_epp(tmp)), FaultIO()
+        return Rig(make=lambda: CpuKnobBackend(root, io=io, managed_by=managed_by),
+                   fail_reads=partial(_fail_reads, io), lose=partial(_lose, io), reopens=not managed_by)
+    return build
 
 
 def hwmon(tree: str) -> Callable[[Path], Rig]:
@@ -193,6 +205,8 @@ CASES: dict[str, Case] = {
     "slow:z690-nvme": Case(slow_lane),
     **{f"powercap:{t.removesuffix('.ttar')}": Case(rapl(t), knobs=True) for t in RAPL_TREES},
     "cpu:psutil": Case(cpu, loses=False),
+    "cpuknobs:procfs-intel-pstate-epp": Case(cpu_knobs([]), knobs=True),
+    "cpuknobs:power-profiles-daemon": Case(cpu_knobs(["power-profiles-daemon"]), read_only=True),
     "nvml:fake-4090-h100": Case(nvml(privileged=True), knobs=True),
     "nvml:fake-4090-h100-unprivileged": Case(nvml(privileged=False), read_only=True),
     "fake:FakeBackend": Case(fake_backend, knobs=True),

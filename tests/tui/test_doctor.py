@@ -37,3 +37,22 @@ def test_nvml_that_cannot_load_is_a_warning_with_the_reason():
     (check,) = check_nvml("libnvidia-ml-does-not-exist.so.1")
     assert check.level == "warn" and "cannot be loaded" in check.detail
     assert "GPUs are not managed" in check.detail
+
+
+def test_cpu_knobs_say_whether_a_profile_daemon_owns_them(tmp_path):
+    from aithermctl.doctor import check_cpu_knobs
+    from tests.backends.test_cpu_knobs import with_epp
+
+    root = with_epp(tmp_path)
+    (check,) = check_cpu_knobs(str(root))
+    assert (check.level, check.what) == ("ok", "cpu knobs")
+    assert check.detail.startswith("epp, governor, boost, platform_profile: no profile daemon runs")
+    run = tmp_path / "run" / "systemd" / "units"
+    run.mkdir(parents=True)
+    os.symlink("0123456789abcdef", run / "invocation:power-profiles-daemon.service")
+    (check,) = check_cpu_knobs(str(root))
+    assert check.level == "warn"
+    assert "left to power-profiles-daemon, which runs: aithermd never writes them" in check.detail
+    empty = tmp_path / "bare" / "sys"
+    empty.mkdir(parents=True)
+    assert [c.detail for c in check_cpu_knobs(str(empty))] == ["no EPP, governor, boost or platform_profile in sysfs"]

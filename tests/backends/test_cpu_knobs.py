@@ -1,0 +1,228 @@
+"""The CPU's own knobs: the governor on the recorded intel_pstate tree of prometheus/procfs, and EPP, boost
+and platform_profile added to that tree with the values the kernel's documentation gives (intel_pstate.rst,
+amd-pstate.rst, ABI/testing/sysfs-platform_profile): what discovery finds, what writes reach every cpufreq
+policy, what the drivers refuse, what a restore puts back, and that a running power-profiles-daemon or
+tuned is never fought."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from aithermd.actuate.journal import Journal
+from aithermd.actuate.restore import restore_journal
+from aithermd.backends import open_backend
+from aithermd.backends.cpu_knobs import CpuKnobBackend, profile_managers, run_root_of
+from aithermd.errors import BackendError, NoPermission, OutOfRange
+from aithermd.model import KnobKind, Reading, Status
+from aithermd.policy.devicecheck import check_devices
+from aithermd.policy.engine import EngineInput, evaluate, initial_state
+from aithermd.policy.loader import load_policy_text
+from tests.backends.faults import FaultIO
+from tests.support.machines import copy_machine
+
+RECORDED = "prometheus-procfs-sys-devices-system-cpu-cpufreq.ttar"
+# amd-pstate.rst and intel_pstate.rst: the preferences in the kernel's order, "default" first on amd-pstate
+AVAILABLE_EPP = "default performance balance_performance balance_power power"
+
+
+def recorded(tmp_path: Path) -> Path:
+    return copy_machine(tmp_path, RECORDED)
+
+
+def with_epp(tmp_path: Path, policies: int = 2) -> Path:
+    """The recorded tree with ``policies`` policies that have EPP (amd-pstate-epp's files), boost through
+    intel_pstate/no_turbo and an ACPI platform profile."""
+    root = recorded(tmp_path)
+    cpufreq = root / "devices" / "system" / "cpu" / "cpufreq"
+    for n in range(policies):
+        p = cpufreq / f"policy{n}"
+        p.mkdir(exist_ok=True)
+        for name in ("scaling_available_governors", "scaling_governor", "scaling_driver"):
+            if not (p / name).exists():
+                (p / name).write_text((cpufreq / "policy0" / name).read_text())
+        (p / "energy_performance_available_preferences").write_text(AVAILABLE_EPP + "\n")
+        (p / "energy_performance_preference").write_text("balance_performance\n")
+    pstate = root / "devices" / "system" / "cpu" / "intel_pstate"
+    pstate.mkdir()
+    (pstate / "no_turbo").write_text("0\n")
+    acpi = root / "firmware" / "acpi"
+    acpi.mkdir(parents=True)
+    (acpi / "platform_profile_choices").write_text("low-power balanced performance\n")
+    (acpi / "platform_profile").write_text("balanced\n")
+    return root
+
+
+def knobs(backend: CpuKnobBackend) -> dict:
+    return {k.id: k for d in backend.discover() for k in d.knobs}
+
+
+def test_the_recorded_intel_pstate_tree_has_a_governor_knob(tmp_path):
+    root = recorded(tmp_path)
+    backend = CpuKnobBackend(str(root), managed_by=[])
+    (dev,) = backend.discover()
+    assert (dev.id, dev.name, dev.info["scaling_driver"]) == ("cpufreq", "cpufreq (intel_pstate)", "intel_pstate")
+    (gov,) = dev.knobs
+    assert (gov.id, gov.kind, gov.choices, gov.min, gov.max, gov.writable) == (
+        "cpufreq/governor", KnobKind.GOVERNOR, ("performance", "powersave"), 0.0, 1.0, True)
+    assert backend.sample().knobs["cpufreq/governor"].value == 1.0  # powersave, as recorded
+    saved = backend.save_knob(gov.id)
+    assert saved == {"files": {"devices/system/cpu/cpufreq/policy0/scaling_governor": "powersave"}}
+    backend.write_knob(gov.id, 0.0)
+    policy0 = root / "devices" / "system" / "cpu" / "cpufreq" / "policy0"
+    assert (policy0 / "scaling_governor").read_text() == "performance\n"
+    assert backend.read_knob(gov.id).value == 0.0
+    backend.restore_knob(gov.id, json.loads(json.dumps(saved)))
+    assert (policy0 / "scaling_governor").read_text() == "powersave\n"
+
+
+def test_epp_boost_and_platform_profile(tmp_path):
+    root = with_epp(tmp_path)
+    backend = CpuKnobBackend(str(root), managed_by=[])
+    found = knobs(backend)
+    assert sorted(found) == ["acpi/platform_profile", "cpufreq/boost", "cpufreq/epp", "cpufreq/governor"]
+    epp = found["cpufreq/epp"]
+    assert epp.choices == ("performance", "balance_performance", "balance_power", "power")  # "default" left out
+    values = {k: v.value for k, v in backend.sample().knobs.items()}
+    assert values == {"cpufreq/epp": 1.0, "cpufreq/governor": 1.0, "cpufreq/boost": 1.0,
+                      "acpi/platform_profile": 1.0}
+    cpufreq = root / "devices" / "system" / "cpu" / "cpufreq"
+    backend.write_knob("cpufreq/epp", 2.0)  # balance_power, on every policy
+    assert [(cpufreq / f"policy{n}" / "energy_performance_preference").read_text() for n in (0, 1)] == \
+        ["balance_power\n"] * 2
+    backend.write_knob("cpufreq/boost", 0.0)  # boost off is no_turbo 1
+    assert (root / "devices" / "system" / "cpu" / "intel_pstate" / "no_turbo").read_text() == "1\n"
+    assert backend.read_knob("cpufreq/boost").value == 0.0
+    backend.write_knob("acpi/platform_profile", 0.0)
+    assert (root / "firmware" / "acpi" / "platform_profile").read_text() == "low-power\n"
+    for bad in (float("nan"), -1.0, 4.0, 1.5):
+        with pytest.raises(OutOfRange):
+            backend.write_knob("cpufreq/epp", bad)
+
+
+def test_epp_reads_a_raw_value_as_the_nearest_name_and_default_as_unknown(tmp_path):
+    root = with_epp(tmp_path, policies=1)
+    backend = CpuKnobBackend(str(root), managed_by=[])
+    backend.discover()
+    f = root / "devices" / "system" / "cpu" / "cpufreq" / "policy0" / "energy_performance_preference"
+    f.write_text("200\n")  # intel_pstate shows the raw EPP once one was written: nearest is balance_power (192)
+    backend.discover()
+    assert backend.read_knob("cpufreq/epp").value == 2.0
+    f.write_text("default\n")
+    backend.discover()
+    kv = backend.read_knob("cpufreq/epp")
+    assert (kv.value, kv.status) == (None, Status.OK)
+    saved = backend.save_knob("cpufreq/epp")
+    backend.write_knob("cpufreq/epp", 3.0)
+    backend.restore_knob("cpufreq/epp", saved)
+    assert f.read_text() == "default\n"  # exactly what was found
+
+
+def test_epp_refused_while_the_governor_is_performance_says_what_to_do(tmp_path):
+    root = with_epp(tmp_path)
+    io = FaultIO()
+    io.write_faults["energy_performance_preference"] = OSError(errno.EBUSY, "Device or resource busy")
+    backend = CpuKnobBackend(str(root), io=io, managed_by=[])
+    backend.discover()
+    with pytest.raises(BackendError, match="governor to powersave first") as err:
+        backend.write_knob("cpufreq/epp", 3.0)
+    assert "2 of 2 files" in str(err.value)
+
+
+def test_a_driver_refusing_a_profile_is_out_of_range(tmp_path):
+    root = with_epp(tmp_path)
+    io = FaultIO()
+    io.write_faults["platform_profile"] = OSError(errno.EINVAL, "Invalid argument")
+    backend = CpuKnobBackend(str(root), io=io, managed_by=[])
+    backend.discover()
+    with pytest.raises(OutOfRange):
+        backend.write_knob("acpi/platform_profile", 2.0)
+    assert (root / "firmware" / "acpi" / "platform_profile").read_text() == "balanced\n"
+
+
+@pytest.mark.parametrize(("rel", "name"), [
+    ("systemd/units/invocation:power-profiles-daemon.service", "power-profiles-daemon"),
+    ("systemd/units/invocation:tuned.service", "tuned"),
+    ("tuned/tuned.pid", "tuned"),
+])
+def test_a_running_profile_daemon_owns_the_knobs(tmp_path, rel, name):
+    root = with_epp(tmp_path)
+    run = Path(run_root_of(str(root)))
+    assert run == tmp_path / "run"
+    assert profile_managers(str(run)) == []
+    (run / rel).parent.mkdir(parents=True)
+    os.symlink("0123456789abcdef", run / rel)  # systemd's invocation link points at the invocation id
+    assert profile_managers(str(run)) == [name]
+    backend = CpuKnobBackend(str(root))
+    found = knobs(backend)
+    assert len(found) == 4 and not any(k.writable for k in found.values())
+    assert all(k.why_not.startswith(f"{name} manages the CPU's power profile") for k in found.values())
+    for kid in found:
+        with pytest.raises(NoPermission):
+            backend.write_knob(kid, 0.0)
+    assert (root / "firmware" / "acpi" / "platform_profile").read_text() == "balanced\n"
+
+
+def test_restore_from_another_process_and_a_vanished_policy(tmp_path):
+    root = with_epp(tmp_path)
+    backend = CpuKnobBackend(str(root), managed_by=[])
+    backend.discover()
+    saved = backend.save_knob("cpufreq/epp")
+    backend.write_knob("cpufreq/epp", 3.0)
+    for f in (root / "devices" / "system" / "cpu" / "cpufreq" / "policy1").iterdir():
+        f.unlink()  # the CPUs of policy1 went offline: their cpufreq files are gone
+    (root / "devices" / "system" / "cpu" / "cpufreq" / "policy1").rmdir()
+    other = open_backend(backend.locator())
+    other.discover()
+    other.restore_knob("cpufreq/epp", saved)
+    assert (root / "devices" / "system" / "cpu" / "cpufreq" / "policy0" /
+            "energy_performance_preference").read_text() == "balance_performance\n"
+    with pytest.raises(BackendError, match="outside the sysfs root"):
+        other.restore_knob("cpufreq/epp", {"files": {"../../etc/passwd": "x"}})
+
+
+POLICY = """
+rules:
+  - name: feed-the-gpus
+    kind: cpu_knobs
+    when: {metric: cpu.utilization_pct, below: 50, stat: last}
+    epp: power
+    boost: false
+    platform_profile: quiet          # not offered by this machine: left alone
+  - name: otherwise
+    kind: cpu_knobs
+    epp: balance_performance
+    governor: powersave
+"""
+
+
+def test_a_policy_drives_them_and_the_journal_puts_them_back(tmp_path):
+    root = with_epp(tmp_path / "m")
+    backend = CpuKnobBackend(str(root), managed_by=[])
+    devices = tuple(backend.discover())
+    policy = load_policy_text(POLICY, name="cpu")
+    sample = backend.sample()
+    idle = EngineInput(t_mono=0.0, t_wall=1_767_268_800.0, devices=devices, knobs=sample.knobs,
+                       readings={"cpu/utilization": Reading("cpu/utilization", 20.0)})
+    decisions = evaluate(policy, (), idle, initial_state()).decisions
+    assert {k: (d.value, d.rule) for k, d in decisions.items()} == {
+        "cpufreq/epp": (3.0, "cpu/feed-the-gpus"), "cpufreq/boost": (0.0, "cpu/feed-the-gpus"),
+        "cpufreq/governor": (1.0, "cpu/otherwise")}
+    assert decisions["cpufreq/epp"].reason == "cpufreq: epp power"
+    errors = check_devices(policy, devices)
+    assert len(errors) == 1 and "'quiet' is not offered by this machine's acpi/platform_profile" in str(errors[0])
+    assert "(it offers: low-power, balanced, performance)" in str(errors[0])
+    journal, boot = Journal(tmp_path / "state"), "boot-1"
+    for kid in ("cpufreq/epp", "cpufreq/boost"):
+        journal.record(kid, kid.split("/")[0], backend.locator(), backend.save_knob(kid), 0, boot_id=boot)
+        backend.write_knob(kid, decisions[kid].value)
+    epp = root / "devices" / "system" / "cpu" / "cpufreq" / "policy1" / "energy_performance_preference"
+    no_turbo = root / "devices" / "system" / "cpu" / "intel_pstate" / "no_turbo"
+    assert (epp.read_text(), no_turbo.read_text()) == ("power\n", "1\n")
+    report = restore_journal(journal, boot_id=boot)  # as `aithermd restore` does, from the locators alone
+    assert report.ok and sorted(report.restored) == ["cpufreq/boost", "cpufreq/epp"]
+    assert (epp.read_text(), no_turbo.read_text()) == ("balance_performance\n", "0\n")
