@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aithermd.errors import PolicyError
-from aithermd.model import Device
+from aithermd.model import Device, KnobKind
 from aithermd.policy import selectors, sources
 from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
@@ -75,6 +75,7 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
                 if not selectors.select_temperatures(pats, devices):
                     problems.append(((*loc, "curve", "inline", rule.curve.kind, "source"),
                                      "no temperature channel on this machine matches this source"))
+    problems += _budget_problems(doc, devices)
     for name, curve in doc.curves.items():
         if isinstance(curve, MixCurve):
             continue
@@ -87,6 +88,35 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
             if not selectors.select_temperatures(cond.sensor, devices):
                 problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
     return [error_at(policy.tree, where, loc, msg) for loc, msg in problems]
+
+
+def _budget_problems(doc: Any, devices: Sequence[Device]) -> list[tuple[tuple[Any, ...], str]]:
+    """A budget below the sum of the lowest limits of what it covers can never hold: say so."""
+    from aithermd.policy.power_budget import devices_budget_w
+
+    blocks = doc.budget if isinstance(doc.budget, list) else [doc.budget] if doc.budget is not None else []
+    out = []
+    for i, spec in enumerate(blocks):
+        lows: list[tuple[str, float]] = []
+        for d in selectors.gpus(devices):
+            k = selectors.knob_of(d, KnobKind.POWER_LIMIT)
+            if k is not None:
+                lows.append((d.id, k.min or 0.0))
+        for d in selectors.select_zones(["package-*"], devices):
+            pl = [k for k in d.knobs if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+            if pl:
+                low = max([k.min or 0.0 for k in pl] + [spec.cpu_min_w]) if spec.cpu else max(
+                    k.max or 0.0 for k in pl)
+                lows.append((d.id, low))
+        total, _ = devices_budget_w(spec)
+        need = sum(w for _, w in lows)
+        if lows and need > total + 1e-6:
+            key = "wall_w" if spec.wall_w is not None else "devices_w"
+            each = ", ".join(f"{dev} {w:.0f} W" for dev, w in lows)
+            loc = ("budget", i, key) if isinstance(doc.budget, list) else ("budget", key)
+            out.append((loc, f"gives the devices {total:.0f} W, below the sum of their lowest limits ({need:.0f} W: "
+                             f"{each}): it can never hold; raise it, or leave devices out (gpus:, cpu: false)"))
+    return out
 
 
 def unsourced_fans(policy: Any, devices: Sequence[Device]) -> list[tuple[str, str, tuple[str, ...]]]:

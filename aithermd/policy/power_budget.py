@@ -288,6 +288,8 @@ def apply(cb: CBudget, policy: str, merged: Mapping[str, Decision], inp: Any, wi
         if d is not None:
             devs.append(d)
     consumers = [d.consumer for d in devs]
+    lowest = sum(c.in_force if c.fixed else c.floor for c in consumers)
+    short = lowest - cb.devices_w if lowest > cb.devices_w + split.EPS_W else 0.0
     step = cb.spec.step_w
     shares = split.grant(cb.devices_w, consumers, split.split(cb.devices_w, consumers, step), step)
     out = dict(merged)
@@ -315,6 +317,9 @@ def apply(cb: CBudget, policy: str, merged: Mapping[str, Decision], inp: Any, wi
             inputs["util_pct"] = round(c.util, 1)
         inputs["split_w"] = whole
         reason = f"budget {cb.devices_w:.0f} W ({cb.how}): {why}"
+        if short:
+            reason += (f"; the budget is {short:.0f} W below the lowest limits of its devices ({lowest:.0f} W): "
+                       "each is held at its minimum and it cannot hold")
         for knob, ask in zip(d.knobs, d.asks, strict=True):
             value = knob.clamp(min(ask, s.grant))  # a package: PL2 = its share, PL1 no more than that
             out[knob.id] = Decision(knob_id=knob.id, value=value, layer=d.layer, rule=f"{policy}/{BUDGET_RULE}",
@@ -325,5 +330,7 @@ def apply(cb: CBudget, policy: str, merged: Mapping[str, Decision], inp: Any, wi
     report = {"policy": policy, "budget_w": round(cb.devices_w, 1), "how": cb.how,
               "wall_w": cb.spec.wall_w, "other_w": cb.spec.other_w, "allotted_w": round(allotted, 1),
               "drawn_w": round(drawn, 1), "wall_drawn_w": wall, "devices": report_devs}
+    if short:
+        report["short_w"] = round(short, 1)
     now_bound = frozenset(c for c, s in shares.items() if s.why == "bound")
     return out, report, BudgetState(MappingProxyType(found), now_bound)

@@ -151,6 +151,13 @@ class Schedule(Model):
     from_: HHMM = Field("00:00", alias="from")
     to: HHMM = "24:00"
 
+    @model_validator(mode="after")
+    def _not_empty(self) -> Schedule:
+        if self.from_ == self.to or (self.from_, self.to) == ("24:00", "00:00"):
+            raise ValueError(f"from {self.from_} to {self.to} is an empty window; for all day write from: "
+                             "\"00:00\", to: \"24:00\"")
+        return self
+
 
 class ScheduleCondition(CondBase):
     """Inside a time window: inline (``{from: "22:00", to: "07:00"}``), a list of them, or the name of one of

@@ -140,6 +140,10 @@ class Changes:
             for line in self.selection_warnings(policy, world):
                 if "selects no temperature sensor" in line or (unsourced and "matches this source" in line):
                     continue
+                if "it can never hold" in line:  # a budget below the devices' lowest limits
+                    self._log.warning("budget_cannot_hold", policy=name, error=line,
+                                      message="every device it covers is held at its minimum, still above it")
+                    continue
                 self._log.warning("policy_selects_nothing", policy=name, error=line,
                                   message="this rule does nothing on this machine")
 

@@ -59,6 +59,8 @@ class BudgetWatch:
         per = self.budgets.setdefault(budget, {"budget_w": budget, "how": report["how"], "ticks": 0, "over": 0,
                                                "max_in_force_w": 0.0})
         per["ticks"] += 1
+        if report.get("short_w"):  # below the devices' lowest limits: the daemon said it cannot hold
+            per["short_w"] = max(per.get("short_w", 0.0), float(report["short_w"]))
         per["max_in_force_w"] = round(max(per["max_in_force_w"], total), 1)
         if total > budget + TOLERANCE_W:
             self.over += 1
@@ -94,7 +96,9 @@ def summary_lines(b: dict[str, Any]) -> list[str]:
              "force on the machine (GPU power/enforced limit, CPU PL1/PL2)"]
     for per in b.get("budgets") or ():
         lines.append(f"  {per['ticks']:>6} ticks at {per['how']}: most in force {per['max_in_force_w']:.0f} W"
-                     + (f", over at {per['over']} ticks" if per["over"] else ""))
+                     + (f", over at {per['over']} ticks" if per["over"] else "")
+                     + (f" (it is {per['short_w']:.0f} W below the devices' lowest limits: it cannot hold)"
+                        if per.get("short_w") else ""))
     lines.append(f"  {'device':<20}{'mean share W':>14}{'mean drawn W':>14}{'rule asks W':>13}")
     for dev, d in b["devices"].items():
         lines.append(f"  {dev:<20}{d['mean_allotted_w']:>14.0f}{d['mean_drawn_w']:>14.0f}{d['max_ask_w']:>13.0f}")

@@ -192,3 +192,21 @@ budget: {when: {schedule: never}, devices_w: 500}
     plant = Plant(2)
     r = plant.step(pol)
     assert not r.budget and r.decisions["gpu0/power_limit"].value == 600.0
+
+
+def test_a_budget_below_the_devices_lowest_limits_holds_each_at_its_minimum_and_says_it_cannot_hold():
+    from aithermd.policy.devicecheck import check_devices
+
+    pol = policy("budget: {devices_w: 300}\n" + RAISE)  # 2 × 150 W GPU minimum + 45 W CPU = 345 W
+    plant = Plant(2)
+    for _ in range(3):
+        r = plant.step(pol)
+    assert [plant.limits[f"gpu{i}/power_limit"] for i in range(2)] == [150.0, 150.0]
+    assert plant.limits[f"{PKG}/pl2"] == 45.0 and r.budget["short_w"] == 45.0
+    assert "the budget is 45 W below the lowest limits of its devices (345 W)" in r.decisions["gpu0/power_limit"].reason
+    (err,) = check_devices(pol, plant.devices)
+    assert "budget.devices_w: gives the devices 300 W, below the sum of their lowest limits (345 W: gpu0 150 W, " \
+           f"gpu1 150 W, {PKG} 45 W): it can never hold" in err.format()
+    assert check_devices(policy("budget: {devices_w: 345}\n" + RAISE), plant.devices) == []
+    ample = plant.step(policy("budget: {devices_w: 400}\n" + RAISE))
+    assert "short_w" not in ample.budget

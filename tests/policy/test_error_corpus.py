@@ -29,7 +29,7 @@ EXPECTED = {
     'first-state-with-exit.yaml': ['{file}:5:15: error: machines.load.states[0].exit: the first state has no state below it to exit to'],
     'mean-without-window.yaml': ["{file}:4:11: error: rules[0].when: stat 'mean' needs window_s > 0 (or use stat: last)"],
     'missing-limit.yaml': ['{file}:2:5: error: rules[0].limit: missing required key'],
-    'misspelt-kind.yaml': ["{file}:3:11: error: rules[0].kind: unknown kind 'gpu_power_limt' (expected one of: gpu_power_limit, cpu_power_limit, fan) (hint: did you mean 'gpu_power_limit'?)"],
+    'misspelt-kind.yaml': ["{file}:3:11: error: rules[0].kind: unknown kind 'gpu_power_limt' (expected one of: gpu_power_limit, cpu_power_limit, cpu_knobs, fan) (hint: did you mean 'gpu_power_limit'?)"],
     'misspelt-limit.yaml': ["{file}:4:5: error: rules[0].limt: unknown key (hint: did you mean 'limit'?)"],
     'mix-cycle.yaml': ["{file}:2:26: error: curves.a.curves: curve 'a' is part of a cycle: a → b → a"],
     'mix-refers-to-itself.yaml': ["{file}:4:13: error: curves.loop.curves: curve 'loop' refers to itself: loop → loop"],

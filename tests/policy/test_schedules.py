@@ -146,6 +146,12 @@ rules:
     ("timezone: Europe/Berlinn\n", "unknown time zone 'Europe/Berlinn'"),
     ("holidays: ['2026-02-30']\n", "'2026-02-30' is not a date"),
     ("holidays: [christmas]\n", "'christmas' is not a date"),
+    ("timezone: '../../etc/passwd'\n", "unknown time zone '../../etc/passwd'"),
+    ("timezone: ''\n", "unknown time zone ''"),
+    ("schedules:\n  q: [{days: [mon], from: '22:00', to: '22:00'}]\n",
+     "schedules.q[0]: from 22:00 to 22:00 is an empty window; for all day write from: \"00:00\", to: \"24:00\""),
+    ("rules:\n  - {name: x, kind: cpu_knobs, when: {schedule: {from: '24:00', to: '00:00'}}, boost: true}\n",
+     "rules[0].when.schedule: from 24:00 to 00:00 is an empty window"),
 ])
 def test_bad_calendar_keys_are_refused_with_what_to_write(text, message):
     with pytest.raises(PolicyErrors) as err:
