@@ -7,7 +7,7 @@ hwmon sysfs ABI; and the recorded amdgpu trees of RX 6900 XT, 7900 XTX and 9070 
 Discovery finds ``class/hwmon/hwmon*`` whose ``name`` is one of :data:`GPU_DRIVERS` (the
 :class:`~aithermd.backends.hwmon.HwmonBackend` leaves those chips to this backend) and numbers the cards
 ``gpu<index_base + k>`` in PCI address order: NVIDIA GPUs keep NVML's numbers, these follow them
-(:mod:`aithermd.backends.registry` sets ``index_base``). The same vocabulary as NVML's devices:
+(:mod:`aithermd.backends.registry` sets ``index_base``); a card keeps its number when another vanishes. The same vocabulary as NVML's devices:
 
 - ``temperature``: amdgpu ``edge`` (else ``junction``), xe/i915 ``pkg`` (else the first); thresholds
   ``slowdown`` ← ``crit`` (amdgpu: the SMU throttles there) and ``shutdown`` ← ``emergency``, so the safety
@@ -115,6 +115,7 @@ class HwmonGpuBackend:
         self.index_base = index_base
         self._cards: list[_Card] = []
         self._knobs: dict[str, _Card] = {}
+        self._ids: dict[str, str] = {}  # PCI address → gpuN, kept across rediscoveries
 
     # -- discovery -------------------------------------------------------------------------------------
     def _found(self) -> list[tuple[str, str, str, str]]:
@@ -138,10 +139,20 @@ class HwmonGpuBackend:
         return sorted(out)
 
     def discover(self) -> list[Device]:
+        """The cards present now. A card keeps the id it was first given for the life of this instance (a
+        rediscovery after another card vanished renumbers nothing), and a vanished card's id is not given
+        to another one; a card that comes back gets its id back."""
         self.close()
         devices = []
-        for k, (pci, driver, hwmon, device) in enumerate(self._found()):
-            card = _Card(f"gpu{self.index_base + k}", pci, driver, hwmon, device)
+        taken = set(self._ids.values())
+        n = self.index_base
+        for pci, driver, hwmon, device in self._found():
+            if pci not in self._ids:
+                while f"gpu{n}" in taken:
+                    n += 1
+                self._ids[pci] = f"gpu{n}"
+                taken.add(self._ids[pci])
+            card = _Card(self._ids[pci], pci, driver, hwmon, device)
             devices.append(self._build(card))
             self._cards.append(card)
         return devices

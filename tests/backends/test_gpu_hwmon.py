@@ -13,7 +13,7 @@ import pytest
 from aithermd.backends.gpu_hwmon import GPU_DRIVERS, HwmonGpuBackend
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.registry import discover, open_backends
-from aithermd.errors import OutOfRange
+from aithermd.errors import DeviceLost, OutOfRange
 from aithermd.model import Device, DeviceKind, Layer, Status
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
 from aithermd.policy.loader import load_policy_text
@@ -202,4 +202,47 @@ def test_an_intel_xe_card(tmp_path):
     assert sample.knobs[limit.id].value == 200.0
     backend.write_knob(limit.id, 150.0)
     assert (tmp_path / "sys" / "class" / "hwmon" / "hwmon3" / "power1_max").read_text() == "150000000\n"
+    backend.close()
+
+
+def two_cards(tmp_path: Path) -> Path:
+    """The RX 6900 XT (0000:0b:00.0, hwmon5) and the RX 7900 XTX (0000:03:00.0, hwmon8) in one machine."""
+    root = tree(tmp_path / "a", "rx6900xt")
+    other = tree(tmp_path / "b", "rx7900xtx")
+    os.rename(other / "devices" / "pci0000:00" / "0000:03:00.0", root / "devices" / "pci0000:00" / "0000:03:00.0")
+    os.symlink("../../devices/pci0000:00/0000:03:00.0/hwmon/hwmon8", root / "class" / "hwmon" / "hwmon8")
+    return root
+
+
+def unbind(root: Path, bdf: str, hwmon: str) -> None:
+    """The card fell off the bus: its PCI device and its hwmon class link are gone."""
+    import shutil
+
+    shutil.rmtree(root / "devices" / "pci0000:00" / bdf)
+    (root / "class" / "hwmon" / hwmon).unlink()
+
+
+def test_a_card_that_vanishes_is_lost_and_the_others_keep_their_ids(tmp_path):
+    root = two_cards(tmp_path)
+    backend = HwmonGpuBackend(str(root))
+    first = {d.id: d.info["pci_bus_id"] for d in backend.discover()}
+    assert first == {"gpu0": "0000:03:00.0", "gpu1": "0000:0b:00.0"}  # PCI address order
+    saved = backend.save_knob("gpu1/power_limit")
+    unbind(root, "0000:03:00.0", "hwmon8")
+    sample = backend.sample()
+    assert sample.lost == {"gpu0"} and sample.readings["gpu1/temperature"].value == 56.0
+    assert sample.knobs["gpu0/power_limit"].status == Status.FAILED
+    with pytest.raises(DeviceLost):
+        backend.write_knob("gpu0/power_limit", 300.0)
+    # a hotplug rediscovery: gpu1 stays gpu1 (its policies, journal and history still name it), and gpu0
+    # is not handed to another card while this daemon runs
+    assert {d.id: d.info["pci_bus_id"] for d in backend.discover()} == {"gpu1": "0000:0b:00.0"}
+    backend.write_knob("gpu1/power_limit", 250.0)
+    backend.restore_knob("gpu1/power_limit", saved)
+    assert backend.read_knob("gpu1/power_limit").value == 289.0
+    back = two_cards(tmp_path / "again")  # the card comes back: it gets its id back
+    for link in ("hwmon8",):
+        os.rename(back / "devices" / "pci0000:00" / "0000:03:00.0", root / "devices" / "pci0000:00" / "0000:03:00.0")
+        os.symlink("../../devices/pci0000:00/0000:03:00.0/hwmon/hwmon8", root / "class" / "hwmon" / link)
+    assert {d.id: d.info["pci_bus_id"] for d in backend.discover()} == first
     backend.close()
