@@ -226,3 +226,23 @@ def test_a_policy_drives_them_and_the_journal_puts_them_back(tmp_path):
     report = restore_journal(journal, boot_id=boot)  # as `aithermd restore` does, from the locators alone
     assert report.ok and sorted(report.restored) == ["cpufreq/boost", "cpufreq/epp"]
     assert (epp.read_text(), no_turbo.read_text()) == ("balance_performance\n", "0\n")
+
+
+def test_the_shipped_workstation_policy_eases_the_epp_while_the_gpus_train(tmp_path):
+    from aithermd.policy.loader import load_policy_file
+    from tests.policy.machines import gpu_values, tick, workstation
+
+    backend = CpuKnobBackend(str(with_epp(tmp_path)), managed_by=[])
+    devices = (*workstation(1), *backend.discover())
+    policy = load_policy_file(Path(__file__).resolve().parents[2] / "policies" / "workstation.yaml")
+    knobs = {k: v.value for k, v in backend.sample().knobs.items()}
+    state, epp = initial_state(), []
+    for t in range(60):
+        training = 10 <= t < 40
+        values = {**gpu_values(0, 95.0 if training else 0.0, 400.0 if training else 30.0), "cpu/utilization": 20.0}
+        result = evaluate(policy, (), tick(devices, float(t), values, knobs=knobs), state)
+        state = result.state
+        d = result.decisions.get("cpufreq/epp")
+        epp.append(None if d is None else d.value)
+    # balance_power once gpu0's 20 s mean utilization passes 40 % (from t 20), until it falls back under it
+    assert epp[:20] == [None] * 20 and epp[20:51] == [2.0] * 31 and epp[51:] == [None] * 9
