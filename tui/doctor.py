@@ -135,20 +135,30 @@ def check_sysfs(sysfs_root: str = "/sys") -> list[Check]:
     return out
 
 
+# the profile daemons that own the CPU's knobs while they run, as aithermd's cpufreq backend finds them:
+# systemd's invocation link of the running unit, or tuned's pid file (paths under /run)
+PROFILE_DAEMONS = (("power-profiles-daemon", "systemd/units/invocation:power-profiles-daemon.service"),
+                   ("tuned-ppd", "systemd/units/invocation:tuned-ppd.service"),
+                   ("tuned", "systemd/units/invocation:tuned.service"),
+                   ("tuned", "tuned/tuned.pid"))
+
+
 def check_cpu_knobs(sysfs_root: str = "/sys") -> list[Check]:
     """The CPU's EPP, governor, boost and platform_profile: which this machine has, and whether a profile
-    daemon (power-profiles-daemon, tuned) owns them — then aithermd leaves them alone rather than fight it."""
-    from aithermd.backends.cpu_knobs import CpuKnobBackend, profile_managers, run_root_of
-
-    managers = profile_managers(run_root_of(sysfs_root))
-    backend = CpuKnobBackend(sysfs_root, managed_by=managers)
-    try:
-        knobs = [k for d in backend.discover() for k in d.knobs]
-    finally:
-        backend.close()
-    if not knobs:
+    daemon (power-profiles-daemon, tuned) owns them — then aithermd leaves them alone rather than fight it.
+    ``/run`` is the ``run`` beside ``sysfs_root`` (``/run`` for ``/sys``)."""
+    root = Path(sysfs_root)
+    run = root.resolve().parent / "run"
+    cpu = root / "devices" / "system" / "cpu"
+    policies = sorted(cpu.glob("cpufreq/policy*")) or sorted(cpu.glob("cpu[0-9]*/cpufreq"))
+    has = {"epp": any((p / "energy_performance_preference").exists() for p in policies),
+           "governor": any((p / "scaling_governor").exists() for p in policies),
+           "boost": (cpu / "intel_pstate" / "no_turbo").exists() or (cpu / "cpufreq" / "boost").exists(),
+           "platform_profile": (root / "firmware" / "acpi" / "platform_profile").exists()}
+    names = ", ".join(k for k, v in has.items() if v)
+    if not names:
         return [Check("ok", "cpu knobs", "no EPP, governor, boost or platform_profile in sysfs")]
-    names = ", ".join(k.id.split("/", 1)[1] for k in knobs)
+    managers = list(dict.fromkeys(n for n, rel in PROFILE_DAEMONS if os.path.lexists(run / rel)))
     if managers:
         return [Check("warn", "cpu knobs", f"{names}: left to {' and '.join(managers)}, which runs: aithermd "
                                            "never writes them (switch its profile, or stop it to let "

@@ -20,7 +20,7 @@ from tests.backends.test_ttar_trees import amdgpu_tree
 from tests.support.machines import copy_machine
 
 POLICIES = ("balanced", "ai-training", "quiet")
-TREES = sorted(p.name for p in TTAR.glob("*.ttar") if "rapl" not in p.name)
+TREES = sorted(p.name for p in TTAR.glob("*.ttar") if "rapl" not in p.name and "cpufreq" not in p.name)  # no sensors
 X570 = "asus-rog-strix-x570-f-nct6798-amdgpu-k10temp"
 Z690 = "asus-rog-strix-z690-e-alderlake-coretemp-nvme"
 
@@ -111,7 +111,8 @@ def test_board_fans_follow_an_unlabelled_k10temp(policy, tmp_path):
     assert len(fans) == 6
     for d in fans.values():
         assert d.layer is Layer.POLICY and d.rule == f"{policy}/board-fans"
-        assert d.inputs["used:board"] == "hwmon:k10temp-pci-00c3/temp1,hwmon:k10temp-pci-00c3/temp2"
+        # and the board's amdgpu, gpu0 since GPUs are read through their hwmon chips: every GPU counts
+        assert d.inputs["used:board"] == "hwmon:k10temp-pci-00c3/temp1,hwmon:k10temp-pci-00c3/temp2,gpu0/temperature"
         assert d.value < 100.0
 
 
@@ -125,8 +126,8 @@ def test_board_fans_fall_back_when_the_cpu_temperature_fails(tmp_path):
     result, devices = run_policy(root, "balanced")
     d = result.decisions["hwmon:nct6798-isa-0290/pwm1"]
     assert d.layer is Layer.POLICY
-    assert d.inputs["used:board"] == "hwmon:k10temp-pci-00c3/temp3"
+    assert d.inputs["used:board"] == "hwmon:k10temp-pci-00c3/temp3,gpu0/temperature"
     (root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2/temp3_input").unlink()
     result, devices = run_policy(root, "balanced")
     d = result.decisions["hwmon:nct6798-isa-0290/pwm1"]
-    assert d.inputs["used:board"] == "hwmon:nct6798-isa-0290/temp1,hwmon:nct6798-isa-0290/temp2"
+    assert d.inputs["used:board"] == "hwmon:nct6798-isa-0290/temp1,hwmon:nct6798-isa-0290/temp2,gpu0/temperature"

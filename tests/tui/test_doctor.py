@@ -56,3 +56,10 @@ def test_cpu_knobs_say_whether_a_profile_daemon_owns_them(tmp_path):
     empty = tmp_path / "bare" / "sys"
     empty.mkdir(parents=True)
     assert [c.detail for c in check_cpu_knobs(str(empty))] == ["no EPP, governor, boost or platform_profile in sysfs"]
+
+
+def test_doctor_knows_the_profile_daemons_the_daemon_knows():
+    from aithermctl.doctor import PROFILE_DAEMONS
+    from aithermd.backends.cpu_knobs import MANAGERS
+
+    assert PROFILE_DAEMONS == MANAGERS
