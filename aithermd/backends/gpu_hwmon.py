@@ -55,7 +55,7 @@ from aithermd.backends.sysfs import (
     write_error,
 )
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import BackendError, OutOfRange, UnknownKnob
+from aithermd.errors import BackendError, NoPermission, NotSupported, OutOfRange, UnknownKnob
 from aithermd.model import (
     UNITS,
     Channel,
@@ -323,8 +323,13 @@ class HwmonGpuBackend:
         """Set the power limit (W; amdgpu keeps whole watts) or the fan duty (%, manual mode first). Raises
         OutOfRange, NoPermission, DeviceLost or BackendError."""
         card = self._card(knob_id)
-        if knob_id.endswith("/fan0") and card.fan is not None:
-            card.fan.write(value)
+        fan = card.fan if knob_id.endswith("/fan0") else None
+        knob = fan.knob if fan is not None else card.cap[0]  # type: ignore[index]
+        if not knob.writable:  # a firmware-owned fan (RDNA4) or a file root may not write
+            raise (NoPermission if "not writable" in (knob.why_not or "") else NotSupported)(
+                f"{knob_id} is read-only: {knob.why_not}")
+        if fan is not None:
+            fan.write(value)
             return
         knob, attr = card.cap  # type: ignore[misc]
         if value != value or value <= 0 or knob.clamp(value) != value:

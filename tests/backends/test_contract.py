@@ -1,6 +1,7 @@
 """Every backend keeps the contract of :mod:`tests.support.backend_contract`: the real ones on every recorded
 tree (hwmon on the six machines and two exporter trees, the inline and slow hwmon lanes, thermal zones,
-powercap on two RAPL trees, cpu on this machine's psutil, the CPU's knobs on the recorded intel_pstate tree, NVML over the fake NVML from recorded dumps,
+powercap on two RAPL trees, cpu on this machine's psutil, the CPU's knobs on the recorded intel_pstate tree,
+the hwmon GPUs on the three recorded amdgpu cards, NVML over the fake NVML from recorded dumps,
 privileged and not) and the fakes the other tests drive the daemon with (:mod:`tests.support.fake_backend`)."""
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ def cpu_knobs(managed_by: list[str]) -> Callable[[Path], Rig]:
         root, io = str(with_epp(tmp)), FaultIO()
         return Rig(make=lambda: CpuKnobBackend(root, io=io, managed_by=managed_by),
                    fail_reads=partial(_fail_reads, io), lose=partial(_lose, io), reopens=not managed_by)
+    return build
+
+
+def hwmon_gpu(card: str) -> Callable[[Path], Rig]:
+    """An amdgpu card from its recorded tree (test_gpu_hwmon), as the hwmon GPU backend reads it."""
+    def build(tmp: Path) -> Rig:
+        from aithermd.backends.gpu_hwmon import HwmonGpuBackend
+        from tests.backends.test_gpu_hwmon import tree
+
+        root, io, clock = str(tree(tmp, card)), FaultIO(), SimClock()
+        return Rig(make=lambda: HwmonGpuBackend(root, io=io, clock=clock), fail_reads=partial(_fail_reads, io),
+                   lose=partial(_lose, io), before_sample=lambda backend: clock.advance(1.0))
     return build
 
 
@@ -206,6 +219,8 @@ CASES: dict[str, Case] = {
     **{f"powercap:{t.removesuffix('.ttar')}": Case(rapl(t), knobs=True) for t in RAPL_TREES},
     "cpu:psutil": Case(cpu, loses=False),
     "cpuknobs:procfs-intel-pstate-epp": Case(cpu_knobs([]), knobs=True),
+    **{f"hwmon-gpu:{card}": Case(hwmon_gpu(card), knobs=True) for card in ("rx6900xt", "rx7900xtx")},
+    "hwmon-gpu:rx9070xt": Case(hwmon_gpu("rx9070xt"), knobs=True, read_only=True),  # firmware-owned fan
     "cpuknobs:power-profiles-daemon": Case(cpu_knobs(["power-profiles-daemon"]), read_only=True),
     "nvml:fake-4090-h100": Case(nvml(privileged=True), knobs=True),
     "nvml:fake-4090-h100-unprivileged": Case(nvml(privileged=False), read_only=True),
@@ -284,5 +299,6 @@ def test_close_twice(rig):
 
 def test_every_backend_family_and_fake_is_held_to_the_contract():
     families = {name.split(":", 1)[0] for name in CASES}
-    assert families == {"hwmon", "hwmon-inline", "slow", "powercap", "thermal", "cpu", "nvml", "fake"}
+    assert families == {"hwmon", "hwmon-inline", "hwmon-gpu", "slow", "powercap", "thermal", "cpu", "cpuknobs",
+                        "nvml", "fake"}
     assert len([n for n in CASES if n.startswith("hwmon:")]) == len(MACHINES) + len(HWMON_TREES)
