@@ -80,7 +80,7 @@ def test_open_backend_rebuilds_from_locator(tmp_path):
 def test_inventory_discovers_every_backend_and_skips_a_broken_one():
     root = str(MACHINES_DIR / "laptop-amd-k10temp-amdgpu-nct6779-asus-nvme" / "sys")
     backends = open_backends(root, cpu=False)
-    assert [b.kind for b in backends] == ["hwmon", "powercap", "thermal", "hwmon-gpu"]
+    assert [b.kind for b in backends] == ["hwmon", "powercap", "thermal", "cpuknobs", "hwmon-gpu"]
 
     class Broken:
         kind = "broken"
