@@ -15,7 +15,7 @@ import pytest
 
 from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_journal
-from aithermd.backends import open_backend
+from aithermd.backends.registry import open_backend
 from aithermd.backends.cpu_knobs import CpuKnobBackend, profile_managers, run_root_of
 from aithermd.errors import BackendError, NoPermission, OutOfRange
 from aithermd.model import KnobKind, Reading, Status
