@@ -118,10 +118,9 @@ class SimOptions:
 
 
 def machine_profiles(paths: Sequence[Path], gpus: int | None = None) -> list[Any] | None:
-    """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order), or None for the default pair;
-    with ``gpus`` (``--gpus N``) the first N of them, the list repeated when shorter. Raises
-    :class:`~aithermd.sim.smi_dump.DumpError` for an unreadable or invalid dump, ValueError for a GPU the
-    simulator cannot model (no default power limit) or a count outside 1–16, before anything starts."""
+    """The GPUs of ``--gpu-profile`` dumps (every GPU of each, in order; the first ``gpus`` of them, repeated
+    when fewer), or None for the default pair. Raises :class:`~aithermd.sim.smi_dump.DumpError` for a bad
+    dump, ValueError for a GPU the simulator cannot model or a count outside 1–16, before anything starts."""
     from aithermd.sim.gpu_model import GpuParams
     from aithermd.sim.machine import default_profiles
     from aithermd.sim.profiles import load_profiles
@@ -143,10 +142,8 @@ def make_workload(opts: SimOptions, gpus: int = 1) -> Workload:
     from aithermd.sim.staggered import StaggeredWorkload
     from aithermd.sim.workload import CycleWorkload, load_trace
 
-    if opts.workload is not None:
-        load = opts.workload
-    else:
-        load = load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed)
+    load = opts.workload if opts.workload is not None else (
+        load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed))
     return StaggeredWorkload.every(load, opts.stagger_s, gpus) if opts.stagger_s else load
 
 
@@ -338,8 +335,8 @@ def add_arguments(parser: Any) -> None:
                        metavar="DUMP", help="simulate the GPUs of this nvidia-smi -q dump instead of the "
                                             "default RTX 4090 + RTX 6000 Ada (repeatable)")
     group.add_argument("--gpus", dest="sim_gpus", type=int, metavar="N",
-                       help="simulate N GPUs: the first N of the --gpu-profile dumps (or of the default pair), "
-                            "repeated when there are fewer")
+                       help="simulate N GPUs: the first N of the --gpu-profile dumps (or of the default "
+                            "pair), repeated when there are fewer")
     group.add_argument("--stagger", dest="sim_stagger_s", type=float, metavar="S",
                        help="phase-shifted jobs: GPU i runs the workload i × S seconds after GPU 0")
     group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
@@ -360,8 +357,7 @@ def options_from_args(args: Any) -> SimOptions:
         raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
     if not 0 <= speedup < math.inf:
         raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
-    stagger = getattr(args, "sim_stagger_s", None)
-    if stagger is not None and not 0 <= stagger < math.inf:
+    if (stagger := getattr(args, "sim_stagger_s", None)) is not None and not 0 <= stagger < math.inf:
         raise ValueError(f"--stagger must be a finite number of seconds >= 0, not {stagger:g}")
     return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
                       gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
