@@ -13,7 +13,8 @@ same interface. A spec is ``TARGET:FAULT@WHEN``:
   hot-remove) or ``CAP=WATTS`` (an out-of-band power cap, ``CAP=200W``); for board channels an errno name
   (``EIO``, ``ENODATA``, ``EAGAIN``, ``ENXIO``, ``EACCES``, ...), raised by every read of the file;
 - ``WHEN``: simulated time since the start, ``@T`` (from T on) or ``@T1-T2`` (from T1 until T2), each a
-  number with ``s``, ``m`` or ``h`` (``@120s``, ``@1m-90s``, ``@2h``).
+  number with ``s``, ``m`` or ``h``, or several (``@120s``, ``@1m-90s``, ``@2h``, ``@2h-2h30m``); a bare
+  number is seconds, a bare end is in the start's unit.
 
 Examples: ``gpu1:GPU_IS_LOST@120s`` (gpu1 falls off the bus at 2 min, for good), ``gpu0:UNKNOWN@60s-90s``,
 ``nvml:LIB_RM_VERSION_MISMATCH@10m-12m`` (a driver upgrade, then a module reload),
@@ -35,7 +36,9 @@ import structlog
 
 from aithermd.backends.sysfs import SysfsIO, read_optional_text
 
-_WHEN = re.compile(r"^(?P<a>\d+(?:\.\d+)?)(?P<au>[smh]?)(?:-(?P<b>\d+(?:\.\d+)?)(?P<bu>[smh]?))?$")
+_DURATION = r"(?:\d+(?:\.\d+)?[smh])+|\d+(?:\.\d+)?"  # 90, 90s, 1m30s, 2h30m
+_WHEN = re.compile(rf"^(?P<a>{_DURATION})(?:-(?P<b>{_DURATION}))?$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _GPU = re.compile(r"^gpu(?P<n>\d+)(?:/(?P<fn>[A-Za-z0-9_]+))?$")
 _CAP = re.compile(r"^CAP=(?P<w>\d+(?:\.\d+)?)W?$", re.I)
@@ -67,8 +70,14 @@ class Fault:
         return t_s >= self.start and (self.end is None or t_s < self.end)
 
 
-def _seconds(number: str, unit: str) -> float:
-    return float(number) * _UNIT[unit]
+def _seconds(text: str, bare_unit: str = "s") -> tuple[float, str]:
+    """``text`` (``90``, ``90s``, ``1m30s``, ``2h30m``) in seconds, and its last unit; a bare number is in
+    ``bare_unit``."""
+    total, unit = 0.0, bare_unit
+    for number, u in _PART.findall(text):
+        unit = u or bare_unit
+        total += float(number) * _UNIT[unit]
+    return total, unit
 
 
 def _nvml_code(name: str, spec: str) -> int:
@@ -90,9 +99,10 @@ def parse(spec: str) -> Fault:
         raise FaultSpecError(f"{spec}: no @WHEN (e.g. gpu1:GPU_IS_LOST@120s or gpu0:UNKNOWN@60s-90s)")
     m = _WHEN.match(when)
     if m is None:
-        raise FaultSpecError(f"{spec}: {when!r} is no time: T or T1-T2, each a number with s, m or h")
-    start = _seconds(m["a"], m["au"])
-    end = _seconds(m["b"], m["bu"] or m["au"]) if m["b"] is not None else None
+        raise FaultSpecError(f"{spec}: {when!r} is no time: T or T1-T2, each a number with s, m or h "
+                             "(90s, 1m30s, 2h30m)")
+    start, unit = _seconds(m["a"])
+    end = _seconds(m["b"], unit)[0] if m["b"] is not None else None  # @1-2m: a bare end in the start's unit
     if end is not None and end <= start:
         raise FaultSpecError(f"{spec}: the fault ends ({end:g} s) before it starts ({start:g} s)")
     target, colon, fault = body.rpartition(":")

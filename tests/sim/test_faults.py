@@ -24,6 +24,10 @@ def test_specs_parse_into_targets_faults_and_times():
     assert parse("nvml:LIB_RM_VERSION_MISMATCH@10m-12m").target == "nvml"
     assert (parse("gpu0:HANG@5s-6s").kind, parse("gpu1:ABSENT@0s-1h").kind) == ("hang", "absent")
     assert (parse("gpu0:CAP=200W@30s").kind, parse("gpu0:CAP=200W@30s").value) == ("cap", 200.0)
+    day = parse("gpu1:GPU_IS_LOST@2h-2h30m")  # several units, as an admin writes a time of day
+    assert (day.start, day.end) == (7200, 9000)
+    assert (parse("gpu0:HANG@1m30s-2m").start, parse("gpu0:HANG@60-90").end, parse("gpu0:HANG@1-2m").end) == (
+        90, 90, 120)
     board = parse("hwmon:nct6798-isa-0290/temp2:EIO@30s")
     assert (board.target, board.channel, board.value) == ("file", "hwmon:nct6798-isa-0290/temp2", errno.EIO)
 
@@ -31,6 +35,7 @@ def test_specs_parse_into_targets_faults_and_times():
 @pytest.mark.parametrize(("spec", "says"), [
     ("gpu1:GPU_IS_LOST", "no @WHEN"),
     ("gpu1:GPU_IS_LOST@soon", "is no time"),
+    ("gpu1:GPU_IS_LOST@2h30", "is no time"),
     ("gpu1:GPU_IS_LOST@90s-60s", r"ends \(60 s\) before it starts"),
     ("gpu1:FELL_OFF@1s", "is no NVML error; use one of"),
     ("tpu0:UNKNOWN@1s", "is no target"),
