@@ -36,12 +36,20 @@ class SimulatorControls:
 
     def revive_gpu(self, index: int) -> None:
         """The GPU is back (after a reset or a re-plug): enumerated again, with new handles (a handle taken
-        before answers GPU_IS_LOST, as after a real GPU reset)."""
+        before answers GPU_IS_LOST, as after a real GPU reset) and the driver's settings as at its load: the
+        power limit at its default, fans on the automatic curve, clocks unlocked (a management limit "is not
+        persistent across reboots or driver unloads": NVML API reference, nvmlDeviceSetPowerManagementLimit;
+        a reset initialises the GPU again)."""
         with self._lock:
             self._sync()
             gpu = self.gpus[index]
             if gpu.lost or gpu.removed:
                 gpu.epoch += 1
+                if gpu.default_mw is not None:
+                    gpu.limit_mw = gpu.default_mw
+                for fan in gpu.fans:
+                    fan.manual, fan.target_pct = False, fan.auto_pct
+                gpu.locked_clocks = None
             gpu.lost = gpu.removed = False
             self._persist()
 
