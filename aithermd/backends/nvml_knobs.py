@@ -176,6 +176,9 @@ class NvmlKnobs:
         self._on(knob_id, self._restore, saved)
 
     def _restore(self, knob_id: str, saved: dict[str, Any]) -> None:
+        here = self.life.slots.get(knob_id.partition("/")[0])
+        if here is not None:  # lost or down: asked again now, not after its backoff (the stop cannot wait)
+            self.life.recheck(here, self.clock.monotonic())
         slot, attr = self._saved_slot(knob_id, saved)
         if attr == "power_limit":
             self._do(slot, f"{knob_id}: restore {saved['limit_mw']} mW", "nvmlDeviceSetPowerManagementLimit",

@@ -170,6 +170,16 @@ class NvmlLife:
         if now >= self.rescan_at:
             self.enumerate(now)
 
+    def recheck(self, slot: Slot, now: float) -> None:
+        """One attempt now, whatever the backoff, to have a lost or down ``slot`` answer again (NVML
+        initialised again when it is down): a restore at the stop does not wait for the next retry."""
+        if slot.state not in ("lost", "down"):
+            return
+        if not self.lib.up or slot.why in self._reinit_names():
+            self.reinit(now, slot.why or self.lib.why or "not initialised")
+        else:
+            self._rehandle(slot, now)
+
     def _reinit_names(self) -> set[str]:
         return {self.names.get(c, "") for c in REINIT_CODES}
 

@@ -256,3 +256,25 @@ def test_a_released_gpu_is_no_longer_used_or_adopted(make, clock):
     clock.advance(1.0)
     backend.sample()
     assert [d.id for d in backend.discover()] == ["gpu0", "gpu1"]
+
+
+@pytest.mark.parametrize("code", [E.NVML_ERROR_UNKNOWN, E.NVML_ERROR_GPU_IS_LOST])
+def test_a_restore_at_the_stop_asks_a_down_gpu_again_without_waiting_for_its_backoff(make, clock, code):
+    """Found by killing a simulated daemon 2 s after gpu0:UNKNOWN@100s-130s ended: the GPU answered again,
+    but its next check was 30 s away, so the stop left its power limit unrestored (exit 1)."""
+    fake = two()
+    backend = make(fake)
+    backend.discover()
+    original = backend.save_knob("gpu0/power_limit")
+    backend.write_knob("gpu0/power_limit", 300.0)
+    fake.inject("*", 0, code)
+    for _ in range(40):  # the GPU stays down for a while: its checks back off to many seconds apart
+        clock.advance(1.0)
+        backend.sample()
+    fake.clear_injections("*", 0)  # it answers again; the daemon is stopped before its next check
+    if code == E.NVML_ERROR_GPU_IS_LOST:
+        fake.revive_gpu(0)  # back from a reset: new handles, the driver's default limit
+        fake.gpus[0].limit_mw = 300_000  # (a reset that kept the daemon's limit, to see it restored)
+    clock.advance(1.0)
+    backend.restore_knob("gpu0/power_limit", original)
+    assert fake.power_limit_w(0) == original["limit_mw"] / 1000
