@@ -60,7 +60,10 @@ def channel_entry(channel: Channel, reading: Reading | None) -> dict[str, Any]:
 
 
 def knob_entry(knob: Knob, value: KnobValue | None) -> dict[str, Any]:
-    return {
+    """A knob's entry; an enumerated one (EPP, governor, boost, platform_profile) adds its ``choices``, the
+    value being an index into them."""
+    extra = {"choices": list(knob.choices)} if knob.choices else {}
+    return {**extra, 
         "id": knob.id,
         "kind": str(knob.kind),
         "value": _number(value.value) if value is not None else None,
@@ -133,8 +136,12 @@ def render_table(doc: Mapping[str, Any]) -> str:
             for c in dev.get("channels", [])
         ]
         for k in dev.get("knobs", []):
-            span = ""
-            if k["min"] is not None or k["max"] is not None:
+            span, shown = "", _fmt(k["value"], k["unit"])
+            if k.get("choices"):
+                span = "one of " + "|".join(k["choices"])
+                if k["value"] is not None and 0 <= int(k["value"]) < len(k["choices"]):
+                    shown = k["choices"][int(k["value"])]
+            elif k["min"] is not None or k["max"] is not None:
                 low = "?" if k["min"] is None else _fmt(k["min"], k["unit"]).removesuffix(k["unit"]).strip()
                 span = f"{low}–{_fmt(k['max'], k['unit']) if k['max'] is not None else '?'}"
             note = (
@@ -143,7 +150,7 @@ def render_table(doc: Mapping[str, Any]) -> str:
             rows.append(
                 (
                     k["id"].rsplit("/", 1)[-1],
-                    _fmt(k["value"], k["unit"]),
+                    shown,
                     k["kind"],
                     f"{span}  {note}".strip(),
                 )

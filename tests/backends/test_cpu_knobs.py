@@ -246,3 +246,19 @@ def test_the_shipped_workstation_policy_eases_the_epp_while_the_gpus_train(tmp_p
         epp.append(None if d is None else d.value)
     # balance_power once gpu0's 20 s mean utilization passes 40 % (from t 20), until it falls back under it
     assert epp[:20] == [None] * 20 and epp[20:51] == [2.0] * 31 and epp[51:] == [None] * 9
+
+
+def test_aithermd_sensors_shows_each_knob_by_its_name_and_choices(tmp_path, capsys):
+    from aithermd.cli import main
+
+    root = with_epp(tmp_path)
+    (root / "class" / "hwmon").mkdir(parents=True)
+    assert main(["sensors", "--sysfs-root", str(root), "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "epp:      balance_performance  epp       one of performance|balance_performance|balance_power|power" \
+           "  writable" in out
+    assert "platform_profile: balanced  platform_profile  one of low-power|balanced|performance  writable" in out
+    assert main(["sensors", "--sysfs-root", str(root), "--interval", "0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (epp,) = [k for d in doc["devices"] for k in d["knobs"] if k["id"] == "cpufreq/epp"]
+    assert (epp["value"], epp["choices"][int(epp["value"])]) == (1, "balance_performance")
