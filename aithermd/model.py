@@ -55,6 +55,7 @@ class KnobKind(StrEnum):
     PL2 = "pl2"  # RAPL constraint_1 (short_term) power limit, W
     POWER_LIMIT = "power_limit"  # NVML power management limit, W
     FAN = "fan"  # NVML fan speed, duty in %
+    TARGET_TEMPERATURE = "target_temperature"  # NVML acoustic threshold (GPU Target Temperature), °C
     EPP = "epp"  # cpufreq energy_performance_preference: an index into Knob.choices
     GOVERNOR = "governor"  # cpufreq scaling_governor: an index into Knob.choices
     BOOST = "boost"  # cpufreq boost / intel_pstate no_turbo: 0 off, 1 on

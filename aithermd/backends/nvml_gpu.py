@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aithermd import units
+from aithermd.backends import nvml_acoustic
 from aithermd.backends.nvml_probe import _ROLE_CHANNEL, PLAUSIBLE, Down, GpuProbe, Lost, error_names
 from aithermd.model import KnobValue, Reading, Status
 
@@ -163,6 +164,8 @@ class GpuReader(GpuProbe):
             )
         for i in self.fans:
             out[f"{self.id}/fan{i}"] = self.fan_value(i, raw.get(f"fan{i}"))
+        if nvml_acoustic.ATTR in self.knobs:
+            out[f"{self.id}/{nvml_acoustic.ATTR}"] = nvml_acoustic.value(self)
 
     def fan_value(self, fan: int, speed: Any = None) -> KnobValue:
         """The fan knob as read back: the target duty under manual control, the duty itself otherwise."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aithermd import units
+from aithermd.backends import nvml_acoustic
 from aithermd.backends.nvml_gpu import Down, Lost
 from aithermd.backends.nvml_life import Slot
 from aithermd.errors import (
@@ -74,9 +75,10 @@ class NvmlKnobs:
             raise cls(f"{what}: {name}") from exc
 
     def write_knob(self, knob_id: str, value: float) -> None:
-        """Power limit in W (→ mW, within the limit constraints) or fan duty in % (switches the fan to
-        manual). Raises OutOfRange, NoPermission (the knob is then read-only: :meth:`take_changes`),
-        NotSupported, DeviceLost, BackendTimeout, BackendError, UnknownKnob."""
+        """Power limit in W (→ mW, within the limit constraints), target temperature in °C (NVML's acoustic
+        threshold: :mod:`aithermd.backends.nvml_acoustic`) or fan duty in % (switches the fan to manual).
+        Raises OutOfRange, NoPermission (the knob is then read-only: :meth:`take_changes`), NotSupported,
+        DeviceLost, BackendTimeout, BackendError, UnknownKnob."""
         self._on(knob_id, self._write, value)
 
     def _write(self, knob_id: str, value: float) -> None:
@@ -102,6 +104,8 @@ class NvmlKnobs:
             if attr == "power_limit":
                 self._do(slot, f"{knob_id} := {value:g} W", "nvmlDeviceSetPowerManagementLimit",
                          units.w_to_mw(value))
+            elif attr == nvml_acoustic.ATTR:
+                self._do(slot, f"{knob_id} := {value:g} °C", *nvml_acoustic.set_args(slot.reader, value))
             else:
                 self._do(slot, f"{knob_id} := {value:g} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
                          round(value))
@@ -132,6 +136,8 @@ class NvmlKnobs:
         try:
             if attr.startswith("fan"):
                 return reader.fan_value(int(attr[3:]))
+            if attr == nvml_acoustic.ATTR:
+                return nvml_acoustic.value(reader)
             limit = reader.call("nvmlDeviceGetPowerManagementLimit")
             enforced, _ = reader.attempt("nvmlDeviceGetEnforcedPowerLimit")
         except (Lost, Down) as exc:
@@ -143,9 +149,10 @@ class NvmlKnobs:
         return KnobValue(knob_id, units.mw_to_w(limit), None, Status.OK, extra)
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
-        """Power limit: ``{"limit_mw": int, "uuid"}``; fan: ``{"speed_pct": int, "mode": "auto"|"manual"|None,
-        "uuid"}``. The GPU's UUID binds the original to that board: after a crash the NVML index of a GPU can
-        change (one removed, a reordered bus), the UUID does not."""
+        """Power limit: ``{"limit_mw": int, "uuid"}``; target temperature ``{"target_c": int, "uuid"}``; fan:
+        ``{"speed_pct": int, "mode": "auto"|"manual"|None, "uuid"}``. The GPU's UUID binds the original to
+        that board: after a crash the NVML index of a GPU can change (one removed, a reordered bus), the UUID
+        does not."""
         return self._on(knob_id, self._save)
 
     def _save(self, knob_id: str) -> dict[str, Any]:
@@ -153,6 +160,11 @@ class NvmlKnobs:
         if attr == "power_limit":
             limit = self._do(slot, f"{knob_id}: read original", "nvmlDeviceGetPowerManagementLimit")
             return {"limit_mw": int(limit), "uuid": slot.reader.uuid}
+        if attr == nvml_acoustic.ATTR:
+            kv = nvml_acoustic.value(slot.reader)
+            if kv.value is None:
+                raise BackendError(f"{knob_id}: cannot read the original target temperature")
+            return {"target_c": int(kv.value), "uuid": slot.reader.uuid}
         kv = slot.reader.fan_value(int(attr[3:]))
         if kv.value is None:
             raise BackendError(f"{knob_id}: cannot read the original fan state")
@@ -183,6 +195,9 @@ class NvmlKnobs:
         if attr == "power_limit":
             self._do(slot, f"{knob_id}: restore {saved['limit_mw']} mW", "nvmlDeviceSetPowerManagementLimit",
                      int(saved["limit_mw"]))
+        elif attr == nvml_acoustic.ATTR:
+            self._do(slot, f"{knob_id}: restore {saved['target_c']} °C",
+                     *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
         elif saved.get("mode") == "manual" or (saved.get("mode") is None and not slot.reader.fan_policy):
             self._do(slot, f"{knob_id}: restore {saved['speed_pct']} %", "nvmlDeviceSetFanSpeed_v2",
                      int(attr[3:]), int(saved["speed_pct"]))

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aithermd import units
+from aithermd.backends import nvml_acoustic
 from aithermd.model import (
     UNITS,
     Channel,
@@ -229,6 +230,7 @@ class GpuProbe:
         self.pstate = self.attempt("nvmlDeviceGetPerformanceState")[1] is None
         self.persistence = self.attempt("nvmlDeviceGetPersistenceMode")[1] is None
         self._probe_power_knob()
+        nvml_acoustic.probe(self)
         self._probe_fans()
         order = {a: i for i, a in enumerate(CHANNEL_ORDER)}
         self.channels = dict(sorted(self.channels.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))

@@ -21,6 +21,10 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
   ``danger_margin_c`` of its safety threshold (*danger*): then the curve's own value stands. The built-in
   safety layer is applied after this and overrides it.
 
+With ``gpu_target_temp_c``, every GPU whose driver exposes NVML's acoustic threshold (the GPU Target
+Temperature) gets it while the block holds, clamped to the driver's range: the GPU's own boost then holds it
+cooler, one more knob beside the power limit; it is handed back when quiet ends.
+
 A ``max_rpm`` ceiling is turned into a duty each tick from the fan's own tachometer (duty × max_rpm / RPM,
 averaged): fans are close to linear in duty above their stall point. A fan no fan rule drives (firmware
 control) cannot be held to a ceiling; its group still lowers power through its other fans.
@@ -36,7 +40,6 @@ from typing import Any
 
 from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, Layer, Status
 from aithermd.policy import safety, selectors, sources
-from aithermd.policy.curves import interpolate
 from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
 
 SMOOTH_S = 10.0  # the source temperature quiet reads: its time-weighted mean over this long
@@ -61,6 +64,7 @@ class CQuiet:
     spec: Any
     when: Any
     fans: tuple[QFan, ...]
+    targets: tuple[Knob, ...] = ()  # the GPUs' acoustic thresholds, set when gpu_target_temp_c is given
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,9 @@ def compile_quiet(doc: Any, comp: Any, devices: Sequence[Device], rules: Sequenc
                         danger.append((cid, trig - spec.danger_margin_c))
                 fans[knob.id] = QFan(knob, group.max_duty_pct, group.max_rpm, rule, tuple(found),
                                      tuple(danger), _heat_sources(chans, knob, devices))
-        out.append(CQuiet(spec, when, tuple(fans.values())))
+        targets = tuple(k for d in devices if d.kind == DeviceKind.GPU for k in d.knobs
+                        if k.kind == KnobKind.TARGET_TEMPERATURE) if spec.gpu_target_temp_c is not None else ()
+        out.append(CQuiet(spec, when, tuple(fans.values()), targets))
     return tuple(out)
 
 
@@ -247,6 +253,11 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
                   + (f" (asked by {dec.rule})" if dec is not None else ""))
         decisions[kid] = Decision(knob_id=kid, value=value, layer=dec.layer if dec is not None else layer,
                                   rule=f"{policy}/quiet", reason=reason, requested=ask * fac, inputs=inputs)
+    for knob in cq.targets:  # NVML's acoustic threshold: the GPU's boost holds it cooler, its fans do less
+        value = knob.clamp(spec.gpu_target_temp_c)
+        decisions[knob.id] = Decision(knob.id, value, layer, f"{policy}/quiet",
+                                      f"quiet: {knob.device_id} target temperature {value:g} °C (NVML acoustic "
+                                      "threshold)", spec.gpu_target_temp_c, {})
     for kid, (f, ceiling, p, temp, t_ceil) in fan_info.items():
         dec = decisions.get(kid)
         if dec is None or dec.value is None or dec.value <= ceiling:

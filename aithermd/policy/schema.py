@@ -24,7 +24,8 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from aithermd.policy import schema_machine
-from aithermd.policy.schema_machine import DAY_WORDS, Budget, CpuKnobsRule, Holidays, Quiet, ScheduleName, TimeZone
+from aithermd.policy.schema_machine import (DAY_WORDS, Budget, CpuKnobsRule, Holidays, Quiet, ScheduleName,
+                                            TimeZone)
 from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,

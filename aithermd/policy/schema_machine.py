@@ -160,6 +160,9 @@ class Quiet(Model):
         "within this many °C of the safety threshold a fan may pass its ceiling at once"))
     ramp_pct_s: Annotated[float, Field(gt=0, le=100)] = Field(2.0, description=(
         "how fast a limit moves under quiet, % of the rule's limit per s (down and up)"))
+    gpu_target_temp_c: Annotated[float, Field(ge=40, le=100)] | None = Field(None, description=(
+        "NVIDIA GPUs whose driver exposes the acoustic threshold (GPU Target Temperature) get it, °C, "
+        "within the driver's range"))
 
 
 class CpuKnobsRule(Model):

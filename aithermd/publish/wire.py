@@ -112,7 +112,8 @@ EXIT_NOT_AUTHORIZED = 4
 
 StatusName = Literal["ok", "held", "failed", "implausible", "not_supported", "stale"]
 DeviceKindName = Literal["hwmon", "powercap", "thermal", "cpu", "gpu"]
-KnobKindName = Literal["pwm", "pl1", "pl2", "power_limit", "fan", "epp", "governor", "boost", "platform_profile"]
+KnobKindName = Literal["pwm", "pl1", "pl2", "power_limit", "fan", "target_temperature", "epp", "governor", "boost",
+                       "platform_profile"]
 LayerName = Literal["safety", "override", "hold", "policy", "default"]
 ModeName = Literal["full", "manual", "auto"]
 

@@ -242,18 +242,34 @@ class NvmlFunctions:
         return SUCCESS
 
     def _nvmlDeviceGetTemperatureThreshold(self, handle: Any, kind: Any, temp: Any) -> int:
-        p = self._dev(handle, "nvmlDeviceGetTemperatureThreshold").profile
+        gpu = self._dev(handle, "nvmlDeviceGetTemperatureThreshold")
+        p, acoustic = gpu.profile, gpu.acoustic_range_c or (None, None)
         table = {
             0: p.shutdown_temp_c,
             1: p.slowdown_temp_c,
             2: p.memory_max_temp_c,
             3: p.max_operating_temp_c,
-            5: p.target_temp_c,
+            4: acoustic[0],
+            5: p.target_temp_c if gpu.target_temp_c is None else gpu.target_temp_c,
+            6: acoustic[1],
             7: None,
         }
         if _v(kind) not in table:
             raise NvmlReturn(INVALID_ARGUMENT)
         _out(temp).value = int(round(_need(table[_v(kind)])))
+        return SUCCESS
+
+    def _nvmlDeviceSetTemperatureThreshold(self, handle: Any, kind: Any, temp: Any) -> int:
+        """Only the acoustic threshold (ACOUSTIC_CURR) is settable, within ACOUSTIC_MIN–MAX."""
+        gpu = self._dev(handle, "nvmlDeviceSetTemperatureThreshold")
+        if _v(kind) != 5 or gpu.acoustic_range_c is None:
+            raise NvmlReturn(NOT_SUPPORTED if _v(kind) == 5 else INVALID_ARGUMENT)
+        self._write_allowed()
+        value = int(_v(_out(temp)))
+        if not gpu.acoustic_range_c[0] <= value <= gpu.acoustic_range_c[1]:
+            raise NvmlReturn(INVALID_ARGUMENT)
+        gpu.target_temp_c = value
+        self._persist()
         return SUCCESS
 
     # ---- power (mW) and energy (mJ) ----

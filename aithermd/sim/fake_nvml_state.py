@@ -136,6 +136,11 @@ class FakeGpu:
     gpm_tensor_s: float = 0.0
     cap_mw: int | None = None  # an out-of-band cap (BMC, nvidia-powerd): the enforced limit stays under it
     epoch: int = 0  # incremented when the GPU comes back from a reset: older handles are stale
+    # the acoustic threshold (nvidia-smi's GPU Target Temperature) as set, None: the dump's; its range, as
+    # NVML's ACOUSTIC_MIN/MAX report it: no recorded dump has one, so only a test gives it (else
+    # NOT_SUPPORTED, as a driver without the range answers)
+    target_temp_c: int | None = None
+    acoustic_range_c: tuple[int, int] | None = None
 
     @classmethod
     def from_profile(cls, profile: GpuProfile, bus_id: str, fan_count: int | None = None) -> FakeGpu:
@@ -222,6 +227,7 @@ class FakeGpu:
             "removed": self.removed,
             "fans": [vars(f).copy() for f in self.fans],
             "locked_clocks": None if self.locked_clocks is None else list(self.locked_clocks),
+            "target_temp_c": self.target_temp_c,
         }
 
     def apply_control(self, data: dict[str, Any]) -> None:
@@ -229,6 +235,7 @@ class FakeGpu:
         self.fans = [FakeFan(**f) for f in data["fans"]]
         locked = data.get("locked_clocks")
         self.locked_clocks = None if locked is None else (int(locked[0]), int(locked[1]))
+        self.target_temp_c = data.get("target_temp_c")
 
     def dynamic(self) -> dict[str, Any]:
         keys = (

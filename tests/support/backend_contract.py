@@ -43,7 +43,8 @@ from aithermd.model import UNITS, Device, DeviceKind, KnobKind, Quantity, Sample
 
 THRESHOLDS = {"min", "max", "crit", "lcrit", "emergency", "cap", "slowdown", "shutdown", "max_operating"}
 KNOB_UNITS = {KnobKind.PWM: "%", KnobKind.FAN: "%", KnobKind.PL1: "W", KnobKind.PL2: "W",
-              KnobKind.POWER_LIMIT: "W", KnobKind.EPP: "", KnobKind.GOVERNOR: "", KnobKind.BOOST: "",
+              KnobKind.POWER_LIMIT: "W", KnobKind.TARGET_TEMPERATURE: "°C", KnobKind.EPP: "", KnobKind.GOVERNOR: "",
+              KnobKind.BOOST: "",
               KnobKind.PLATFORM_PROFILE: ""}  # "": an index into the knob's choices
 MODES = {None, "full", "manual", "auto"}
 # read-back resolution: pwm is 0–255 (100/255 %), NVML fans whole %, limits µW/mW
