@@ -36,7 +36,7 @@ async def test_policy_verbs(fake_daemon, private_bus):
     rc, out, _ = await ctl(private_bus, "policy", "list")
     assert rc == 0 and out.splitlines()[0].startswith("* ai-training  Sustained GPU load (20 s) raises")
     rc, out, _ = await ctl(private_bus, "policy", "list", "--json")
-    assert [p["name"] for p in json.loads(out)] == ["ai-training", "balanced", "quiet"]
+    assert [p["name"] for p in json.loads(out)] == ["ai-training", "balanced", "quiet", "workstation"]
     rc, out, _ = await ctl(private_bus, "policy", "show", "quiet")
     assert rc == 0 and out.startswith("# quiet — /usr/share/aithermd/policies/quiet.yaml\n")
     assert "limit: 80%" in out  # the shipped source, as GetPolicy sends it

@@ -18,7 +18,7 @@ async def test_typed_calls_return_decoded_documents(fake_daemon, private_bus):
         assert [d["id"] for d in doc["devices"] if d["kind"] == "gpu"] == ["gpu0", "gpu1"]
         assert (await c.get_history(300))["knobs"]["gpu0/power_limit"][-1] == 360.0
         assert list(await c.explain("gpu0/power_limit")) == ["gpu0/power_limit"]
-        assert [p["name"] for p in await c.list_policies()] == ["ai-training", "balanced", "quiet"]
+        assert [p["name"] for p in await c.list_policies()] == ["ai-training", "balanced", "quiet", "workstation"]
         assert (await c.get_policy("quiet"))["source"].startswith("# quiet — for a desk machine")
         assert await c.get_property("Version") == "0.1.0-fake"
         assert await c.name_has_owner() is True

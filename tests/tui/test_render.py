@@ -70,7 +70,7 @@ def test_energy_text_gives_mean_power_per_device_and_gpu_total():
 
 def test_policies_mark_the_active_one():
     lines = policies_text(load("policies.json")).splitlines()
-    assert [line[:14] for line in lines] == ["* ai-training ", "  balanced    ", "  quiet       "]
+    assert [line[:14] for line in lines] == ["* ai-training ", "  balanced    ", "  quiet       ", "  workstation "]
     assert lines[1].startswith("  balanced     Under sustained load, each GPU's efficient power limit")
 
 
