@@ -60,6 +60,7 @@ class KnobKind(StrEnum):
     GOVERNOR = "governor"  # cpufreq scaling_governor: an index into Knob.choices
     BOOST = "boost"  # cpufreq boost / intel_pstate no_turbo: 0 off, 1 on
     PLATFORM_PROFILE = "platform_profile"  # ACPI platform_profile: an index into Knob.choices
+    SM_CLOCK_LOCK = "sm_clock_lock"  # NVML locked SM clock range, its top in MHz (the card's top: unlocked)
 
 
 class Quantity(StrEnum):
@@ -124,8 +125,8 @@ EDGE_MARGIN = 0.1  # Knob.edge_margin: the fraction of a knob's range a request 
 class Knob:
     """One actuator, with its constraints decided at discovery (never re-probed per tick).
 
-    ``value`` units: pwm and fan duty in %, limits in W. ``writable`` False carries ``why_not``
-    (e.g. "NVML_ERROR_NO_PERMISSION: needs root", "no pwm1_enable and pwm1 not writable").
+    ``value`` units: pwm and fan duty in %, limits in W, SM clock locks in MHz. ``writable`` False carries
+    ``why_not`` (e.g. "NVML_ERROR_NO_PERMISSION: needs root", "no pwm1_enable and pwm1 not writable").
     ``fan_channel`` is the channel id that measures this fan's speed, when known. ``choices``: the names
     of an enumerated knob (EPP, governor, boost, platform_profile), whose value is an index into them.
     """

@@ -258,6 +258,11 @@ class NvmlBackend(NvmlKnobs):
         if self._worker is None:
             return
         if self.life.lib.up:
+            for slot in self.life.slots.values():  # GPM samples (nvml_clocks.py)
+                try:
+                    self._worker.run(slot.reader.extra.close, self.nvml)
+                except Exception:  # noqa: BLE001 - closing must not fail
+                    pass
             try:
                 self._worker.run(self.nvml.nvmlShutdown)
             except Exception:  # noqa: BLE001 - closing must not fail

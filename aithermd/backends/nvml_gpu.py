@@ -97,6 +97,7 @@ class GpuReader(GpuProbe):
             self._estimate(readings, now)
         self._knob_values(raw, failed, knobs)
         self._attrs(attrs)
+        self.extra.read(self, readings)
 
     def _count_no_data(self, raw: dict[str, Any], failed: dict[str, str], now: float) -> None:
         counts = self._no_data
@@ -166,6 +167,8 @@ class GpuReader(GpuProbe):
             out[f"{self.id}/fan{i}"] = self.fan_value(i, raw.get(f"fan{i}"))
         if nvml_acoustic.ATTR in self.knobs:
             out[f"{self.id}/{nvml_acoustic.ATTR}"] = nvml_acoustic.value(self)
+        if self.extra.knob is not None:
+            out[self.extra.knob.id] = self.extra.value("sm_clock" not in failed)
 
     def fan_value(self, fan: int, speed: Any = None) -> KnobValue:
         """The fan knob as read back: the target duty under manual control, the duty itself otherwise."""

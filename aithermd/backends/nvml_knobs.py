@@ -1,4 +1,5 @@
-"""The NVML backend's knobs: power limit (W ↔ mW) and fan duty (%), their originals and their restore.
+"""The NVML backend's knobs: power limit (W ↔ mW), fan duty (%) and the locked SM clock's top (MHz,
+:mod:`aithermd.backends.nvml_clocks`), their originals and their restore.
 
 A mixin of :class:`~aithermd.backends.nvml.NvmlBackend` (which provides ``nvml``, ``life``, ``worker``,
 ``clock``, ``_names`` and ``_log``). Every call runs on the NVML worker under the GPU's deadline; a GPU
@@ -15,6 +16,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends import nvml_acoustic
+from aithermd.backends.nvml_clocks import KNOB
 from aithermd.backends.nvml_gpu import Down, Lost
 from aithermd.backends.nvml_life import Slot
 from aithermd.errors import (
@@ -76,9 +78,10 @@ class NvmlKnobs:
 
     def write_knob(self, knob_id: str, value: float) -> None:
         """Power limit in W (→ mW, within the limit constraints), target temperature in °C (NVML's acoustic
-        threshold: :mod:`aithermd.backends.nvml_acoustic`) or fan duty in % (switches the fan to manual).
-        Raises OutOfRange, NoPermission (the knob is then read-only: :meth:`take_changes`), NotSupported,
-        DeviceLost, BackendTimeout, BackendError, UnknownKnob."""
+        threshold: :mod:`aithermd.backends.nvml_acoustic`), fan duty in % (switches the fan to manual), or
+        the top of a locked SM clock range in MHz (the card's top clock: unlocked). Raises OutOfRange,
+        NoPermission (the knob is then read-only: :meth:`take_changes`), NotSupported, DeviceLost,
+        BackendTimeout, BackendError, UnknownKnob."""
         self._on(knob_id, self._write, value)
 
     def _write(self, knob_id: str, value: float) -> None:
@@ -106,6 +109,8 @@ class NvmlKnobs:
                          units.w_to_mw(value))
             elif attr == nvml_acoustic.ATTR:
                 self._do(slot, f"{knob_id} := {value:g} °C", *nvml_acoustic.set_args(slot.reader, value))
+            elif attr == KNOB:
+                slot.reader.extra.write(lambda what, f, *a: self._do(slot, what, f, *a), value)
             else:
                 self._do(slot, f"{knob_id} := {value:g} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
                          round(value))
@@ -138,6 +143,9 @@ class NvmlKnobs:
                 return reader.fan_value(int(attr[3:]))
             if attr == nvml_acoustic.ATTR:
                 return nvml_acoustic.value(reader)
+            if attr == KNOB:
+                reader.call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)  # does the GPU answer?
+                return reader.extra.value()
             limit = reader.call("nvmlDeviceGetPowerManagementLimit")
             enforced, _ = reader.attempt("nvmlDeviceGetEnforcedPowerLimit")
         except (Lost, Down) as exc:
@@ -165,6 +173,8 @@ class NvmlKnobs:
             if kv.value is None:
                 raise BackendError(f"{knob_id}: cannot read the original target temperature")
             return {"target_c": int(kv.value), "uuid": slot.reader.uuid}
+        if attr == KNOB:  # NVML cannot read a lock back: the original is what this process knows
+            return {**slot.reader.extra.save(), "uuid": slot.reader.uuid}
         kv = slot.reader.fan_value(int(attr[3:]))
         if kv.value is None:
             raise BackendError(f"{knob_id}: cannot read the original fan state")
@@ -192,7 +202,9 @@ class NvmlKnobs:
         if here is not None:  # lost or down: asked again now, not after its backoff (the stop cannot wait)
             self.life.recheck(here, self.clock.monotonic())
         slot, attr = self._saved_slot(knob_id, saved)
-        if attr == "power_limit":
+        if attr == KNOB:
+            slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
+        elif attr == "power_limit":
             self._do(slot, f"{knob_id}: restore {saved['limit_mw']} mW", "nvmlDeviceSetPowerManagementLimit",
                      int(saved["limit_mw"]))
         elif attr == nvml_acoustic.ATTR:

@@ -28,6 +28,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends import nvml_acoustic
+from aithermd.backends.nvml_clocks import CHANNEL, KNOB, GpuClocks
 from aithermd.model import (
     UNITS,
     Channel,
@@ -78,6 +79,7 @@ CHANNEL_ORDER = (
     "memory_utilization",
     "sm_clock",
     "memory_clock",
+    "tensor_activity",
 )
 _ROLE_CHANNEL = MappingProxyType(
     {
@@ -147,6 +149,7 @@ class GpuProbe:
         self.fan_v1 = self.fan_policy = self.fan_target = False
         self.channels: dict[str, Channel] = {}
         self.knobs: dict[str, Knob] = {}
+        self.extra = GpuClocks(self.id)  # locked clocks, GPM, processes (nvml_clocks.py)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def code(self, exc: Exception) -> int:
@@ -232,6 +235,14 @@ class GpuProbe:
         self._probe_power_knob()
         nvml_acoustic.probe(self)
         self._probe_fans()
+        power = self.knobs.get("power_limit")
+        why = power.why_not if power is not None else (
+            self.why(nv.NVML_ERROR_NO_PERMISSION, "locking clocks needs root") if os.geteuid() != 0 else None)
+        self.extra.probe(self, why)
+        if self.extra.knob is not None:
+            self.knobs[KNOB] = self.extra.knob
+        if self.extra.channel is not None:
+            self.channels[CHANNEL] = self.extra.channel
         order = {a: i for i, a in enumerate(CHANNEL_ORDER)}
         self.channels = dict(sorted(self.channels.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))
         return Device(

@@ -43,12 +43,12 @@ from aithermd.model import UNITS, Device, DeviceKind, KnobKind, Quantity, Sample
 
 THRESHOLDS = {"min", "max", "crit", "lcrit", "emergency", "cap", "slowdown", "shutdown", "max_operating"}
 KNOB_UNITS = {KnobKind.PWM: "%", KnobKind.FAN: "%", KnobKind.PL1: "W", KnobKind.PL2: "W",
-              KnobKind.POWER_LIMIT: "W", KnobKind.TARGET_TEMPERATURE: "°C", KnobKind.EPP: "", KnobKind.GOVERNOR: "",
-              KnobKind.BOOST: "",
+              KnobKind.POWER_LIMIT: "W", KnobKind.TARGET_TEMPERATURE: "°C", KnobKind.SM_CLOCK_LOCK: "MHz",
+              KnobKind.EPP: "", KnobKind.GOVERNOR: "", KnobKind.BOOST: "",
               KnobKind.PLATFORM_PROFILE: ""}  # "": an index into the knob's choices
 MODES = {None, "full", "manual", "auto"}
-# read-back resolution: pwm is 0–255 (100/255 %), NVML fans whole %, limits µW/mW
-RESOLUTION = {"%": 100 / 255 + 1e-9, "W": 1e-3 + 1e-9}
+# read-back resolution: pwm is 0–255 (100/255 %), NVML fans whole %, limits µW/mW, locked clocks whole MHz
+RESOLUTION = {"%": 100 / 255 + 1e-9, "W": 1e-3 + 1e-9, "MHz": 1.0 + 1e-9}
 UNKNOWN = "no-such-device/no-such-knob"
 MAX_KNOBS = 4  # knobs exercised per backend: enough to see every kind, few enough to stay fast
 

@@ -49,8 +49,11 @@ def test_discovery_names_every_channel_knob_and_field(workstation, backend_over)
     temp = rtx.channels[0]
     assert temp.id == "gpu0/temperature"
     assert dict(temp.thresholds) == {"slowdown": 86.0, "shutdown": 91.0, "max_operating": 84.0}
-    limit, fan0, fan1 = rtx.knobs
+    limit, fan0, fan1, lock = rtx.knobs
     assert (limit.id, limit.kind, limit.unit) == ("gpu0/power_limit", KnobKind.POWER_LIMIT, "W")
+    # the locked SM clock range's top: from the lowest listed graphics clock up to the card's top (unlocked)
+    assert (lock.id, lock.kind, lock.unit) == ("gpu0/sm_clock_lock", KnobKind.SM_CLOCK_LOCK, "MHz")
+    assert (lock.min, lock.max, lock.default, lock.writable) == (210.0, 3105.0, 3105.0, True)
     assert (limit.min, limit.max, limit.default, limit.writable) == (150.0, 450.0, 450.0, True)
     assert (fan0.id, fan0.kind, fan0.fan_channel, fan0.min, fan0.max) == (
         "gpu0/fan0",
@@ -60,7 +63,8 @@ def test_discovery_names_every_channel_knob_and_field(workstation, backend_over)
         100.0,
     )
     assert fan1.writable
-    assert [k.id for k in h100.knobs] == ["gpu1/power_limit"], "a passively cooled GPU has no fan knob"
+    assert [k.id for k in h100.knobs] == ["gpu1/power_limit", "gpu1/sm_clock_lock"], \
+        "a passively cooled GPU has no fan knob"
 
 
 def test_one_sample_reads_every_value_in_daemon_units(workstation, backend_over):
@@ -74,15 +78,18 @@ def test_one_sample_reads_every_value_in_daemon_units(workstation, backend_over)
         sm_clock_mhz=1980,
         memory_clock_mhz=2619,
         clock_event_reasons=("sw_power_cap",),
+        gpm_tensor_pct=40.0,
     )
-    workstation.add_energy(1, 3600.0)
+    backend = backend_over(workstation)  # discovery takes the first GPM sample of the H100
+    workstation.add_energy(1, 3600.0, dt_s=1.0)  # one second of it drawing and computing
     workstation.set_dynamic(0, fan_speed_pct=[55, 60])
-    s = backend_over(workstation).sample()
+    s = backend.sample()
     r = {k: v.value for k, v in s.readings.items()}
     assert (r["gpu1/temperature"], r["gpu1/memory_temperature"], r["gpu1/power"]) == (62.0, 71.0, 612.5)
     assert (r["gpu1/energy"], r["gpu1/utilization"], r["gpu1/memory_utilization"]) == (3600.0, 100.0, 35.0)
     assert (r["gpu1/sm_clock"], r["gpu1/memory_clock"]) == (1980.0, 2619.0)
     assert (r["gpu0/fan0"], r["gpu0/fan1"], r["gpu0/power"]) == (55.0, 60.0, 20.0)
+    assert r["gpu1/tensor_activity"] == pytest.approx(40.0) and "gpu0/tensor_activity" not in r  # GPM: Hopper
     assert all(v.status == Status.OK for v in s.readings.values())
     assert s.attrs["gpu1"] == {
         "clock_event_reasons": ("sw_power_cap",),
@@ -114,9 +121,12 @@ def test_no_permission_makes_knobs_read_only_with_the_reason(backend_over):
     fake = FakeNvml([profile(RTX4090)], privileged=False)
     backend = backend_over(fake)
     (gpu,) = backend.discover()
-    limit, fan = gpu.knobs
+    limit, fan, lock = gpu.knobs
     assert not limit.writable and limit.why_not.startswith("NVML_ERROR_NO_PERMISSION")
     assert not fan.writable and "NVML_ERROR_NO_PERMISSION" in fan.why_not
+    assert not lock.writable and "NVML_ERROR_NO_PERMISSION" in lock.why_not
+    with pytest.raises(NoPermission):
+        backend.write_knob("gpu0/sm_clock_lock", 1500)
     with pytest.raises(NoPermission):
         backend.write_knob("gpu0/power_limit", 300)
     assert fake.power_limit_w(0) == 450.0
