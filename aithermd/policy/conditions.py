@@ -39,7 +39,7 @@ from aithermd.policy.windows import Window
 GPU_ATTR = MappingProxyType({
     "gpu.utilization_pct": "utilization", "gpu.memory_utilization_pct": "memory_utilization",
     "gpu.power_w": "power", "gpu.power_pct": "power_pct", "gpu.temperature_c": "temperature",
-    "gpu.memory_temperature_c": "memory_temperature",
+    "gpu.memory_temperature_c": "memory_temperature", "gpu.held_idle_w": "held_idle_w",
 })
 CPU_KEY = MappingProxyType({"cpu.utilization_pct": "cpu/utilization", "cpu.power_w": "cpu/package_power"})
 

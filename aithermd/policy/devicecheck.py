@@ -19,6 +19,7 @@ from aithermd.policy.schema import (
     CpuKnobsRule,
     CpuPowerLimitRule,
     FanRule,
+    GpuClocksRule,
     GpuMatch,
     GpuPowerLimitRule,
     MetricCondition,
@@ -52,7 +53,7 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
                 problems.append((("machines", mname, "gpus"), msg))
     for i, rule in enumerate(doc.rules):
         loc = ("rules", i, rule.kind)
-        if isinstance(rule, GpuPowerLimitRule):
+        if isinstance(rule, GpuPowerLimitRule | GpuClocksRule):
             msg = _gpu_problem(rule.gpus, devices)
             if msg:
                 problems.append(((*loc, "gpus"), msg))

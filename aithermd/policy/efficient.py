@@ -8,16 +8,25 @@ the first seconds after each change left out (:data:`SETTLE_S`):
    reading) and its throughput signal;
 2. **snap** to the job's own peak draw — nearly free (the Zeus sweeps: a cap 1.1 × a job's mean draw
    costs ~0.5 % median) and kept if the signal holds within the budget; a job that bursts within the
-   second (its 1 s peak is not its real one) misses: then halfway back up, until what holds is found;
+   second (its 1 s peak is not its real one) misses: then once halfway back up, and it settles there if
+   that holds (at the default if not): a search moves back up at most once;
 3. **step down** ``step_pct`` of the own draw at a time while the signal keeps ≥ (1 − budget) of the
-   baseline's and work per joule (signal / power) improves (a window can read half a percent low from
-   the job's own swings: only a larger fall is a miss); at the first miss **back off** one step;
+   baseline's and work per joule (signal / power) does not fall; a window reads its job's throughput with
+   the job's own noise (loader stalls, phases), so a miss needs the shortfall to exceed half a standard
+   error of the ratio of the two windows, or work per joule to fall by more than 5 %; at the first miss
+   **back off** one step;
 4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
    stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
    different job or phase) — then it searches again from the baseline.
 
 It **reverts** to the default limit at once, and waits ``measure_s`` before searching again, on a thermal
 event (the driver's thermal slowdown in the clock-event reasons) or when its signal cannot be read.
+
+The same search runs on the top of a locked SM clock range (``kind: gpu_clocks``, ``max_mhz:
+efficient``, ``clocks``): unlocked first, then down ``step_pct`` of the top clock per window, no snap. It is
+the lever for memory-bound work such as LLM decode, which draws far below any power limit (so no cap
+binds) while a lower SM clock costs it little: its signals are the job's progress rate, else memory
+utilization (the bandwidth a memory-bound job turns into work; utilization × clock reads the lock itself).
 
 Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``gpu<N>/progress_rate``,
 steps per second from ``aithermctl run --progress-regex``), GPM tensor activity × SM clock (Hopper and
@@ -43,22 +52,28 @@ WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled 
 #                   measurement windows at once: a job's own loader stalls move one window by ±2 %
 HISTORY = 12  # steps kept for explain
 TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
+MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
 SIGNALS = ("progress", "gpm", "proxy")
+CLOCK_SIGNALS = ("progress", "memory")  # a clock search sets the clock: utilization × clock says nothing
 BASELINE, SNAP, STEP, SETTLED, REVERTED = "baseline", "snap", "step", "settled", "reverted"
 
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """The rule's tuning: ``budget`` (max slowdown, a share), ``step`` (share of the own draw per step),
-    ``measure_s`` (one window), ``floor`` (lowest limit, share of the own draw), ``signal``
-    (``auto`` or one of :data:`SIGNALS`)."""
+    """The rule's tuning: ``budget`` (max slowdown, a share), ``step`` (share of the own draw per step;
+    of the top clock for ``clocks``), ``measure_s`` (one window), ``floor`` (lowest limit, share of the own
+    draw; of the top clock for ``clocks``), ``signal`` (``auto`` or one of :data:`SIGNALS`)."""
 
     budget: float = 0.03
     step: float = 0.04
     measure_s: float = 60.0
     floor: float = 0.6
     signal: str = "auto"
+    clocks: bool = False  # searching the top of a locked SM clock range (MHz) instead of a power limit
+
+
+CLOCK_SPEC = Spec(budget=0.02, step=0.05, measure_s=60.0, floor=0.1, clocks=True)  # gpu_clocks defaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +110,18 @@ class Acc:
             return 0.0, 0.0
         return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
 
+    def spread(self, trim: bool = True) -> float:
+        """The standard error of the window's mean signal, relative to that mean (the same seconds as
+        :meth:`mean`): how far a window of this job reads off its true throughput by chance."""
+        ranked = sorted(self.samples, key=lambda x: x[1])
+        cut = int(TRIM * len(ranked)) if trim else 0
+        kept = [sg for _dt, sg, _p in (ranked[cut:len(ranked) - cut] or ranked)]
+        if len(kept) < 2:
+            return 0.0
+        mean = sum(kept) / len(kept)
+        var = sum((v - mean) ** 2 for v in kept) / (len(kept) - 1)
+        return (var / len(kept)) ** 0.5 / mean if mean > 0 else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class Search:
@@ -112,6 +139,7 @@ class Search:
     peak: float = 0.0
     base: float = 0.0
     base_eff: float = 0.0
+    base_se: float = 0.0  # the baseline's relative standard error (Acc.spread)
     best: float = 0.0
     best_eff: float = 0.0
     best_ratio: float = 1.0
@@ -131,6 +159,8 @@ def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float |
     """The throughput signal ``kind`` of ``gpu`` this tick, or None when it cannot be read."""
     if kind == "progress":
         return _ok(readings.get(f"{gpu}/progress_rate"))
+    if kind == "memory":
+        return _ok(readings.get(f"{gpu}/memory_utilization"))
     clock = _ok(readings.get(f"{gpu}/sm_clock"))
     other = _ok(readings.get(f"{gpu}/tensor_activity" if kind == "gpm" else f"{gpu}/utilization"))
     return None if clock is None or other is None else clock * other
@@ -138,7 +168,7 @@ def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float |
 
 def pick_signal(spec: Spec, gpu: str, readings: Mapping[str, Reading]) -> str | None:
     """The best signal readable now (or the one the rule names, if readable)."""
-    kinds = SIGNALS if spec.signal == "auto" else (spec.signal,)
+    kinds = (CLOCK_SIGNALS if spec.clocks else SIGNALS) if spec.signal == "auto" else (spec.signal,)
     return next((k for k in kinds if read_signal(k, gpu, readings) is not None), None)
 
 
@@ -148,11 +178,13 @@ def _window(t: float) -> Acc:
 
 def start(spec: Spec, gpu: str, t: float, default_w: float,
           readings: Mapping[str, Reading]) -> Search | None:
-    """A new search at the default limit, or None when no signal can be read."""
+    """A new search at the default limit (for ``clocks``, the top clock: unlocked), or None when no signal
+    can be read."""
     signal = pick_signal(spec, gpu, readings)
     if signal is None:
         return None
-    return Search(BASELINE, default_w, default_w, signal, _window(t), why="measuring the job at the default")
+    return Search(BASELINE, default_w, default_w, signal, _window(t),
+                  why="measuring the job " + ("unlocked" if spec.clocks else "at the default"))
 
 
 def _revert(s: Search, t: float, why: str) -> Search:
@@ -185,7 +217,8 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
     if acc.span < window - 1e-9:
         return s
-    sig, pw = acc.mean(trim=s.signal != "progress")
+    trim = s.signal != "progress"
+    sig, pw = acc.mean(trim)
     if s.phase == REVERTED:
         return _move(s, t, BASELINE, s.start, "measuring the job at the default again")
     if s.phase == BASELINE:
@@ -193,30 +226,38 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             return _move(s, t, BASELINE, s.start, "no work to measure yet")
         peak = math.ceil(acc.peak)
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
-                    history=((s.start, 1.0, 0.0, "baseline"),))
+                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),))
         target = max(peak, lo_w or 0.0)
-        if target >= 0.98 * s.start:
+        if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
             return _step_down(spec, s, t)
         return _move(s, t, SNAP, target, f"snap to the job's peak draw {peak:g} W", steps=1)
     ratio = sig / s.base if s.base > 0 else 0.0
     eff = sig / pw if pw > 0 else 0.0
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
-        good = ratio >= 1.0 - spec.budget and (s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE))
+        # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
+        se = MISS_Z * ratio * (acc.spread(trim) ** 2 + s.base_se ** 2) ** 0.5
+        kept_eff = s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE)
+        good = ratio + se >= 1.0 - spec.budget and kept_eff
         entry = (s.limit, round(ratio, 4), round(gain, 4), "keep" if good else "miss")
         s = replace(s, history=(s.history + (entry,))[-HISTORY:])
         if good:
             s = replace(s, best=s.limit, best_eff=max(eff, s.best_eff), best_ratio=ratio)
+            if s.backoffs:  # after its one back-off a search goes no lower
+                return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W, halfway back up from the peak")
             return _step_down(spec, s, t)
-        if s.phase == SNAP and s.best - s.limit > 2.0 * spec.step * s.own:
-            # the peak a 1 s reading shows was not free (a job that bursts within the second): try
-            # halfway back up, still in the snap, before stepping down from what holds
+        far = s.best - s.limit > 2.0 * spec.step * s.own
+        if s.phase == SNAP and not spec.clocks and s.steps == 1 and far:
+            # the peak a 1 s reading shows was not free (a job that bursts within the second): try once
+            # halfway back up — the search's one back-off — and settle there if it holds
             mid = round((s.best + s.limit) / 2.0, 1)
-            return _move(s, t, SNAP, mid, f"{_miss(ratio, eff, s, spec)} at {s.limit:g} W: try {mid:g} W")
-        return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} W: {_miss(ratio, eff, s, spec)}",
+            return _move(s, t, SNAP, mid, f"{_miss(ratio, eff, s, spec)} at {s.limit:g} W: try {mid:g} W",
+                         steps=2, backoffs=s.backoffs + 1)
+        unit = "MHz" if spec.clocks else "W"
+        return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} {unit}: {_miss(ratio, eff, s, spec)}",
                      backoffs=s.backoffs + 1)
     # settled: watch for a new phase
-    if s.limit < s.start and pw < LIGHTER * s.limit:
+    if not spec.clocks and s.limit < s.start and pw < LIGHTER * s.limit:
         return _restart(s, t, f"the job got lighter ({pw:.0f} W under a {s.limit:g} W limit): search again")
     if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
         return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
@@ -230,11 +271,14 @@ def _miss(ratio: float, eff: float, s: Search, spec: Spec) -> str:
 
 
 def _step_down(spec: Spec, s: Search, t: float) -> Search:
-    nxt = round(s.best - spec.step * s.own, 1)
-    floor = spec.floor * s.own
+    scale = s.start if spec.clocks else s.own
+    unit = "MHz" if spec.clocks else "W"
+    nxt = round(s.best - spec.step * scale, 0 if spec.clocks else 1)
+    floor = spec.floor * scale
     if nxt < floor:
-        return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W: the floor {floor:.0f} W is next")
-    return _move(s, t, STEP, nxt, f"step down to {nxt:g} W", steps=s.steps + 1)
+        why = f"settled at {s.best:g} {unit}: the floor {floor:.0f} {unit} is next"
+        return _move(s, t, SETTLED, s.best, why)
+    return _move(s, t, STEP, nxt, f"step down to {nxt:g} {unit}", steps=s.steps + 1)
 
 
 def _restart(s: Search, t: float, why: str) -> Search:
@@ -244,7 +288,8 @@ def _restart(s: Search, t: float, why: str) -> Search:
 
 def explain(s: Search, spec: Spec) -> tuple[str, dict[str, Any]]:
     """The reason text and the inputs of the decision this search makes now."""
-    steps = "; ".join(f"{lim:g} W {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
+    unit = "MHz" if spec.clocks else "W"
+    steps = "; ".join(f"{lim:g} {unit} {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
                                                   if verdict in ("keep", "miss") else "")
                       for lim, r, g, verdict in s.history)
     inputs: dict[str, Any] = {"search": s.phase, "signal": s.signal,
@@ -253,5 +298,6 @@ def explain(s: Search, spec: Spec) -> tuple[str, dict[str, Any]]:
         inputs.update(own_draw_w=round(s.own, 1), peak_draw_w=s.peak,
                       slowdown_pct=round(100 * (1 - s.best_ratio), 2),
                       gain_pct=round(100 * (s.best_eff / s.base_eff - 1), 2) if s.base_eff else 0.0)
-    text = f"efficient limit ({s.phase}, signal {s.signal}): {s.why}"
+    what = "efficient clock" if spec.clocks else "efficient limit"
+    text = f"{what} ({s.phase}, signal {s.signal}): {s.why}"
     return text, inputs

@@ -31,7 +31,7 @@ from aithermd.model import (
     Reading,
     _empty,
 )
-from aithermd.policy import arbiter, power_budget, quiet, safety, sampling
+from aithermd.policy import arbiter, held, power_budget, quiet, safety, sampling
 from aithermd.policy.conditions import Ctx, progress
 from aithermd.policy.curves import CurveState, FanState
 from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
@@ -84,6 +84,7 @@ class EngineState:
     safety: safety.SafetyPlan | None = None
     t_mono: float | None = None
     budget: power_budget.BudgetState | None = None
+    idle: Mapping[str, held.GpuIdle] = field(default_factory=_empty)  # held-high idle memory (held.py)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class EngineResult:
     # per layer ("safety", "override", or a policy name): the decisions before arbitration
     layers: Mapping[str, Mapping[str, Decision]] = field(default_factory=_empty)
     budget: Mapping[str, Any] = field(default_factory=_empty)  # how the power budget was split (power_budget)
+    held_idle: Mapping[str, held.HeldIdle] = field(default_factory=_empty)  # GPUs held high while idle
 
 
 def initial_state() -> EngineState:
@@ -184,7 +186,9 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     by_policy = {p.policy: p for p in plans}
     sampler = state.sampler if state.sampler is not None and state.sampler.matches(plans) \
         else sampling.build(plans)
-    windows, ok = sampling.update(sampler, inp.t_mono, inp.readings, inp.knobs, state.windows)
+    idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
+    readings = {**inp.readings, **held.derived_readings(inp.devices, held_now)}
+    windows, ok = sampling.update(sampler, inp.t_mono, readings, inp.knobs, state.windows)
     knobs = {k.id: k for d in inp.devices for k in d.knobs}
     layers: list[dict[str, Decision]] = []
     new_policies: dict[str, PolicyState] = {}
@@ -227,12 +231,14 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         del fans[kid]
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
                             fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
-                            safety=sp, t_mono=inp.t_mono, budget=budget_state)
+                            safety=sp, t_mono=inp.t_mono, budget=budget_state,
+                            idle=MappingProxyType(idle))
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs
     return EngineResult(decisions=MappingProxyType(merged), state=new_state,
-                        states=MappingProxyType(states), layers=MappingProxyType(by_layer), budget=report)
+                        states=MappingProxyType(states), layers=MappingProxyType(by_layer), budget=report,
+                        held_idle=MappingProxyType(held_now))
 
 
 __all__ = ["EngineInput", "EngineResult", "EngineState", "evaluate", "initial_state", "needs_processes",

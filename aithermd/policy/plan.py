@@ -14,12 +14,14 @@ from aithermd.policy.schema import (
     CpuKnobsRule,
     CpuPowerLimitRule,
     FanRule,
+    GpuClocksRule,
     GpuPowerLimitRule,
     MixCurve,
     PidCurve,
     PointsCurve,
     parse_power,
 )
+from aithermd.policy.values import parse_clock
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,15 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                     targets.append(Target(k, d.id, spec))
             rules.append(CRule(rule.name, "gpu_power_limit", when, tuple(targets), rule,
                                search=search_spec(rule) if spec[0] == "efficient" else None))
+        elif isinstance(rule, GpuClocksRule):
+            spec = parse_clock(rule.max_mhz)
+            targets = []
+            for d in selectors.select_gpus(rule.gpus, devices):
+                k = selectors.knob_of(d, KnobKind.SM_CLOCK_LOCK)
+                if k is not None:
+                    targets.append(Target(k, d.id, spec))
+            rules.append(CRule(rule.name, "gpu_clocks", when, tuple(targets), rule,
+                               search=search_spec(rule) if spec[0] == "efficient" else None))
         elif isinstance(rule, CpuPowerLimitRule):
             targets = []
             for d in selectors.select_zones(rule.zones, devices):
@@ -179,10 +190,12 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                 budgets, quiet_blocks)
 
 
-def search_spec(rule: GpuPowerLimitRule) -> efficient.Spec:
+def search_spec(rule: GpuPowerLimitRule | GpuClocksRule) -> efficient.Spec:
     """The efficient-limit search's tuning from a rule (its defaults where the rule is silent)."""
-    d = efficient.Spec()
+    clocks = isinstance(rule, GpuClocksRule)
+    d = efficient.CLOCK_SPEC if clocks else efficient.Spec()
     return efficient.Spec(
+        clocks=clocks,
         budget=d.budget if rule.max_slowdown_pct is None else rule.max_slowdown_pct / 100.0,
         step=d.step if rule.step_pct is None else rule.step_pct / 100.0,
         measure_s=d.measure_s if rule.measure_s is None else rule.measure_s,

@@ -19,15 +19,21 @@ from aithermd.policy.plan import CRule, Target, power_value
 _TEXT = MappingProxyType({"default": "the default", "min": "the minimum", "max": "the maximum"})
 
 
-def _limit_text(spec: tuple[str, float], watts: float, knob: Any = None) -> str:
+def _limit_text(spec: tuple[str, float], value: float, knob: Any = None) -> str:
+    unit = knob.unit if knob is not None else "W"
     kind, number = spec
     if kind == "choice":
         return f"{knob.kind} {knob.choices[int(number)]}"
     if kind == "pct":
-        return f"{number:g}% of the default ({watts:g} W)"
+        of = "the top clock" if unit == "MHz" else "the default"
+        return f"{number:g}% of {of} ({value:g} {unit})"
     if kind in _TEXT:
-        return f"{_TEXT[kind]} ({watts:g} W)"
-    return f"{watts:g} W"
+        if unit == "MHz" and kind == "max":
+            return f"unlocked ({value:g} MHz)"
+        if unit == "MHz" and kind == "min":
+            return f"locked to the lowest clock ({value:g} MHz)"
+        return f"{_TEXT[kind]} ({value:g} {unit})"
+    return f"{value:g} {unit}"
 
 
 def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | None, dict[str, float],

@@ -6,7 +6,7 @@ A policy file is one YAML mapping (see ``policies/README.md``)::
     safety:   {margin_c, gpu_temp_limit_c}       # can only make the built-in safety stricter
     curves:   {NAME: Curve}                      # fan curves, by kind: points | pid | mix
     machines: {NAME: Machine}                    # state machines with hysteresis (one per GPU or one)
-    rules:    [Rule]                             # by kind: gpu_power_limit | cpu_power_limit | cpu_knobs | fan
+    rules:    [Rule]                             # by kind: gpu_power_limit | gpu_clocks | cpu_power_limit | cpu_knobs | fan
     budget, quiet, timezone, holidays, schedules # the whole machine (aithermd.policy.schema_machine)
 
 Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
@@ -30,6 +30,7 @@ from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,
     HHMM,
+    ClockValue,
     Globs,
     Ints,
     Model,
@@ -89,6 +90,8 @@ METRICS: Mapping[str, str] = MappingProxyType({
     "gpu.power_pct": "GPU power draw as % of its present power limit",
     "gpu.temperature_c": "GPU temperature, °C",
     "gpu.memory_temperature_c": "GPU memory (HBM/GDDR) temperature, °C",
+    "gpu.held_idle_w": "W a GPU with no work draws above its idle floor while held high for a minute "
+                       "(a process holding a context, a stuck P-state), 0 otherwise",
     "cpu.utilization_pct": "CPU utilization (all cores), %",
     "cpu.power_w": "CPU package power (sum of RAPL package zones), W",
     "temperature_c": "a temperature channel named by `sensor` (id or label pattern; several → max), °C",
@@ -351,7 +354,38 @@ class FanRule(RuleBase):
         return self
 
 
-Rule = Annotated[GpuPowerLimitRule | CpuPowerLimitRule | CpuKnobsRule | FanRule, Field(discriminator="kind")]
+class GpuClocksRule(RuleBase):
+    """The top of a GPU's locked SM clock range (``nvmlDeviceSetGpuLockedClocks``, Volta and newer):
+    MHz, % of the card's top clock, ``min`` (its lowest), ``max`` (unlocked), or ``efficient`` — the same
+    search as ``limit: efficient`` over the clock: for memory-bound work (LLM decode) that draws far
+    below any power limit, and ``min`` for a card held high while idle. A knob no rule decides is handed
+    back: the lock is reset."""
+
+    kind: Literal["gpu_clocks"]
+    gpus: GpuSelector = "all"
+    max_mhz: ClockValue
+    max_slowdown_pct: Annotated[float, Field(gt=0, le=20, description=(
+        "efficient: the most throughput the job may lose against the unlocked clock, %"))] | None = None
+    step_pct: Annotated[float, Field(ge=1, le=20, description=(
+        "efficient: each step down, % of the card's top clock"))] | None = None
+    measure_s: Annotated[float, Field(ge=5, le=600, description=(
+        "efficient: the measurement window of each step, s"))] | None = None
+    floor_pct: Annotated[float, Field(ge=5, le=100, description=(
+        "efficient: the lowest clock tried, % of the card's top clock"))] | None = None
+    signal: Literal["auto", "progress", "memory"] | None = Field(None, description=(
+        "efficient: the throughput signal (auto: the job's progress rate, else memory utilization)"))
+
+    @model_validator(mode="after")
+    def _search_keys(self) -> GpuClocksRule:
+        keys = [k for k in ("max_slowdown_pct", "step_pct", "measure_s", "floor_pct", "signal")
+                if getattr(self, k) is not None]
+        if keys and self.max_mhz != "efficient":
+            raise ValueError(f"{', '.join(keys)} only go with max_mhz: efficient")
+        return self
+
+
+Rule = Annotated[GpuPowerLimitRule | GpuClocksRule | CpuPowerLimitRule | CpuKnobsRule | FanRule,
+                 Field(discriminator="kind")]
 
 
 class Safety(Model):
@@ -386,7 +420,7 @@ FanSelector = Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinsta
 schema_machine.rebuild({"Condition": Condition, "FanSelector": FanSelector, "GpuSelector": GpuSelector})
 
 for _m in (AllCondition, AnyCondition, NotCondition, State, Machine, RuleBase, GpuPowerLimitRule,
-           CpuPowerLimitRule, FanRule, PolicyDocument):
+           GpuClocksRule, CpuPowerLimitRule, FanRule, PolicyDocument):
     _m.model_rebuild()
 
 

@@ -82,6 +82,47 @@ def parse_power(value: float | str) -> tuple[str, float]:
     return ("w", number)
 
 
+_CLOCK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|MHz)?\s*$")
+
+
+def parse_clock(value: float | str) -> tuple[str, float]:
+    """An SM clock value (the top of a locked range) → ``("w", MHz)`` (the knob's own unit),
+    ``("pct", % of the top clock)``, ``("min"|"max"|"efficient", 0)``. Raises ValueError with the forms."""
+    forms = ("expected MHz (1500 or '1500 MHz'), a percentage of the top clock ('60%'), 'min', 'max' or "
+             "'efficient'")
+    if isinstance(value, bool):
+        raise ValueError(forms)
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{value} is not a clock: {forms}")
+        return ("w", float(value))
+    text = str(value).strip()
+    if text in ("min", "max", "efficient"):
+        return (text, 0.0)
+    m = _CLOCK.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"'{value}' is not a clock: {forms}")
+    number = float(m.group(1))
+    if m.group(2) == "%":
+        if not 1 <= number <= 100:
+            raise ValueError(f"{number:g}% of the top clock is out of range (1–100 %)")
+        return ("pct", number)
+    return ("w", number)
+
+
+def _check_clock(value: Any) -> float | str:
+    if not isinstance(value, int | float | str):
+        raise ValueError("expected MHz (1500 or '1500 MHz'), a percentage of the top clock ('60%'), 'min', "
+                         "'max' or 'efficient'")
+    parse_clock(value)
+    return value
+
+
+ClockValue = Annotated[float | str, PlainValidator(_check_clock, json_schema_input_type=float | str),
+                       Field(json_schema_extra={"examples": [1500, "1500 MHz", "60%", "min", "max",
+                                                             "efficient"]})]
+
+
 def _check_power(value: Any) -> float | str:
     if not isinstance(value, int | float | str):
         raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "

@@ -171,6 +171,10 @@ class SnapshotCollector(Collector):
         reasons = GaugeMetricFamily("aithermd_gpu_clock_event_reason",
                                     "1 while NVML reports this clocks-event (throttle) reason.",
                                     labels=[*_GPU_LABELS, "reason"])
+        held = GaugeMetricFamily("aithermd_gpu_held_idle_excess_watts",
+                                 "Power a GPU with no work draws above its idle floor while held high for a "
+                                 "minute (a process holding a context, a stuck P-state); 0 otherwise.",
+                                 labels=_GPU_LABELS)
         for dev in s.devices:
             if dev.kind is not DeviceKind.GPU:
                 continue
@@ -190,12 +194,13 @@ class SnapshotCollector(Collector):
                     if "enforced_w" in kv.extra:
                         enforced.add_metric(labels, kv.extra["enforced_w"])
             attrs = s.attrs.get(dev.id, MappingProxyType({}))
+            held.add_metric(labels, float((attrs.get("held_idle") or {}).get("excess_w", 0.0)))
             if "clock_event_reasons" in attrs:
                 active = set(attrs["clock_event_reasons"])
                 for reason in sorted(active.union(CLOCK_EVENT_REASONS)):
                     reasons.add_metric([*labels, reason], 1.0 if reason in active else 0.0)
         yield from gauges.values()
-        yield from (limit, enforced, energy, reasons)
+        yield from (limit, enforced, energy, reasons, held)
 
     def _hwmon(self, s: Snapshot) -> Iterator[Metric]:
         temps = GaugeMetricFamily("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",

@@ -16,7 +16,8 @@
   restored); no-ops are dropped by the applier.
 - **Actuate**: through the one apply path (:mod:`aithermd.actuate.execute`): clamp, journal first, write,
   read back; the threaded backends' knobs in one hop to the worker thread.
-- **Publish**: one frozen :class:`~aithermd.model.Snapshot` and the tick's events to the StateHub.
+- **Publish**: one frozen :class:`~aithermd.model.Snapshot` and the tick's events to the StateHub; a GPU
+  the engine found held high while idle carries ``held_idle`` in its attrs (status, TUI, metrics).
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ from aithermd.runtime.changes import Changes
 from aithermd.runtime.health import Health, fault
 from aithermd.runtime.sampling import Sampler, list_processes
 from aithermd.runtime.world import Engine, World
+
+
+def with_held_idle(attrs: Mapping[str, Mapping[str, Any]], held: Mapping[str, Any],
+                   t_mono: float) -> Mapping[str, Mapping[str, Any]]:
+    """``attrs`` with ``held_idle`` ({"for_s", "power_w", "floor_w", "excess_w", "floor", "held_w",
+    "recovered_w", "pstate"}) on each GPU held high while idle."""
+    if not held:
+        return attrs
+    out = dict(attrs)
+    for gpu, h in held.items():
+        out[gpu] = {**out.get(gpu, {}), "held_idle": {
+            "for_s": round(t_mono - h.since, 1), "power_w": round(h.power_w, 1),
+            "floor_w": round(h.floor_w, 1), "excess_w": round(h.excess_w, 1),
+            "floor": "learned" if h.learned else "assumed", "held_w": round(h.held_w, 1),
+            "recovered_w": round(h.recovered_w, 1),
+            "pstate": h.pstate}}
+    return out
 
 
 class Tick:
@@ -60,6 +78,7 @@ class Tick:
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
         self.budget: Mapping[str, Any] = {}
+        self.held_idle: Mapping[str, Any] = {}  # GPUs held high while idle (aithermd.policy.held)
         self.world = world
         self._log = structlog.get_logger("aithermd.tick")
 
@@ -100,7 +119,8 @@ class Tick:
         degraded.update(self.applier.faults)
         degraded.update(self.applier.stepped_back)
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
-                            knobs=knobs, attrs=sampled.attrs, decisions=self.decisions,
+                            knobs=knobs, attrs=with_held_idle(sampled.attrs, self.held_idle, t_mono),
+                            decisions=self.decisions,
                             policy=PolicyStatus(self.control.active, tuple(self.control.holds), self.states),
                             degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s,
                             health={**sampled.health, "power_limits": self.caps.state}
@@ -131,6 +151,7 @@ class Tick:
         self.decisions = dict(result.decisions)
         self.states = result.states
         self.budget = getattr(result, "budget", None) or {}
+        self.held_idle = result.held_idle
         return True
 
     def _log_sources(self, old: Mapping[str, Decision], new: Mapping[str, Decision]) -> None:

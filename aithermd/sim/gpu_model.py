@@ -80,7 +80,10 @@ class GpuParams:
         """Parameters from a card's ``nvidia-smi -q`` profile.
 
         ``idle_w``: the dump's power draw when it looks idle (below 20 % of the default limit; dumps are
-        mostly taken idle), else 6 % of the default limit. ``slowdown_temp_c``: the dump's slowdown
+        mostly taken idle), else a share of the default limit: 6 % for a card with fans (the RTX 4090 idles
+        at 4–6 % in its dumps and traces), 10 % for a passive datacenter board (idles at P0: H100 70 W of
+        700, A100 60 W of 500, the L40S dump's idle dmon 37 W of 350).
+        ``slowdown_temp_c``: the dump's slowdown
         temperature, else its target temperature + 3 °C (dumps that give the threshold only as T.Limit
         offsets), else 90 °C. ``gpm`` from the architecture. Raises ``ValueError`` when the profile has no
         default or current limit.
@@ -89,7 +92,8 @@ class GpuParams:
         if not default:
             raise ValueError(f"{profile.source or profile.name}: no default power limit in the profile")
         draw = profile.power_draw_w
-        idle = draw if draw is not None and 0 < draw < 0.2 * default else 0.06 * default
+        share = 0.06 if profile.fan_speeds_pct else 0.10
+        idle = draw if draw is not None and 0 < draw < 0.2 * default else share * default
         if profile.slowdown_temp_c:
             slowdown = profile.slowdown_temp_c
         elif profile.target_temp_c:
@@ -172,7 +176,8 @@ def gpu_step(params: GpuParams, job: Job | None, *, util_pct: float, limit_w: fl
             if draw_w is not None and lock is not None and lock <= 0.2 and power > floor:
                 share = job.held_sm_share if job is not None else sum(jobmod.HELD_SM_SHARE) / 2.0
                 power = floor + (power - floor) * (1.0 - share)
-        held = power > 1.25 * floor
+        held = (job is not None and job.kind == IDLE and job.held_ratio > 1.0) if draw_w is None \
+            else power > 1.25 * floor  # a held card stays in its high P-state, whatever a lock saves
         clock = IDLE_CLOCK_MHZ if not held else params.max_clock_mhz * HELD_CLOCK_RATIO
         if lock is not None:
             clock = min(clock, params.max_clock_mhz * lock)

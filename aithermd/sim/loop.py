@@ -15,7 +15,6 @@ window of them exact.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +45,12 @@ def gpu_device(index: int, profile: GpuProfile, *, gpm: bool, progress: bool) ->
         chans.append(Channel(f"{dev}/progress_rate", dev, "progress_rate", Quantity.LOAD, "1/s"))
     knob = Knob(f"{dev}/power_limit", dev, KnobKind.POWER_LIMIT, "W", profile.min_power_limit_w,
                 profile.max_power_limit_w, profile.default_power_limit_w, writable=True)
-    return Device(dev, DeviceKind.GPU, profile.name, tuple(chans), (knob,),
+    top = float(profile.max_sm_clock_mhz or 2000.0)
+    lock = Knob(f"{dev}/sm_clock_lock", dev, KnobKind.SM_CLOCK_LOCK, "MHz", 210.0, top, top, writable=True)
+    fans = tuple(Knob(f"{dev}/fan{i}", dev, KnobKind.FAN, "%", 0.0, 100.0, None, writable=False,
+                      why_not="the loop leaves the card's fans to it")
+                 for i in range(len(profile.fan_speeds_pct)))
+    return Device(dev, DeviceKind.GPU, profile.name, tuple(chans), (knob, lock, *fans),
                   info={"uuid": f"GPU-sim-{index}"})
 
 
@@ -65,10 +69,14 @@ class LoopResult:
     busy_stock_energy_j: float = 0.0
     busy_stock_work: float = 0.0
     changes: list[tuple[float, float, float, str, str]] = field(default_factory=list)
+    clock_changes: list[tuple[float, float, float, str, str]] = field(default_factory=list)
     states_s: dict[str, float] = field(default_factory=dict)
     safety_changes: int = 0
     peak_temp_c: float = 0.0
     last_inputs: dict[str, Any] = field(default_factory=dict)
+    held_first_s: float | None = None  # when the engine first found the card held high while idle
+    held_w: float = 0.0  # what it drew then
+    held_recovered_w: float = 0.0  # what a clock lock took off it since (the last held tick)
 
     def gain_pct(self, busy: bool = True) -> float:
         """Work per joule against the stock twin, %."""
@@ -82,26 +90,28 @@ class LoopResult:
 
 
 def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: Any = None,
-        static_w: float | None = None, progress: bool = False, signal_noise: Callable | None = None,
+        static_w: float | None = None, static_lock_mhz: float | None = None, progress: bool = False,
         index: int = 0) -> LoopResult:
     """Run ``duration_s`` seconds of ``workload`` (its GPU ``index``) on one card, under ``policy`` (a
-    loaded :class:`~aithermd.policy.loader.Policy`) or a fixed ``static_w`` limit (neither: stock).
-    ``progress``: the job reports its progress rate."""
+    loaded :class:`~aithermd.policy.loader.Policy`) or a fixed ``static_w`` limit and ``static_lock_mhz``
+    SM clock lock (neither: stock). ``progress``: the job reports its progress rate."""
     from aithermd.policy.engine import EngineInput, evaluate, initial_state
 
     gpu = SimGpu.create(profile, profile.default_power_limit_w)
     params = gpu.params
     device = gpu_device(index, profile, gpm=params.gpm, progress=progress)
-    kid = f"gpu{index}/power_limit"
-    knob = device.knobs[0]
+    kid, cid = f"gpu{index}/power_limit", f"gpu{index}/sm_clock_lock"
+    knob, lock_knob = device.knobs[:2]
+    top = lock_knob.max or params.max_clock_mhz
     limit = static_w if static_w is not None else params.default_w
+    lock: float | None = static_lock_mhz
     res = LoopResult()
     state = initial_state()
     steps_done = 0.0
     t = 0.0
     while t < duration_s - 1e-9:
         load = workload.gpu_load(index, t)
-        out, _auto = step_card(params, gpu.cooling, gpu.card, load, limit_w=limit, lock_mhz=None,
+        out, _auto = step_card(params, gpu.cooling, gpu.card, load, limit_w=limit, lock_mhz=lock,
                                fan_duties=[None] * gpu.fans if gpu.fans else None,
                                case_duty_pct=CASE_DUTY_PCT, air_c=CASE_AIR_C, dt_s=1.0,
                                target_temp_c=profile.target_temp_c or 84.0)
@@ -136,7 +146,8 @@ def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: A
             rate = float(math.floor(steps_done) - math.floor(before))
             readings[f"{dev}/progress_rate"] = Reading(f"{dev}/progress_rate", rate)
         inp = EngineInput(t_mono=t, t_wall=1_767_268_800.0 + t, devices=(device,), readings=readings,
-                          knobs={kid: KnobValue(kid, limit)},
+                          knobs={kid: KnobValue(kid, limit),
+                                 cid: KnobValue(cid, top if lock is None else lock)},
                           attrs={dev: {"clock_event_reasons": out.reasons, "pstate": out.pstate}})
         result = evaluate(policy, (), inp, state)
         state = result.state
@@ -152,4 +163,18 @@ def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: A
             limit = new
         if dec is not None:
             res.last_inputs = dict(dec.inputs)
+        cdec = result.decisions.get(cid)
+        want = lock_knob.clamp(cdec.value) if cdec is not None and cdec.value is not None else top
+        new_lock = None if want >= top else want
+        if new_lock != lock:
+            res.clock_changes.append((t, top if lock is None else lock, want,
+                                      cdec.rule if cdec else "default", cdec.reason if cdec else ""))
+            lock = new_lock
+            if cdec is not None:
+                res.last_inputs = dict(cdec.inputs)
+        h = result.held_idle.get(dev)
+        if h is not None:
+            if res.held_first_s is None:
+                res.held_first_s, res.held_w = t, h.held_w
+            res.held_recovered_w = h.recovered_w
     return res

@@ -34,10 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from aithermd.sim.jobs import DECODE, IDLE, TRAINING, Job, job_for
+from aithermd.sim.jobs import DECODE, IDLE, MEM_FRAC_TRAINING, TRAINING, Job, job_for
+from aithermd.sim.law import JobLaw
 
 NOISE_SIGMA = 0.04  # per-second demand noise (see the module docstring)
 SMOOTH_S = 10.0  # a trace's power.draw is smoothed over this long for the power-limit law
+# a trace's job: the population law (λ = 1, the median s) and the middle of the training μ range
+TRACE_JOB = Job(TRAINING, 0.7, JobLaw(), mem_frac=sum(MEM_FRAC_TRAINING) / 2.0, source="population")
 SWING = 0.05  # slow swing of the demand, ± share of the own draw
 SWING_PERIOD_S = (90.0, 300.0)
 
@@ -183,8 +186,8 @@ class TraceWorkload:
 
     def gpu_load(self, gpu: int, t_s: float) -> GpuLoad:
         """Utilization, and the trace's own power.draw as the demand when it has one. A GPU with work
-        (utilization > 0) runs a training job drawn for it by seed (its λ, s and μ: the trace does not
-        say); at 0 % it idles, held at whatever the trace drew."""
+        (utilization > 0) runs :data:`TRACE_JOB`, the population's median job (the trace does not say how
+        its job answers a cap); at 0 % it idles, held at whatever the trace drew."""
         k = self._index(t_s)
         util = 0.0 if k is None else float(self.utils_pct[k][min(gpu, len(self.utils_pct[k]) - 1)])
         draw, jitter = None, 1.0
@@ -194,8 +197,8 @@ class TraceWorkload:
             if raw is not None:
                 draw = self._smooth(k, col)
                 jitter = raw / draw if draw and draw > 0 else 1.0
-        kind = TRAINING if util > 0 else IDLE
-        return GpuLoad(util, job_for(kind, self.seed, gpu), draw_w=draw, jitter=jitter)
+        job = TRACE_JOB if util > 0 else job_for(IDLE, self.seed, gpu)
+        return GpuLoad(util, job, draw_w=draw, jitter=jitter)
 
     def _smooth(self, k: int, col: int) -> float | None:
         """The trace's power.draw of GPU column ``col`` averaged over the samples within ±SMOOTH_S/2 of

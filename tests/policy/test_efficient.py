@@ -159,15 +159,15 @@ def test_the_search_on_the_calibrated_simulator_keeps_its_budget_with_the_exact_
     assert res.last_inputs["search"] == SETTLED and res.last_inputs["signal"] == "progress"
 
 
-def test_with_nothing_bound_the_job_loses_nothing():
-    """A job drawing a third of the default: the search caps it near its own draw, and it loses under
-    the budget."""
+def test_a_small_job_is_capped_near_its_own_draw_within_the_budget():
+    """A job drawing a third of the default limit, steadily: the default never binds it; the search caps
+    it near its own draw (144 W of 450), and it loses about the budget — within half a standard error of
+    its windows, which the search allows before it calls a step a miss."""
     job = Job(TRAINING, 0.33, JobLaw(1.0, 0.78), mem_frac=0.4)
-    assert job.draw_ratio < 0.5
     from aithermd.sim.workload import GpuLoad
 
     class One:
-        duration_s = 3660.0
+        duration_s = 1800.0
 
         def gpu_load(self, gpu, t):
             return GpuLoad(96.0 if t >= 60 else 0.0, job if t >= 60 else None)
@@ -176,5 +176,5 @@ def test_with_nothing_bound_the_job_loses_nothing():
             return 96.0 if t >= 60 else 0.0
 
     res = loop.run(shipped_profiles()["rtx4090"], One(), 1800, policy=policy(), progress=True)
-    assert res.slowdown_pct() < 3.5
-    assert res.gain_pct() > 0.0
+    assert res.gain_pct() > 5.0 and 1.0 < res.slowdown_pct() < 4.5
+    assert 125.0 < res.changes[-1][2] <= 150.0

@@ -19,7 +19,12 @@ BILLION_LAUGHS = "\n".join(
     ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     + [f"{k}: &{k} [" + ",".join([f"*{j}"] * 9) + "]" for j, k in zip("abcdefgh", "bcdefghi", strict=True)]
 ) + "\n"
-S0 = "p.yaml:21:{}: error: machines.load.states[0].enter.all[0]."
+S0 = "p.yaml:{{line}}:{}: error: machines.load.states[0].enter.all[0]."
+
+
+def at(old: str) -> int:
+    """The line of balanced.yaml where ``old`` first appears (the errors below point at it)."""
+    return BALANCED[:BALANCED.index(old)].count("\n") + 1
 
 
 def errors(text: str) -> list[str]:
@@ -43,27 +48,29 @@ def test_anchors_and_aliases_of_ordinary_size_still_work():
 @pytest.mark.parametrize(("old", "new", "where"), [
     ("below: 10", "below: .nan", S0.format(77) + "below: should be a finite number"),
     ("60, below: 10", ".inf, below: 10", S0.format(66) + "window_s: should be a finite number"),
-    ("[[40, 30]", "[[.nan, 30]", "p.yaml:44:15: error: curves.board.points[0][0]: should be a finite number"),
-    ("hysteresis_c: 4", "hysteresis_c: .nan", "p.yaml:46:19: error: curves.board.hysteresis_c: should be a "
-                                              "finite number"),
-    ("smoothing_s: 20", "smoothing_s: .inf", "p.yaml:45:18: error: curves.board.smoothing_s: should be a "
+    ("[[40, 30]", "[[.nan, 30]", "p.yaml:{line}:15: error: curves.board.points[0][0]: should be a "
+                                 "finite number"),
+    ("hysteresis_c: 4", "hysteresis_c: .nan", "p.yaml:{line}:19: error: curves.board.hysteresis_c: should "
+                                              "be a finite number"),
+    ("smoothing_s: 20", "smoothing_s: .inf", "p.yaml:{line}:18: error: curves.board.smoothing_s: should be a "
                                              "finite number"),
-    ("min_dwell_s: 30", "min_dwell_s: .inf", "p.yaml:29:22: error: machines.load.states[1].min_dwell_s: "
+    ("min_dwell_s: 30", "min_dwell_s: .inf", "p.yaml:{line}:22: error: machines.load.states[1].min_dwell_s: "
                                              "should be a finite number"),
-    ("limit: 70%", "limit: .nan", "p.yaml:58:12: error: rules[1].limit: nan is not a power value: expected a "
-                                  "finite number of watts"),
-    ("limit: 70%", "limit: .inf", "p.yaml:58:12: error: rules[1].limit: inf is not a power value: expected a "
-                                  "finite number of watts"),
+    ("limit: 70%", "limit: .nan", "p.yaml:{line}:12: error: rules[1].limit: nan is not a power value: "
+                                  "expected a finite number of watts"),
+    ("limit: 70%", "limit: .inf", "p.yaml:{line}:12: error: rules[1].limit: inf is not a power value: "
+                                  "expected a finite number of watts"),
 ])
 def test_nan_and_infinity_are_refused_where_a_number_is_expected(old, new, where):
     assert old in BALANCED
-    assert errors(BALANCED.replace(old, new, 1))[0] == where
+    assert errors(BALANCED.replace(old, new, 1))[0] == where.replace("{line}", str(at(old)))
 
 
 def test_a_window_longer_than_a_day_is_refused():
     # a window keeps every sample it covers: an endless one would grow the daemon's memory for ever
     text = BALANCED.replace("window_s: 60, below: 10", "window_s: 1e12, below: 10", 1)
-    assert errors(text)[0] == S0.format(66) + "window_s: should be less than or equal to 86400"
+    assert errors(text)[0] == (S0.format(66) + "window_s: should be less than or equal to "
+                               "86400").replace("{line}", str(at("window_s: 60, below: 10")))
 
 
 def test_a_control_character_is_reported_at_its_line_and_column():

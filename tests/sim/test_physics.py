@@ -167,7 +167,10 @@ def test_params_from_a_profile():
     assert not p.gpm
     busy = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=350, power_draw_w=183.0,
                       slowdown_temp_c=90, architecture="Hopper")
-    assert GpuParams.from_profile(busy).idle_w == pytest.approx(21.0)
+    assert GpuParams.from_profile(busy).idle_w == pytest.approx(35.0)  # a passive board: 10 % of its default
+    fans = GpuProfile(name="x", pci_bus_id="0", default_power_limit_w=350, power_draw_w=183.0,
+                      fan_speeds_pct=(30.0,))
+    assert GpuParams.from_profile(fans).idle_w == pytest.approx(21.0)  # a card with fans: 6 %
     assert GpuParams.from_profile(busy).slowdown_temp_c == 90
     assert GpuParams.from_profile(busy).gpm
     with pytest.raises(ValueError):
