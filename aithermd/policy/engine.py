@@ -78,7 +78,7 @@ class EngineState:
     windows: Mapping[str, Window] = field(default_factory=_empty)
     policies: Mapping[str, PolicyState] = field(default_factory=_empty)
     fans: Mapping[str, FanState] = field(default_factory=_empty)
-    latched: frozenset[str] = frozenset()
+    latched: Mapping[str, Any] = field(default_factory=_empty)  # safety latches (safety_latch.Latch)
     plans: tuple[Plan, ...] = ()
     sampler: sampling.Sampler | None = None
     safety: safety.SafetyPlan | None = None
@@ -215,7 +215,8 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     sp = state.safety if state.safety is not None and state.safety.params == params and \
         (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
         else safety.plan(inp.devices, params)
-    safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, fan_failed=fan_failed)
+    safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
+                                    fan_failed=fan_failed)
     override = arbiter.override_decisions(overrides, knobs)
     merged = arbiter.merge([*layers, override, safe], knobs)
     report: Mapping[str, Any] = EMPTY

@@ -2,10 +2,13 @@
 
 - A temperature at or above its device's own threshold minus a margin is critical: NVML ``slowdown`` (else
   ``shutdown``) for GPUs, hwmon ``crit`` (else ``emergency``) for the rest (thresholds as the hwmon sysfs ABI
-  and NVML report them). The device's power limit goes to its minimum and the fans it feeds go to full:
-  the GPU's own fans; hwmon fans whose curve reads that sensor; a GPU hwmon chip's (amdgpu) own pwm; and for
-  CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package PL1/PL2. The latch releases
-  :data:`RELEASE_C` below the trigger, so a temperature at the edge does not flap.
+  and NVML report them). The fans it feeds go to full: the GPU's own fans; hwmon fans whose curve reads that
+  sensor; a GPU hwmon chip's (amdgpu) own pwm. A GPU's power limit is cut in proportion to how far over the
+  trigger it reads (10 % of its draw at the trigger, 10 % more per °C over), to its minimum at the device's
+  own threshold; for CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to
+  their minimum. The latch holds its cut (deeper at most every 10 s) and releases only after 30 s at
+  :data:`RELEASE_C` below the trigger (:mod:`aithermd.policy.safety_latch`), so a temperature at the edge
+  does not flap.
 - A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
   policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
   with a later one that reads, does not; without that word every source channel must read.
@@ -15,11 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, Layer, Quantity, Reading, Status
+from aithermd.policy import safety_latch
+from aithermd.policy.safety_latch import RELEASE_C, Latch
 
-RELEASE_C = 3.0
 GPU_THRESHOLDS = ("slowdown", "shutdown")
 HWMON_THRESHOLDS = ("crit", "emergency")
 CPU_CHIPS = ("coretemp", "k10temp", "zenpower", "cpu_thermal")
@@ -56,35 +61,48 @@ class SafetyPlan:
 
     devices: tuple[Device, ...]
     params: SafetyParams
-    triggers: tuple[tuple[str, float], ...]
+    triggers: tuple[tuple[str, float], ...]  # channel id, trigger
     knobs: Mapping[str, Knob]
     by_id: Mapping[str, Device]
+    thresholds: Mapping[str, float | None] = field(default_factory=dict)  # channel id → its own threshold
 
 
 def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
-    triggers = []
+    triggers, thresholds = [], {}
     for d in devices:
         for c in d.channels:
             if c.quantity == Quantity.TEMPERATURE:
                 trig = trigger_c(d, c.thresholds, params)
                 if trig is not None:
+                    names = GPU_THRESHOLDS if d.kind == DeviceKind.GPU else HWMON_THRESHOLDS
+                    thr = next((c.thresholds[n] for n in names if c.thresholds.get(n) is not None), None)
                     triggers.append((c.id, trig))
+                    thresholds[c.id] = thr
     return SafetyPlan(tuple(devices), params, tuple(triggers), {k.id: k for d in devices for k in d.knobs},
-                      {d.id: d for d in devices})
+                      {d.id: d for d in devices}, MappingProxyType(thresholds))
 
 
-def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading],
-                      latched: frozenset[str]) -> dict[str, tuple[float, float]]:
-    """Channel id → (temperature, trigger) for every critical temperature, with release hysteresis."""
-    out = {}
+def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: Mapping[str, Latch],
+                      now: float) -> tuple[dict[str, tuple[float, float]], dict[str, Latch]]:
+    """Channel id → (temperature, trigger) for every critical temperature, and the latches after this
+    reading (:mod:`aithermd.policy.safety_latch`). A channel that fails to read keeps its latch."""
+    out, latches = {}, {}
     for cid, trig in sp.triggers:
+        thr = sp.thresholds.get(cid)
         r = readings.get(cid)
         if not _ok(r):
+            if cid in latched:
+                latches[cid] = latched[cid]
+                out[cid] = (math.nan, trig)
             continue
         value = float(r.value)  # type: ignore[union-attr, arg-type]
-        if value >= trig or (cid in latched and value > trig - RELEASE_C):
+        draw = readings.get(f"{cid.rsplit('/', 1)[0]}/power")
+        latch = safety_latch.step(latched.get(cid), value, trig, thr, now,
+                                  float(draw.value) if _ok(draw) else None)  # type: ignore[union-attr, arg-type]
+        if latch is not None:
+            latches[cid] = latch
             out[cid] = (value, trig)
-    return out
+    return out, latches
 
 
 def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dict) -> Decision | None:
@@ -95,16 +113,19 @@ def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dic
 
 
 def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mapping[str, Iterable[str]],
-             latched: frozenset[str], *, fan_failed: Mapping[str, tuple[str, str]] | None = None
-             ) -> tuple[dict[str, Decision], frozenset[str]]:
-    """Safety decisions per knob id and the channels latched critical (the next call's ``latched``).
+             latched: Mapping[str, Latch] | frozenset[str], now: float = 0.0, *,
+             fan_failed: Mapping[str, tuple[str, str]] | None = None,
+             ) -> tuple[dict[str, Decision], Mapping[str, Latch]]:
+    """Safety decisions per knob id and the latches of the critical channels (the next call's ``latched``;
+    a plain set, as the fast lane passes, counts as no latch).
 
     ``sp``: :func:`plan` of the devices; ``fan_sources``: fan knob id → the temperature channel ids its curve
-    may read (from the policies); ``fan_failed``: fan knob id → (channel, status) of the input that failed
-    its source this tick (from the policies' rules); None: every channel in ``fan_sources`` must read."""
+    may read (from the policies); ``now``: monotonic time (s); ``fan_failed``: fan knob id → (channel,
+    status) of the input that failed its source this tick (from the policies' rules); None: every channel in
+    ``fan_sources`` must read."""
     decisions: dict[str, Decision] = {}
     devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
-    critical = critical_channels(sp, readings, latched)
+    critical, latches = critical_channels(sp, readings, latched if isinstance(latched, Mapping) else {}, now)
     fans_of: dict[str, list[str]] = {}
     if critical:
         for fan, sources in fan_sources.items():
@@ -115,11 +136,21 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
         dev = by_id.get(ch_id.rsplit("/", 1)[0])
         if dev is None:
             continue
-        inputs = {ch_id: round(value, 2), "trigger_c": round(trig, 2)}
-        why = f"{ch_id} at {value:g} °C ≥ {trig:g} °C (threshold − margin)"
+        latch = latches[ch_id]
+        unreadable = math.isnan(value)
+        inputs: dict[str, object] = {ch_id: "unreadable" if unreadable else round(value, 2),
+                                     "trigger_c": round(trig, 2)}
+        if latch.ref_w is not None:
+            inputs["latched_draw_w"] = round(latch.ref_w, 1)
+        why = (f"{ch_id} at {value:g} °C ≥ {trig:g} °C (threshold − margin)" if value >= trig else
+               f"{ch_id} latched at {trig:g} °C and now unreadable: its cut holds" if unreadable else
+               f"{ch_id} latched at {trig:g} °C since {latch.since:.0f} s, now {value:g} °C: held until it "
+               f"stays {RELEASE_C:g} °C under for {safety_latch.RELEASE_HOLD_S:g} s")
         targets: list[tuple[Knob, float | None]] = []
         for k in dev.knobs:
-            if k.kind in (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2):
+            if k.kind == KnobKind.POWER_LIMIT:
+                targets.append((k, safety_latch.power_target_w(latch, k.min)))
+            elif k.kind in (KnobKind.PL1, KnobKind.PL2):
                 targets.append((k, k.min))
             elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
                                             and dev.chip.startswith(GPU_CHIPS)):
@@ -164,4 +195,4 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
                               {f"{d.id}/temperature": temp.status.value})
                 if dec is not None:
                     decisions[k.id] = dec
-    return decisions, frozenset(critical)
+    return decisions, MappingProxyType(latches)

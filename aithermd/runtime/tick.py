@@ -151,7 +151,7 @@ class Tick:
         self.decisions = dict(result.decisions)
         self.states = result.states
         self.budget = getattr(result, "budget", None) or {}
-        self.held_idle = result.held_idle
+        self.held_idle = getattr(result, "held_idle", {})
         return True
 
     def _log_sources(self, old: Mapping[str, Decision], new: Mapping[str, Decision]) -> None:

@@ -1,0 +1,78 @@
+"""How long the safety layer holds a critical temperature's cut, and how deep it cuts. Pure.
+
+A GPU's temperature follows its power within a second (the die over its heatsink: the recorded RTX 4090
+goes 35 → 49 °C in 3 s when ~300 W start and 55 → 38 °C in 6 s when they stop). A cut from the maximum to
+the minimum therefore drops the temperature under the trigger at once, the release puts the power back,
+and the temperature is over the trigger again a second later: the safety layer swung four simulated H100s
+between maximum and minimum ~90 times each in 20 minutes. So, per latched channel:
+
+- **proportional**: the power limit goes to the draw the device had when it latched, less
+  :data:`CUT_PER_C` per whole °C at and above the trigger (10 % at the trigger, 20 % one degree over, …),
+  never under the limit's minimum; at the device's own threshold (the trigger plus the margin: the driver's
+  slowdown) it goes to the minimum at once, as before;
+- **deeper only, and not too often**: within a latch the cut only deepens, at most every
+  :data:`HOLD_S` seconds (the jump to the minimum does not wait); it never creeps back up;
+- **released with a margin and a hold**: the latch ends only once the temperature has stayed
+  :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds; then the policy's limit returns.
+
+So a temperature hovering at its trip point changes a knob at most every 10 s while it rises, and its latch
+at most once per 30 s of calm: never more than 6 changes a minute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+RELEASE_C = 3.0
+RELEASE_HOLD_S = 30.0
+HOLD_S = 10.0
+CUT_PER_C = 0.10
+MIN_LEVEL = 99  # the cut level meaning "the minimum"
+
+
+@dataclass(frozen=True, slots=True)
+class Latch:
+    """One critical channel: latched at ``since`` (monotonic s) with the device drawing ``ref_w`` (None:
+    unknown), cut at ``level`` (0: 10 % off, each level 10 % more, :data:`MIN_LEVEL`: the minimum) since
+    ``changed``; ``cool_since`` when it first read :data:`RELEASE_C` under the trigger (None: not cool)."""
+
+    since: float
+    ref_w: float | None
+    level: int
+    changed: float
+    cool_since: float | None = None
+
+
+def level_for(value_c: float, trigger_c: float, threshold_c: float | None) -> int:
+    """The cut level a reading asks for (see the module docstring)."""
+    if threshold_c is not None and value_c >= threshold_c:
+        return MIN_LEVEL
+    return max(0, int(math.floor(value_c - trigger_c)))
+
+
+def step(prev: Latch | None, value_c: float, trigger_c: float, threshold_c: float | None, now: float,
+         draw_w: float | None) -> Latch | None:
+    """The channel's latch after reading ``value_c`` at ``now``; None when it is not (or no longer)
+    critical."""
+    if prev is None:
+        if value_c < trigger_c:
+            return None
+        return Latch(now, draw_w, level_for(value_c, trigger_c, threshold_c), now)
+    if value_c <= trigger_c - RELEASE_C:
+        cool = prev.cool_since if prev.cool_since is not None else now
+        return None if now - cool >= RELEASE_HOLD_S - 1e-9 else replace(prev, cool_since=cool)
+    level = level_for(value_c, trigger_c, threshold_c)
+    if prev.level != MIN_LEVEL and level > prev.level and (
+            level == MIN_LEVEL or now - prev.changed >= HOLD_S - 1e-9):
+        return replace(prev, level=level, changed=now, cool_since=None)
+    return replace(prev, cool_since=None) if prev.cool_since is not None else prev
+
+
+def power_target_w(latch: Latch, minimum_w: float | None) -> float | None:
+    """The power limit (W) a latch asks for: the latched draw less the cut, never under ``minimum_w``
+    (None: the knob's minimum is unknown and there is no draw to cut from)."""
+    if latch.level == MIN_LEVEL or latch.ref_w is None:
+        return minimum_w
+    cut = latch.ref_w * (1.0 - CUT_PER_C * (1 + latch.level))
+    return cut if minimum_w is None else max(minimum_w, cut)
