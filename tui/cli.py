@@ -86,10 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("release", help="end a hold").add_argument("cookie", type=_cookie, metavar="COOKIE")
 
-    p = sub.add_parser("run", help="hold POLICY while CMD runs; CMD's exit code is passed through",
-                       usage="aithermctl run --policy POLICY [--reason TEXT] -- CMD [ARGS...]")
-    p.add_argument("--policy", required=True, metavar="POLICY")
+    p = sub.add_parser("run", help="hold POLICY while CMD runs, and/or report the progress CMD prints; "
+                                   "CMD's exit code is passed through",
+                       usage="aithermctl run [--policy POLICY] [--reason TEXT] [--progress-regex REGEX "
+                             "[--progress-gpus GPUS]] -- CMD [ARGS...]")
+    p.add_argument("--policy", default=None, metavar="POLICY")
     p.add_argument("--reason", default=None, metavar="TEXT", help="default: the command line")
+    p.add_argument("--progress-regex", type=_regex, default=None, metavar="REGEX",
+                   help="read CMD's progress from its output: a group (?P<rate>...) in steps/s (tqdm's "
+                        "it/s), (?P<secs>...) in s/step, or a step counter (the first group); the rate feeds "
+                        "the efficient-limit search of the GPUs CMD runs on")
+    p.add_argument("--progress-gpus", default=None, metavar="GPUS",
+                   help="the GPUs CMD runs on (gpu0,gpu1; default: CUDA_VISIBLE_DEVICES, else where its "
+                        "processes are)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
 
     p = sub.add_parser("override", help="set a knob by hand, or clear that",
@@ -143,6 +152,19 @@ def _command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error(f"{args.verb}: give the command after --, e.g. aithermctl {args.verb} "
                      + ("--policy ai-training " if args.verb == "run" else "") + "-- python train.py")
     args.command = cmd
+
+
+def _regex(text: str) -> str:
+    import re
+    try:
+        compiled = re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r} ({exc})") from None
+    named = {"rate", "secs", "step"} & set(compiled.groupindex)
+    if not named and compiled.groups == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} captures nothing: give a group, e.g. "
+                                         r"'(?P<rate>[\d.]+)it/s' or 'step (\d+)'")
+    return text
 
 
 def _since(text: str) -> float:
@@ -218,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         _report(args, parser)
     elif verb in ("run", "energy"):
         _command(args, parser)
+    if verb == "run" and args.policy is None and args.progress_regex is None:
+        parser.error("run: give --policy POLICY, --progress-regex REGEX, or both")
     if verb == "override":
         if len(args.words) != 2:  # KNOB VALUE or clear KNOB (knob ids always hold a "/")
             parser.error("override: give KNOB VALUE, or clear KNOB")

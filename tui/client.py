@@ -28,7 +28,7 @@ from aithermd.publish import wire
 
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 PRIVILEGED = frozenset({"SetActivePolicy", "HoldPolicy", "ReleasePolicy", "SetOverride", "ClearOverride",
-                        "Reload", "ReleaseGpu"})
+                        "Reload", "ReleaseGpu", "ReportProgress"})
 Listener = Callable[[str, list[Any]], None]
 
 
@@ -234,6 +234,10 @@ class DaemonClient:
 
     async def reload(self) -> None:
         await self.call("Reload")
+
+    async def report_progress(self, gpus: list[str], rate: float) -> None:
+        """A job's own progress rate (steps/s) on ``gpus``, held by the daemon for 30 s."""
+        await self.call("ReportProgress", list(gpus), float(rate))
 
     async def start_scoped_energy_window(self, name: str, timeout_s: float, scope: str) -> int:
         """A window that also sums ``scope``'s own joules; falls back to a device-only window on a daemon

@@ -119,10 +119,12 @@ async def release(client: DaemonClient, args: argparse.Namespace) -> int:
     return wire.EXIT_OK
 
 
-async def run_child(command: Sequence[str]) -> int:
+async def run_child(command: Sequence[str],
+                    follow: Callable[[asyncio.subprocess.Process], Awaitable[int]] | None = None) -> int:
     """Run ``command`` with our stdio; SIGTERM, SIGHUP and SIGQUIT are forwarded, SIGINT is left to the
     terminal (it reaches the child's process group already). Returns its exit code, 128+N for signal N,
-    127 not found, 126 not executable."""
+    127 not found, 126 not executable. With ``follow``, the child's stdout and stderr are pipes and
+    ``follow(proc)`` (which copies them on and returns the exit status) is awaited instead of the child."""
     loop = asyncio.get_running_loop()
     forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     procs: list[asyncio.subprocess.Process] = []
@@ -139,7 +141,8 @@ async def run_child(command: Sequence[str]) -> int:
     loop.add_signal_handler(signal.SIGINT, lambda: None)
     try:
         try:
-            procs.append(await asyncio.create_subprocess_exec(*command))
+            pipes = {"stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.PIPE} if follow else {}
+            procs.append(await asyncio.create_subprocess_exec(*command, **pipes))
         except FileNotFoundError:
             _note(f"{command[0]}: command not found")
             return 127
@@ -148,7 +151,7 @@ async def run_child(command: Sequence[str]) -> int:
             return 126
         for sig in early:
             procs[0].send_signal(sig)
-        rc = await procs[0].wait()
+        rc = await (follow(procs[0]) if follow else procs[0].wait())
     finally:
         for sig in (*forwarded, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -157,12 +160,34 @@ async def run_child(command: Sequence[str]) -> int:
 
 async def run(client: DaemonClient, args: argparse.Namespace) -> int:
     line = shlex.join(args.command)
-    cookie = await client.hold_policy(args.policy, args.reason or f"aithermctl run {line}"[:200], 0.0, False)
-    _note(f"holding {args.policy} (cookie {cookie}) while {line} runs")
+    cookie = None
+    if args.policy is not None:
+        cookie = await client.hold_policy(args.policy, args.reason or f"aithermctl run {line}"[:200], 0.0,
+                                          False)
+        _note(f"holding {args.policy} (cookie {cookie}) while {line} runs")
     try:
-        return await run_child(args.command)
+        if args.progress_regex is None:
+            return await run_child(args.command)
+        return await _run_reporting(client, args)
     finally:
-        await _release_quietly(client, cookie)
+        if cookie is not None:
+            await _release_quietly(client, cookie)
+
+
+async def _run_reporting(client: DaemonClient, args: argparse.Namespace) -> int:
+    from aithermctl import progress
+
+    async def resolve(pid: int) -> list[str]:
+        if args.progress_gpus:
+            return [g.strip() for g in args.progress_gpus.split(",") if g.strip()]
+        doc = await client.get_snapshot()
+        found = progress.gpus_of_tree(pid, doc.get("processes") or {})
+        found = found or progress.gpus_from_env(os.environ, doc.get("devices") or []) or []
+        return found or [str(d["id"]) for d in doc.get("devices") or [] if d.get("kind") == "gpu"]
+
+    meter = progress.RateMeter(args.progress_regex)
+    return await run_child(args.command,
+                           lambda proc: progress.follow(proc, meter, client.report_progress, resolve, _note))
 
 
 async def override(client: DaemonClient, args: argparse.Namespace) -> int:

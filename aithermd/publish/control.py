@@ -41,6 +41,10 @@ class DaemonControl(Protocol):
     def clear_override(self, knob_id: str) -> None:
         """Raises UnknownKnob when no such knob exists."""
 
+    def report_progress(self, gpus: list[str], rate: float) -> None:
+        """A job's own progress rate (steps per second) on ``gpus`` (device ids), for 30 s: the
+        efficient-limit search's best signal. Raises InvalidArgument (no or unknown GPU, a bad rate)."""
+
     def reload(self) -> None:
         """Reload policies all-or-nothing; they take effect at the next tick. Blocking (reads and parses
         every policy file): called off the event loop, in a thread of its own. Raises PolicyErrors (nothing

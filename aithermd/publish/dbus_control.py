@@ -148,6 +148,14 @@ class PrivilegedCalls:
             self._check_knob(knob_id, None)
             self._control.clear_override(knob_id)
 
+    async def report_progress(self, sender: str, gpus: list[str], rate: float) -> None:
+        await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        with mapped_errors():
+            for gpu in gpus:
+                _text("gpu", gpu, empty_ok=False)
+            _finite("rate", rate, minimum=0.0)
+            self._control.report_progress(list(gpus), float(rate))
+
     async def reload(self, sender: str) -> None:
         uid = await self._auth.authorize(sender, wire.ACTION_RELOAD)
         with mapped_errors():  # reading and parsing every policy file: off the event loop, as SIGHUP does

@@ -178,6 +178,10 @@ class Daemon1(ServiceInterface):
         await self._priv.clear_override(self._tracker.sender(), knob_id)
 
     @method()
+    async def ReportProgress(self, gpus: DBusStrList, rate: DBusDouble):  # noqa: N802
+        await self._priv.report_progress(self._tracker.sender(), gpus, rate)
+
+    @method()
     async def Reload(self):  # noqa: N802
         await self._priv.reload(self._tracker.sender())
 

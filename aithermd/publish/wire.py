@@ -80,6 +80,8 @@ METHODS: dict[str, tuple[str, str]] = {
     "ClearOverride": ("s", ""),
     "Reload": ("", ""),
     "ReleaseGpu": ("s", "s"),  # device id → what was done (its originals restored, no longer used)
+    # gpus (device ids), rate (steps/s ≥ 0): a job's own progress, for 30 s. Privileged (hold-policy)
+    "ReportProgress": ("asd", ""),
 }
 
 # Properties (read-only): name → signature

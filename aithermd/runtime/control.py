@@ -21,8 +21,9 @@ import structlog
 from aithermd.actuate.journal import write_atomically
 from aithermd.clock import Clock
 from aithermd.errors import InvalidArgument, OutOfRange, UnknownCookie, UnknownKnob, UnknownPolicy
-from aithermd.model import Event, Hold, Knob, PolicyStatus
+from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
 COOKIE_MAX = 2**32 - 1
@@ -54,6 +55,7 @@ class Control:
         self.overrides: dict[str, tuple[float, float | None]] = {}  # knob → (value, expires wall or None)
         self._next_cookie = 1
         self._events: list[Event] = []
+        self.progress = Progress()  # jobs' own progress rates (ReportProgress)
         self._load(default_policy, pinned)
 
     # -- persistence -----------------------------------------------------------------------------------
@@ -213,6 +215,15 @@ class Control:
                                         value=applied, requested=value))
         self._save()
         return applied
+
+    def report_progress(self, gpus: list[str], rate: float) -> None:
+        """A job's progress rate (steps/s) on ``gpus``, for 30 s (:mod:`aithermd.runtime.progress`).
+        Raises InvalidArgument."""
+        known = {k.device_id for k in self._knobs().values() if k.kind == KnobKind.POWER_LIMIT}
+        self.progress.report(gpus, rate, self._clock.monotonic(), known)
+
+    def progress_readings(self, now: float) -> Mapping[str, Any]:
+        return self.progress.readings(now)
 
     def clear_override(self, knob_id: str) -> None:
         self._knob(knob_id)

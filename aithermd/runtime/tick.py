@@ -112,6 +112,9 @@ class Tick:
         capped, reapply = self.caps.observe(world, readings, knobs, self.applier.requested, t_mono, t_wall)
         events += capped
         events += self.control.expire(t_wall)
+        progress = getattr(self.control, "progress_readings", None)  # jobs' own progress rates (D-Bus)
+        if progress is not None:
+            readings = {**readings, **progress(t_mono)}
         decided = self._evaluate(world, t_mono, t_wall, readings, knobs, sampled.attrs, sampled.processes,
                                  events)
         if decided:

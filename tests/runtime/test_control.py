@@ -131,3 +131,19 @@ def test_an_unreadable_state_file_is_a_warning(tmp_path, clock, policies):
     (tmp_path / "state" / STATE_FILE).write_text("{broken")
     op = make(tmp_path, clock, policies)
     assert op.active == "balanced" and op.holds == [] and op.override_values() == {}
+
+
+def test_a_jobs_progress_rate_is_a_reading_while_it_is_fresh(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    op.report_progress(["gpu0"], 3.25)
+    (reading,) = op.progress_readings(clock.monotonic()).values()
+    assert (reading.channel_id, reading.value) == ("gpu0/progress_rate", 3.25)
+    clock.advance(29.0)
+    assert "gpu0/progress_rate" in op.progress_readings(clock.monotonic())
+    clock.advance(2.0)  # the job stopped reporting: no reading, the search falls back to what NVML shows
+    assert op.progress_readings(clock.monotonic()) == {}
+    for gpus, rate in ((["gpu1"], 1.0), (["hwmon:nct"], 1.0), ([], 1.0), (["gpu0"], -1.0),
+                       (["gpu0"], float("nan")), (["gpu0"], float("inf"))):
+        with pytest.raises(InvalidArgument):
+            op.report_progress(gpus, rate)
+    assert op.progress_readings(clock.monotonic()) == {}

@@ -45,6 +45,7 @@ class FakeDaemon:
         self.overrides: dict[str, tuple[float, float]] = {}
         self.released: list[str] = []
         self.windows: dict[int, tuple[str, float]] = {}
+        self.progress: list[tuple[list[str], float]] = []  # ReportProgress calls: (gpus, rate)
         self.bus: MessageBus | None = None
         self._next = 100
 
@@ -180,6 +181,12 @@ class FakeDaemon:
     def m_ClearOverride(self, msg: Message, knob_id: str) -> None:
         self._knob(knob_id)
         self.overrides.pop(knob_id, None)
+
+    def m_ReportProgress(self, msg: Message, gpus: list[str], rate: float) -> None:
+        known = {d["id"] for d in self.doc["devices"] if d.get("kind") == "gpu"}
+        if not gpus or set(gpus) - known:
+            raise _Err(wire.ERROR_INVALID_ARGUMENT, f"no GPU {', '.join(sorted(set(gpus) - known))} here")
+        self.progress.append((list(gpus), rate))
 
     def m_Reload(self, msg: Message) -> None:
         if self.reload_error:

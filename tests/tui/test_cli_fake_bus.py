@@ -6,6 +6,7 @@ import json
 import os
 import signal
 
+import pytest
 from cli_helpers import ctl, finish, start
 from fake_client import load
 
@@ -143,6 +144,65 @@ async def test_run_of_a_missing_command_is_127_and_releases(fake_daemon, private
     assert fake_daemon.holds == []
 
 
+async def _wait_for_progress(fake_daemon) -> None:
+    for _ in range(400):
+        if fake_daemon.progress:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def test_run_reports_the_progress_the_job_prints_and_passes_its_output(fake_daemon, private_bus,
+                                                                             tmp_path):
+    go = tmp_path / "go"
+    script = (r"printf 'Epoch 0:  41%%| 820/2000 [04:15<06:07,  3.21it/s]\r'; "
+              f"while [ ! -e {go} ]; do sleep 0.05; done; echo done; exit 3")
+    proc = await start(private_bus, "run", "--progress-regex", r"(?P<rate>[\d.]+)it/s", "--progress-gpus",
+                       "gpu1", "--", "sh", "-c", script)
+    try:
+        await _wait_for_progress(fake_daemon)
+        assert fake_daemon.progress[0] == (["gpu1"], pytest.approx(3.21))
+        assert fake_daemon.holds == []  # no --policy: nothing held
+    finally:
+        go.touch()
+        out, _ = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 3
+    assert out == b"Epoch 0:  41%| 820/2000 [04:15<06:07,  3.21it/s]\rdone\n"
+
+
+async def test_run_reports_for_the_gpus_cuda_names_and_goes_on_when_refused(fake_daemon, private_bus,
+                                                                            tmp_path, monkeypatch):
+    go = tmp_path / "go"
+    uuid = fake_daemon.doc["devices"][1]["info"]["uuid"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
+    script = f"echo 'step 10 loss 2'; sleep 1.2; echo 'step 20'; while [ ! -e {go} ]; do sleep 0.05; done"
+    proc = await start(private_bus, "run", "--policy", "quiet", "--progress-regex", r"step (\d+)", "--",
+                       "sh", "-c", script)
+    try:
+        await _wait_for_progress(fake_daemon)
+        gpus, rate = fake_daemon.progress[0]
+        assert gpus == ["gpu1"] and 0 < rate <= 10.0  # 10 steps over at least the 1 s a counter needs
+    finally:
+        go.touch()
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0 and fake_daemon.holds == []
+
+    fake_daemon.deny.add("ReportProgress")
+    go.unlink()
+    before = len(fake_daemon.calls)
+    proc = await start(private_bus, "run", "--progress-regex", r"(?P<rate>[\d.]+)it/s", "--", "sh", "-c",
+                       f"echo '2.0it/s'; while [ ! -e {go} ]; do sleep 0.05; done; exit 0")
+    try:
+        for _ in range(400):
+            if any(c[0] == "ReportProgress" for c in fake_daemon.calls[before:]):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        go.touch()
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0
+    assert b"progress not reported:" in err and err.count(b"progress not reported") == 1
+
+
 async def test_override_set_clear_and_refusals(fake_daemon, private_bus):
     rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "400W", "--for", "15m")
     assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 900.0)}
@@ -232,6 +292,10 @@ async def test_not_running_is_exit_3_with_what_to_do(private_bus):
 
 async def test_usage_errors_are_exit_2(private_bus):
     assert (await ctl(private_bus, "run", "--policy", "quiet"))[0] == wire.EXIT_USAGE
+    rc, _, err = await ctl(private_bus, "run", "--", "true")
+    assert rc == wire.EXIT_USAGE and "give --policy POLICY, --progress-regex REGEX, or both" in err
+    rc, _, err = await ctl(private_bus, "run", "--progress-regex", "it/s", "--", "true")
+    assert rc == wire.EXIT_USAGE and "captures nothing" in err
     assert (await ctl(private_bus, "override", "gpu0/power_limit"))[0] == wire.EXIT_USAGE
     rc, _, err = await ctl(private_bus, "hold", "quiet", "--reason", "x", "--timeout", "soon")
     assert rc == wire.EXIT_USAGE and "not a duration: 'soon'" in err

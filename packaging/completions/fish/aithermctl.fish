@@ -30,6 +30,8 @@ complete -c aithermctl -n "__fish_seen_subcommand_from hold run" -l reason -x -d
 complete -c aithermctl -n "__fish_seen_subcommand_from hold energy" -l timeout -x -d 'DURATION'
 complete -c aithermctl -n "__fish_seen_subcommand_from hold" -l detach -d 'Keep the hold after aithermctl exits'
 complete -c aithermctl -n "__fish_seen_subcommand_from run demo" -l policy -x -a '(__aithermctl_policies)' -d 'Policy'
+complete -c aithermctl -n "__fish_seen_subcommand_from run" -l progress-regex -x -d 'Read the progress CMD prints'
+complete -c aithermctl -n "__fish_seen_subcommand_from run" -l progress-gpus -x -d 'The GPUs CMD runs on'
 complete -c aithermctl -n "__fish_seen_subcommand_from override" -l for -x -d 'DURATION'
 complete -c aithermctl -n "__fish_seen_subcommand_from gpu; and not __fish_seen_subcommand_from release" -a release -d 'Restore its originals and stop using it'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l speedup -x -d 'Simulated time runs K times faster'

@@ -82,6 +82,12 @@ class FakeControl:
         self.calls.append(("release_gpu", device_id))
         return f"{device_id} released"
 
+    def report_progress(self, gpus: list[str], rate: float) -> None:
+        known = {k.device_id for k in self.knobs.values() if k.id.endswith("/power_limit")}
+        if set(gpus) - known:
+            raise errors.InvalidArgument(f"no GPU {', '.join(sorted(set(gpus) - known))} here")
+        self.calls.append(("report_progress", list(gpus), rate))
+
     def reload(self) -> None:
         if self.reload_error is not None:
             raise self.reload_error

@@ -25,6 +25,7 @@ MUTATIONS = [
     ["ClearOverride", "s", ["gpu0/power_limit"]],
     ["Reload", "", []],
     ["ReleaseGpu", "s", ["gpu0"]],
+    ["ReportProgress", "asd", [["gpu0"], 3.2]],
 ]
 
 
@@ -57,6 +58,12 @@ async def test_polkit_allows_an_unprivileged_caller_one_action_at_a_time(service
     assert control.overrides == {"gpu0/power_limit": (300.0, 0.0)} and control.reloads == 1
     (hold,) = control.holds.values()  # detached: it outlives the process that asked
     assert hold["uid"] == NOBODY and hold["owner"] == lines[0]["unique_name"] and hold["timeout_s"] == 3600.0
+
+
+async def test_a_progress_report_reaches_the_control(service, client, control):
+    reply = await call(client, "ReportProgress", "asd", [["gpu0"], 3.25])
+    assert reply.message_type is not MessageType.ERROR, reply.body
+    assert control.calls == [("report_progress", ["gpu0"], 3.25)]
 
 
 async def test_root_needs_no_polkit(service, client, control):
@@ -97,6 +104,10 @@ async def test_arguments_are_validated_with_named_errors_and_nothing_changes(ser
         ("SetOverride", "sdd", ["gpu0/power_limit", 300.0, -1.0], wire.ERROR_INVALID_ARGUMENT),
         ("ClearOverride", "s", ["gpu9/fan0"], wire.ERROR_UNKNOWN_KNOB),
         ("SetOverride", "s", ["gpu0/power_limit"], "org.freedesktop.DBus.Error.UnknownMethod"),
+        ("ReportProgress", "asd", [["gpu9"], 3.0], wire.ERROR_INVALID_ARGUMENT),
+        ("ReportProgress", "asd", [["gpu0"], -1.0], wire.ERROR_INVALID_ARGUMENT),
+        ("ReportProgress", "asd", [["gpu0"], float("nan")], wire.ERROR_INVALID_ARGUMENT),
+        ("ReportProgress", "asd", [[""], 1.0], wire.ERROR_INVALID_ARGUMENT),
     ]
     for member, signature, body, expected in cases:
         reply = await call(client, member, signature, body)
