@@ -7,7 +7,8 @@ name. Channels: ``temperature``, ``memory_temperature`` (°C, thresholds ``slowd
 GPUs without an energy counter), ``utilization``/``memory_utilization`` (%), ``sm_clock``/``memory_clock``
 (MHz), ``fan<i>`` (duty %), each only where NVML supports it (decided at discovery). Knobs:
 ``gpu<N>/power_limit`` (W, min/max from the limit constraints, default = the board's default limit; read
-back with ``extra["enforced_w"]``) and ``gpu<N>/fan<i>`` (duty %, mode ``manual``/``auto``).
+back with ``extra["enforced_w"]``), ``gpu<N>/fan<i>`` (duty %, mode ``manual``/``auto``) and
+``gpu<N>/sm_clock_lock`` (MHz, :mod:`.nvml_clocks`; with ``tensor_activity`` (%) from GPM on Hopper and newer).
 ``Sample.attrs["gpu<N>"]``: ``clock_event_reasons`` (names), ``persistence_mode``, ``pstate``;
 ``Sample.health["nvml"]``: the library's and each GPU's health (:meth:`NvmlLife.health
 <aithermd.backends.nvml_life.NvmlLife.health>`).
@@ -29,6 +30,7 @@ from typing import Any
 
 import structlog
 
+from aithermd.backends.nvml_clocks import close_all
 from aithermd.backends.nvml_gpu import Down, GpuReader, Lost, error_names
 from aithermd.backends.nvml_knobs import NvmlKnobs
 from aithermd.backends.nvml_life import NvmlLife, Slot
@@ -258,11 +260,8 @@ class NvmlBackend(NvmlKnobs):
         if self._worker is None:
             return
         if self.life.lib.up:
-            for slot in self.life.slots.values():  # GPM samples (nvml_clocks.py)
-                try:
-                    self._worker.run(slot.reader.extra.close, self.nvml)
-                except Exception:  # noqa: BLE001 - closing must not fail
-                    pass
+            readers = [slot.reader for slot in self.life.slots.values()]
+            self._worker.run(close_all, readers, self.nvml)  # GPM sample buffers (nvml_clocks.py)
             try:
                 self._worker.run(self.nvml.nvmlShutdown)
             except Exception:  # noqa: BLE001 - closing must not fail

@@ -136,3 +136,12 @@ class GpuClocks:
             except nv.NVMLError:
                 pass
         self._gpm = None
+
+
+def close_all(readers: Any, nv: Any) -> None:
+    """Free every reader's GPM sample buffers (before nvmlShutdown); closing never fails."""
+    for reader in readers:
+        try:
+            reader.extra.close(nv)
+        except Exception:  # noqa: BLE001 - closing must not fail
+            pass
