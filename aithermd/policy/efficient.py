@@ -20,7 +20,9 @@ the first seconds after each change left out (:data:`SETTLE_S`):
    different job or phase) — then it searches again from the baseline.
 
 It **reverts** to the default limit at once, and waits ``measure_s`` before searching again, on a thermal
-event (the driver's thermal slowdown in the clock-event reasons) or when its signal cannot be read.
+event (the driver's thermal slowdown in the clock-event reasons) or when its signal cannot be read. A
+window in which the job was away (ended or paused: :meth:`Acc.away`) gives no verdict and is measured
+again at the same limit.
 
 The same search runs on the top of a locked SM clock range (``kind: gpu_clocks``, ``max_mhz:
 efficient``, ``clocks``): unlocked first, then down ``step_pct`` of the top clock per window, no snap. It is
@@ -53,6 +55,9 @@ WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled 
 HISTORY = 12  # steps kept for explain
 TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
+AWAY, AWAY_SHARE = 0.4, 0.15  # a window with over 15 % of its seconds under 40 % of its own running draw
+#                               (its 90th percentile) saw the job away (ended, paused): no verdict, again
+AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
 SIGNALS = ("progress", "gpm", "proxy")
 CLOCK_SIGNALS = ("progress", "memory")  # a clock search sets the clock: utilization × clock says nothing
@@ -110,6 +115,16 @@ class Acc:
             return 0.0, 0.0
         return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
 
+    def away(self) -> float:
+        """The share of the window's seconds the job was away: drawing under :data:`AWAY` of the window's
+        running draw (its 90th percentile power). A power cap never does that (a search's floor is 60 % of
+        the own draw): a job that ended or paused does."""
+        powers = sorted(pw for _dt, _s, pw in self.samples)
+        if not powers or self.span <= 0:
+            return 0.0
+        running = powers[min(len(powers) - 1, int(0.9 * len(powers)))]
+        return sum(dt for dt, _s, pw in self.samples if pw < AWAY * running) / self.span
+
     def spread(self, trim: bool = True) -> float:
         """The standard error of the window's mean signal, relative to that mean (the same seconds as
         :meth:`mean`): how far a window of this job reads off its true throughput by chance."""
@@ -145,6 +160,7 @@ class Search:
     best_ratio: float = 1.0
     steps: int = 0
     backoffs: int = 0
+    redos: int = 0  # windows measured again in a row because the job was away
     history: tuple[tuple[float, float, float, str], ...] = ()
     why: str = ""
 
@@ -219,6 +235,11 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return s
     trim = s.signal != "progress"
     sig, pw = acc.mean(trim)
+    if s.phase != REVERTED and s.redos < AWAY_REDOS and acc.away() > AWAY_SHARE:
+        away = round(100 * acc.away())
+        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, why=f"the job was away {away} % of "
+                       "the window (ended or paused): no verdict, measuring again")
+    s = replace(s, redos=0)
     if s.phase == REVERTED:
         return _move(s, t, BASELINE, s.start, "measuring the job at the default again")
     if s.phase == BASELINE:

@@ -3,6 +3,8 @@ simulator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from aithermd.errors import PolicyErrors
@@ -178,3 +180,32 @@ def test_a_small_job_is_capped_near_its_own_draw_within_the_budget():
     res = loop.run(shipped_profiles()["rtx4090"], One(), 1800, policy=policy(), progress=True)
     assert res.gain_pct() > 5.0 and 1.0 < res.slowdown_pct() < 4.5
     assert 125.0 < res.changes[-1][2] <= 150.0
+
+
+def test_a_window_in_which_the_job_went_away_gives_no_verdict():
+    """A job that ends (or pauses) mid-window would read as a huge miss; it is measured again instead, at
+    the same limit — but at most twice in a row, so a job that is always half away is still judged."""
+    spec = Spec(measure_s=30.0)
+    s, _ = drive(spec, Job1(), 100)
+    assert s.phase in (SNAP, STEP)
+    limit, history = s.limit, s.history
+
+    class Gone:
+        def at(self, limit):
+            return 25.0, 0.01
+
+    class Ends:
+        """Runs for 20 s of each window, then idles."""
+
+        def __init__(self):
+            self.n = 0
+
+        def at(self, limit):
+            self.n += 1
+            return Job1().at(limit) if self.n % 33 < 20 else Gone().at(limit)
+
+    job = Ends()
+    s, limits = drive(spec, job, 2 * 33 + 1, t0=100.0, state=replace(s, acc=efficient.Acc(100.0)))
+    assert set(limits) == {limit} and s.history == history and "away" in s.why and s.redos == 2
+    s, limits = drive(spec, job, 40, t0=200.0, state=s)
+    assert s.history != history  # the third in a row is judged
