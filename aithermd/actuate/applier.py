@@ -33,9 +33,10 @@ from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
-from aithermd.model import Decision, Event, Knob, KnobValue, Status
+from aithermd.model import Decision, Event, Knob, KnobKind, KnobValue, Status
 from aithermd.units import num, rounded
 
+JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write logged at info
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
 MANUAL_MODES = (None, "manual")
@@ -239,14 +240,17 @@ class Applier:
     # -- reporting -----------------------------------------------------------------------------------
     def _log_actuation(self, knob: Knob, device_id: str, decision: Decision, old: float | None, new: float,
                        **extra: Any) -> None:
-        """One ``actuation`` line per write: at info when the knob's deciding rule or layer changed (the
-        first write included), else at debug (a curve moving a fan every few seconds stays out of the
-        journal unless asked for; every write is still an ``actuation`` event on the bus)."""
+        """One ``actuation`` line per write, with the decision's reason: at info when the knob's deciding
+        rule or layer changed (the first write included) or it is a GPU's power limit or clock lock (a
+        search's steps, minutes apart: each is journaled), else at debug (a curve moving a fan every few
+        seconds stays out of the journal unless asked for; every write is still an ``actuation`` event on
+        the bus)."""
         who = (decision.rule, decision.layer)
-        log = self._log.info if self._who.get(knob.id) != who else self._log.debug
+        journaled = self._who.get(knob.id) != who or knob.kind in JOURNALED_KINDS
         self._who[knob.id] = who
-        log("actuation", device=device_id, knob=knob.id, old=rounded(old), new=rounded(new), unit=knob.unit,
-            rule=decision.rule, layer=str(decision.layer), **extra)
+        (self._log.info if journaled else self._log.debug)(
+            "actuation", device=device_id, knob=knob.id, old=rounded(old), new=rounded(new), unit=knob.unit,
+            rule=decision.rule, layer=str(decision.layer), reason=decision.reason, **extra)
 
     def _actuation_event(self, t_wall: float, knob: Knob, device_id: str, decision: Decision,
                          old: float | None, new: float) -> Event:
