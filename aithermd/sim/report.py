@@ -37,6 +37,32 @@ def progress_line(t_s: float, phase: str, gpus: Mapping[str, Mapping[str, Any]])
     return f"[{clock(t_s):>7}] {phase:<8} | " + " | ".join(parts)
 
 
+LIMIT_KNOBS = ("/power_limit", "/sm_clock_lock")
+
+
+def stock_lines(data: Mapping[str, Any]) -> list[str]:
+    """Work per joule and slowdown against the stock twin: the same jobs at every card's default limit."""
+    if "work_per_j_gain_pct" not in data:
+        return []
+    per = "; ".join(f"{name} {g['work_per_j_gain_pct']:+.1f} % work/J, {g['slowdown_pct']:.1f} % slower"
+                    for name, g in data.get("gpus", {}).items() if "work_per_j_gain_pct" in g)
+    return ["", f"against stock (the same seed and jobs, every limit at its default): work per joule "
+                f"{data['work_per_j_gain_pct']:+.1f} %, slowdown {data['slowdown_pct']:.1f} %",
+            f"  {per}" if per else ""][:3 if per else 2]
+
+
+def held_lines(held: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """GPUs the daemon found held high while idle, and what a clock lock took off them."""
+    if not held:
+        return []
+    lines = ["", "held high while idle (found by the daemon):"]
+    for gpu, h in held.items():
+        lines.append(f"  {gpu} at {clock(h['first_s'])}: {h['held_w']:.0f} W against a floor of "
+                     f"{h['floor_w']:.0f} W, held {clock(h['held_s'])}; a clock lock took "
+                     f"{h['recovered_w']:.0f} W off")
+    return lines
+
+
 def format_summary(data: Mapping[str, Any]) -> str:
     """The summary of one run (the dict of :func:`aithermd.sim.runner.print_summary`) as text."""
     lines = [f"aithermd simulation summary — policy {data.get('policy')}, "
@@ -57,12 +83,19 @@ def format_summary(data: Mapping[str, Any]) -> str:
     lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
     lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training; "
                  "on exit the daemon put every limit back")
-    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith("/power_limit")
+    lines += stock_lines(data)
+    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith(LIMIT_KNOBS)
                or "/pl" in str(a.get("knob", ""))]
-    lines += ["", f"power-limit changes ({len(changes)}):"]
-    lines += [actuation_line(a) for a in changes[:MAX_LISTED]] or ["  none"]
+    lines += ["", f"power-limit and clock changes ({len(changes)}), each with its reason:"]
+    for a in changes[:MAX_LISTED]:
+        lines.append(actuation_line(a))
+        if a.get("reason"):
+            lines.append(f"{'':11}{a['reason']}")
+    if not changes:
+        lines.append("  none")
     if len(changes) > MAX_LISTED:
         lines.append(f"  … and {len(changes) - MAX_LISTED} more (--summary-json lists every one)")
+    lines += held_lines(data.get("held_idle") or {})
     states = data.get("policy_states_s") or {}
     if states:
         lines += ["", "time per policy state:"]

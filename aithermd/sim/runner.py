@@ -19,6 +19,7 @@ Both are removed after a clean run that created them.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
@@ -73,6 +74,7 @@ class Recorder:
     """What the daemon published, kept for the summary: actuations, policy states over time."""
 
     actuations: list[dict[str, Any]] = field(default_factory=list)
+    held_idle: dict[str, dict[str, Any]] = field(default_factory=dict)  # GPU → first found, W, recovered
     state_s: dict[str, dict[str, float]] = field(default_factory=dict)  # "policy/device" → state → s
     _last: tuple[float, dict[str, str]] | None = None
     t0: float = 0.0
@@ -80,8 +82,18 @@ class Recorder:
     def __call__(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
         for ev in events:
             if ev.kind == "actuation":
+                dec = snapshot.decisions.get(ev.subject)
                 self.actuations.append({"t_s": round(snapshot.t_mono - self.t0, 1), "knob": ev.subject,
-                                        **{k: ev.data.get(k) for k in ("old", "new", "unit", "rule")}})
+                                        **{k: ev.data.get(k) for k in ("old", "new", "unit", "rule")},
+                                        "reason": dec.reason if dec is not None else None})
+        for gpu, attrs in snapshot.attrs.items():
+            h = attrs.get("held_idle")
+            if h:
+                first = round(snapshot.t_mono - self.t0 - h["for_s"], 1)
+                seen = self.held_idle.setdefault(gpu, {"first_s": first, "held_w": h["held_w"], "held_s": 0.0,
+                                                       "floor_w": h["floor_w"], "recovered_w": 0.0})
+                seen["recovered_w"] = max(seen["recovered_w"], h["recovered_w"])
+                seen["held_s"] = round(seen["held_s"] + snapshot.tick_s, 1)
         flat = {f"{policy}/{dev}": state for policy, devs in snapshot.policy.states.items()
                 for dev, state in devs.items()}
         if self._last is not None:
@@ -105,6 +117,9 @@ class SimOptions:
     seed: int = 0
     state_dir: Path | None = None
     json_summary: bool = False
+    cycle: tuple[float, float, float] | None = None  # idle before, busy, idle after (s); None: 120, 360, 120
+    busy_kind: str = "training"  # the busy phase's jobs: training or decode (memory-bound)
+    held_idle: bool = False  # idle cards are held high (a process keeps them at P0)
     wall_start: float | None = None  # simulated wall clock at the start (None: now); schedules follow it
     workload: Workload | None = None  # programmatic use: replaces trace/cycle
     profiles: Sequence[Any] | None = None  # programmatic use: GpuProfiles instead of dumps or the default
@@ -142,8 +157,14 @@ def make_workload(opts: SimOptions, gpus: int = 1) -> Workload:
     from aithermd.sim.staggered import StaggeredWorkload
     from aithermd.sim.workload import CycleWorkload, load_trace
 
-    load = opts.workload if opts.workload is not None else (
-        load_trace(opts.trace) if opts.trace is not None else CycleWorkload(seed=opts.seed))
+    if opts.workload is not None:
+        load = opts.workload
+    elif opts.trace is not None:
+        load = load_trace(opts.trace)
+    else:
+        before, busy, after = opts.cycle or (120.0, 360.0, 120.0)
+        load = CycleWorkload(before, busy, after, seed=opts.seed, busy_kind=opts.busy_kind,
+                             held_idle=opts.held_idle)
     return StaggeredWorkload.every(load, opts.stagger_s, gpus) if opts.stagger_s else load
 
 
@@ -175,9 +196,13 @@ def cleanup(places: Places) -> None:
 
 def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> dict[str, Any]:
     """The run's summary: the machine's totals (:meth:`SimulatedMachine.summary`), ``policy``, every
-    ``actuations`` entry the daemon published (``t_s``, ``knob``, ``old``, ``new``, ``unit``, ``rule``) and
-    ``policy_states_s`` (``"policy/device"`` → state → seconds)."""
+    ``actuations`` entry the daemon published (``t_s``, ``knob``, ``old``, ``new``, ``unit``, ``rule``,
+    ``reason``),
+    ``policy_states_s`` (``"policy/device"`` → state → seconds) and ``held_idle`` (GPU → ``first_s`` when
+    the daemon first found it held high while idle, ``held_w``, ``floor_w``, ``recovered_w`` the most a
+    clock lock took off, ``held_s``)."""
     return {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
+            "held_idle": recorder.held_idle,
             "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()}
                                 for k, d in recorder.state_s.items()}}
 
@@ -339,12 +364,28 @@ def add_arguments(parser: Any) -> None:
                             "pair), repeated when there are fewer")
     group.add_argument("--stagger", dest="sim_stagger_s", type=float, metavar="S",
                        help="phase-shifted jobs: GPU i runs the workload i × S seconds after GPU 0")
+    group.add_argument("--cycle", dest="sim_cycle", type=_cycle, metavar="BEFORE,BUSY,AFTER",
+                       help="the default cycle's phases in seconds: idle, busy, idle (default 120,360,120)")
+    group.add_argument("--busy", dest="sim_busy", choices=("training", "decode"), default="training",
+                       help="the busy phase's jobs: training, or memory-bound LLM decode (default training)")
+    group.add_argument("--held-idle", dest="sim_held_idle", action="store_true",
+                       help="idle GPUs are held high (a process keeps them in P0), as some drivers do")
     group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
     group.add_argument("--summary-json", dest="sim_json", action="store_true",
                        help="print the summary as one JSON document (and no progress lines)")
     group.add_argument("--fault", dest="sim_faults", action="append", default=[], metavar="SPEC",
                        help="inject a fault, TARGET:FAULT@WHEN (gpu1:GPU_IS_LOST@120s, gpu0:UNKNOWN@60s-90s, "
                             "hwmon:nct6798-isa-0290/temp2:EIO@30s; see docs/faults.md; repeatable)")
+
+
+def _cycle(text: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or not all(0 <= p < math.inf for p in parts) or parts[1] <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give three seconds BEFORE,BUSY,AFTER, e.g. 120,1320,120")
+    return parts  # type: ignore[return-value]
 
 
 def options_from_args(args: Any) -> SimOptions:
@@ -357,12 +398,16 @@ def options_from_args(args: Any) -> SimOptions:
         raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
     if not 0 <= speedup < math.inf:
         raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
+    cycle, busy, held = getattr(args, "sim_cycle", None), getattr(args, "sim_busy", "training"), \
+        getattr(args, "sim_held_idle", False)
+    if args.sim_trace is not None and (cycle is not None or busy != "training" or held):
+        raise ValueError("--cycle, --busy and --held-idle shape the default cycle: not with --trace")
     if (stagger := getattr(args, "sim_stagger_s", None)) is not None and not 0 <= stagger < math.inf:
         raise ValueError(f"--stagger must be a finite number of seconds >= 0, not {stagger:g}")
     return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
                       gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
                       state_dir=args.state_dir, json_summary=args.sim_json, stagger_s=stagger,
-                      gpus=getattr(args, "sim_gpus", None),
+                      gpus=getattr(args, "sim_gpus", None), cycle=cycle, busy_kind=busy, held_idle=held,
                       faults=tuple(parse_all(getattr(args, "sim_faults", None) or ())))
 
 

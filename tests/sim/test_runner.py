@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from aithermd.model import Event, PolicyStatus, Snapshot
+from aithermd.model import Decision, Event, Layer, PolicyStatus, Snapshot
 from aithermd.sim import report, runner
 from aithermd.sim.machine import SimulatedMachine
 
@@ -80,9 +80,9 @@ def test_stepper_integrates_long_ticks_in_one_second_steps(tmp_path):
     m.close()
 
 
-def snap(t, states):
+def snap(t, states, **kw):
     status = PolicyStatus(active="p", states=MappingProxyType(states))
-    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=status)
+    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=status, **kw)
 
 
 def test_recorder_times_states_and_keeps_actuations():
@@ -92,11 +92,22 @@ def test_recorder_times_states_and_keeps_actuations():
     ev = Event(kind="actuation", t_wall=0, subject="gpu0/power_limit", message="",
                data={"old": 450.0, "new": 600.0, "unit": "W", "rule": "p/raise"})
     fault = Event(kind="fault", t_wall=0, subject="x", message="")
-    rec(snap(102.0, {"p": {"gpu0": "training"}}), [ev, fault])
+    dec = Decision("gpu0/power_limit", 600.0, Layer.POLICY, "p/raise", reason="sustained load")
+    rec(snap(102.0, {"p": {"gpu0": "training"}}, decisions={"gpu0/power_limit": dec}), [ev, fault])
     rec(snap(105.0, {"p": {"gpu0": "training"}}), [])
     assert rec.state_s == {"p/gpu0": {"idle": 2.0, "training": 3.0}}
     assert rec.actuations == [{"t_s": 2.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 600.0,
-                               "unit": "W", "rule": "p/raise"}]
+                               "unit": "W", "rule": "p/raise", "reason": "sustained load"}]
+    assert rec.held_idle == {}
+
+
+def test_recorder_keeps_when_a_gpu_was_first_found_held_high_and_the_most_a_lock_recovered():
+    rec = runner.Recorder(t0=100.0)
+    for t, recovered in ((200.0, 0.0), (201.0, 11.5), (202.0, 9.0)):
+        held = {"for_s": 60.0 + t - 200.0, "held_w": 70.0, "floor_w": 27.0, "recovered_w": recovered}
+        rec(snap(t, {}, attrs={"gpu1": {"held_idle": held}}), [])
+    assert rec.held_idle == {"gpu1": {"first_s": 40.0, "held_w": 70.0, "floor_w": 27.0, "recovered_w": 11.5,
+                                      "held_s": 3.0}}
 
 
 def test_places_keep_the_machine_inside_a_given_state_dir(tmp_path, monkeypatch):
@@ -126,6 +137,26 @@ def test_options_from_flags():
     for bad in (dict(sim_duration_s=0), dict(sim_speedup=-1)):
         with pytest.raises(ValueError):
             runner.options_from_args(args(**bad))
+
+
+def test_the_cycle_flags_shape_the_default_cycle_and_refuse_a_trace():
+    o = runner.options_from_args(args(sim_cycle=(60.0, 600.0, 30.0), sim_busy="decode", sim_held_idle=True))
+    w = runner.make_workload(o)
+    assert (w.idle_before_s, w.training_s, w.idle_after_s, w.busy_kind, w.held_idle) == \
+        (60.0, 600.0, 30.0, "decode", True)
+    assert w.phase(59.0) == "idle" and w.phase(61.0) == "decode"
+    with pytest.raises(ValueError, match="not with --trace"):
+        runner.options_from_args(args(sim_trace="t.csv", sim_busy="decode"))
+
+
+@pytest.mark.parametrize("text", ["1,2", "a,b,c", "10,0,10", "-1,5,5", "1,inf,1", "1,nan,1"])
+def test_a_bad_cycle_is_refused_with_an_example(text):
+    p = argparse.ArgumentParser()
+    runner.add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--cycle", text])
+    with pytest.raises(argparse.ArgumentTypeError, match="BEFORE,BUSY,AFTER"):
+        runner._cycle(text)
 
 
 def test_flags_parse():
