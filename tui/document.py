@@ -44,6 +44,7 @@ class GpuView(NamedTuple):
     rule: str
     reason: str
     problems: tuple[str, ...]
+    held_idle: Mapping[str, Any] | None = None  # held high while idle (the daemon's attrs["held_idle"])
 
 
 class CpuPackageView(NamedTuple):
@@ -141,7 +142,8 @@ def gpu_view(device: DeviceDoc) -> GpuView:
         limit_min_w=(limit or {}).get("min"), limit_max_w=(limit or {}).get("max"),
         default_w=(limit or {}).get("default"), util_pct=value(chans.get("utilization")), fans=fans,
         reasons=tuple(str(r) for r in attrs.get("clock_event_reasons") or ()),
-        rule=rule_of(limit), reason=reason_of(limit), problems=_problems(device))
+        rule=rule_of(limit), reason=reason_of(limit), problems=_problems(device),
+        held_idle=attrs.get("held_idle") if isinstance(attrs.get("held_idle"), Mapping) else None)
 
 
 def _package_temp(doc: SnapshotDoc, zone: str) -> float | None:

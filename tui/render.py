@@ -93,6 +93,8 @@ def status_text(doc: Doc, now: float | None = None) -> str:
         lines.append(f"        limit set by {by}")
         if g.reasons:
             lines.append(f"        clock events: {', '.join(g.reasons)}")
+        if g.held_idle:
+            lines.append(f"        {held_idle_text(g.held_idle)}")
         for p in g.problems:
             lines.append(f"        ! {p}")
     proc = processes_of(doc)
@@ -118,6 +120,19 @@ def status_text(doc: Doc, now: float | None = None) -> str:
         lines.append("")
         lines.append("Degraded: " + ", ".join(ov.degraded))
     return "\n".join(lines) + "\n"
+
+
+def held_idle_text(h: Mapping[str, Any]) -> str:
+    """A GPU held high while idle: ``held high while idle for 2m 05s (P0): 68 W against a floor of 27 W
+    (learned), 41 W over; a clock lock took 12 W off``."""
+    pstate = h.get("pstate")
+    text = (f"held high while idle for {format_duration(float(h.get('for_s') or 0.0))}"
+            + (f" (P{pstate})" if pstate is not None else "")
+            + f": {fmt(h.get('power_w'), 'W')} against a floor of {fmt(h.get('floor_w'), 'W')}"
+            + f" ({h.get('floor') or 'assumed'}), {fmt(h.get('excess_w'), 'W')} over")
+    if (h.get("recovered_w") or 0.0) > 0.5:
+        text += f"; a clock lock took {fmt(h.get('recovered_w'), 'W')} off"
+    return text
 
 
 def _inputs_text(inputs: Mapping[str, Any]) -> str:

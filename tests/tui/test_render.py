@@ -143,3 +143,23 @@ def test_out_of_range_words_for_open_ranges():
 def test_unknown_knob_hint_names_a_command_that_lists_knob_ids():
     err = from_dbus(wire.ERROR_UNKNOWN_KNOB, "no knob 'gpu9/power_limit'", "SetOverride", "system")
     assert str(err) == "no knob 'gpu9/power_limit' (knob ids: aithermctl explain)"
+
+
+def test_a_gpu_held_high_while_idle_is_reported_with_what_it_wastes():
+    import copy
+
+    from aithermctl.document import overview
+    from aithermctl.render import status_text
+    from aithermctl.widgets.gpu_card import card_text
+
+    doc = copy.deepcopy(load("snapshot.json"))
+    gpu = next(d for d in doc["devices"] if d["id"] == "gpu1")
+    gpu.setdefault("attrs", {})["held_idle"] = {
+        "for_s": 125.0, "power_w": 68.2, "floor_w": 27.0, "excess_w": 41.2, "floor": "learned",
+        "held_w": 70.0, "recovered_w": 12.3, "pstate": 0}
+    out = status_text(doc)
+    assert ("held high while idle for 2m 05s (P0): 68 W against a floor of 27 W (learned), 41 W over; "
+            "a clock lock took 12 W off") in out
+    assert out.count("held high while idle") == 1
+    gpu1 = next(g for g in overview(doc).gpus if g.id == "gpu1")
+    assert "held high while idle: 41 W over its floor" in card_text(gpu1, 70).plain

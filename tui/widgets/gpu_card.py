@@ -1,5 +1,5 @@
 """GpuCard: one GPU's temperature, power against its limit, utilization, fans, memory in use, clock-event
-reasons and the rule that set its limit."""
+reasons, the rule that set its limit, and a card held high while idle."""
 
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ def card_text(view: GpuView, width: int, memory: tuple[int | None, int | None] |
         text.append("  clocks " if one_line else "\nclocks ", style="dim")
         worrying = set(view.reasons) - {"idle", "gpu_idle", "none"}
         text.append(", ".join(view.reasons), style="yellow" if worrying else "")
+    if view.held_idle:
+        h = view.held_idle
+        text.append(f"\nheld high while idle: {fmt(h.get('excess_w'), 'W')} over its floor", style="yellow")
     for problem in view.problems:
         text.append(f"\n! {problem}", style="bold red")
     return text
