@@ -94,7 +94,7 @@ def status_text(doc: Doc, now: float | None = None) -> str:
         if g.reasons:
             lines.append(f"        clock events: {', '.join(g.reasons)}")
         if g.held_idle:
-            lines.append(f"        {held_idle_text(g.held_idle)}")
+            lines.append(f"        {held_idle_text(g.held_idle, holders(doc, g.id))}")
         for p in g.problems:
             lines.append(f"        ! {p}")
     proc = processes_of(doc)
@@ -122,17 +122,30 @@ def status_text(doc: Doc, now: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def held_idle_text(h: Mapping[str, Any]) -> str:
+def held_idle_text(h: Mapping[str, Any], by: Sequence[str] = ()) -> str:
     """A GPU held high while idle: ``held high while idle for 2m 05s (P0): 68 W against a floor of 27 W
-    (learned), 41 W over; a clock lock took 12 W off``."""
+    (learned), 41 W over; a clock lock took 12 W off; held by pid 4110 (bob: python -m ipykernel_launcher)``
+    (``by``: :func:`holders`)."""
     pstate = h.get("pstate")
+    pstate = None if pstate is None else str(pstate) if str(pstate).upper().startswith("P") else f"P{pstate}"
     text = (f"held high while idle for {format_duration(float(h.get('for_s') or 0.0))}"
-            + (f" (P{pstate})" if pstate is not None else "")
+            + (f" ({pstate})" if pstate else "")
             + f": {fmt(h.get('power_w'), 'W')} against a floor of {fmt(h.get('floor_w'), 'W')}"
             + f" ({h.get('floor') or 'assumed'}), {fmt(h.get('excess_w'), 'W')} over")
     if (h.get("recovered_w") or 0.0) > 0.5:
         text += f"; a clock lock took {fmt(h.get('recovered_w'), 'W')} off"
+    if by:
+        text += "; held by " + ", ".join(by)
     return text
+
+
+def holders(doc: Doc, gpu: str) -> list[str]:
+    """The processes NVML lists on ``gpu`` (the snapshot's process document), for people: ``pid 4110 (bob:
+    python -m ipykernel_launcher)``; empty when the daemon accounts no processes."""
+    proc = processes_of(doc)
+    g = ((proc or {}).get("gpus") or {}).get(gpu) or {}
+    return [f"pid {p.get('pid')} ({p.get('user') or '?'}: {p.get('command') or p.get('comm') or '?'})"
+            for p in g.get("processes") or ()]
 
 
 def _inputs_text(inputs: Mapping[str, Any]) -> str:

@@ -3,7 +3,7 @@
 The shape is :class:`aithermd.publish.wire.SnapshotDoc` (typed there for aithermctl too)::
 
     {"seq": int, "t_wall": s, "tick_s": s, "dry_run": bool, "degraded": [id...],
-     "devices": [{"id", "kind", "name", "chip" (hwmon only),
+     "devices": [{"id", "kind", "name", "chip" (hwmon only), "info" (GPUs: "index", "uuid", "pci_bus_id"),
                   "channels": [{"id", "attribute", "label", "value", "unit", "status",
                                 "thresholds" (only when the source states any)}],
                   "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not",
@@ -46,6 +46,9 @@ from aithermd.publish.sensors import sensors_document
 from aithermd.publish.wire import DeviceDoc, HoldDoc, PolicyDoc, SnapshotDoc
 
 
+INFO = ("index", "uuid", "pci_bus_id")  # a GPU's identity (DeviceInfoDoc): what CUDA_VISIBLE_DEVICES names
+
+
 def _num(value: float | None) -> float | None:
     """JSON has no NaN/inf: they become null."""
     if value is None or not math.isfinite(value):
@@ -81,6 +84,9 @@ def sensors_devices(devices: tuple[Device, ...], readings: Mapping[str, Reading]
             knob["mode"] = kv.mode if kv is not None else None
         if "attrs" in dev:
             dev["attrs"] = plain(dev["attrs"])
+        info = {k: device.info[k] for k in INFO if device.info.get(k) is not None}
+        if info:
+            dev["info"] = info  # type: ignore[typeddict-item]
     return out
 
 

@@ -115,7 +115,7 @@ EXIT_NOT_AUTHORIZED = 4
 StatusName = Literal["ok", "held", "failed", "implausible", "not_supported", "stale"]
 DeviceKindName = Literal["hwmon", "powercap", "thermal", "cpu", "gpu"]
 KnobKindName = Literal["pwm", "pl1", "pl2", "power_limit", "fan", "target_temperature", "epp", "governor", "boost",
-                       "platform_profile"]
+                       "platform_profile", "sm_clock_lock"]
 LayerName = Literal["safety", "override", "hold", "policy", "default"]
 ModeName = Literal["full", "manual", "auto"]
 
@@ -163,12 +163,34 @@ class KnobDoc(TypedDict):
     layer: LayerName | None
 
 
+class HeldIdleDoc(TypedDict):
+    """A GPU held high while idle (:mod:`aithermd.policy.held`): W and s."""
+
+    for_s: float  # since the daemon found it idle and high
+    power_w: float  # its draw now
+    floor_w: float  # its idle floor
+    excess_w: float  # power_w - floor_w
+    floor: Literal["learned", "assumed"]  # learned from its own idle, or a share of its default limit
+    held_w: float  # its draw when found held
+    recovered_w: float  # held_w - power_w: what a clock lock took off
+    pstate: str | None
+
+
 class DeviceAttrsDoc(TypedDict, total=False):
     """Non-numeric facts a device reports each tick (NVML GPUs)."""
 
     clock_event_reasons: list[str]  # NVML clock event reasons: "sw_power_cap", "hw_slowdown", "idle", ...
     persistence_mode: bool
     pstate: str  # "P0" … "P15"
+    held_idle: HeldIdleDoc  # only while held high
+
+
+class DeviceInfoDoc(TypedDict, total=False):
+    """Who a GPU is, as NVML names it: what ``CUDA_VISIBLE_DEVICES`` may hold (an index or a UUID)."""
+
+    index: int  # NVML's device index (CUDA's order only with CUDA_DEVICE_ORDER=PCI_BUS_ID)
+    uuid: str  # "GPU-5e8b…"
+    pci_bus_id: str  # "00000000:01:00.0"
 
 
 class DeviceDoc(TypedDict):
@@ -180,6 +202,7 @@ class DeviceDoc(TypedDict):
     kind: DeviceKindName
     name: str
     chip: NotRequired[str | None]  # hwmon only: the lm-sensors chip name ("nct6798-isa-0290")
+    info: NotRequired[DeviceInfoDoc]  # GPUs only
     channels: list[ChannelDoc]
     knobs: list[KnobDoc]
     attrs: NotRequired[DeviceAttrsDoc]

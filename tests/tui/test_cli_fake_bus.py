@@ -172,7 +172,7 @@ async def test_run_reports_the_progress_the_job_prints_and_passes_its_output(fak
 async def test_run_reports_for_the_gpus_cuda_names_and_goes_on_when_refused(fake_daemon, private_bus,
                                                                             tmp_path, monkeypatch):
     go = tmp_path / "go"
-    uuid = fake_daemon.doc["devices"][1]["info"]["uuid"]
+    uuid = next(d for d in fake_daemon.doc["devices"] if d["id"] == "gpu1")["info"]["uuid"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuid)
     script = f"echo 'step 10 loss 2'; sleep 1.2; echo 'step 20'; while [ ! -e {go} ]; do sleep 0.05; done"
     proc = await start(private_bus, "run", "--policy", "quiet", "--progress-regex", r"step (\d+)", "--",

@@ -152,14 +152,21 @@ def test_a_gpu_held_high_while_idle_is_reported_with_what_it_wastes():
     from aithermctl.render import status_text
     from aithermctl.widgets.gpu_card import card_text
 
+    from aithermd.policy.held import HeldIdle
+    from aithermd.publish.document import plain
+    from aithermd.runtime.tick import with_held_idle
+
     doc = copy.deepcopy(load("snapshot.json"))
     gpu = next(d for d in doc["devices"] if d["id"] == "gpu1")
-    gpu.setdefault("attrs", {})["held_idle"] = {
-        "for_s": 125.0, "power_w": 68.2, "floor_w": 27.0, "excess_w": 41.2, "floor": "learned",
-        "held_w": 70.0, "recovered_w": 12.3, "pstate": 0}
+    # what the daemon publishes for a GPU held high (the tick's attrs, made JSON as GetSnapshot does)
+    held = HeldIdle("gpu1", since=875.0, power_w=68.2, floor_w=27.0, learned=True, pstate="P0", held_w=80.5)
+    gpu["attrs"] = plain(with_held_idle({"gpu1": gpu.get("attrs", {})}, {"gpu1": held}, 1000.0)["gpu1"])
+    wire.check(doc, wire.SnapshotDoc, strict=True)
     out = status_text(doc)
+    holders = [f"pid {p['pid']} ({p['user']}: {p['command']})" for p in doc["processes"]["gpus"]["gpu1"]["processes"]]
+    assert holders and "pid 4110 (bob: python -m ipykernel_launcher)" in holders
     assert ("held high while idle for 2m 05s (P0): 68 W against a floor of 27 W (learned), 41 W over; "
-            "a clock lock took 12 W off") in out
+            "a clock lock took 12 W off; held by " + ", ".join(holders)) in out
     assert out.count("held high while idle") == 1
     gpu1 = next(g for g in overview(doc).gpus if g.id == "gpu1")
     assert "held high while idle: 41 W over its floor" in card_text(gpu1, 70).plain
