@@ -47,8 +47,9 @@ from aithermd.model import Reading, Status
 
 SETTLE_S = 3.0  # seconds after a limit change left out of the measurement (the driver and the job adjust)
 EFF_TOLERANCE = 0.05  # a step whose work per joule falls more than this share below the best is a miss
-LIGHTER = 0.7  # settled: mean power under this share of the limit = the cap stopped binding (a cap at
-#                the own draw leaves ~0.89 of it drawn: the Zeus sweeps)
+LIGHTER = 0.7  # settled: mean power under this share of the limit, or of the job's own draw when the limit
+#                sits above it, = the job got lighter (a cap at the own draw leaves ~0.89 of it drawn: the
+#                Zeus sweeps; a limit above the own draw leaves the own draw)
 PHASE_MOVE = 0.06  # settled: the signal moving this far (or 2 × the budget) from where it settled = new phase
 WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled watch read this many
 #                   measurement windows at once: a job's own loader stalls move one window by ±2 %
@@ -278,8 +279,9 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} {unit}: {_miss(ratio, eff, s, spec)}",
                      backoffs=s.backoffs + 1)
     # settled: watch for a new phase
-    if not spec.clocks and s.limit < s.start and pw < LIGHTER * s.limit:
-        return _restart(s, t, f"the job got lighter ({pw:.0f} W under a {s.limit:g} W limit): search again")
+    if not spec.clocks and s.limit < s.start and pw < LIGHTER * min(s.limit, s.own or s.limit):
+        return _restart(s, t, f"the job got lighter ({pw:.0f} W, its own draw {s.own:.0f} W, under a "
+                        f"{s.limit:g} W limit): search again")
     if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
         return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
     return replace(s, acc=_window(t - SETTLE_S))

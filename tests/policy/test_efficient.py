@@ -145,6 +145,21 @@ def test_a_lighter_phase_starts_a_new_search():
     assert s2.phase in (BASELINE, SNAP, STEP) and "lighter" in s2.why
 
 
+def test_a_limit_settled_above_the_own_draw_is_no_lighter_phase():
+    """Settled halfway back up, above the job's own draw, the job draws its own draw, not 0.9 of the
+    limit: that is not a new phase (the daemon's simulation restarted such searches every few minutes)."""
+    spec = Spec(measure_s=30.0)
+    s, _ = drive(spec, Job1(), 600)
+    high = replace(s, limit=400.0, best=400.0, own=260.0, acc=efficient.Acc(600.0))
+
+    class OwnDraw:
+        def at(self, limit):
+            return 240.0, 1.0
+
+    s2, _ = drive(spec, OwnDraw(), 80, t0=600.0, state=high, knob_at=400.0)
+    assert s2.phase == SETTLED and s2.limit == 400.0 and "lighter" not in s2.why
+
+
 def test_the_search_on_the_calibrated_simulator_keeps_its_budget_with_the_exact_signal():
     """A job from the Zeus table on an RTX 4090: the search with the job's progress rate saves energy
     per unit of work and stays near its budget; its steps go down with at most one back-off."""
