@@ -19,7 +19,6 @@ Both are removed after a clean run that created them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -34,12 +33,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 from aithermd.clock import FakeClock
 from aithermd.model import Event, Snapshot
 from aithermd.sim import report
+from aithermd.sim.options import MAX_STEP_S, SimOptions, add_arguments, options_from_args
+
+__all__ = ["MAX_STEP_S", "SimOptions", "SimResult", "add_arguments", "options_from_args", "run_simulated",
+           "simulate"]
 
 if TYPE_CHECKING:  # the machine pulls in the fake NVML and pynvml: only when a simulation runs
     from aithermd.sim.machine import SimulatedMachine
     from aithermd.sim.workload import Workload
 
-MAX_STEP_S = 1.0  # physics substep: ticks longer than this are integrated in pieces
 
 
 class SimClock(FakeClock):
@@ -102,34 +104,6 @@ class Recorder:
                 per = self.state_s.setdefault(key, {})
                 per[state] = per.get(state, 0.0) + dt
         self._last = (snapshot.t_mono, flat)
-
-
-@dataclass
-class SimOptions:
-    """What ``--simulate`` was asked: ``duration_s`` (None = until stopped), ``speedup`` (0 = no
-    waiting), ``trace`` (nvidia-smi CSV), ``gpu_profiles`` (dumps added to the default GPUs … or replacing
-    them, see :func:`machine_profiles`), ``seed``, ``state_dir`` (None = temporary)."""
-
-    duration_s: float | None = None
-    speedup: float = 1.0
-    trace: Path | None = None
-    gpu_profiles: Sequence[Path] = ()
-    seed: int = 0
-    state_dir: Path | None = None
-    json_summary: bool = False
-    cycle: tuple[float, float, float] | None = None  # idle before, busy, idle after (s); None: 120, 360, 120
-    busy_kind: str = "training"  # the busy phase's jobs: training or decode (memory-bound)
-    held_idle: bool = False  # idle cards are held high (a process keeps them at P0)
-    wall_start: float | None = None  # simulated wall clock at the start (None: now); schedules follow it
-    workload: Workload | None = None  # programmatic use: replaces trace/cycle
-    profiles: Sequence[Any] | None = None  # programmatic use: GpuProfiles instead of dumps or the default
-    # programmatic use: more hub listeners, called with each published snapshot and its events
-    listeners: Sequence[Callable[[Snapshot, Sequence[Event]], None]] = ()
-    faults: Sequence[Any] = ()  # --fault: parsed :class:`~aithermd.sim.faults.Fault` specs
-    max_step_s: float = MAX_STEP_S  # the physics' substep (s)
-    on_daemon: Callable[[Any, Any], None] | None = None  # programmatic use: told (daemon, machine) first
-    stagger_s: float | None = None  # GPU i's workload starts i × stagger_s later (phase-shifted jobs)
-    gpus: int | None = None  # simulate this many GPUs: the first of the profiles, repeated when fewer
 
 
 def machine_profiles(paths: Sequence[Path], gpus: int | None = None) -> list[Any] | None:
@@ -223,16 +197,26 @@ def build_backends(machine: SimulatedMachine, clock: SimClock, io: Any = None) -
             NvmlBackend(nvml=machine.nvml.bindings(), clock=clock)]
 
 
+REPORT_EVERY_S = 5.0  # how often a simulated job reports its rate (aithermctl run: every few seconds)
+
+
 class Stepper:
     """``before_sample``: advance the machine to the tick's simulated time in steps of at most
     ``max_step_s`` (:data:`MAX_STEP_S`), turn the injected ``faults`` (a :class:`~aithermd.sim.faults.
-    FaultPlan`) on and off, and print a progress line each simulated ``progress_s``."""
+    FaultPlan`) on and off, and print a progress line each simulated ``progress_s``. With ``report`` (a
+    ``ReportProgress(gpus, rate)``), each GPU's busy job reports its rate every :data:`REPORT_EVERY_S`: the
+    whole training steps it completed (:data:`aithermd.sim.loop.STEPS_PER_WORK` per second of full-speed
+    work) over that time, as a training loop prints them and ``aithermctl run --progress-regex`` reads
+    them; a GPU that did no work reports nothing."""
 
     def __init__(self, machine: SimulatedMachine, t0: float, out: TextIO | None,
-                 progress_s: float = 30.0, faults: Any = None, max_step_s: float = MAX_STEP_S) -> None:
+                 progress_s: float = 30.0, faults: Any = None, max_step_s: float = MAX_STEP_S,
+                 report: Callable[[list[str], float], None] | None = None) -> None:
         self.machine, self.t0, self.out, self.progress_s = machine, t0, out, progress_s
-        self.faults, self.max_step_s = faults, max_step_s
+        self.faults, self.max_step_s, self.report = faults, max_step_s, report
         self._next_progress = 0.0
+        self._steps = [0] * len(machine.gpus)  # whole steps done per GPU
+        self._reported_t = 0.0
 
     def __call__(self, t_mono: float) -> None:
         target = t_mono - self.t0
@@ -240,6 +224,9 @@ class Stepper:
             self.machine.step(min(self.max_step_s, target - self.machine.t_s))
         if self.faults is not None:
             self.faults.apply(self.machine.t_s)
+        if self.report is not None and self.machine.t_s - self._reported_t >= REPORT_EVERY_S - 1e-9:
+            self._report(self.machine.t_s - self._reported_t)
+            self._reported_t = self.machine.t_s
         if self.out is not None and self.machine.t_s >= self._next_progress:
             self._next_progress += self.progress_s
             m = self.machine
@@ -247,6 +234,18 @@ class Stepper:
                                 "power_w": m.nvml.gpu(i).power_mw / 1000.0} for i, g in enumerate(m.gpus)}
             self.out.write(report.progress_line(m.t_s, m.workload.phase(m.t_s), gpus) + "\n")
             self.out.flush()
+
+    def _report(self, span_s: float) -> None:
+        from aithermd.sim.loop import STEPS_PER_WORK
+
+        for i, g in enumerate(self.machine.gpus):
+            steps = math.floor(g.work * STEPS_PER_WORK)
+            done, self._steps[i] = steps - self._steps[i], steps
+            if done > 0 and self.report is not None:
+                try:
+                    self.report([f"gpu{i}"], done / span_s)
+                except Exception:  # noqa: BLE001 - as aithermctl run: a refused report never stops the job
+                    pass
 
 
 def live_actuations(recorder: Recorder, out: TextIO) -> Callable[[Snapshot, Sequence[Event]], None]:
@@ -306,10 +305,15 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     recorder = Recorder(t0=clock.monotonic())
     live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
+    def report_progress(gpus: list[str], rate: float) -> None:
+        if daemon.control is not None:
+            daemon.control.report_progress(gpus, rate)
+
     daemon = Daemon(settings, clock=clock, backends=build_backends(machine, clock, fault_io),
                     sleep=sim_sleep(clock, opts.speedup),
                     before_sample=Stepper(machine, clock.monotonic(), live, faults=plan,
-                                          max_step_s=opts.max_step_s),
+                                          max_step_s=opts.max_step_s,
+                                          report=report_progress if opts.progress else None),
                     processes=machine.processes.process_table())
     if opts.on_daemon is not None:
         opts.on_daemon(daemon, machine)
@@ -342,73 +346,6 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
         if code == 0:
             cleanup(places)
     return SimResult(code, data, places, daemon)
-
-
-def add_arguments(parser: Any) -> None:
-    """The ``--simulate`` flags of ``aithermd run``."""
-    group = parser.add_argument_group("simulated workstation (--simulate)")
-    group.add_argument("--simulate", action="store_true",
-                       help="run on a simulated workstation (real daemon, simulated GPUs and board)")
-    group.add_argument("--duration", dest="sim_duration_s", type=float, metavar="S",
-                       help="stop after S simulated seconds and print a summary (default: until stopped)")
-    group.add_argument("--speedup", dest="sim_speedup", type=float, default=1.0, metavar="K",
-                       help="simulated time runs K times faster than wall time (0: as fast as possible)")
-    group.add_argument("--trace", dest="sim_trace", type=Path, metavar="FILE",
-                       help="GPU utilization from an nvidia-smi --query-gpu CSV log instead of the default "
-                            "idle → training → idle cycle")
-    group.add_argument("--gpu-profile", dest="sim_gpu_profiles", action="append", type=Path, default=[],
-                       metavar="DUMP", help="simulate the GPUs of this nvidia-smi -q dump instead of the "
-                                            "default RTX 4090 + RTX 6000 Ada (repeatable)")
-    group.add_argument("--gpus", dest="sim_gpus", type=int, metavar="N",
-                       help="simulate N GPUs: the first N of the --gpu-profile dumps (or of the default "
-                            "pair), repeated when there are fewer")
-    group.add_argument("--stagger", dest="sim_stagger_s", type=float, metavar="S",
-                       help="phase-shifted jobs: GPU i runs the workload i × S seconds after GPU 0")
-    group.add_argument("--cycle", dest="sim_cycle", type=_cycle, metavar="BEFORE,BUSY,AFTER",
-                       help="the default cycle's phases in seconds: idle, busy, idle (default 120,360,120)")
-    group.add_argument("--busy", dest="sim_busy", choices=("training", "decode"), default="training",
-                       help="the busy phase's jobs: training, or memory-bound LLM decode (default training)")
-    group.add_argument("--held-idle", dest="sim_held_idle", action="store_true",
-                       help="idle GPUs are held high (a process keeps them in P0), as some drivers do")
-    group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
-    group.add_argument("--summary-json", dest="sim_json", action="store_true",
-                       help="print the summary as one JSON document (and no progress lines)")
-    group.add_argument("--fault", dest="sim_faults", action="append", default=[], metavar="SPEC",
-                       help="inject a fault, TARGET:FAULT@WHEN (gpu1:GPU_IS_LOST@120s, gpu0:UNKNOWN@60s-90s, "
-                            "hwmon:nct6798-isa-0290/temp2:EIO@30s; see docs/faults.md; repeatable)")
-
-
-def _cycle(text: str) -> tuple[float, float, float]:
-    try:
-        parts = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        parts = ()
-    if len(parts) != 3 or not all(0 <= p < math.inf for p in parts) or parts[1] <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give three seconds BEFORE,BUSY,AFTER, e.g. 120,1320,120")
-    return parts  # type: ignore[return-value]
-
-
-def options_from_args(args: Any) -> SimOptions:
-    """SimOptions from ``aithermd run`` arguments. Raises ValueError for a negative speedup or duration, or
-    a ``--fault`` spec that does not parse."""
-    from aithermd.sim.faults import parse_all
-
-    duration, speedup = args.sim_duration_s, args.sim_speedup
-    if duration is not None and not 0 < duration < math.inf:  # also refuses nan
-        raise ValueError(f"--duration must be a finite number > 0 s, not {duration:g}")
-    if not 0 <= speedup < math.inf:
-        raise ValueError(f"--speedup must be a finite number >= 0, not {speedup:g}")
-    cycle, busy, held = getattr(args, "sim_cycle", None), getattr(args, "sim_busy", "training"), \
-        getattr(args, "sim_held_idle", False)
-    if args.sim_trace is not None and (cycle is not None or busy != "training" or held):
-        raise ValueError("--cycle, --busy and --held-idle shape the default cycle: not with --trace")
-    if (stagger := getattr(args, "sim_stagger_s", None)) is not None and not 0 <= stagger < math.inf:
-        raise ValueError(f"--stagger must be a finite number of seconds >= 0, not {stagger:g}")
-    return SimOptions(duration_s=duration, speedup=speedup, trace=args.sim_trace,
-                      gpu_profiles=tuple(args.sim_gpu_profiles), seed=args.sim_seed,
-                      state_dir=args.state_dir, json_summary=args.sim_json, stagger_s=stagger,
-                      gpus=getattr(args, "sim_gpus", None), cycle=cycle, busy_kind=busy, held_idle=held,
-                      faults=tuple(parse_all(getattr(args, "sim_faults", None) or ())))
 
 
 def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: Any = None) -> int:

@@ -7,7 +7,7 @@ from types import MappingProxyType
 import pytest
 
 from aithermd.model import Decision, Event, Layer, PolicyStatus, Snapshot
-from aithermd.sim import report, runner
+from aithermd.sim import options, report, runner
 from aithermd.sim.machine import SimulatedMachine
 
 
@@ -77,6 +77,31 @@ def test_stepper_integrates_long_ticks_in_one_second_steps(tmp_path):
     stepper(100.0)
     stepper(102.5)
     assert seen == [1.0, 1.0, 0.5] and m.t_s == 2.5
+    m.close()
+
+
+def test_busy_jobs_report_their_progress_rate_as_aithermctl_run_would(tmp_path):
+    """--progress: every 5 s, each GPU's job reports the whole steps it did over that time (3 a second at
+    full speed); an idle GPU reports nothing, and a refused report does not stop the simulation."""
+    from aithermd.sim.loop import STEPS_PER_WORK
+
+    m = SimulatedMachine(tmp_path / "m")
+    reports: list[tuple[float, list[str], float]] = []
+
+    def report(gpus, rate):
+        reports.append((m.t_s, gpus, rate))
+        if m.t_s > 170:
+            raise ValueError("refused")
+
+    stepper = runner.Stepper(m, t0=0.0, out=None, report=report)
+    for t in range(1, 181):
+        stepper(float(t))
+    assert all(t >= 120 for t, _g, _r in reports)  # the default cycle idles for 2 minutes
+    by_gpu = {g: [r for t, (g2,), r in reports if g2 == g and t > 130] for (g,) in (["gpu0"], ["gpu1"])}
+    for rates in by_gpu.values():
+        assert len(rates) >= 8
+        assert all(0 < r <= STEPS_PER_WORK + 0.2 for r in rates)  # whole steps over 5 s: ±0.2/s
+    assert reports[-1][0] == 180.0
     m.close()
 
 
@@ -156,7 +181,7 @@ def test_a_bad_cycle_is_refused_with_an_example(text):
     with pytest.raises(SystemExit):
         p.parse_args(["--cycle", text])
     with pytest.raises(argparse.ArgumentTypeError, match="BEFORE,BUSY,AFTER"):
-        runner._cycle(text)
+        options._cycle(text)
 
 
 def test_flags_parse():

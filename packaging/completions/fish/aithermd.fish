@@ -42,6 +42,7 @@ complete -c aithermd -n "__fish_seen_subcommand_from run" -l seed -x -d 'Noise s
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l cycle -x -d 'Default cycle: idle,busy,idle seconds'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l busy -x -a 'training decode' -d 'The busy phase jobs'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l held-idle -d 'Idle GPUs are held high'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l progress -d 'The jobs report their progress rate'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l summary-json -d 'Print the summary as JSON'
 complete -c aithermd -n "__fish_seen_subcommand_from run" -l fault -x -d 'Inject a fault: TARGET:FAULT@WHEN'
 complete -c aithermd -n "__fish_seen_subcommand_from check" -s q -l quiet -d 'Print nothing for valid files'
