@@ -50,6 +50,7 @@ _TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\
 # no nvidia-smi field comes near this (W, %, °C, MHz, MiB): a value beyond it is garbage, and would turn
 # the replay's energy sums into infinities
 MAX_VALUE = 1e7
+PERCENT_FIELDS = ("utilization.", "fan.speed")  # nvidia-smi's shares of 100 %: 5000 % is a broken line
 MIN_STEP_S = 0.04  # samples closer than this are left out when estimating the period
 
 
@@ -147,9 +148,10 @@ def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
         if value - value != 0.0:
             raise TraceError(line, f"{column}: '{text}' is not a finite number")
     low_end = -MAX_VALUE if column.startswith("temperature.") else 0.0
-    if not low_end <= value <= MAX_VALUE:
+    high_end = 100.0 if column.startswith(PERCENT_FIELDS) else MAX_VALUE
+    if not low_end <= value <= high_end:
         raise TraceError(line, f"{column}: '{raw.strip()}' is out of range "
-                               f"({low_end:.0f} to {MAX_VALUE:.0f})")
+                               f"({low_end:.0f} to {high_end:.0f}): fix or delete the line")
     return value, False
 
 

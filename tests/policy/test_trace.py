@@ -101,7 +101,11 @@ def test_unknown_markers_and_lost_gpus():
     ("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, 10 W\n2025/06/01 10:00:01.000, 1e308 W\n", 3,
      "power.draw: '1e308 W' is out of range (0 to 10000000)"),
     ("timestamp, utilization.gpu [%]\n2025/06/01 10:00:00.000, -3 %\n", 2,
-     "utilization.gpu: '-3 %' is out of range (0 to 10000000)"),
+     "utilization.gpu: '-3 %' is out of range (0 to 100): fix or delete the line"),
+    ("timestamp, utilization.gpu [%]\n2025/06/01 10:00:00.000, 5000 %\n", 2,
+     "utilization.gpu: '5000 %' is out of range (0 to 100)"),
+    ("timestamp, fan.speed [%], power.draw [W]\n2025/06/01 10:00:00.000, 101 %, 10 W\n", 2,
+     "fan.speed: '101 %' is out of range (0 to 100)"),
     ("timestamp, power.draw [W]\n2025/02/30 10:00:00.000, 10 W\n", 2, "has an impossible date"),
     # what the csv module refuses still names its line, not line 0
     ("timestamp, power.draw [W]\n2025/06/01 10:00:00.000, 10 W\n2025/06/01 10:00:01.000, \"" + "x" * 200_000
