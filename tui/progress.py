@@ -20,6 +20,7 @@ boards), else every GPU.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import sys
 import time
@@ -30,6 +31,8 @@ from typing import Any
 REPORT_S = 5.0
 POLL_S = 0.5
 COUNTER_WINDOW_S = 20.0
+QUIET_S = 30.0  # a job whose output has matched nothing for this long is not reported (hung, or done
+#                 with the phase that printed): its last rate is no longer news (the daemon's own 30 s)
 CHUNK = 65536
 
 
@@ -40,21 +43,30 @@ class RateMeter:
         self.regex = re.compile(pattern)
         self.clock = clock
         self.rate: float | None = None
+        self.seen: float | None = None  # when a line last gave a rate or a step
         self._counts: deque[tuple[float, float]] = deque()
 
+    def fresh(self) -> bool:
+        """A rate is known and the output gave one within :data:`QUIET_S`."""
+        return self.rate is not None and self.seen is not None and self.clock() - self.seen <= QUIET_S
+
     def feed(self, line: str) -> None:
+        """Read one line (or redraw). What does not parse as a finite number ≥ 0 (``nan``, ``inf``,
+        ``1e999``, ``-3``) is ignored, as a line that does not match."""
         m = self.regex.search(line)
         if m is None:
             return
         groups = m.groupdict()
         try:
             if groups.get("rate") is not None:
-                self.rate = float(groups["rate"])
+                rate = float(groups["rate"])
+                if math.isfinite(rate) and rate >= 0:
+                    self.rate, self.seen = rate, self.clock()
                 return
             if groups.get("secs") is not None:
                 secs = float(groups["secs"])
-                if secs > 0:
-                    self.rate = 1.0 / secs
+                if math.isfinite(secs) and secs > 0:
+                    self.rate, self.seen = 1.0 / secs, self.clock()
                 return
             text = groups.get("step")
             if text is None and m.groups():
@@ -64,7 +76,10 @@ class RateMeter:
             step = float(text)
         except (ValueError, IndexError):
             return
+        if not math.isfinite(step):
+            return
         now = self.clock()
+        self.seen = now
         if self._counts and step < self._counts[-1][1]:
             self._counts.clear()  # a counter that went back: a new epoch
         self._counts.append((now, step))
@@ -130,8 +145,9 @@ async def follow(proc: asyncio.subprocess.Process, meter: RateMeter,
                  resolve: Callable[[int], Awaitable[list[str]]], note: Callable[[str], None],
                  every_s: float = REPORT_S, out: Any = None, err: Any = None) -> int:
     """Copy ``proc``'s piped output on (to ``out``/``err``, default ours) through ``meter``; while it runs,
-    ``report(gpus, rate)`` as soon as a rate is known and then every ``every_s`` s, ``resolve(pid)`` naming
-    the GPUs each time (a job's processes reach its GPUs as it goes).
+    ``report(gpus, rate)`` as soon as a rate is known and then every ``every_s`` s while the output keeps
+    giving one (:meth:`RateMeter.fresh`: a job gone quiet is not reported, so its reading lapses in the
+    daemon), ``resolve(pid)`` naming the GPUs each time (a job's processes reach its GPUs as it goes).
     A daemon that refuses is said once and the job goes on. Returns the raw exit status (``wait()``)."""
     assert proc.stdout is not None and proc.stderr is not None
     pumps = asyncio.gather(pump(proc.stdout, out or sys.stdout.buffer, meter),
@@ -142,7 +158,7 @@ async def follow(proc: asyncio.subprocess.Process, meter: RateMeter,
     while not waiter.done():
         await asyncio.wait({waiter}, timeout=POLL_S)
         now = meter.clock()
-        if waiter.done() or meter.rate is None or (last is not None and now - last < every_s):
+        if waiter.done() or not meter.fresh() or (last is not None and now - last < every_s):
             continue
         last = now
         try:

@@ -25,6 +25,25 @@ def test_a_rate_group_is_steps_per_second_as_printed():
     assert meter.rate == pytest.approx(3.21)
 
 
+@pytest.mark.parametrize("text", ["nan", "inf", "1e999", "-3", "", "."])
+def test_what_is_no_finite_rate_is_ignored(text):
+    for group in ("rate", "secs", "step"):
+        meter = progress.RateMeter(rf"(?P<{group}>\S*) marker")
+        meter.feed(f"{text} marker")
+        assert meter.rate is None and not meter.fresh()
+
+
+def test_a_job_gone_quiet_is_no_longer_fresh():
+    clock = Clock()
+    meter = progress.RateMeter(r"(?P<rate>[\d.]+)it/s", clock)
+    meter.feed("3.21it/s")
+    clock.t = progress.QUIET_S
+    assert meter.fresh()
+    meter.feed("no match here")
+    clock.t = progress.QUIET_S + 0.5
+    assert not meter.fresh() and meter.rate == pytest.approx(3.21)
+
+
 def test_a_secs_group_is_seconds_per_step():
     meter = progress.RateMeter(r"(?P<secs>[\d.]+)s/it")
     meter.feed(" 12%|█▏        | 12/100 [00:30<03:40,  2.50s/it]")
