@@ -18,6 +18,7 @@ from aithermd.model import Reading
 FRESH_S = 30.0
 CHANNEL = "progress_rate"
 MAX_RATE = 1e9
+MAX_GPUS = 64  # more GPU names than any one box has is a broken caller
 
 
 class Progress:
@@ -32,10 +33,14 @@ class Progress:
         ids = list(dict.fromkeys(gpus))
         if not ids:
             raise InvalidArgument("name at least one GPU (gpu0, gpu1, ...)")
+        if len(ids) > MAX_GPUS:
+            raise InvalidArgument(f"{len(ids)} GPU names: name at most {MAX_GPUS}, the GPUs the job runs on")
         unknown = sorted(set(ids) - set(known))
         if unknown:
             here = ", ".join(sorted(known)) or "none"
-            raise InvalidArgument(f"no GPU {', '.join(unknown)} here; known: {here}")
+            shown = ", ".join(repr(u)[:40] for u in unknown[:4]) + (f" and {len(unknown) - 4} more"
+                                                                     if len(unknown) > 4 else "")
+            raise InvalidArgument(f"no GPU {shown} here; known: {here}")
         if not math.isfinite(rate) or not 0 <= rate <= MAX_RATE:
             raise InvalidArgument(f"a progress rate is a finite number of steps per second ≥ 0, got {rate!r}")
         for gpu in ids:

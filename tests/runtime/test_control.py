@@ -147,3 +147,8 @@ def test_a_jobs_progress_rate_is_a_reading_while_it_is_fresh(tmp_path, clock, po
         with pytest.raises(InvalidArgument):
             op.report_progress(gpus, rate)
     assert op.progress_readings(clock.monotonic()) == {}
+    with pytest.raises(InvalidArgument, match="name at most 64"):
+        op.report_progress([f"gpu{i}" for i in range(10_000)], 1.0)
+    with pytest.raises(InvalidArgument) as exc:  # a caller's garbage is not echoed back whole
+        op.report_progress(["x" * 100_000, *(f"nope{i}" for i in range(10))], 1.0)
+    assert len(str(exc.value)) < 300 and "and 7 more" in str(exc.value)
