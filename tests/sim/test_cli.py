@@ -44,18 +44,35 @@ def test_a_finite_run_prints_its_summary_and_leaves_nothing_behind(tmp):
 
 
 def test_the_readme_main_command_runs_a_full_cycle_and_ends_by_itself(tmp):
-    """``scripts/simulate`` (extra arguments win over its defaults: no waiting here)."""
+    """``scripts/simulate`` (extra arguments win over its defaults: no waiting here): balanced's search at
+    work on the jobs' own progress rates, its steps and their reasons in the summary, against stock."""
     p = subprocess.run([str(ROOT / "scripts/simulate"), "--speedup", "0"], capture_output=True, text=True,
                        env={**os.environ, "TMPDIR": str(tmp)}, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     out = p.stdout
-    assert "[   2:00] training" in out and "[  10:00] idle" in out  # the whole 2/6/2 minute cycle
-    lines = [line for line in out.splitlines() if "gpu0/power_limit" in line]
-    assert any("→ 600 W" in line and "training-limit" in line for line in lines)  # raised under load
-    assert any("600 → 360 W" in line and "idle-limit" in line for line in lines)  # relaxed when idle
-    assert "aithermd simulation summary — policy ai-training, 10:00 simulated" in out
+    assert "[   2:00] training" in out and "[  26:00] idle" in out  # the whole 2/22/2 minute cycle
+    assert "aithermd simulation summary — policy balanced, 26:00 simulated" in out
+    summary = out.split("aithermd simulation summary", 1)[1]
+    for gpu in ("gpu0", "gpu1"):
+        steps = [line for line in summary.splitlines() if f"{gpu} in load.busy: efficient limit" in line]
+        assert "measuring the job at the default" in steps[0] and "signal progress" in steps[0]
+        assert len(steps) >= 3  # baseline, then snap or steps down, then a verdict
+        assert any(f"{gpu}/power_limit" in line and "balanced/idle-limit" in line
+                   for line in summary.splitlines())  # relaxed when idle
+    assert "step down to" in summary and "back off to" in summary
+    assert "against stock (the same seed and jobs, every limit at its default): work per joule +" in summary
     assert "daemon log:" in out
     assert [f.name for f in tmp.iterdir() if not f.name.startswith("aithermd-simulate.")] == []
+
+
+def test_the_main_command_takes_a_trace_instead_of_its_cycle(tmp):
+    p = subprocess.run([str(ROOT / "scripts/simulate"), "--speedup", "0", "--trace", str(TRACE),
+                        "--gpu-profile", str(DUMP), "--duration", "120", "--summary-json"],
+                       capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp)}, timeout=300,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout.split("\ndaemon log:", 1)[0])
+    assert data["policy"] == "balanced" and set(data["gpus"]) == {"gpu0"}
 
 
 def test_json_summary_is_one_document(tmp):
