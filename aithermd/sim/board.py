@@ -55,8 +55,8 @@ RAPL_CORE = "class/powercap/intel-rapl:0:0"
 
 CPU_FAN = 2  # nct6798 fan2/pwm2: CPU_FAN on ASUS boards
 CASE_FANS = (1, 3, 4)  # CHA_FAN1..3; fan5/fan6 read 0 RPM on the real board: nothing connected
-ROOM_C = 24.0
-STALL_PCT = 10.0
+ROOM_C = 24.0  # room air: a model choice (no room temperature was recorded with the board)
+STALL_PCT = 10.0  # a fan stops below this duty: a model choice (PC fans stall at 10–20 % PWM)
 CPU_IDLE_W, CPU_PEAK_W = 25.0, 140.0  # a 12–16 core Zen 2 package (142 W PPT)
 CPU_R_JUNCTION_K_PER_W = 0.12  # die to heatsink (small chiplet die: hot spot above the sink)
 OTHER_HEAT_W = 40.0  # board, VRMs, drives, PSU losses
@@ -67,6 +67,7 @@ GPU_HEAT_INTO_CASE = 0.6  # open-air GPU coolers exhaust most of their heat into
 CPU_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=350.0, g_passive_w_per_k=1.5, g_fan_w_per_k=10.0)
 # the case's air and sheet metal: ~4 K/W·… chassis fans dominate; tau a few minutes at low fan
 CASE_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=6000.0, g_passive_w_per_k=4.0, g_fan_w_per_k=80.0)
+# the amdgpu display card: a model choice (the recorded tree reads edge 39 °C at 44.15 W)
 AMDGPU_THERMAL = thermal.ThermalParams(heat_capacity_j_per_k=600.0, g_passive_w_per_k=1.0, g_fan_w_per_k=4.0)
 
 

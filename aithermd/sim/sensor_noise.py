@@ -65,7 +65,7 @@ K10TEMP = TempSensor(step_c=0.125, idle_sigma_c=0.25, load_sigma_c=0.75)
 NCT_SYSTIN = TempSensor(step_c=1.0, idle_sigma_c=0.1, load_sigma_c=0.1)
 NCT_HALF_DEGREE = TempSensor(step_c=0.5, idle_sigma_c=0.2, load_sigma_c=0.2)
 AMDGPU_EDGE = TempSensor(step_c=1.0, idle_sigma_c=0.15, load_sigma_c=0.15)
-FAN_RPM_SIGMA = 0.005  # relative
+FAN_RPM_SIGMA = 0.005  # relative: a model choice (tach jitter; the recorded trees hold one reading each)
 
 
 def quantize(value: float, step: float) -> float:

@@ -39,10 +39,11 @@ from aithermd.sim.law import JobLaw
 
 NOISE_SIGMA = 0.04  # per-second demand noise (see the module docstring)
 SMOOTH_S = 10.0  # a trace's power.draw is smoothed over this long for the power-limit law
-# a trace's job: the population law (λ = 1, the median s) and the middle of the training μ range
+# a trace's job: the population law (λ = 1, the median s), 0.7 of the default limit (the Zeus own-draw
+# median 0.69) and the middle of the training μ range
 TRACE_JOB = Job(TRAINING, 0.7, JobLaw(), mem_frac=sum(MEM_FRAC_TRAINING) / 2.0, source="population")
-SWING = 0.05  # slow swing of the demand, ± share of the own draw
-SWING_PERIOD_S = (90.0, 300.0)
+SWING = 0.05  # slow swing of the demand, ± share of the own draw (the recorded traces: CALIBRATION.md § 2)
+SWING_PERIOD_S = (90.0, 300.0)  # its period, drawn per job: a model choice (the traces' slow drift)
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,3 +224,27 @@ def test_a_window_in_which_the_job_went_away_gives_no_verdict():
     assert set(limits) == {limit} and s.history == history and "away" in s.why and s.redos == 2
     s, limits = drive(spec, job, 40, t0=200.0, state=s)
     assert s.history != history  # the third in a row is judged
+
+
+@pytest.mark.parametrize("progress", [True, False])  # the job's own rate; memory utilization
+def test_memory_bound_decode_gets_the_search_on_a_locked_sm_clock(progress):
+    """LLM decode draws far below any cap (no power limit binds): balanced's memory-bound state searches
+    the top of a locked SM clock instead, down while the job keeps 98 % of its speed, with at most one
+    back-off; the lock saves energy the power limit could not."""
+    from pathlib import Path
+
+    from aithermd.sim.workload import CycleWorkload
+
+    balanced = load_policy_text((Path(__file__).parents[2] / "policies" / "balanced.yaml").read_text(),
+                                name="balanced")
+    w = CycleWorkload(idle_before_s=60.0, training_s=1800.0, idle_after_s=0.0, seed=1001, busy_kind="decode")
+    prof = shipped_profiles()["h100"]
+    res = loop.run(prof, w, 1860.0, policy=balanced, progress=progress)
+    clocks = [c for c in res.clock_changes if c[3] == "balanced/memory-bound-clocks"]
+    assert clocks and all("efficient clock" in c[4] for c in clocks)
+    tops = [c[2] for c in clocks]
+    ups = sum(1 for a, b in zip(tops, tops[1:], strict=False) if b > a)
+    assert ups <= 1 and min(tops) < prof.max_sm_clock_mhz
+    assert not [c for c in res.changes if c[3] == "balanced/busy-limit"]  # no power-limit search on decode
+    assert res.gain_pct() > 10.0 and res.slowdown_pct() < 3.0
+
