@@ -6,13 +6,12 @@ A policy file is one YAML mapping (see ``policies/README.md``)::
     safety:   {margin_c, gpu_temp_limit_c}       # can only make the built-in safety stricter
     curves:   {NAME: Curve}                      # fan curves, by kind: points | pid | mix
     machines: {NAME: Machine}                    # state machines with hysteresis (one per GPU or one)
-    rules:    [Rule]                             # by kind: gpu_power_limit | gpu_clocks | cpu_power_limit | cpu_knobs | fan
+    rules:    [Rule]             # kind: gpu_power_limit | gpu_clocks | cpu_power_limit | cpu_knobs | fan
     budget, quiet, timezone, holidays, schedules # the whole machine (aithermd.policy.schema_machine)
 
-Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one
-distinguishing key (``metric``, ``all``, ``any``, ``not``, ``schedule``, ``process``, ``state``), which keeps
-them short to write by hand. Cross references (curve names, states, cycles in ``mix``) are checked after
-parsing by :func:`aithermd.policy.references.check_references`. Units: °C, W, %, s.
+Rules, curves and sources are tagged unions on ``kind``; conditions are tagged by their one key (``metric``,
+``all``, ``any``, ``not``, ``schedule``, ``process``, ``state``). Cross references (curve names, states,
+cycles in ``mix``) are checked by :func:`aithermd.policy.references.check_references`. Units: °C, W, %, s.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from aithermd.policy.values import (
     BUILTIN_MARGIN_C,
     DAYS,
     HHMM,
-    ClockValue,
     Globs,
     Ints,
     Model,
@@ -354,36 +352,7 @@ class FanRule(RuleBase):
         return self
 
 
-class GpuClocksRule(RuleBase):
-    """The top of a GPU's locked SM clock range (``nvmlDeviceSetGpuLockedClocks``, Volta and newer):
-    MHz, % of the card's top clock, ``min`` (its lowest), ``max`` (unlocked), or ``efficient`` — the same
-    search as ``limit: efficient`` over the clock: for memory-bound work (LLM decode) that draws far
-    below any power limit, and ``min`` for a card held high while idle. A knob no rule decides is handed
-    back: the lock is reset."""
-
-    kind: Literal["gpu_clocks"]
-    gpus: GpuSelector = "all"
-    max_mhz: ClockValue
-    max_slowdown_pct: Annotated[float, Field(gt=0, le=20, description=(
-        "efficient: the most throughput the job may lose against the unlocked clock, %"))] | None = None
-    step_pct: Annotated[float, Field(ge=1, le=20, description=(
-        "efficient: each step down, % of the card's top clock"))] | None = None
-    measure_s: Annotated[float, Field(ge=5, le=600, description=(
-        "efficient: the measurement window of each step, s"))] | None = None
-    floor_pct: Annotated[float, Field(ge=5, le=100, description=(
-        "efficient: the lowest clock tried, % of the card's top clock"))] | None = None
-    signal: Literal["auto", "progress", "memory"] | None = Field(None, description=(
-        "efficient: the throughput signal (auto: the job's progress rate, else memory utilization)"))
-
-    @model_validator(mode="after")
-    def _search_keys(self) -> GpuClocksRule:
-        keys = [k for k in ("max_slowdown_pct", "step_pct", "measure_s", "floor_pct", "signal")
-                if getattr(self, k) is not None]
-        if keys and self.max_mhz != "efficient":
-            raise ValueError(f"{', '.join(keys)} only go with max_mhz: efficient")
-        return self
-
-
+from aithermd.policy.schema_clocks import GpuClocksRule  # noqa: E402 - needs RuleBase, GpuSelector above
 Rule = Annotated[GpuPowerLimitRule | GpuClocksRule | CpuPowerLimitRule | CpuKnobsRule | FanRule,
                  Field(discriminator="kind")]
 
