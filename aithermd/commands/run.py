@@ -90,10 +90,13 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
         print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
               "e.g. /sys)", file=sys.stderr)
         return EXIT_CONFIG
-    if not getattr(args, "simulate", False) and not settings.dry_run:
-        problem = _state_dir_problem(settings.state_dir)
+    simulate = getattr(args, "simulate", False)
+    # a simulated run writes its journal where --state-dir says (else in a temporary directory of its own)
+    journal_dir = getattr(args, "state_dir", None) if simulate else None if settings.dry_run else settings.state_dir
+    if journal_dir is not None:
+        problem = _state_dir_problem(journal_dir)
         if problem:
-            print(f"{settings.state_dir}: error: {problem}: the journal of every original setting lives there, "
+            print(f"{journal_dir}: error: {problem}: the journal of every original setting lives there, "
                   "so nothing may be written without it (give a writable --state-dir DIR, or --dry-run)",
                   file=sys.stderr)
             return EXIT_CONFIG

@@ -96,6 +96,18 @@ def test_run_refuses_a_state_dir_it_cannot_write_and_touches_nothing(tmp_path, c
     assert knob_files(root) == before
 
 
+def test_a_simulated_run_refuses_a_state_dir_it_cannot_create_in_one_line(tmp_path, capsys):
+    """`aithermd run --simulate --state-dir /proc/nope` ended in a FileNotFoundError traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code = main(["run", "--simulate", "--state-dir", str(blocker / "state"), "--bus", "none",
+                 "--metrics-listen", "none"])
+    assert code == EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert err.startswith(f"{blocker / 'state'}: error: cannot create the state directory")
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == [blocker]
+
+
 def test_a_bad_flag_value_is_a_usage_error_in_plain_words(capsys):
     """--tick 0 exited 1 with pydantic's "Input should be greater than or equal to 0.05"."""
     assert main(["run", "--tick", "0", "--simulate"]) == 2
