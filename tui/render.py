@@ -202,7 +202,8 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
             text += f", default {fmt(default, unit)}." if default is not None else "."
         if not knob.get("writable", True):
             text += f" Read-only here: {knob.get('why_not') or 'no reason given'}."
-    return textwrap.fill(text, width=100, subsequent_indent="  ")
+    return textwrap.fill(text, width=100, subsequent_indent="  ", break_on_hyphens=False,
+                         break_long_words=False)
 
 
 NO_DECISION: Mapping[str, Any] = {"layer": "default", "rule": "", "reason": "", "inputs": {}}

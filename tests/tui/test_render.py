@@ -170,3 +170,14 @@ def test_a_gpu_held_high_while_idle_is_reported_with_what_it_wastes():
     assert out.count("held high while idle") == 1
     gpu1 = next(g for g in overview(doc).gpus if g.id == "gpu1")
     assert "held high while idle: 41 W over its floor" in card_text(gpu1, 70).plain
+
+
+def test_explain_paragraph_never_breaks_an_id_at_its_hyphens():
+    """`aithermctl explain` printed `hwmon:k10temp-` and `pci-00c3/temp1` on two lines: an id copied from the
+    terminal must be the id."""
+    source = "hwmon:k10temp-pci-00c3/temp1"
+    entry = {"value": 100.0, "requested": 100.0, "layer": "safety", "rule": "safety/failed-source",
+             "reason": "the curve's source failed: fans to full " + "x" * 50,
+             "inputs": {source: None, "hwmon:nct6798-isa-0290/temp2": 41.0}}
+    text = explain_paragraph("hwmon:nct6798-isa-0290/pwm1", entry, None)
+    assert any(source in line for line in text.splitlines())
