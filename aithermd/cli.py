@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "run": "run the daemon (the control loop)",
     "restore": "put every journaled knob back to what was found, then clear the journal",
     "sensors": "discover and read every device once, like lm-sensors",
+    "fans": "find which fan follows which pwm (detect), measure start/stop duty (calibrate), show them",
     "check": "validate policy files",
     "schema": "print the JSON Schema of policy files",
     "replay": "run the policy engine over a recorded nvidia-smi trace",

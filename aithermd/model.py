@@ -122,6 +122,22 @@ EDGE_MARGIN = 0.1  # Knob.edge_margin: the fraction of a knob's range a request 
 
 
 @dataclass(frozen=True, slots=True)
+class FanCalibration:
+    """What fan detection and calibration (:mod:`aithermd.fans`) found for one pwm knob: ``tachs`` the fan
+    channels that follow it (empty: nothing connected); ``start_pct`` the lowest duty that starts its fans
+    from standstill, ``stop_pct`` the lowest that keeps them turning; ``rpm`` per tach, (duty %, RPM) by
+    rising duty; ``levels`` the raw ``pwmN`` values its driver keeps (empty: all); ``calibrated``: measured
+    (detection alone gives only ``tachs``)."""
+
+    tachs: tuple[str, ...] = ()
+    start_pct: float | None = None
+    stop_pct: float | None = None
+    rpm: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=_empty)
+    levels: tuple[int, ...] = ()
+    calibrated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Knob:
     """One actuator, with its constraints decided at discovery (never re-probed per tick).
 
@@ -129,6 +145,7 @@ class Knob:
     ``why_not`` (e.g. "NVML_ERROR_NO_PERMISSION: needs root", "no pwm1_enable and pwm1 not writable").
     ``fan_channel`` is the channel id that measures this fan's speed, when known. ``choices``: the names
     of an enumerated knob (EPP, governor, boost, platform_profile), whose value is an index into them.
+    ``label``: the admin's name for it (config ``names``); ``fan``: its fan detection and calibration.
     """
 
     id: str
@@ -142,6 +159,8 @@ class Knob:
     why_not: str | None = None
     fan_channel: str | None = None
     choices: tuple[str, ...] = ()
+    label: str | None = None
+    fan: FanCalibration | None = None
 
     def clamp(self, value: float) -> float:
         """``value`` clamped to [min, max] (each bound only when known)."""
@@ -276,6 +295,17 @@ class PolicyStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class Alarm:
+    """What needs a person about a knob or fan while it lasts: ``kind`` ``conflict`` (another program keeps
+    rewriting it: policy steps back, safety does not), ``uncontrollable`` (mode and duty refused),
+    ``stalled`` (no speed after a kick-start), ``empty`` (nothing connected); ``since``: wall-clock s."""
+
+    kind: str
+    message: str
+    since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """A decision, drift, fault or hotplug, for logs, D-Bus ``Event`` and the TUI."""
 
@@ -305,6 +335,7 @@ class Snapshot:
     health: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)  # the sources' own state by
     # family (NVML library and GPUs expected/present, the udev monitor), as the backends' samples had it
     budget: Mapping[str, Any] = field(default_factory=_empty)  # how the power budget was split (power_budget)
+    alarms: Mapping[str, Alarm] = field(default_factory=_empty)  # knob or fan channel id → alarm
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,8 @@ class DaemonSettings(BaseModel):
     - ``bus``: ``system`` | ``session`` | ``none`` | a D-Bus address.
     - ``metrics_listen``: ``HOST:PORT`` of the Prometheus endpoint, or ``none``.
     - ``log_format``: ``auto`` (JSON when stderr is not a terminal) | ``json`` | ``console``; ``log_level``.
+    - ``names``: the admin's names for fans and sensors, by id (``hwmon:nct6798-isa-0290/pwm2: CPU fan``):
+      shown in status, the TUI, explain and metrics (``label``) and matched by policies; ids never change.
     - ``energy_interval_s``: how often energy is attributed to processes, s (1–3600; 0: no attribution,
       energy windows still sum the devices); ``energy_top_n``: consumers per family with series of their own
       in Prometheus (the rest is ``other``); ``energy_cost_per_kwh`` and ``energy_currency``: the price the
@@ -81,6 +83,18 @@ class DaemonSettings(BaseModel):
     energy_top_n: int = Field(10, ge=0, le=1000)
     energy_cost_per_kwh: float | None = Field(None, ge=0.0)
     energy_currency: str = Field("", max_length=8, pattern=r"^[^\x00-\x1f\x7f]*$")
+    names: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("names")
+    @classmethod
+    def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, name in value.items():
+            if "/" not in key and ":" not in key:
+                raise ValueError(f"{key!r} is not a channel or knob id (aithermd sensors lists them, e.g. "
+                                 "hwmon:nct6798-isa-0290/pwm2)")
+            if not name.strip() or len(name) > 64 or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+                raise ValueError(f"{key}: the name {name!r} must be 1–64 printable characters")
+        return value
 
     @field_validator("energy_interval_s")
     @classmethod

@@ -128,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the daemon ends the window after DURATION if aithermctl dies (default 7d)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD")
 
+    p = sub.add_parser("fans", help="the fans: which pwm drives which, start/stop duty, alarms; detect, "
+                       "calibrate (root, aithermd stopped)")
+    p.add_argument("fans_verb", nargs="?", choices=("show", "detect", "calibrate"), default="show",
+                   metavar="show|detect|calibrate")
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                   help="detect/calibrate: the options of 'aithermd fans detect|calibrate' (--yes, --pwm, "
+                        "--time-limit, --margin, --state-dir, --simulate)")
+
     p = sub.add_parser("doctor", help="what can be read and written here, and why not")
     p.add_argument("--sysfs-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
 
@@ -254,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         if verb == "demo":
             from aithermctl.demo import run_demo
             return run_demo(args)
+        if verb == "fans" and args.fans_verb != "show":
+            from aithermctl.fans import run_aithermd_fans
+            return run_aithermd_fans(args.fans_verb, args.rest)
         from aithermctl.verbs import dispatch
         return dispatch(verb, args)
     except KeyboardInterrupt:

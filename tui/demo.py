@@ -1,7 +1,9 @@
 """``aithermctl demo``: a private D-Bus, aithermd on the simulated workstation, and the TUI on top.
 
 Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs and board in a temporary
-directory), its own temporary state directory, on a private ``dbus-daemon``; it serves Prometheus metrics on
+directory) after detecting and calibrating the simulated board's fans (``--calibrate-fans``, as ``aithermd
+fans calibrate`` does: the TUI's fan table shows which pwm drives which fan and their start and stop
+duty), its own temporary state directory, on a private ``dbus-daemon``; it serves Prometheus metrics on
 ``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken
 is a warning in the daemon's log, and the demo runs on without metrics). On exit
 (quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
@@ -35,7 +37,7 @@ def daemon_command(address: str, state_dir: str, policy: str | None, speedup: fl
     ``python -m aithermd``)."""
     script = Path(sys.executable).with_name("aithermd")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aithermd"]
-    cmd += ["run", "--simulate", "--bus", address, "--metrics-listen", metrics_listen,
+    cmd += ["run", "--simulate", "--calibrate-fans", "--bus", address, "--metrics-listen", metrics_listen,
             "--state-dir", state_dir,
             "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}"]
     if policy:

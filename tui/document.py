@@ -60,7 +60,9 @@ class CpuPackageView(NamedTuple):
 
 
 class BoardFanView(NamedTuple):
-    """A board fan: speed (RPM), the duty of its pwm knob (%), and what drives it."""
+    """A fan (a board fan input, or a GPU's own fan): speed (RPM), the duty of the pwm or fan knob that
+    drives it (%), what drives it, its status (``ok``, a reading's status, or an alarm: ``stalled``,
+    ``empty``, ``conflict``, ``uncontrollable``) and what calibration found (start and stop duty, %)."""
 
     id: str
     label: str
@@ -69,6 +71,9 @@ class BoardFanView(NamedTuple):
     knob_id: str | None
     source: str
     status: str
+    alarm: str = ""
+    start_pct: float | None = None
+    stop_pct: float | None = None
 
 
 class Overview(NamedTuple):
@@ -199,22 +204,62 @@ def _fan_source(knob: KnobDoc | None) -> str:
 
 
 def board_fans(doc: SnapshotDoc) -> tuple[BoardFanView, ...]:
-    """Fans of hwmon chips; ``fanN`` pairs with ``pwmN`` (the kernel hwmon numbering convention)."""
+    """Every fan: each hwmon fan input with the pwm that drives it (as fan detection found, else ``fanN``
+    with ``pwmN``, the kernel's numbering convention), each pwm that detection found drives nothing (an
+    empty header), then each GPU's own fans, alike."""
+    alarms: Mapping[str, Doc] = doc.get("alarms") or {}
     out = []
     for device in doc.get("devices") or ():
+        if device.get("kind") == "gpu":
+            out += _gpu_fans(device, alarms)
+            continue
         if device.get("kind") != "hwmon":
             continue
         kn = knobs(device)
+        chip = device.get("chip") or device["id"]
+        driver: dict[str, Doc] = {}
+        for name, k in kn.items():
+            if k.get("kind") != "pwm":
+                continue
+            fan = k.get("fan")
+            paired = [f"{device['id']}/fan{name[3:]}"] if fan is None else []
+            for tach in (fan or {}).get("tachs") or paired:
+                driver.setdefault(tach, k)
         for attr, c in channels(device).items():
             if not re.fullmatch(r"fan\d+", attr) or c.get("unit") != "RPM":
                 continue
-            knob = kn.get("pwm" + attr[3:])
-            chip = device.get("chip") or device["id"]
-            out.append(BoardFanView(
-                id=c["id"], label=f"{chip} {c.get('label') or attr}", rpm=value(c), duty_pct=value(knob),
-                knob_id=knob["id"] if knob else None, source=_fan_source(knob),
-                status=str(c.get("status") or "ok")))
+            out.append(_fan_view(c["id"], f"{chip} {c.get('label') or attr}", value(c), driver.get(c["id"]),
+                                 str(c.get("status") or "ok"), alarms))
+        for name, k in kn.items():
+            fan = k.get("fan")
+            if k.get("kind") == "pwm" and fan is not None and not fan.get("tachs"):
+                out.append(_fan_view(k["id"], f"{chip} {k.get('label') or name}", None, k, "ok", alarms))
     return tuple(out)
+
+
+def _fan_view(fan_id: str, label: str, rpm: float | None, knob: KnobDoc | None, status: str,
+              alarms: Mapping[str, Doc]) -> BoardFanView:
+    alarm = alarms.get(fan_id) or (alarms.get(knob["id"]) if knob else None) or {}
+    fan = (knob or {}).get("fan") or {}
+    return BoardFanView(
+        id=fan_id, label=label, rpm=rpm, duty_pct=value(knob), knob_id=knob["id"] if knob else None,
+        source=_fan_source(knob), status=str(alarm.get("kind") or status),
+        alarm=str(alarm.get("message") or ""),
+        start_pct=fan.get("start_pct"), stop_pct=fan.get("stop_pct"))
+
+
+def _gpu_fans(device: DeviceDoc, alarms: Mapping[str, Doc]) -> list[BoardFanView]:
+    chans = channels(device)
+    out = []
+    for name, k in knobs(device).items():
+        if k.get("kind") != "fan":
+            continue
+        speed = chans.get(name)
+        duty = value(speed) if speed is not None else value(k)
+        view = _fan_view(k["id"], f"{device['id']} {k.get('label') or name}", None, k,
+                         str((speed or {}).get("status") or "ok"), alarms)
+        out.append(view._replace(duty_pct=duty))
+    return out
 
 
 def overview(doc: SnapshotDoc) -> Overview:

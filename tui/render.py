@@ -63,7 +63,7 @@ def holds_lines(holds: Sequence[Mapping[str, Any]], now: float | None = None) ->
 
 
 def status_text(doc: Doc, now: float | None = None) -> str:
-    """The ``aithermctl status`` summary: policy, GPUs, CPU packages, board fans, problems."""
+    """The ``aithermctl status`` summary: policy, GPUs, CPU packages, fans, alarms, problems."""
     ov = overview(doc)
     policy = doc.get("policy") or {}
     effective = effective_policy(policy)
@@ -110,12 +110,20 @@ def status_text(doc: Doc, now: float | None = None) -> str:
                      f"PL2 {fmt(p.pl2_w, 'W')}  {fmt(p.temp_c, '°C')}" + (f"  ({p.rule})" if p.rule else ""))
     if ov.fans:
         lines.append("")
-        lines.append("Board fans")
+        lines.append("Fans")
         width = max(len(f.label) for f in ov.fans)
         for f in ov.fans:
             bad = "" if f.status == "ok" else f"  ! {f.status}"
+            cal = f"  starts {fmt(f.start_pct, '%')}, stops {fmt(f.stop_pct, '%')}" \
+                if f.start_pct is not None and f.stop_pct is not None else ""
             lines.append(f"  {f.label:<{width}} {fmt(f.rpm, 'RPM'):>9}  duty {fmt(f.duty_pct, '%'):>4}  "
-                         f"{f.source}{bad}")
+                         f"{f.source}{cal}{bad}")
+    alarms = doc.get("alarms") or {}
+    if alarms:
+        lines.append("")
+        lines.append("Alarms")
+        for subject, a in alarms.items():
+            lines.append(f"  ! {a.get('kind')}: {a.get('message') or subject}")
     if ov.degraded:
         lines.append("")
         lines.append("Degraded: " + ", ".join(ov.degraded))
@@ -177,7 +185,8 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
     v = fmt(value, unit, 1 if isinstance(value, float) and value % 1 else 0)
     layer = str(entry.get("layer") or "")
     rule = str(entry.get("rule") or "")
-    words = [f"{knob_id} is {v}"]
+    label = entry.get("label") or (knob or {}).get("label")
+    words = [f"{knob_id}{f' ({label})' if label else ''} is {v}"]
     if layer == "default" or (not rule and not layer):
         words.append(f", set by {LAYERS['default']}")
     else:
@@ -190,6 +199,9 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
         text += f" It asked for {fmt(requested, unit, 1)}, clamped to the knob's limits."
     if entry.get("inputs"):
         text += f" Inputs: {_inputs_text(entry['inputs'])}."
+    for alarm in (entry.get("alarms") or {}).values():
+        text += f" ALARM ({alarm.get('kind')}): {alarm.get('message')}"
+        text += "" if str(alarm.get("message", "")).endswith(".") else "."
     if knob:
         lo, hi, default = knob.get("min"), knob.get("max"), knob.get("default")
         if lo is not None and hi is not None:

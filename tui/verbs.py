@@ -267,6 +267,12 @@ async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
     return rc
 
 
+async def fans(client: DaemonClient, args: argparse.Namespace) -> int:
+    from aithermctl.fans import fans_text
+    _print(fans_text(await client.get_snapshot()))
+    return wire.EXIT_OK
+
+
 async def doctor(client: DaemonClient, args: argparse.Namespace) -> int:
     from aithermctl.doctor import run_doctor
     return await run_doctor(client, args.sysfs_root)
@@ -274,7 +280,7 @@ async def doctor(client: DaemonClient, args: argparse.Namespace) -> int:
 
 VERBS: dict[str, Verb] = {
     "status": status, "policy": policy, "hold": hold, "release": release, "run": run,
-    "override": override, "gpu": gpu, "explain": explain, "energy": energy, "doctor": doctor,
+    "override": override, "gpu": gpu, "explain": explain, "energy": energy, "doctor": doctor, "fans": fans,
 }
 
 

@@ -9,9 +9,17 @@
 - **Behind our back**: :meth:`Applier.observe` compares each tick's sampled value of an owned knob with the
   value read back after our last write; a change is drift (another fan controller such as fancontrol or
   CoolerControl, a BMC, the driver on resume). :data:`CONFLICT_COUNT` such changes within
-  :data:`CONFLICT_WINDOW_S` mean another program keeps rewriting the knob: the applier *steps back* (stops
-  writing it, reports a conflict) instead of fighting. Its journal entry stays, so the original is put back
-  when the daemon stops.
+  :data:`CONFLICT_WINDOW_S` mean another program keeps rewriting the knob: the applier *steps back* from
+  *policy* decisions (stops writing them, reports a conflict: event, :attr:`Applier.alarms`, metric) instead
+  of fighting. **Safety never steps back:** a safety decision (critical temperature, failed sensor, stalled
+  fan) is written whatever the knob's drift, step-back or conflict state, every tick it does not hold. The
+  journal entry stays, so the original is put back when the daemon stops.
+- **Quantised knobs**: a backend's ``settles_at(knob_id, value)`` (hwmon pwm: the driver's level at or
+  above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
+  nor a reason to write again.
+- **Refused manual mode**: a backend's ``mode_refused(knob_id)`` (hwmon pwm: a driver that refuses
+  ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
+  duty read back in the driver's mode is then the setting, not drift.
 - **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
 - **Dry-run** logs each actuation it would make and writes nothing, not even the journal.
 - **Paused** (:meth:`Applier.pause`, while the machine sleeps): nothing is written or handed back and no
@@ -33,7 +41,7 @@ from aithermd.actuate.journal import Journal
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
-from aithermd.model import Decision, Event, Knob, KnobKind, KnobValue, Status
+from aithermd.model import Alarm, Decision, Event, Knob, KnobKind, KnobValue, Layer, Status
 from aithermd.units import num, rounded
 
 JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write logged at info
@@ -50,10 +58,33 @@ def tolerance(knob: Knob, value: float) -> float:
     return max(0.5, abs(value) * 0.01)
 
 
-def same_setting(knob: Knob, kv: KnobValue | None, value: float) -> bool:
-    """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob)."""
+def same_setting(knob: Knob, kv: KnobValue | None, value: float, *, any_mode: bool = False) -> bool:
+    """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob; in any
+    mode with ``any_mode``: a knob whose driver refuses manual mode)."""
     return (kv is not None and kv.status == Status.OK and kv.value is not None
-            and kv.mode in MANUAL_MODES and abs(kv.value - value) <= tolerance(knob, value))
+            and (any_mode or kv.mode in MANUAL_MODES) and abs(kv.value - value) <= tolerance(knob, value))
+
+
+def settles_at(backend: Backend, knob: Knob, value: float) -> float:
+    """The value ``knob`` holds once ``value`` is written: the backend's ``settles_at`` where it has one
+    (a quantised pwm rounds up to its driver's level), else ``value``."""
+    fn = getattr(backend, "settles_at", None)
+    if fn is None:
+        return value
+    try:
+        return float(fn(knob.id, value))
+    except Exception:  # noqa: BLE001 - an unknown knob: the value itself
+        return value
+
+
+def mode_refused(backend: Backend, knob: Knob) -> str | None:
+    """Why ``knob``'s duty is written without manual mode (the backend's ``mode_refused``: a driver that
+    refuses ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
+    fn = getattr(backend, "mode_refused", None)
+    try:
+        return fn(knob.id) if fn is not None else None
+    except Exception:  # noqa: BLE001 - an unknown knob
+        return None
 
 
 @dataclass
@@ -63,12 +94,16 @@ class _Owned:
     after: KnobValue | None = None
     behind: deque[float] = field(default_factory=deque)
     stuck: tuple[float, float | None, str | None] | None = None
+    overridden: bool = False  # a safety write went over a step-back (reported once per step-back)
+    refused: str | None = None  # the driver refuses manual mode: the duty alone is written (said once)
 
 
 class Applier:
     """Writes knobs for one daemon run. ``owned`` holds the knobs written (or, in dry-run, that would have
-    been) and not handed back; ``stepped_back`` those left to another program; ``faults`` knob id → the
-    last write or read error, cleared by the next success."""
+    been) and not handed back; ``stepped_back`` those left to another program (for policy decisions);
+    ``faults`` knob id → the last write or read error, cleared by the next success; ``alarms`` knob id →
+    :class:`~aithermd.model.Alarm` for what needs a person: ``conflict`` (stepped back) and
+    ``uncontrollable`` (a fan whose driver refuses both its mode and its duty)."""
 
     def __init__(self, journal: Journal, *, dry_run: bool = False, conflict_count: int = CONFLICT_COUNT,
                  conflict_window_s: float = CONFLICT_WINDOW_S) -> None:
@@ -79,6 +114,7 @@ class Applier:
         self._owned: dict[str, _Owned] = {}
         self.stepped_back: set[str] = set()
         self.faults: dict[str, str] = {}
+        self.alarms: dict[str, Alarm] = {}
         self._log = structlog.get_logger("aithermd.actuate")
         self._who: dict[str, tuple[str, Any]] = {}  # knob → (rule, layer) of its last logged write
         self.paused = False
@@ -119,11 +155,13 @@ class Applier:
         own.after = None  # the next write (or a no-op that finds the value in place) sets it again
         if len(own.behind) >= self.conflict_count:
             self.stepped_back.add(knob.id)
-            events.append(self._event(
-                "conflict", t_wall, knob, own.device_id,
-                f"another program keeps rewriting {knob.id} ({len(own.behind)} changes in "
-                f"{self.conflict_window_s:g} s): stepping back, no longer writing it",
-                changes=len(own.behind), window_s=self.conflict_window_s))
+            own.overridden = False
+            message = (f"another program keeps rewriting {knob.id} ({len(own.behind)} changes in "
+                       f"{self.conflict_window_s:g} s): stepping back, policy decisions are no longer "
+                       "written to it (safety decisions still are)")
+            self.alarms[knob.id] = Alarm("conflict", message, t_wall)
+            events.append(self._event("conflict", t_wall, knob, own.device_id, message,
+                                      changes=len(own.behind), window_s=self.conflict_window_s))
         return events
 
     # -- one write -----------------------------------------------------------------------------------
@@ -132,17 +170,20 @@ class Applier:
               force: bool = False) -> tuple[KnobValue | None, list[Event]]:
         """Bring ``knob`` to ``value`` (daemon units, already clamped) for ``decision``; ``current`` is this
         tick's read-back; ``force`` writes even a value that reads as in place (a limit the driver reports
-        but does not enforce). Returns the knob's state afterwards and the events."""
-        if knob.id in self.stepped_back or not knob.writable or self.paused:
+        but does not enforce). Returns the knob's state afterwards and the events. A safety decision is
+        written even to a knob stepped back from, and again every tick it does not hold."""
+        safety = decision.layer == Layer.SAFETY
+        if (knob.id in self.stepped_back and not safety) or not knob.writable or self.paused:
             return current, []
         own = self._owned.get(knob.id)
         if force and own is not None and not self.dry_run:
             current = None  # write it again whatever the read-back says
-        if same_setting(knob, current, value):
+        holds = settles_at(backend, knob, value)
+        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None):
             if own is not None:
                 own.requested, own.after = value, current
             return current, []
-        if (own is not None and own.after is not None and current == own.after
+        if (not safety and own is not None and own.after is not None and current == own.after
                 and abs(own.requested - value) <= tolerance(knob, value)):
             return current, []  # asked already; it did not stick and was reported
         old = current.value if current is not None else None
@@ -165,11 +206,30 @@ class Applier:
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
             if recorded and isinstance(exc, NoPermission) and own is None:
                 self._unrecord(knob.id)  # refused before anything changed: no original to put back
+            if type(exc).__name__ == "Uncontrollable" and knob.id not in self.alarms:
+                self.alarms[knob.id] = Alarm("uncontrollable", str(exc), t_wall)
             return current, self._fault(t_wall, knob, device_id, "write", exc)
+        alarm = self.alarms.get(knob.id)
+        if alarm is not None and alarm.kind == "uncontrollable":
+            del self.alarms[knob.id]
         own = self._owned.setdefault(knob.id, _Owned(device_id, value))
         own.requested = value
+        if safety and knob.id in self.stepped_back and not own.overridden:
+            own.overridden = True
+            events.append(self._event(
+                "conflict", t_wall, knob, device_id,
+                f"{knob.id}: {decision.rule} written over the program that keeps rewriting it: safety "
+                "decisions are always written", rule=decision.rule, safety=True))
         self._log_actuation(knob, device_id, decision, old, value)
         events.append(self._actuation_event(t_wall, knob, device_id, decision, old, value))
+        refused = mode_refused(backend, knob)
+        if refused != own.refused:
+            own.refused = refused
+            if refused:
+                events.append(self._event(
+                    "drift", t_wall, knob, device_id,
+                    f"{knob.id}: the driver refuses manual mode ({refused}): the duty is written on its own "
+                    "and the driver's automatic control may override it", why="mode_refused", error=refused))
         try:
             after = backend.read_knob(knob.id)
         except Exception as exc:  # noqa: BLE001
@@ -178,7 +238,7 @@ class Applier:
             return current, events
         self.faults.pop(knob.id, None)
         own.after = after
-        events.extend(self._check_stuck(knob, own, after, value, t_wall))
+        events.extend(self._check_stuck(knob, own, after, settles_at(backend, knob, value), t_wall))
         return after, events
 
     def _unrecord(self, knob_id: str) -> None:
@@ -195,7 +255,7 @@ class Applier:
     def _check_stuck(self, knob: Knob, own: _Owned, after: KnobValue, value: float,
                      t_wall: float) -> list[Event]:
         events: list[Event] = []
-        if same_setting(knob, after, value):
+        if same_setting(knob, after, value, any_mode=own.refused is not None):
             own.stuck = None
         else:
             case = (value, after.value, after.mode)
@@ -216,6 +276,7 @@ class Applier:
             return []
         own = self._owned.pop(knob.id, None)
         self.stepped_back.discard(knob.id)
+        self.alarms.pop(knob.id, None)
         self._who.pop(knob.id, None)
         if own is None:
             return []
@@ -223,10 +284,13 @@ class Applier:
             self._log.info("give_back", knob=knob.id, device=own.device_id, dry_run=self.dry_run)
             return []
         try:
-            restore_one(self.journal, backend, knob.id)
+            note = restore_one(self.journal, backend, knob.id)
         except Exception as exc:  # noqa: BLE001 - stays journaled; restored at exit
             return self._fault(t_wall, knob, own.device_id, "give back", exc)
         self._log.info("give_back", knob=knob.id, device=own.device_id)
+        if note:
+            return [self._event("restore", t_wall, knob, own.device_id, f"{knob.id} handed back: {note}",
+                                fallback=True)]
         return [self._event("restore", t_wall, knob, own.device_id,
                             f"{knob.id} handed back: original restored")]
 
@@ -234,6 +298,7 @@ class Applier:
         """Drop all memory of a knob (after the journal was restored as a whole)."""
         self._owned.pop(knob_id, None)
         self.stepped_back.discard(knob_id)
+        self.alarms.pop(knob_id, None)
         self.faults.pop(knob_id, None)
         self._who.pop(knob_id, None)
 
@@ -264,7 +329,7 @@ class Applier:
     def _event(self, kind: str, t_wall: float, knob: Knob, device_id: str, message: str,
                **data: Any) -> Event:
         level = self._log.error if kind in ("conflict", "fault") else self._log.warning
-        if kind == "restore":
+        if kind == "restore" and not data.get("fallback"):
             level = self._log.info
         level(kind, device=device_id, knob=knob.id, unit=knob.unit, message=message, **data)
         return Event(kind, t_wall, knob.id, message, {"device": device_id, "unit": knob.unit, **data})

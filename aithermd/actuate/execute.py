@@ -244,7 +244,8 @@ class Executor:
             again = await asyncio.to_thread(restore_journal, journal, backends=backends, only=returned)
             still = tuple(k for k in report.kept if k not in again.restored)
             restored = (*report.restored, *(k for k in again.restored if k not in report.restored))
-            report = replace(report, restored=restored, failed={**report.failed, **again.failed}, kept=still)
+            report = replace(report, restored=restored, failed={**report.failed, **again.failed}, kept=still,
+                             fallbacks={**report.fallbacks, **again.fallbacks})
             if still:
                 self._log.error("restore_uncertain", knobs=list(still),
                                 message="a write never returned: left journaled for 'aithermd restore'")

@@ -15,6 +15,10 @@ boot (a module loaded late, a GPU lost and reset: its original still applies the
 forgotten with a warning (``RestoreReport.forgotten``): a reboot re-initialised the device. A knob whose
 device is there but whose write fails (a lost GPU, EIO, EACCES) and a backend that cannot be opened keep
 their entries and fail the restore.
+
+A restore that could not put the original back but left the knob safe instead (a fan at full duty, or in
+its driver's automatic mode when the original mode could not be read: :mod:`aithermd.backends.pwm`) is
+restored, with the backend's note in ``RestoreReport.fallbacks`` and a warning in the log.
 """
 
 from __future__ import annotations
@@ -40,13 +44,15 @@ class RestoreReport:
     """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``absent``: knob id →
     why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, absent since
     an earlier boot, dropped (not a failure); ``kept``: restored but still journaled (a write to them may
-    still land)."""
+    still land); ``fallbacks``: knob id → what was done instead of the original (restored, but not as
+    found: full duty, or the driver's automatic mode)."""
 
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
     absent: Mapping[str, str] = field(default_factory=dict)
     forgotten: Mapping[str, str] = field(default_factory=dict)
     kept: tuple[str, ...] = ()
+    fallbacks: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -119,6 +125,7 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     newest: list[JournalEntry] = [e for e in list(journal.entries().values())[::-1]
                                   if only is None or e.knob_id in only]
     kept: list[str] = []
+    fallbacks: dict[str, str] = {}
     try:
         for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
             locator = _relocate(entry.locator, sysfs_root)
@@ -140,7 +147,7 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 continue
             again = keep is not None and keep(entry.knob_id)  # asked before: a write may land during ours
             try:
-                backend.restore_knob(entry.knob_id, dict(entry.saved))
+                note = backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
                 why = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, UnknownKnob) and _proves_absence(locator):
@@ -159,7 +166,12 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
                 continue
             restored.append(entry.knob_id)
-            _say(log.info, "restored", knob=entry.knob_id, device=entry.device_id, saved=dict(entry.saved))
+            where = {"knob": entry.knob_id, "device": entry.device_id}
+            if isinstance(note, str):
+                fallbacks[entry.knob_id] = note
+                _say(log.warning, "restore_fallback", **where, message=note)
+            else:
+                _say(log.info, "restored", **where, saved=dict(entry.saved))
             if again:
                 kept.append(entry.knob_id)
     finally:
@@ -173,12 +185,14 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             journal.forget(knob_id)
     else:
         journal.clear()
-    return RestoreReport(tuple(restored), failures, absent, forgotten, tuple(kept))
+    return RestoreReport(tuple(restored), failures, absent, forgotten, tuple(kept), fallbacks)
 
 
-def restore_one(journal: Journal, backend: Backend, knob_id: str) -> None:
-    """Put one journaled knob back (hand it back: no decision owns it any more) and forget it.
-    Raises BackendError (the entry stays) or KeyError when ``knob_id`` is not journaled."""
+def restore_one(journal: Journal, backend: Backend, knob_id: str) -> str | None:
+    """Put one journaled knob back (hand it back: no decision owns it any more) and forget it. Returns the
+    backend's note when it left the knob safe instead of as found (full duty). Raises BackendError (the
+    entry stays) or KeyError when ``knob_id`` is not journaled."""
     entry = journal.entries()[knob_id]
-    backend.restore_knob(knob_id, dict(entry.saved))
+    note = backend.restore_knob(knob_id, dict(entry.saved))
     journal.forget(knob_id)
+    return note if isinstance(note, str) else None

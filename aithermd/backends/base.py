@@ -19,7 +19,8 @@ class Backend(Protocol):
       mode first where it has modes; raises :class:`~aithermd.errors.BackendError` subclasses.
     - ``read_knob(knob_id)`` reads one knob back.
     - ``save_knob(knob_id)`` returns the knob's original raw state as a JSON-able dict (value and mode, in
-      the hardware's units); ``restore_knob(knob_id, saved)`` puts exactly that back.
+      the hardware's units); ``restore_knob(knob_id, saved)`` puts exactly that back, or leaves the knob safe
+      instead (a fan at full duty) and returns a note saying so (None: the original is back).
     - ``locator()`` is a JSON-able dict naming the backend and its root (``{"backend": "hwmon",
       "sysfs_root": "/sys"}``), enough for :func:`aithermd.backends.registry.open_backend` to rebuild it in
       another process (``aithermd restore``).
@@ -37,7 +38,7 @@ class Backend(Protocol):
 
     def save_knob(self, knob_id: str) -> dict[str, Any]: ...
 
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None: ...
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> str | None: ...
 
     def locator(self) -> dict[str, Any]: ...
 

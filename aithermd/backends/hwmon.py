@@ -12,8 +12,7 @@ ordered by the bus path of their device (never by ``hwmonN``) and a repeated nam
 libsensors, a chip with only ``pwmN`` knobs, or on a bus libsensors does not know, is kept.
 
 Knobs: ``pwmN`` (0–255, shown as duty %) with ``pwmN_enable`` (0 full speed, 1 manual, ≥2 automatic; some
-drivers have none), handled by :class:`aithermd.backends.pwm.PwmKnob`: a write switches to manual first.
-``Knob.fan_channel`` is ``fanN`` of the same chip when it has one.
+drivers have none), handled by :class:`aithermd.backends.pwm.PwmKnob`; ``Knob.fan_channel`` is its ``fanN``.
 
 Plausibility (:mod:`aithermd.backends.plausible`; a reading outside gets :attr:`Status.IMPLAUSIBLE`
 and value None, with the reason in ``detail``): the range of its quantity, the chip's own physical range
@@ -245,7 +244,7 @@ class HwmonBackend(Quarantine):
             attr = Attribute(io, os.path.join(attr_dir, f"{attribute}_{suffix}"))
             self._inputs.append(_Input(channel, attr, convert, chip.prefix))
         knobs = [
-            self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels)
+            self._pwm_knob(dev_id, attr_dir, files, int(m[1]), channels, chip.prefix)
             for f in sorted(files, key=natural_key)
             if (m := _PWM_FILE.match(f))
         ]
@@ -282,14 +281,11 @@ class HwmonBackend(Quarantine):
             del out["min"], out["max"]
         return out
 
-    def _pwm_knob(
-        self, dev_id: str, attr_dir: str, files: set[str], nr: int, channels: list[Channel]
-    ) -> Knob:
-        io = self.io
+    def _pwm_knob(self, dev_id: str, attr_dir: str, files: set[str], nr: int, channels: list[Channel],
+                  driver: str) -> Knob:
+        io, has_enable = self.io, f"pwm{nr}_enable" in files
         pwm = Attribute(io, os.path.join(attr_dir, f"pwm{nr}"))
-        enable = (
-            Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if f"pwm{nr}_enable" in files else None
-        )
+        enable = Attribute(io, os.path.join(attr_dir, f"pwm{nr}_enable")) if has_enable else None
         why_not = None
         if (why := why_not_writable(io, pwm.path)) is not None:
             why_not = f"pwm{nr} not writable ({why})"
@@ -307,7 +303,7 @@ class HwmonBackend(Quarantine):
             why_not=why_not,
             fan_channel=fan if any(c.id == fan for c in channels) else None,
         )
-        self._pwms[knob.id] = PwmKnob(knob, pwm, enable)
+        self._pwms[knob.id] = PwmKnob(knob, pwm, enable, driver)
         return knob
 
     # -- sampling --------------------------------------------------------------------------------------
@@ -363,10 +359,9 @@ class HwmonBackend(Quarantine):
 
     # -- knobs -----------------------------------------------------------------------------------------
     def _pwm(self, knob_id: str) -> PwmKnob:
-        try:
-            return self._pwms[knob_id]
-        except KeyError:
-            raise UnknownKnob(knob_id) from None
+        if (p := self._pwms.get(knob_id)) is None:
+            raise UnknownKnob(knob_id)
+        return p
 
     def read_knob(self, knob_id: str) -> KnobValue:
         return self._pwm(knob_id).read()
@@ -375,12 +370,21 @@ class HwmonBackend(Quarantine):
         """Set duty ``value`` % (0–100), switching ``pwmN_enable`` to manual first (see :class:`PwmKnob`)."""
         self._pwm(knob_id).write(value)
 
+    def settles_at(self, knob_id: str, value: float) -> float:
+        """The duty (%) knob ``knob_id`` holds once ``value`` is written (its driver's level at or above)."""
+        return self._pwm(knob_id).settles_at(value)
+
+    def mode_refused(self, knob_id: str) -> str | None:
+        """Why ``knob_id``'s duty is written without manual mode (its driver refuses it), None when not."""
+        return self._pwm(knob_id).mode_refused
+
     def save_knob(self, knob_id: str) -> dict[str, Any]:
-        """``{"pwm": 0–255, "enable": int | None}`` as found."""
+        """``{"pwm": 0–255, "enable": int | None}`` as found (see :meth:`PwmKnob.save`)."""
         return self._pwm(knob_id).save()
 
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        self._pwm(knob_id).restore(saved)
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> str | None:
+        """Put ``saved`` back; returns a note when full duty had to stand in (see :meth:`PwmKnob.restore`)."""
+        return self._pwm(knob_id).restore(saved)
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "hwmon", "sysfs_root": self.sysfs_root}

@@ -1,8 +1,30 @@
-"""One hwmon ``pwmN`` knob: read, write (manual mode first), save and restore.
+"""One hwmon ``pwmN`` knob as drivers really behave: read, write, save and restore, with fallbacks.
 
 Kernel hwmon sysfs ABI (Documentation/hwmon/sysfs-interface.rst): ``pwmN`` is the duty 0–255;
 ``pwmN_enable`` is 0 (no control: full speed), 1 (manual) or ≥2 (automatic, driver- or chip-controlled);
-some drivers (dell_smm, amdgpu on RDNA4) have no ``pwmN_enable``. Values leave here in % (0–100).
+some drivers (dell_smm on most machines, amdgpu on RDNA4) have no ``pwmN_enable``. Values leave here in %.
+
+What real drivers do, and what this module does about it:
+
+- **Write order.** Most drivers take ``pwmN_enable := 1`` then the duty (*mode first*). Some take the duty
+  only in manual mode and refuse it before (amdgpu and gpd_fan answer EINVAL/EPERM on ``pwmN`` in automatic
+  mode); some refuse the mode write (thinkpad_acpi EINVAL/EPERM on an unsupported mode, dell_smm ENODEV off
+  its whitelist). When the mode write is refused the knob falls back to *duty first* (duty, mode, duty
+  again) and then to *duty only*; the order that worked is kept. When neither the mode nor the duty can be
+  written the knob raises :class:`Uncontrollable` (the applier raises the alarm).
+- **Quantised duty.** dell_smm keeps 3 levels (0/128/255), thinkpad_acpi 8, amdgpu a whole percent: the
+  read-back differs from the write. :class:`Levels` learns write → read-back pairs; a read-back below the
+  duty asked is written again one level up, so a fan never gets less cooling than asked (round up), and
+  :meth:`PwmKnob.settles_at` tells the applier which duty the knob will hold (no false drift).
+- **Mode read-back.** it87 reports ``pwmN_enable`` 0 (full speed) for a manual fan at 255; a mode that
+  reads back 0 with the duty at 255 is the same setting. A mode write that reads back as automatic did
+  not take (firmware kept control): the next order is tried.
+- **Unreadable ``pwmN_enable``** (dell_smm's is write-only: kernfs answers EACCES to every read, root
+  included). Control goes on; the saved original says so, and restore hands the fan to the driver's
+  automatic mode (:data:`AUTO_ENABLE`) or, for a driver whose automatic value is not known, full duty.
+- **Restore never leaves a fan in manual mode at a low duty.** A restore that fails ends at full duty
+  (manual, 255; then ``pwmN_enable`` 0 for drivers whose 0 documents full speed) and returns a note that
+  says so; only when even that fails does it raise.
 """
 
 from __future__ import annotations
@@ -13,13 +35,25 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends.fast import ok_knob
-from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, write_error
+from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, errno_name, write_error
 from aithermd.errors import BackendError, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
 
 MANUAL = 1
-_REFUSED = (errno.EINVAL, errno.EOPNOTSUPP)  # the driver has pwmN_enable but will not take 1
-_MODES = {0: "full", MANUAL: "manual"}
+FULL = 0
+# errnos by which a driver refuses a pwmN_enable value (not a lost device: the duty write then tells)
+_REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENODEV, errno.ENOSYS,
+                      errno.EBUSY})
+_MODES = {FULL: "full", MANUAL: "manual"}
+MODE_FIRST, DUTY_FIRST, DUTY_ONLY = "mode-first", "duty-first", "duty-only"
+
+# The pwmN_enable value that hands a fan back to the chip or firmware, by driver (each driver's
+# Documentation/hwmon/<driver>.rst): nct6775 family 5 (SmartFan IV, the mode boards ship in), it87, f71882fg,
+# w83627ehf, dell_smm (BIOS control), thinkpad (EC auto), amdgpu, asus-wmi and gpd_fan 2.
+AUTO_ENABLE: dict[str, int] = {"nct67": 5, "it87": 2, "it86": 2, "f71": 2, "w836": 2, "dell_smm": 2,
+                               "thinkpad": 2, "amdgpu": 2, "asus": 2, "gpd_fan": 2}
+# Drivers whose pwmN_enable 0 documents "full speed" (pwm-fan's 0 switches the fan off: never assumed).
+FULL_ON_ZERO = ("nct67", "it87", "it86", "f71", "w836", "thinkpad", "amdgpu", "asus")
 
 
 def pwm_mode(enable: int | None) -> str | None:
@@ -29,63 +63,229 @@ def pwm_mode(enable: int | None) -> str | None:
     return _MODES.get(enable, "auto")
 
 
+def driver_auto(driver: str) -> int | None:
+    """The automatic ``pwmN_enable`` value of ``driver`` (hwmon ``name``), None when not documented here."""
+    return next((v for prefix, v in AUTO_ENABLE.items() if driver.startswith(prefix)), None)
+
+
+def pct_to_pwm_up(duty_pct: float) -> int:
+    """Duty % → the smallest ``pwmN`` (0–255) that gives at least that duty: 8 % is 21 (8.2 %), not 20."""
+    return max(0, min(units.PWM_MAX, math.ceil(duty_pct * units.PWM_MAX / 100.0 - 1e-6)))
+
+
+class Uncontrollable(BackendError):
+    """Neither the mode nor the duty of a fan can be written: the fan is not under control."""
+
+
+class Levels:
+    """What a driver keeps of each ``pwmN`` written: ``seen`` maps a written raw value to its read-back."""
+
+    __slots__ = ("seen", "quantised")
+
+    def __init__(self) -> None:
+        self.seen: dict[int, int] = {}
+        self.quantised = False
+
+    def learn(self, written: int, got: int) -> None:
+        if len(self.seen) < 512:
+            self.seen[written] = got
+        if got != written:
+            self.quantised = True
+
+    def write_for(self, target: int) -> int:
+        """The raw value to write for at least ``target``: the search :meth:`PwmKnob.write` makes (up from
+        ``target`` past every write known to read back less), replayed over what was learned."""
+        value = target
+        if self.quantised:
+            while value < units.PWM_MAX and (got := self.seen.get(value)) is not None and got < target:
+                value = min(units.PWM_MAX, value + max(1, target - got))
+        return value
+
+    def holds(self, target: int) -> int:
+        """The raw value the driver will hold for ``target`` (its learned level), ``target`` when unknown."""
+        if not self.quantised:
+            return target
+        return self.seen.get(self.write_for(target), target)
+
 
 class PwmKnob:
-    """``knob`` (its description) over the ``pwm`` attribute and the optional ``enable`` attribute."""
+    """``knob`` (its description) over the ``pwm`` attribute and the optional ``enable`` attribute of a chip
+    whose driver is ``driver`` (the hwmon ``name``)."""
 
-    __slots__ = ("knob", "pwm", "enable")
+    __slots__ = ("knob", "pwm", "enable", "driver", "order", "levels", "enable_unreadable", "manual_seen",
+                 "refusal")
 
-    def __init__(self, knob: Knob, pwm: Attribute, enable: Attribute | None) -> None:
-        self.knob, self.pwm, self.enable = knob, pwm, enable
+    def __init__(self, knob: Knob, pwm: Attribute, enable: Attribute | None, driver: str = "") -> None:
+        self.knob, self.pwm, self.enable, self.driver = knob, pwm, enable, driver
+        self.order = MODE_FIRST if enable is not None else DUTY_ONLY
+        self.levels = Levels()
+        self.enable_unreadable: str | None = None  # why pwmN_enable cannot be read (EACCES: write-only)
+        self.manual_seen = False  # manual mode was written and held (or is assumed, the file unreadable)
+        self.refusal: str | None = None  # why the mode write is refused, while it is
+
+    # -- reading -----------------------------------------------------------------------------------------
+    def _enable(self) -> int | None:
+        """``pwmN_enable`` now; None without the file or while it cannot be read (remembered, once)."""
+        if self.enable is None or self.enable_unreadable is not None:
+            return None
+        try:
+            return self.enable.read_int()
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EIO, errno.ENODATA):
+                raise
+            self.enable_unreadable = errno_name(exc.errno)
+            return None
 
     def read(self) -> KnobValue:
-        """Duty % and mode as read now; a failed or nonsense read gives a status, never an exception."""
+        """Duty % and mode as read now; a failed or nonsense read gives a status, never an exception. An
+        unreadable ``pwmN_enable`` reads as mode None (manual once we wrote it, as for drivers without one);
+        ``pwmN_enable`` 0 at duty 255 reads as manual 100 % (it87 shows a manual fan at full that way)."""
         try:
             raw = self.pwm.read_int()
-            enable = self.enable.read_int() if self.enable is not None else None
+            enable = self._enable()
         except OSError as exc:
             return KnobValue(self.knob.id, None, None, classify_oserror(exc)[0])
         except Nonsense:
             return KnobValue(self.knob.id, None, None, Status.IMPLAUSIBLE)
         if not 0 <= raw <= units.PWM_MAX:
             return KnobValue(self.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
-        return ok_knob(self.knob.id, units.pwm_to_pct(raw), pwm_mode(enable))
+        mode = pwm_mode(enable)
+        if mode == "full" and raw == units.PWM_MAX and self.manual_seen:
+            mode = "manual"
+        return ok_knob(self.knob.id, units.pwm_to_pct(raw), mode)
 
+    @property
+    def mode_refused(self) -> str | None:
+        """Why the duty is written without manual mode (the driver refused ``pwmN_enable := 1``, or kept
+        its own mode: order duty-only), None while manual mode takes or the knob has no mode."""
+        if self.enable is None or self.order != DUTY_ONLY:
+            return None
+        return self.refusal
+
+    def settles_at(self, duty_pct: float) -> float:
+        """The duty (%) this knob holds when ``duty_pct`` is written: the driver's level at or above it."""
+        return units.pwm_to_pct(self.levels.holds(pct_to_pwm_up(duty_pct)))
+
+    # -- writing -----------------------------------------------------------------------------------------
     def write(self, duty_pct: float) -> None:
-        """``pwmN_enable`` := 1 when it is not already, then ``pwmN`` := the duty. A driver that refuses
-        manual mode (EINVAL, EOPNOTSUPP on ``pwmN_enable``) still gets the duty: the caller's read-back
-        tells whether it holds (drift). Raises OutOfRange (outside 0–100 % or EINVAL on ``pwmN``),
-        NoPermission, DeviceLost or BackendError."""
+        """Bring the fan to at least ``duty_pct`` % in manual mode, by the write order that works (see the
+        module doc). Raises OutOfRange (outside 0–100 %, or the driver refuses the duty itself),
+        Uncontrollable (neither mode nor duty can be written), NoPermission, DeviceLost or BackendError."""
         kid = self.knob.id
         if math.isnan(duty_pct) or not 0.0 <= duty_pct <= 100.0:
             raise OutOfRange(f"{kid}: duty {duty_pct} % outside 0–100 %")
-        if self.enable is not None:
-            try:
-                current = self.enable.read_int()
-            except (OSError, Nonsense):
-                current = None
-            if current != MANUAL:
-                try:
-                    self.enable.write_int(MANUAL)
-                except OSError as exc:
-                    if exc.errno not in _REFUSED:
-                        raise write_error(exc, f"{kid}: set manual mode (enable := 1)") from exc
-        self._write(self.pwm, units.pct_to_pwm(duty_pct), f"{kid} := {duty_pct:g} %")
+        target = pct_to_pwm_up(duty_pct)
+        if self.order == MODE_FIRST:
+            if self._manual():
+                self._duty(target, manual=True)
+                return
+            self.order = DUTY_FIRST
+        if self.order == DUTY_FIRST:
+            refused = self._try_duty(target)
+            if self._manual():
+                self._duty(target, manual=True)
+                return
+            if refused is not None:
+                raise Uncontrollable(f"{kid}: the driver refuses manual mode ({self.refusal}) and the duty "
+                                     f"outside it ({refused}): this fan cannot be controlled")
+            self.order = DUTY_ONLY  # the duty is written; the driver's own mode may still override it
+            return
+        self._duty(target, manual=self.enable is None)
 
+    def _manual(self) -> bool:
+        """Put ``pwmN_enable`` to 1 unless it is (or is taken to be) there already; False when refused."""
+        if self.enable is None:
+            return True
+        try:
+            current = self._enable()
+        except OSError as exc:  # ENODEV: the device is gone (DeviceLost)
+            raise write_error(exc, f"{self.knob.id}: read pwmN_enable") from exc
+        if current == MANUAL or (current is None and self.manual_seen):
+            return True
+        try:
+            self.enable.write_int(MANUAL)
+        except OSError as exc:
+            if exc.errno not in _REFUSED:
+                raise write_error(exc, f"{self.knob.id}: set manual mode (enable := 1)") from exc
+            self.refusal = f"{errno_name(exc.errno)} on {self.knob.id.rsplit('/', 1)[1]}_enable := 1"
+            return False
+        try:
+            after = self._enable()
+        except OSError as exc:
+            raise write_error(exc, f"{self.knob.id}: read pwmN_enable back") from exc
+        if after is not None and after not in (MANUAL, FULL):  # firmware kept control
+            self.refusal = f"{self.knob.id.rsplit('/', 1)[1]}_enable reads {after} after := 1"
+            return False
+        self.manual_seen, self.refusal = True, None
+        return True
+
+    def _try_duty(self, target: int) -> str | None:
+        """Write the duty before the mode; returns why the driver refused it, None when it took it."""
+        try:
+            self.pwm.write_int(self.levels.write_for(target))
+        except OSError as exc:
+            if exc.errno in (errno.EINVAL, errno.EPERM, errno.EBUSY, errno.EOPNOTSUPP):
+                return errno_name(exc.errno)
+            raise write_error(exc, f"{self.knob.id} := {units.pwm_to_pct(target):g} %") from exc
+        return None
+
+    def _duty(self, target: int, *, manual: bool) -> None:
+        """Write the duty; in manual mode read it back, learn the level and go one level up while the
+        driver kept less than ``target`` (a few writes at most: no level is skipped twice)."""
+        value = self.levels.write_for(target)
+        for _ in range(10):
+            self._write(self.pwm, value, f"{self.knob.id} := {units.pwm_to_pct(target):.4g} %")
+            if not manual:
+                return
+            try:
+                got = self.pwm.read_int()
+            except (OSError, Nonsense):
+                return  # the applier's read-back reports it
+            self.levels.learn(value, got)
+            if got >= target or value >= units.PWM_MAX or not 0 <= got <= units.PWM_MAX:
+                return
+            value = min(units.PWM_MAX, value + max(1, target - got))
+
+    # -- save and restore --------------------------------------------------------------------------------
     def save(self) -> dict[str, Any]:
-        """``{"pwm": 0–255, "enable": int | None}`` as found (raw hwmon units)."""
+        """``{"pwm": 0–255, "enable": int | None}`` as found (raw hwmon units). When ``pwmN_enable`` exists
+        but cannot be read, ``enable`` is None, ``enable_unreadable`` names the errno and ``auto`` the
+        driver's automatic value the restore will use (None: full duty instead)."""
         try:
             raw = self.pwm.read_int()
-            enable = self.enable.read_int() if self.enable is not None else None
+            enable = self._enable()
         except OSError as exc:
             raise write_error(exc, f"{self.knob.id}: cannot read the original") from exc
         except Nonsense as exc:
             raise BackendError(f"{self.knob.id}: cannot read the original: {exc}") from exc
-        return {"pwm": raw, "enable": enable}
+        saved: dict[str, Any] = {"pwm": raw, "enable": enable}
+        if self.enable is not None and self.enable_unreadable is not None:
+            saved.update(enable_unreadable=self.enable_unreadable, auto=driver_auto(self.driver))
+        return saved
 
-    def restore(self, saved: dict[str, Any]) -> None:
+    def restore(self, saved: dict[str, Any]) -> str | None:
         """Put back what :meth:`save` returned: manual → enable then pwm; automatic → pwm (best effort: the
-        driver owns it in automatic mode) then enable; no enable file → pwm."""
+        driver owns it in automatic mode) then enable; no enable file → pwm; an original whose mode could
+        not be read → the driver's automatic mode, or full duty. Returns None when the original is back,
+        else a note saying what was done instead (full duty). Raises BackendError only when not even full
+        duty could be set."""
+        kid = self.knob.id
+        self.manual_seen = False
+        try:
+            if saved.get("enable_unreadable") and self.enable is not None:
+                auto, why = saved.get("auto"), saved["enable_unreadable"]
+                if auto is None:
+                    return self._full(f"{kid}: the original mode could not be read ({why}) and no automatic "
+                                      f"mode is known for {self.driver or 'this driver'}")
+                self._write(self.enable, int(auto), f"{kid}: restore enable {auto}")
+                return (f"{kid}: the original mode could not be read ({why}): handed to the driver's "
+                        f"automatic mode (enable {auto})")
+            self._restore_exact(saved)
+        except BackendError as exc:
+            return self._full(f"{kid}: restoring the original failed ({exc})")
+        return None
+
+    def _restore_exact(self, saved: dict[str, Any]) -> None:
         kid = self.knob.id
         enable, pwm = saved.get("enable"), saved.get("pwm")
         if enable is None or enable == MANUAL or self.enable is None:
@@ -100,6 +300,28 @@ class PwmKnob:
             except OSError:
                 pass
         self._write(self.enable, int(enable), f"{kid}: restore enable {enable}")
+
+    def _full(self, why: str) -> str:
+        """Full duty after a failed restore: manual 255, else ``pwmN_enable`` 0 where it means full speed.
+        Returns the note; raises BackendError when neither holds."""
+        errors = []
+        if self.enable is not None:
+            try:
+                self.enable.write_int(MANUAL)
+            except OSError as exc:
+                errors.append(f"enable := 1: {errno_name(exc.errno)}")
+        try:
+            self.pwm.write_int(units.PWM_MAX)
+            return f"{why}: left at full duty (pwm 255) instead"
+        except OSError as exc:
+            errors.append(f"pwm := 255: {errno_name(exc.errno)}")
+        if self.enable is not None and self.driver.startswith(FULL_ON_ZERO):
+            try:
+                self.enable.write_int(FULL)
+                return f"{why}: left at full speed (enable 0) instead"
+            except OSError as exc:
+                errors.append(f"enable := 0: {errno_name(exc.errno)}")
+        raise BackendError(f"{why}; full duty failed too ({'; '.join(errors)}): the fan may be left as it is")
 
     def close(self) -> None:
         self.pwm.close()

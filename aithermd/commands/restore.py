@@ -5,8 +5,9 @@ knob's backend and root. Idempotent. A knob its backend no longer knows (its dev
 failure: a warning, and it stays journaled until its device is back, or is forgotten when it was recorded
 before the last reboot (:mod:`aithermd.actuate.restore`). Refuses while a daemon runs on the state
 directory (it restores on its own when it stops). Exit codes: 0 every present knob restored (or nothing to
-do), 1 some knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the
-journal cannot be read.
+do; a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1 some
+knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
+be read.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"restored {len(report.restored)} knob(s) from {state_dir}")
     for knob_id, why in {**report.absent, **report.forgotten}.items():
         print(f"warning: {knob_id}: {why}", file=sys.stderr)
+    for why in report.fallbacks.values():
+        print(f"warning: {why}", file=sys.stderr)
     for knob_id, why in report.failed.items():
         print(f"error: {knob_id}: {why}", file=sys.stderr)
     return 0 if report.ok else 1

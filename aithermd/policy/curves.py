@@ -6,7 +6,9 @@
   clamped so it alone cannot push the duty outside 0–100 % (anti-windup).
 - ``mix``: max/min/mean of other curves.
 - Fan shaping (:func:`shape`): stop below a temperature, a minimum duty, a start duty to kick a stalled fan,
-  and ramp limits in %/s up and down.
+  and ramp limits in %/s up and down; a fan allowed to stop whose stop duty is known (calibrated) stops
+  only once its duty falls ``stop_hysteresis_pct`` below that stop duty (held at it in between) and starts
+  again only at it or above, with the start kick.
 """
 
 from __future__ import annotations
@@ -107,17 +109,24 @@ def evaluate(name: str, curve: PointsCurve | PidCurve | MixCurve, curves: Mappin
 
 def shape(duty: float, temp_c: float | None, now: float, prev: FanState, *, min_duty_pct: float = 0.0,
           start_duty_pct: float | None = None, stop_below_c: float | None = None,
-          ramp_up_pct_s: float | None = None, ramp_down_pct_s: float | None = None) -> float:
+          ramp_up_pct_s: float | None = None, ramp_down_pct_s: float | None = None,
+          stop_pct: float | None = None, stop_hysteresis_pct: float = 0.0) -> float:
     """The duty (%) to send: 0 below ``stop_below_c``, else at least ``min_duty_pct``; a fan starting from 0
-    gets at least ``start_duty_pct`` (kick, ramp-free); changes limited to the ramp rates since ``prev``."""
+    gets at least ``start_duty_pct`` (kick, ramp-free); changes limited to the ramp rates since ``prev``.
+    ``stop_pct`` (a fan allowed to stop, ``min_duty_pct`` 0, whose lowest running duty is known): while it
+    turns, a duty under ``stop_pct`` holds it at ``stop_pct`` until the duty falls ``stop_hysteresis_pct``
+    below, then 0; while it is still, it starts only at ``stop_pct`` or above."""
+    last = prev.duty_pct
     if stop_below_c is not None and temp_c is not None and temp_c < stop_below_c:
         target = 0.0
     else:
         target = max(duty, min_duty_pct)
         if target <= 0.0 and stop_below_c is None and min_duty_pct > 0:
             target = min_duty_pct
+        if stop_pct is not None and min_duty_pct <= 0.0 and 0.0 < target < stop_pct:
+            running = last is not None and last > 0.0
+            target = stop_pct if running and target > stop_pct - stop_hysteresis_pct else 0.0
     target = min(max(target, 0.0), 100.0)
-    last = prev.duty_pct
     if last is None:
         return target
     if target > 0.0 and last <= 0.0 and start_duty_pct is not None:

@@ -2,7 +2,8 @@
 
 A selector written without wildcards (an exact GPU index or UUID, fan id, chip or zone) must match something;
 one with wildcards may match nothing (shipped policies name several chips so they fit many boards). A curve
-source or a ``temperature_c`` sensor must match at least one temperature channel.
+source or a ``temperature_c`` sensor must match at least one temperature channel, except a named curve that
+only rules driving no fan on this machine use (the shipped GPU fan curve on a machine without GPUs).
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
                     problems.append(((*loc, "curve", "inline", rule.curve.kind, "source"),
                                      "no temperature channel on this machine matches this source"))
     problems += _budget_problems(doc, devices)
+    idle = _curves_of_idle_rules(doc, devices)
     for name, curve in doc.curves.items():
-        if isinstance(curve, MixCurve):
+        if isinstance(curve, MixCurve) or name in idle:
             continue
         pats = sources.patterns(curve.source)
         if not selectors.select_temperatures(pats, devices):
@@ -118,6 +120,23 @@ def _budget_problems(doc: Any, devices: Sequence[Device]) -> list[tuple[tuple[An
             out.append((loc, f"gives the devices {total:.0f} W, below the sum of their lowest limits ({need:.0f} W: "
                              f"{each}): it can never hold; raise it, or leave devices out (gpus:, cpu: false)"))
     return out
+
+
+def _curves_of_idle_rules(doc: Any, devices: Sequence[Device]) -> set[str]:
+    """Named curves used (directly or through mix curves) only by fan rules that select no fan here."""
+    def reach(rules: list[FanRule]) -> set[str]:
+        seen: set[str] = set()
+        todo = [n for r in rules for n in ([r.curve] if isinstance(r.curve, str)
+                                           else r.curve.curves if isinstance(r.curve, MixCurve) else [])]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                curve = doc.curves.get(name)
+                todo.extend(curve.curves if isinstance(curve, MixCurve) else [])
+        return seen
+    fan_rules = [r for r in doc.rules if isinstance(r, FanRule)]
+    return reach(fan_rules) - reach([r for r in fan_rules if selectors.select_fans(r.fans, devices)])
 
 
 def unsourced_fans(policy: Any, devices: Sequence[Device]) -> list[tuple[str, str, tuple[str, ...]]]:

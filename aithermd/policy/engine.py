@@ -44,7 +44,8 @@ from aithermd.policy.windows import Window
 @dataclass(frozen=True)
 class EngineInput:
     """One tick's facts: monotonic and wall-clock time (s), devices, readings and knob values by id, device
-    attributes, and the running processes' names/command lines (only filled when :func:`needs_processes`)."""
+    attributes, the running processes' names/command lines (only filled when :func:`needs_processes`), and
+    the stall detector's actions (``fan_alarms``: pwm knob id → ``kick`` | ``stalled`` | ``failed``)."""
 
     t_mono: float
     t_wall: float
@@ -53,6 +54,7 @@ class EngineInput:
     knobs: Mapping[str, KnobValue]
     attrs: Mapping[str, Mapping[str, Any]] = field(default_factory=_empty)
     processes: frozenset[str] = frozenset()
+    fan_alarms: Mapping[str, str] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
         else safety.plan(inp.devices, params)
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
-                                    fan_failed=fan_failed)
+                                    fan_failed=fan_failed, fans=inp.fan_alarms)
     override = arbiter.override_decisions(overrides, knobs)
     merged = arbiter.merge([*layers, override, safe], knobs)
     report: Mapping[str, Any] = EMPTY

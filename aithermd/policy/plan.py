@@ -98,7 +98,10 @@ def _reachable(name: str, curves: dict[str, Any], seen: set[str]) -> None:
             _reachable(ref, curves, seen)
 
 
-def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], when: Node | None) -> CRule:
+def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device],
+              when: Node | None) -> list[CRule]:
+    """The compiled fan rule; a curve whose source names the fan's own GPU (``same_gpu``) is compiled once
+    per GPU among the targets (one rule each, the same name: each GPU's fans read its own channels)."""
     by_knob = {k.id: d for d in devices for k in d.knobs}
     targets = tuple(Target(k, by_knob[k.id].id if by_knob[k.id].kind == DeviceKind.GPU else None)
                     for k in selectors.select_fans(rule.fans, devices))
@@ -110,23 +113,31 @@ def _fan_rule(rule: FanRule, i: int, comp: Compiler, devices: Sequence[Device], 
         curve_name = f"{rule.name}:inline"
         all_curves[curve_name] = rule.curve
     reach: set[str] = set()
-    chans: dict[str, tuple[str, ...]] = {}
-    agg: dict[str, str] = {}
-    inputs: dict[str, tuple[sources.Input, ...]] = {}
-    smooth: dict[str, tuple[str, float]] = {}
+    leaves: dict[str, Any] = {}
     if curve_name is not None:
         _reachable(curve_name, all_curves, reach)
-        for leaf, curve in _leaves(curve_name, all_curves, set()).items():
-            if isinstance(curve, PointsCurve | PidCurve):
-                fn, inputs[leaf] = sources.compile_source(curve.source, devices)
-                chans[leaf] = sources.channels(inputs[leaf])
-                agg[leaf] = fn
-                if curve.smoothing_s > 0 and inputs[leaf]:
-                    key = sources.key(fn, inputs[leaf])
-                    comp.needs[key] = max(comp.needs.get(key, 0.0), curve.smoothing_s)
-                    smooth[leaf] = (key, curve.smoothing_s)
-    return CRule(rule.name, "fan", when, targets, rule, curve_name, {n: all_curves[n] for n in reach},
-                 sources=chans, agg=agg, inputs=inputs, smooth=smooth)
+        leaves = {n: c for n, c in _leaves(curve_name, all_curves, set()).items()
+                  if isinstance(c, PointsCurve | PidCurve)}
+    per_gpu = any(sources.uses_same_gpu(c.source) for c in leaves.values())
+    scopes = list(dict.fromkeys(t.scope for t in targets)) if per_gpu else [None]
+    out = []
+    for scope in scopes:
+        chans: dict[str, tuple[str, ...]] = {}
+        agg: dict[str, str] = {}
+        inputs: dict[str, tuple[sources.Input, ...]] = {}
+        smooth: dict[str, tuple[str, float]] = {}
+        for leaf, curve in leaves.items():
+            fn, inputs[leaf] = sources.compile_source(curve.source, devices, gpu=scope)
+            chans[leaf] = sources.channels(inputs[leaf])
+            agg[leaf] = fn
+            if curve.smoothing_s > 0 and inputs[leaf]:
+                key = sources.key(fn, inputs[leaf])
+                comp.needs[key] = max(comp.needs.get(key, 0.0), curve.smoothing_s)
+                smooth[leaf] = (key, curve.smoothing_s)
+        mine = tuple(t for t in targets if t.scope == scope) if per_gpu else targets
+        out.append(CRule(rule.name, "fan", when, mine, rule, curve_name, {n: all_curves[n] for n in reach},
+                         sources=chans, agg=agg, inputs=inputs, smooth=smooth))
+    return out
 
 
 def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
@@ -182,7 +193,7 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
                        for d in devices for k in d.knobs if wanted.get(k.kind) in k.choices]
             rules.append(CRule(rule.name, "cpu_knobs", when, tuple(targets), rule))
         else:
-            rules.append(_fan_rule(rule, i, comp, devices, when))
+            rules.extend(_fan_rule(rule, i, comp, devices, when))
     knobs = {k.id: k for d in devices for k in d.knobs}
     budgets = power_budget.compile_budgets(doc, comp, devices)
     quiet_blocks = quiet.compile_quiet(doc, comp, devices, rules)

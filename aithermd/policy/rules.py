@@ -87,10 +87,35 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
     if prev is None:
         kv = inp.knobs.get(t.knob.id)
         prev = fc.FanState(kv.value if kv is not None and kv.status == Status.OK else None, None)
-    value = fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=model.min_duty_pct,
-                     start_duty_pct=model.start_duty_pct, stop_below_c=model.stop_below_c,
-                     ramp_up_pct_s=model.ramp_up_pct_s, ramp_down_pct_s=model.ramp_down_pct_s)
+    low, start, stop = fan_limits(model, t.knob)
+    value = fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
+                     stop_below_c=model.stop_below_c, ramp_up_pct_s=model.ramp_up_pct_s,
+                     ramp_down_pct_s=model.ramp_down_pct_s, stop_pct=stop,
+                     stop_hysteresis_pct=model.stop_hysteresis_pct)
     return value, inputs
+
+
+START_MARGIN_PCT = 5.0  # a start duty found once is not one forever (temperature, wear: FanControl #3855)
+STOP_MARGIN_PCT = 2.0  # kept above the lowest duty the fan turned at, so it does not stall at the edge
+UNCALIBRATED_START_PCT = 50.0  # an uncalibrated fan starting from standstill: above any 4-wire fan's start
+
+
+def fan_limits(model: Any, knob: Any) -> tuple[float, float | None, float | None]:
+    """``(min duty, start duty, stop duty)`` (%) of a fan rule's ``model`` for ``knob``: the rule's own
+    ``min_duty_pct``/``start_duty_pct`` when it gives them, else the knob's calibration (its stop duty plus
+    :data:`STOP_MARGIN_PCT` as the minimum, its start duty plus :data:`START_MARGIN_PCT` as the kick), else
+    0 and :data:`UNCALIBRATED_START_PCT`. The stop duty (for the start/stop hysteresis) applies to a fan
+    allowed to stop: a rule that
+    says ``min_duty_pct: 0`` on a calibrated fan."""
+    cal = knob.fan if knob.fan is not None and knob.fan.calibrated else None
+    low = model.min_duty_pct if model.min_duty_pct is not None else (
+        min(100.0, cal.stop_pct + STOP_MARGIN_PCT) if cal is not None and cal.stop_pct is not None else 0.0)
+    known_start = cal is not None and cal.start_pct is not None
+    start = model.start_duty_pct if model.start_duty_pct is not None else (
+        min(100.0, cal.start_pct + START_MARGIN_PCT) if known_start  # type: ignore[union-attr]
+        else UNCALIBRATED_START_PCT)
+    stop = cal.stop_pct if cal is not None and model.min_duty_pct == 0 else None
+    return low, start, stop
 
 
 def _search(rule: CRule, t: Target, ctx: Ctx, inp: Any, gpu: str) -> tuple[float, str, dict] | None:

@@ -12,6 +12,11 @@
 - A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
   policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
   with a later one that reads, does not; without that word every source channel must read.
+- A stalled fan (:mod:`aithermd.runtime.fanwatch`) goes to full: a kick-start, then for as long as it
+  stalls. When detection confirmed that the stalled fan input follows that pwm, its *zone* — the
+  temperature channels its curve reads — is a failed cooler: the other fans reading any of them go to full
+  and the devices those channels belong to get the critical response's power limits (their minimum; RAPL
+  PL1/PL2 for a CPU temperature chip), until the fan turns again.
 """
 
 from __future__ import annotations
@@ -105,6 +110,51 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
     return out, latches
 
 
+def _cooling(dev: Device, devices: Sequence[Device]) -> list[tuple[Knob, float | None]]:
+    """What cools ``dev`` down: its power limits to their minimum, its own fans (GPU fans, a GPU hwmon chip's
+    pwm) to full, and for a CPU temperature chip the RAPL package PL1/PL2 to their minimum."""
+    targets: list[tuple[Knob, float | None]] = []
+    for k in dev.knobs:
+        if k.kind in (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2):
+            targets.append((k, k.min))
+        elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
+                                        and dev.chip.startswith(GPU_CHIPS)):
+            targets.append((k, FULL_PCT))
+    if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
+        targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
+                    if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+    return targets
+
+
+def _stalled(sp: SafetyPlan, fans: Mapping[str, str], fan_sources: Mapping[str, Iterable[str]],
+             decisions: dict[str, Decision]) -> None:
+    """Full duty for stalled fans (``fans``: knob id → ``kick``, ``stalled`` or ``failed``); a ``failed``
+    one's zone as a failed cooler (see the module doc)."""
+    for fan_id, action in fans.items():
+        knob = sp.knobs.get(fan_id)
+        if knob is None:
+            continue
+        what = "kick-start: a fan under duty reads no speed" if action == "kick" else "stalled fan"
+        dec = _decide(knob, FULL_PCT, "stalled-fan", f"{fan_id}: {what}: full duty", {"fan": action})
+        if dec is not None:
+            decisions.setdefault(fan_id, dec)
+        if action != "failed":
+            continue
+        zone = set(fan_sources.get(fan_id, ()))
+        where = ", ".join(sorted(zone)) or "no curve source"
+        why = f"{fan_id} stalled: its zone ({where}) is a failed cooler"
+        targets = [(sp.knobs[f], FULL_PCT) for f, src in fan_sources.items()
+                   if f != fan_id and f in sp.knobs and zone.intersection(src)]
+        for dev_id in sorted({ch.rsplit("/", 1)[0] for ch in zone}):
+            dev = sp.by_id.get(dev_id)
+            if dev is not None:
+                targets += _cooling(dev, sp.devices)
+        for k, value in targets:
+            dec = _decide(k, value, "failed-cooler", why, {"stalled": fan_id})
+            if dec is not None:
+                decisions.setdefault(k.id, dec)
+
+
 def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dict) -> Decision | None:
     if value is None:
         return None
@@ -114,7 +164,7 @@ def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dic
 
 def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mapping[str, Iterable[str]],
              latched: Mapping[str, Latch] | frozenset[str], now: float = 0.0, *,
-             fan_failed: Mapping[str, tuple[str, str]] | None = None,
+             fan_failed: Mapping[str, tuple[str, str]] | None = None, fans: Mapping[str, str] | None = None,
              ) -> tuple[dict[str, Decision], Mapping[str, Latch]]:
     """Safety decisions per knob id and the latches of the critical channels (the next call's ``latched``;
     a plain set, as the fast lane passes, counts as no latch).
@@ -122,7 +172,8 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
     ``sp``: :func:`plan` of the devices; ``fan_sources``: fan knob id → the temperature channel ids its curve
     may read (from the policies); ``now``: monotonic time (s); ``fan_failed``: fan knob id → (channel,
     status) of the input that failed its source this tick (from the policies' rules); None: every channel in
-    ``fan_sources`` must read."""
+    ``fan_sources`` must read; ``fans``: knob id → the stall detector's action (``kick``,
+    ``stalled``, ``failed``)."""
     decisions: dict[str, Decision] = {}
     devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
     critical, latches = critical_channels(sp, readings, latched if isinstance(latched, Mapping) else {}, now)
@@ -155,10 +206,10 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
             elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
                                             and dev.chip.startswith(GPU_CHIPS)):
                 targets.append((k, FULL_PCT))
-        targets += [(knobs[f], FULL_PCT) for f in fans_of.get(ch_id, ()) if f in knobs]
         if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
             targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
                         if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+        targets += [(knobs[f], FULL_PCT) for f in fans_of.get(ch_id, ()) if f in knobs]
         for knob, value_to in targets:
             dec = _decide(knob, value_to, "critical-temperature", why, inputs)
             if dec is not None and knob.id not in decisions:
@@ -195,4 +246,6 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
                               {f"{d.id}/temperature": temp.status.value})
                 if dec is not None:
                     decisions[k.id] = dec
+    if fans:
+        _stalled(sp, fans, fan_sources, decisions)
     return decisions, MappingProxyType(latches)

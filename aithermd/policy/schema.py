@@ -72,8 +72,8 @@ GpuSelector = Annotated[GpuMatch, BeforeValidator(
 
 
 class FanMatch(Model):
-    """Fans (hwmon ``pwmN`` and GPU ``fanN`` knobs) by knob id, hwmon chip or the label of the fan's channel
-    (fnmatch patterns); all given keys must match."""
+    """Fans (hwmon ``pwmN`` and GPU ``fanN`` knobs) by knob id, hwmon chip, or label: the name the admin gave
+    the fan (config ``names``) or its fan channel's label (fnmatch patterns); all given keys must match."""
 
     id: Globs | None = None
     chip: Globs | None = None
@@ -329,15 +329,19 @@ class CpuPowerLimitRule(RuleBase):
 
 
 class FanRule(RuleBase):
-    """Fans follow a curve (a name from ``curves`` or an inline curve) or a fixed ``duty_pct``."""
+    """Fans follow a curve (a name from ``curves`` or an inline curve) or a fixed ``duty_pct``.
+    ``min_duty_pct`` and ``start_duty_pct`` default to what ``aithermd fans calibrate`` measured for each fan
+    (its stop duty plus a margin, its start duty plus a margin); ``min_duty_pct: 0`` lets a calibrated fan
+    stop, ``stop_hysteresis_pct`` below its stop duty."""
 
     kind: Literal["fan"]
     fans: Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinstance(v, str | list) else v,
                                               json_schema_input_type=str | list[str] | FanMatch)]
     curve: CurveRef | None = None
     duty_pct: Pct | None = None
-    min_duty_pct: Pct = 0.0
+    min_duty_pct: Pct | None = None
     start_duty_pct: Pct | None = None
+    stop_hysteresis_pct: Pct = 2.0
     stop_below_c: float | None = None
     ramp_up_pct_s: Annotated[float, Field(gt=0)] | None = None
     ramp_down_pct_s: Annotated[float, Field(gt=0)] | None = None

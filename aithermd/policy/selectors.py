@@ -77,9 +77,10 @@ def select_fans(match: FanMatch, devices: Sequence[Device]) -> list[Knob]:
                 continue
             if match.chip is not None and not (_any(chip, match.chip) or _any(d.id, match.chip)):
                 continue
-            if match.label is not None:
+            if match.label is not None:  # the admin's name for the fan, or its fan channel's label
                 ch = channels.get(k.fan_channel or "")
-                if ch is None or not _any(ch.label, match.label, fold=True):
+                names = (k.label, *((ch.label, ch.alias) if ch is not None else ()))
+                if not any(_any(n, match.label, fold=True) for n in names):
                     continue
             out.append(k)
     return out

@@ -7,7 +7,8 @@ that matches any channel on this machine (Tctl/Tdie on AMD, ``Package id *`` on 
 where neither driver is loaded). Alternatives choose among the sensors a machine *has*; they never stand in
 for one that fails: a chosen channel that fails, reads nonsense or goes stale sends the curve's fans to
 full (the product's safety rule), unless its entry is ``optional: true`` — then it is left out of the
-aggregate while it fails. With no input reading at all the source fails too.
+aggregate while it fails. With no input reading at all the source fails too. ``{same_gpu: [...]}`` is
+compiled per GPU (``gpu``): the named channels of the GPU whose fans the rule drives.
 
 Resolved every tick (:func:`resolve`). The window key of a smoothed source (:func:`key`,
 :func:`parse_key`) encodes its inputs, so two curves over the same inputs share one window:
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from aithermd.model import Device, Status
@@ -59,20 +61,33 @@ def patterns(agg: Any) -> list[str]:
             out.append(item)
         elif item.sensor is not None:
             out.extend(item.sensor)
+        elif item.same_gpu is not None:
+            out.extend(f"gpu*/{name}" for name in item.same_gpu)
         else:
             for alt in item.first:
                 out.extend(alt)
     return out
 
 
-def compile_source(agg: Any, devices: Sequence[Device]) -> tuple[str, tuple[Input, ...]]:
-    """``(fn, inputs)`` of a schema ``SourceAgg`` on ``devices``; a channel is never read twice."""
+def uses_same_gpu(agg: Any) -> bool:
+    """Whether a source names channels of the fan's own GPU (``same_gpu``): compiled per GPU then."""
+    return any(not isinstance(item, str) and item.same_gpu is not None for item in entries(agg)[1])
+
+
+def compile_source(agg: Any, devices: Sequence[Device],
+                   gpu: str | None = None) -> tuple[str, tuple[Input, ...]]:
+    """``(fn, inputs)`` of a schema ``SourceAgg`` on ``devices``, with ``gpu`` (a device id) the GPU whose
+    fans are driven (for ``same_gpu``); a channel is never read twice."""
     fn, items = entries(agg)
     inputs: list[Input] = []
     taken: set[str] = set()
     for item in items:
         optional = not isinstance(item, str) and item.optional
-        if isinstance(item, str) or item.sensor is not None:
+        if not isinstance(item, str) and item.same_gpu is not None:
+            own = [d for d in devices if d.id == gpu]
+            chosen = [c for d in own for c in d.channels
+                      if any(fnmatchcase(c.attribute, p) for p in item.same_gpu)]
+        elif isinstance(item, str) or item.sensor is not None:
             chosen = selectors.select_temperatures([item] if isinstance(item, str) else item.sensor, devices)
         else:
             chosen = next((found for alt in item.first

@@ -151,18 +151,23 @@ class SourceInput(Model):
       that fails is left out of the aggregate instead of sending the fans to full;
     - ``first``: alternatives in order (each a pattern or a list of them): the channels of the first one
       this machine has are the input (Tctl/Tdie, then ``Package id *``, then a board thermistor, then
-      ``acpitz``); the others never stand in for a chosen channel that fails.
+      ``acpitz``); the others never stand in for a chosen channel that fails;
+    - ``same_gpu``: channel names (``temperature``, ``memory_temperature``) of *the GPU whose fan the rule
+      drives*: one rule gives each GPU's fans that GPU's own temperature (on a fan that is not a GPU's,
+      it matches nothing).
 
     A plain pattern is a required input: every channel it matches must read, or the fans go to full."""
 
     sensor: Globs | None = None
     first: list[Globs] | None = Field(None, min_length=1)
+    same_gpu: Globs | None = None
     optional: bool = False
 
     @model_validator(mode="after")
     def _one(self) -> SourceInput:
-        if (self.sensor is None) == (self.first is None):
-            raise ValueError("give exactly one of 'sensor' (patterns) or 'first' (alternatives in order)")
+        if sum(v is not None for v in (self.sensor, self.first, self.same_gpu)) != 1:
+            raise ValueError("give exactly one of 'sensor' (patterns), 'first' (alternatives in order) or "
+                             "'same_gpu' (channels of the fan's own GPU)")
         return self
 
 
@@ -170,8 +175,8 @@ SourceItem = Annotated[
     Annotated[Glob, Tag("pattern")] | Annotated[SourceInput, Tag("input")],
     Discriminator(lambda v: "pattern" if isinstance(v, str) else "input" if isinstance(v, dict | BaseModel)
                   else None, custom_error_type="source_input",
-                  custom_error_message="expected a sensor pattern or {sensor: ..., optional: ...} or "
-                                       "{first: [...], optional: ...}"),
+                  custom_error_message="expected a sensor pattern or {sensor: ..., optional: ...}, "
+                                       "{first: [...], optional: ...} or {same_gpu: temperature}"),
 ]
 
 

@@ -7,20 +7,26 @@ The shape is :class:`aithermd.publish.wire.SnapshotDoc` (typed there for aitherm
                   "channels": [{"id", "attribute", "label", "value", "unit", "status",
                                 "thresholds" (only when the source states any)}],
                   "knobs": [{"id", "kind", "value", "unit", "min", "max", "default", "writable", "why_not",
-                             "mode", "requested", "reason", "rule", "layer"}],
+                             "mode", "requested", "reason", "rule", "layer", "label",
+                             "fan": null | {"tachs", "start_pct", "stop_pct", "max_rpm": {tach: RPM},
+                                            "levels", "calibrated"}}],
                   "attrs": {...}}],
      "policy": {"active": str, "holds": [{"cookie", "policy", "reason", "owner", "detached", "expires",
                                          "uid", "created"}],
                 "states": {policy: {scope: state}}},
-     "health": {"nvml": {"library", "error", "reinits", "expected", "present", "gpus": {...}}, ...}}
+     "health": {"nvml": {"library", "error", "reinits", "expected", "present", "gpus": {...}}, ...},
+     "alarms": {id: {"kind", "message", "since"}}}
 
 RAPL devices also carry ``role`` (``package``, ``platform``, ``core``...) and, when no total counts them,
 ``"in_total": false`` (and ``duplicate_of`` for an MMIO copy of a package).
 
-``label`` falls back to the attribute name, as lm-sensors prints it. Values are in daemon units (°C, W, J,
-RPM, %); ``thresholds`` are the channel's own (hwmon ``crit``/``max``/..., NVML ``slowdown``/``shutdown``/
-``max_operating``) in its unit; knob ``requested``/``reason`` come from this tick's winning decision (null
-when no decision touched the knob).
+``label`` falls back to the attribute name, as lm-sensors prints it; a knob's ``label`` is the admin's name
+(null without one) and ``fan`` what fan detection and calibration found for a pwm (null: paired by
+number, uncalibrated); ``levels`` is the number of levels its driver keeps (0: every one). Values are in
+daemon units (°C, W, J, RPM, %); ``thresholds`` are the channel's own (hwmon ``crit``/``max``/..., NVML
+``slowdown``/``shutdown``/``max_operating``) in its unit; knob ``requested``/``reason`` come from this
+tick's winning decision (null when no decision touched the knob); ``alarms`` are what needs a person
+(:class:`aithermd.model.Alarm`), by knob or fan channel id.
 """
 
 from __future__ import annotations
@@ -31,10 +37,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aithermd.model import (
+    Alarm,
     Decision,
     Device,
     DeviceKind,
     Event,
+    FanCalibration,
     Hold,
     KnobValue,
     PolicyStatus,
@@ -43,7 +51,7 @@ from aithermd.model import (
     in_total,
 )
 from aithermd.publish.sensors import sensors_document
-from aithermd.publish.wire import DeviceDoc, HoldDoc, PolicyDoc, SnapshotDoc
+from aithermd.publish.wire import AlarmDoc, DeviceDoc, FanDoc, HoldDoc, PolicyDoc, SnapshotDoc
 
 
 INFO = ("index", "uuid", "pci_bus_id")  # a GPU's identity (DeviceInfoDoc): what CUDA_VISIBLE_DEVICES names
@@ -101,6 +109,19 @@ def policy_document(status: PolicyStatus) -> PolicyDoc:
             "states": plain(status.states)}
 
 
+def fan_document(cal: FanCalibration | None) -> FanDoc | None:
+    """A pwm's detection and calibration for the document (see the module docstring)."""
+    if cal is None:
+        return None
+    return {"tachs": list(cal.tachs), "start_pct": cal.start_pct, "stop_pct": cal.stop_pct,
+            "max_rpm": {t: max(r for _, r in pts) for t, pts in cal.rpm.items() if pts},
+            "levels": len(cal.levels), "calibrated": cal.calibrated}
+
+
+def alarm_document(alarm: Alarm) -> AlarmDoc:
+    return {"kind": alarm.kind, "message": alarm.message, "since": alarm.since}
+
+
 def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
     """The full ``GetSnapshot`` document of one published snapshot (see the module docstring)."""
     devices = sensors_devices(snapshot.devices, snapshot.readings, snapshot.knobs, snapshot.attrs)
@@ -111,6 +132,7 @@ def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
                 dev["in_total"] = False
             if device.info.get("duplicate_of"):
                 dev["duplicate_of"] = device.info["duplicate_of"]
+    described = {k.id: k for d in snapshot.devices for k in d.knobs}
     for dev in devices:
         for knob in dev["knobs"]:
             d = snapshot.decisions.get(knob["id"])
@@ -118,9 +140,13 @@ def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
             knob["reason"] = d.reason if d else None
             knob["rule"] = d.rule if d else None
             knob["layer"] = str(d.layer) if d else None
+            k = described.get(knob["id"])
+            knob["label"] = k.label if k is not None else None
+            knob["fan"] = fan_document(k.fan if k is not None else None)
     return {"seq": snapshot.seq, "t_wall": snapshot.t_wall, "tick_s": snapshot.tick_s,
             "dry_run": snapshot.dry_run, "degraded": list(snapshot.degraded), "devices": devices,
-            "policy": policy_document(snapshot.policy), "health": plain(snapshot.health)}
+            "policy": policy_document(snapshot.policy), "health": plain(snapshot.health),
+            "alarms": {k: alarm_document(a) for k, a in sorted(snapshot.alarms.items())}}
 
 
 def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decision]:

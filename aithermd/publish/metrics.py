@@ -238,7 +238,7 @@ class SnapshotCollector(Collector):
                     if kv is not None and kv.value is not None:
                         fan = channels.get(knob.fan_channel or "")
                         sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
-                        label = (fan.label if fan is not None else None) or sensor
+                        label = knob.label or (fan.label if fan is not None else None) or sensor
                         duty.add_metric([knob.id, chip, node_chip, sensor, label], kv.value / 100.0)
         yield from (temps, zones, fans, duty)
 
@@ -335,8 +335,13 @@ class MetricsHandle:
         self.registry.register(HealthCollector(hub, self.above_limit))
         self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
                                buckets=TICK_BUCKETS_S, registry=self.registry)
-        removers = [hub.add_listener(self.counters.on_publish), hub.add_listener(self.above_limit.on_publish)]
-        self._remove_listener = lambda: [remove() for remove in removers]
+        from aithermd.publish.fan_metrics import FanCollector, StallCounter
+
+        stalls = StallCounter()
+        self.registry.register(FanCollector(hub, stalls))
+        self._remove_listeners = (hub.add_listener(self.counters.on_publish),
+                                  hub.add_listener(self.above_limit.on_publish),
+                                  hub.add_listener(stalls.on_publish))
         self._server: ScrapeServer | None = None
         self.address: tuple[str, int] | None = None
 
@@ -354,7 +359,8 @@ class MetricsHandle:
 
     def stop(self) -> None:
         """Stop serving and detach from the hub; safe to call twice."""
-        self._remove_listener()
+        for remove in self._remove_listeners:
+            remove()
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -142,6 +142,29 @@ class ChannelDoc(TypedDict):
     estimated: NotRequired[bool]
 
 
+class FanDoc(TypedDict):
+    """What ``aithermd fans detect``/``calibrate`` found for one pwm: the fan inputs that follow it (empty:
+    nothing connected), the lowest duty that starts them from standstill and the lowest that keeps them
+    turning (%; null until calibrated), each one's RPM at full, and how many levels its driver keeps (0:
+    every one of 0–255)."""
+
+    tachs: list[str]
+    start_pct: float | None
+    stop_pct: float | None
+    max_rpm: dict[str, float]
+    levels: int
+    calibrated: bool
+
+
+class AlarmDoc(TypedDict):
+    """What needs a person about a knob or a fan input: ``kind`` ``conflict``, ``uncontrollable``,
+    ``stalled`` or ``empty``; since wall-clock ``since``."""
+
+    kind: Literal["conflict", "uncontrollable", "stalled", "empty"]
+    message: str
+    since: float
+
+
 class KnobDoc(TypedDict):
     """One knob: its read-back ``value`` and ``mode`` (pwm ``full``/``manual``/``auto``, NVML fans
     ``manual``/``auto``, null where the knob has none); its constraints; and this tick's winning decision
@@ -161,6 +184,8 @@ class KnobDoc(TypedDict):
     reason: str | None
     rule: str | None
     layer: LayerName | None
+    label: NotRequired[str | None]  # the admin's name (config ``names``)
+    fan: NotRequired[FanDoc | None]  # pwm only: fan detection and calibration (null: paired by number)
 
 
 class HeldIdleDoc(TypedDict):
@@ -252,6 +277,7 @@ class SnapshotDoc(TypedDict):
     # "expected", "present", "gpus": {id: {"state", "why", "uuid", "pci_bus_id", "next_check_s"}}},
     # "power_limits" {knob: {"requested_w", "enforced_w", "capped_by", "above_s"}}
     health: NotRequired[dict[str, Any]]
+    alarms: NotRequired[dict[str, AlarmDoc]]  # knob or fan channel id → alarm
 
 
 class HistoryDoc(TypedDict):

@@ -240,13 +240,31 @@ class Control:
         return await self._release(device_id)
 
     def explain(self, knob_id: str) -> dict[str, Any]:
+        """Each decided knob's value, layer, rule, reason and inputs; with its ``label`` (the admin's name)
+        and its ``alarms`` (the knob's own — a conflict, a fan that cannot be controlled — and those of the
+        fans it drives: stalled, empty) when it has them."""
         snap = self._hub.latest
         decisions = dict(snap.decisions) if snap is not None else {}
+        alarms = dict(snap.alarms) if snap is not None else {}
         if knob_id:
             self._knob(knob_id)
             decisions = {knob_id: decisions[knob_id]} if knob_id in decisions else {}
-        return {k: {"value": d.value, "requested": d.requested, "layer": str(d.layer), "rule": d.rule,
-                    "reason": d.reason, "inputs": dict(d.inputs)} for k, d in sorted(decisions.items())}
+        knobs = self._knobs()
+        out: dict[str, Any] = {}
+        for k, d in sorted(decisions.items()):
+            entry: dict[str, Any] = {"value": d.value, "requested": d.requested, "layer": str(d.layer),
+                                     "rule": d.rule, "reason": d.reason, "inputs": dict(d.inputs)}
+            knob = knobs.get(k)
+            if knob is not None and knob.label:
+                entry["label"] = knob.label
+            fans = knob.fan.tachs if knob is not None and knob.fan is not None else \
+                ((knob.fan_channel,) if knob is not None and knob.fan_channel else ())
+            mine = {i: alarms[i] for i in (k, *fans) if i in alarms}
+            if mine:
+                entry["alarms"] = {i: {"kind": a.kind, "message": a.message, "since": a.since}
+                                   for i, a in mine.items()}
+            out[k] = entry
+        return out
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _policy(self, name: str) -> Any:

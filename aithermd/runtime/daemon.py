@@ -47,6 +47,7 @@ from aithermd.backends.nvml_life import bus_id_of
 from aithermd.backends.registry import changed_families, discover, open_for_daemon
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import EXIT_CONFIG, InvalidArgument, PolicyErrors
+from aithermd.fans.store import fan_config
 from aithermd.model import Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
@@ -210,7 +211,7 @@ class Daemon:
                 self._log.error("policy_error", error=str(err))
             self._close(backends, own_backends)
             return EXIT_CONFIG
-        world = World(inventory, policy_set)
+        world = World(inventory, policy_set, fan_config(s.state_dir, s.names))
         for err in skipped:  # loud, but the daemon runs the valid policies; a reload refuses the file
             self._log.error("policy_skipped", error=str(err), path=err.path, line=err.line,
                             message="not loaded; fix or remove it (a reload refuses it until then)")

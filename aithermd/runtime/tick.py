@@ -10,6 +10,8 @@
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.
   GPU power limits enforced below the requested one, or a draw above the enforced limit, are reported
   (:mod:`aithermd.actuate.caps`; such a limit is written again once).
+  Fans under duty that do not turn are kicked, then called stalled (:mod:`aithermd.runtime.fanwatch`): the
+  safety layer gets their actions through ``EngineInput.fan_alarms``.
 - **Evaluate**: the pure policy engine with the active policy, the holds and the operator's overrides.
 - **Arbitrate**: the engine's winning decision per knob, clamped again to the knob's constraints; a knob we
   own that no decision claims any more (or a ``default`` decision) is handed back (journaled original
@@ -32,9 +34,10 @@ from aithermd.actuate.applier import Applier
 from aithermd.actuate.caps import PowerCaps
 from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
-from aithermd.model import Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
+from aithermd.model import Alarm, Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
+from aithermd.runtime.fanwatch import FanWatch
 from aithermd.runtime.health import Health, fault
 from aithermd.runtime.sampling import Sampler, list_processes
 from aithermd.runtime.world import Engine, World
@@ -74,6 +77,7 @@ class Tick:
         self.sampler = Sampler(clock, executor.worker, processes)
         self.health = Health()
         self.caps = PowerCaps()
+        self.fanwatch = FanWatch()
         self.state: Any = engine.initial_state()
         self.decisions: Mapping[str, Decision] = {}
         self.states: Mapping[str, Mapping[str, str]] = {}
@@ -105,6 +109,8 @@ class Tick:
         knobs, lost = sampled.knobs, sampled.lost
         readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)
+        events += self.fanwatch.check(world.devices, readings, knobs, t_mono, t_wall,
+                                       paused=self.applier.paused)
         for knob_id in self.applier.owned:
             knob = world.knobs.get(knob_id)
             if knob is not None and knob.device_id not in lost:
@@ -121,13 +127,15 @@ class Tick:
             events += await self._actuate(world, knobs, lost, t_wall, sampled.hop_ok, reapply)
         degraded.update(self.applier.faults)
         degraded.update(self.applier.stepped_back)
+        alarms: dict[str, Alarm] = {**self.fanwatch.alarms, **self.applier.alarms}
+        degraded.update(k for k, a in alarms.items() if a.kind != "empty")
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
                             knobs=knobs, attrs=with_held_idle(sampled.attrs, self.held_idle, t_mono),
                             decisions=self.decisions,
                             policy=PolicyStatus(self.control.active, tuple(self.control.holds), self.states),
                             degraded=tuple(sorted(degraded)), dry_run=self.dry_run, tick_s=self.tick_s,
                             health={**sampled.health, "power_limits": self.caps.state}
-                            if self.caps.state else sampled.health, budget=self.budget)
+                            if self.caps.state else sampled.health, budget=self.budget, alarms=alarms)
         self.hub.publish(snapshot, events)
         return snapshot
 
@@ -143,7 +151,8 @@ class Tick:
         holds = [world.policies[n] for n in op.hold_names() if n in world.policies]
         try:
             inp = self.engine.input_type(t_mono=t_mono, t_wall=t_wall, devices=world.devices,
-                                         readings=readings, knobs=knobs, attrs=attrs, processes=procs)
+                                         readings=readings, knobs=knobs, attrs=attrs, processes=procs,
+                                         fan_alarms=self.fanwatch.actions)
             result = self.engine.evaluate(active, holds, inp, self.state, op.override_values())
         except Exception as exc:  # noqa: BLE001 - keep the last settings, report, try again next tick
             self._log.exception("engine_failed")

@@ -22,6 +22,7 @@ from typing import Any
 from aithermd.backends.base import Backend
 from aithermd.backends.registry import Inventory, discover
 from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.fans.store import FanConfig
 from aithermd.model import Device, Knob
 from aithermd.settings import DaemonSettings, default_policy_dirs
 
@@ -61,10 +62,15 @@ class World:
     """The ``inventory`` (backends, devices, knobs and their owners) and the ``policy_set``. The inventory's
     fields read through: ``backends`` in sample order, ``inline`` (sampled on the event loop) and
     ``threaded`` (NVML: the loop's worker thread), ``devices``, ``knobs`` and ``owner`` (knob id → Knob,
-    backend), ``device_owner``; and the policy set's ``policies``, ``policy_dirs``, ``needs_processes``."""
+    backend), ``device_owner``; and the policy set's ``policies``, ``policy_dirs``, ``needs_processes``.
+    ``fans`` (fan detection and calibration, the admin's names) is applied to every inventory it holds."""
 
     inventory: Inventory
     policy_set: PolicySet
+    fans: FanConfig = FanConfig()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inventory", self.fans.decorate(self.inventory))
 
     @property
     def backends(self) -> tuple[Backend, ...]:
@@ -151,10 +157,10 @@ def load_policies_at_start(settings: DaemonSettings, engine: Engine) -> tuple[Po
 
 
 def build_world(settings: DaemonSettings, backends: Sequence[Backend], engine: Engine,
-                inventory: Inventory | None = None) -> World:
+                inventory: Inventory | None = None, fans: FanConfig | None = None) -> World:
     """Discover ``backends`` (unless their ``inventory`` is given) and load the policies. Raises
     PolicyErrors."""
-    return World(inventory or discover(backends), load_policies(settings, engine))
+    return World(inventory or discover(backends), load_policies(settings, engine), fans or FanConfig())
 
 
 def with_policies(world: World, policy_set: PolicySet) -> World:

@@ -26,8 +26,10 @@ The model (constants documented where they are set):
 - amdgpu display card: a constant ~44 W card with its own fan (``hwmon`` pwm1 of the amdgpu);
 - automatic mode: the chip raises a fan from its found duty at 50 °C to full at 85 °C of its source (the
   CPU for the nct6798, the card's edge for the amdgpu), as a stand-in for SmartFan/firmware curves;
-- fans: speed proportional to duty (fan affinity law) from each fan's own found RPM/duty ratio, zero below
-  a 10 % stall duty; headers that read 0 RPM in the real machine have no fan;
+- fans (:mod:`aithermd.sim.fans`): inertia, start above stop threshold, one pwm driving two fans, empty
+  headers, a driver that keeps duty in steps, fans that die; the cooling follows each fan's real speed
+  (a stalled fan cools nothing) and the tachometers read it; which pwm drives which fan is the board's
+  :class:`~aithermd.sim.fans.Wiring`, hidden from the daemon (fan detection finds it);
 - readings: the board keeps the true state (``case_air_c``, ``cpu_sink_c``, ``amdgpu_c``, fan duties); the
   files get what each sensor would report of it, quantized to its resolution and jittered
   (:mod:`aithermd.sim.sensor_noise`, which documents each sensor's model and its basis).
@@ -36,11 +38,13 @@ The model (constants documented where they are set):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from aithermd.sim import thermal, ttar
+from aithermd.sim.fans import DEFAULT_WIRING, FanModel, SimDriverIO, Wiring, build_fans
 from aithermd.sim.sensor_noise import AMDGPU_EDGE, K10TEMP, NCT_HALF_DEGREE, NCT_SYSTIN, SensorNoise
 from aithermd.units import PWM_MAX
 
@@ -53,10 +57,7 @@ AMDGPU = "devices/pci0000:00/0000:07:00.0/hwmon/hwmon0"
 RAPL_PKG = "class/powercap/intel-rapl:0"
 RAPL_CORE = "class/powercap/intel-rapl:0:0"
 
-CPU_FAN = 2  # nct6798 fan2/pwm2: CPU_FAN on ASUS boards
-CASE_FANS = (1, 3, 4)  # CHA_FAN1..3; fan5/fan6 read 0 RPM on the real board: nothing connected
 ROOM_C = 24.0  # room air: a model choice (no room temperature was recorded with the board)
-STALL_PCT = 10.0  # a fan stops below this duty: a model choice (PC fans stall at 10–20 % PWM)
 CPU_IDLE_W, CPU_PEAK_W = 25.0, 140.0  # a 12–16 core Zen 2 package (142 W PPT)
 CPU_R_JUNCTION_K_PER_W = 0.12  # die to heatsink (small chiplet die: hot spot above the sink)
 OTHER_HEAT_W = 40.0  # board, VRMs, drives, PSU losses
@@ -125,16 +126,14 @@ class DrivenFile:
 
 
 @dataclass(slots=True)
-class Fan:
-    """One fan header: pwm knob files, the tach file, RPM per duty % found in the real tree, the
-    automatic-mode floor (the duty found), and whether a fan is connected."""
+class Header:
+    """One pwm output: its knob files, the automatic-mode floor (the duty found), the levels its driver keeps
+    (None: every raw value), and the duty it runs at."""
 
     pwm: DrivenFile
     enable: DrivenFile | None
-    tach: DrivenFile
-    rpm_per_pct: float
     auto_floor_pct: float
-    connected: bool
+    level: Callable[[int], int] | None = None
     duty_pct: float = 0.0
 
 
@@ -157,15 +156,20 @@ def auto_duty_pct(source_c: float, floor_pct: float) -> float:
     return min(100.0, floor_pct + (100.0 - floor_pct) * (source_c - 50.0) / 35.0)
 
 
-def fan_duty_pct(fan: Fan, auto_pct: float) -> float:
-    """The duty a fan runs at under its ``pwmN_enable`` mode (hwmon ABI); no enable file = manual."""
-    mode = fan.enable.read_knob() if fan.enable is not None else 1
+def header_duty_pct(header: Header, auto_pct: float) -> float:
+    """The duty a pwm output runs at under its ``pwmN_enable`` mode (hwmon ABI); no enable file = manual.
+    A raw value its driver does not keep is put back as the level it keeps (a writer that bypassed the
+    driver's store(): a shell, another process)."""
+    mode = header.enable.read_knob() if header.enable is not None else 1
     if mode == 0:
         return 100.0
     if mode == 1 or mode is None:
-        raw = fan.pwm.read_knob()
-        return 100.0 * min(PWM_MAX, max(0, raw or 0)) / PWM_MAX
-    fan.pwm.write_int(round(auto_pct * PWM_MAX / 100.0))  # the chip shows its own choice in pwmN
+        raw = min(PWM_MAX, max(0, header.pwm.read_knob() or 0))
+        if header.level is not None and header.level(raw) != raw:
+            raw = header.level(raw)
+            header.pwm.write_int(raw)
+        return 100.0 * raw / PWM_MAX
+    header.pwm.write_int(round(auto_pct * PWM_MAX / 100.0))  # the chip shows its own choice in pwmN
     return auto_pct
 
 
@@ -177,16 +181,34 @@ class Board:
     """
 
     def __init__(self, sysfs_root: Path, *, seed: int = 0, room_c: float = ROOM_C,
-                 sensor_noise: bool = True) -> None:
+                 sensor_noise: bool = True, wiring: Wiring = DEFAULT_WIRING,
+                 fan_dies: Mapping[str, float] | None = None) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.room_c = room_c
         self.noise = SensorNoise(seed, "board", enabled=sensor_noise)
         self._files: list[DrivenFile] = []
         root = self.sysfs_root
-        self.fans: dict[str, Fan] = {}
-        for n in range(1, 7):
-            self.fans[f"nct6798/pwm{n}"] = self._fan(root / NCT, n)
-        self.fans["amdgpu/pwm1"] = self._fan(root / AMDGPU, 1)
+        self.wiring = wiring
+        self.t_s = 0.0
+        chips = {"nct6798": root / NCT, "amdgpu": root / AMDGPU}
+        self.headers: dict[str, Header] = {}
+        self.tachs: dict[str, DrivenFile] = {}
+        found_rpm_per_pct: dict[str, float] = {}
+        for chip, path in chips.items():
+            for n in range(1, 10):
+                if (path / f"pwm{n}").exists():
+                    level = wiring.levels.get(f"{chip}/pwm{n}")
+                    self.headers[f"{chip}/pwm{n}"] = self._header(path, n, level)
+                if (path / f"fan{n}_input").exists():
+                    tach = self.tachs[f"{chip}/fan{n}"] = self._open(path / f"fan{n}_input")
+                    pwm = self.headers.get(f"{chip}/pwm{n}")
+                    duty = 100.0 * (pwm.pwm.read_int() or 0) / PWM_MAX if pwm is not None else 0.0
+                    found_rpm_per_pct[f"{chip}/fan{n}"] = (tach.read_int() or 0) / duty if duty > 0 else 0.0
+        self.fans: dict[str, FanModel] = build_fans(wiring, found_rpm_per_pct, fan_dies)
+        for tach, model in self.fans.items():  # the fans turn as the tree was recorded
+            found = self.tachs[tach].read_int() if tach in self.tachs else None
+            if found:
+                model.rpm, model.running = float(found), True
         self.temps = {name: self._open(root / rel) for name, rel in {
             "systin": f"{NCT}/temp1_input", "cputin": f"{NCT}/temp2_input", "peci": f"{NCT}/temp7_input",
             "tctl": f"{K10}/temp1_input", "tdie": f"{K10}/temp2_input", "tccd1": f"{K10}/temp3_input",
@@ -205,11 +227,13 @@ class Board:
 
     @classmethod
     def create(cls, dest: str | Path, *, archive: str | Path | None = None, seed: int = 0,
-               room_c: float = ROOM_C, sensor_noise: bool = True) -> Board:
+               room_c: float = ROOM_C, sensor_noise: bool = True, wiring: Wiring = DEFAULT_WIRING,
+               fan_dies: Mapping[str, float] | None = None) -> Board:
         """Extract the board archive (default: the shipped X570 board) into ``dest`` (which must not hold a
         ``sys`` yet) and open it. The sysfs root is ``dest/sys``. ``sensor_noise`` False: readings are
-        quantized but not jittered (:mod:`aithermd.sim.sensor_noise`). Raises ``FileExistsError``,
-        ``OSError``."""
+        quantized but not jittered (:mod:`aithermd.sim.sensor_noise`); ``wiring``: which pwm drives which
+        fan (:data:`~aithermd.sim.fans.DEFAULT_WIRING`); ``fan_dies``: tach → simulated second its fan
+        seizes. Raises ``FileExistsError``, ``OSError``."""
         dest = Path(dest)
         if (dest / "sys").exists():
             raise FileExistsError(f"{dest / 'sys'} exists: a board needs a directory of its own")
@@ -221,21 +245,29 @@ class Board:
         else:
             ttar.extract(archive, dest)
         _set_desktop_rapl_limits(dest / "sys")
-        return cls(dest / "sys", seed=seed, room_c=room_c, sensor_noise=sensor_noise)
+        return cls(dest / "sys", seed=seed, room_c=room_c, sensor_noise=sensor_noise, wiring=wiring,
+                   fan_dies=fan_dies)
 
     def _open(self, path: Path) -> DrivenFile:
         f = DrivenFile(path)
         self._files.append(f)
         return f
 
-    def _fan(self, chip: Path, n: int) -> Fan:
+    def _header(self, chip: Path, n: int, level: Callable[[int], int] | None) -> Header:
         pwm = self._open(chip / f"pwm{n}")
         enable = self._open(chip / f"pwm{n}_enable") if (chip / f"pwm{n}_enable").exists() else None
-        tach = self._open(chip / f"fan{n}_input")
         duty = 100.0 * (pwm.read_int() or 0) / PWM_MAX
-        rpm = tach.read_int() or 0
-        return Fan(pwm=pwm, enable=enable, tach=tach, rpm_per_pct=rpm / duty if duty > 0 else 0.0,
-                   auto_floor_pct=duty, connected=rpm > 0, duty_pct=duty)
+        return Header(pwm=pwm, enable=enable, auto_floor_pct=duty, level=level, duty_pct=duty)
+
+    def io(self) -> SimDriverIO:
+        """The file access the hwmon backend uses on this board: a :class:`~aithermd.backends.sysfs.SysfsIO`
+        that keeps a pwm value as its driver would, at once (the amdgpu's whole percents)."""
+        levels = {str(h.pwm.path): h.level for h in self.headers.values() if h.level is not None}
+        return SimDriverIO(levels)
+
+    def kill_fan(self, tach: str, at_s: float | None = None) -> None:
+        """The fan read by ``tach`` (``"nct6798/fan4"``) seizes at simulated ``at_s`` (default now)."""
+        self.fans[tach].dies_at_s = self.t_s if at_s is None else at_s
 
     def knob_values(self) -> dict[str, int]:
         """Raw values of every file the daemon may write, keyed by path under the sysfs root: ``pwmN``,
@@ -257,11 +289,16 @@ class Board:
             return None
         return value / 1e6
 
+    def airflow_pct(self, node: str) -> float:
+        """Mean airflow (% of full, from each fan's real speed) of the fans that cool ``node`` ("case",
+        "cpu", "amdgpu"); a dead fan counts, at 0."""
+        flows = [self.fans[f.tach or f"fan@{f.pwm or i}"].airflow_pct()
+                 for i, f in enumerate(self.wiring.fans) if f.cools == node]
+        return sum(flows) / len(flows) if flows else 0.0
+
     def case_fan_duty_pct(self) -> float:
-        """Mean duty of the connected chassis fans (what a passively cooled GPU's airflow follows)."""
-        fans = [self.fans[f"nct6798/pwm{n}"] for n in CASE_FANS]
-        duties = [f.duty_pct for f in fans if f.connected]
-        return sum(duties) / len(duties) if duties else 0.0
+        """The chassis fans' airflow (% of full): what a passively cooled GPU's airflow follows."""
+        return self.airflow_pct("case")
 
     def step(self, dt_s: float, *, cpu_util_pct: float, gpu_heat_w: float) -> BoardState:
         """Advance ``dt_s`` seconds: read the knobs, move fans, heat and energy, write every driven file.
@@ -274,15 +311,18 @@ class Board:
         pl1 = self.pl1_w()
         self.cpu_power_w = min(cpu_demand, pl1) if pl1 is not None else cpu_demand
         cpu_die_c = self.cpu_sink_c + CPU_R_JUNCTION_K_PER_W * self.cpu_power_w
-        for key, fan in self.fans.items():
+        for key, header in self.headers.items():
             source = self.amdgpu_c if key.startswith("amdgpu") else cpu_die_c
-            fan.duty_pct = fan_duty_pct(fan, auto_duty_pct(source, fan.auto_floor_pct))
-        cpu_fan = self.fans[f"nct6798/pwm{CPU_FAN}"].duty_pct
+            header.duty_pct = header_duty_pct(header, auto_duty_pct(source, header.auto_floor_pct))
+        self.t_s += dt_s
+        for i, spec in enumerate(self.wiring.fans):
+            duty = self.headers[spec.pwm].duty_pct if spec.pwm in self.headers else spec.constant_pct
+            self.fans[spec.tach or f"fan@{spec.pwm or i}"].step(dt_s, duty, self.t_s)
         self.cpu_sink_c = thermal.step_temperature_c(
-            CPU_THERMAL, self.cpu_sink_c, power_w=self.cpu_power_w, duty_pct=cpu_fan, air_c=self.case_air_c,
-            dt_s=dt_s)
+            CPU_THERMAL, self.cpu_sink_c, power_w=self.cpu_power_w, duty_pct=self.airflow_pct("cpu"),
+            air_c=self.case_air_c, dt_s=dt_s)
         self.amdgpu_c = thermal.step_temperature_c(
-            AMDGPU_THERMAL, self.amdgpu_c, power_w=AMDGPU_POWER_W, duty_pct=self.fans["amdgpu/pwm1"].duty_pct,
+            AMDGPU_THERMAL, self.amdgpu_c, power_w=AMDGPU_POWER_W, duty_pct=self.airflow_pct("amdgpu"),
             air_c=self.case_air_c, dt_s=dt_s)
         case_heat = self.cpu_power_w + AMDGPU_POWER_W + OTHER_HEAT_W + GPU_HEAT_INTO_CASE * gpu_heat_w
         self.case_air_c = thermal.step_temperature_c(
@@ -292,15 +332,15 @@ class Board:
         self._write(dt_s, cpu_die_c)
         return BoardState(case_air_c=self.case_air_c, cpu_c=cpu_die_c, cpu_power_w=self.cpu_power_w,
                           amdgpu_c=self.amdgpu_c,
-                          duties_pct={k: f.duty_pct for k, f in self.fans.items()},
-                          rpms={k: float(f.tach.read_int() or 0) for k, f in self.fans.items()})
+                          duties_pct={k: h.duty_pct for k, h in self.headers.items()},
+                          rpms={k: float(f.read_int() or 0) for k, f in self.tachs.items()})
 
     def _write(self, dt_s: float, cpu_die_c: float) -> None:
         """Write what the sensors report of the true state (quantized, jittered: see sensor_noise)."""
         noise = self.noise
-        for fan in self.fans.values():
-            on = fan.connected and fan.duty_pct >= STALL_PCT
-            fan.tach.write_int(noise.rpm(fan.rpm_per_pct * fan.duty_pct) if on else 0)
+        for tach, f in self.tachs.items():
+            fan = self.fans.get(tach)
+            f.write_int(noise.rpm(fan.rpm) if fan is not None else 0)
         t = self.temps
         load = (self.cpu_power_w - CPU_IDLE_W) / (CPU_PEAK_W - CPU_IDLE_W)
         t["systin"].write_int(noise.temp_mc(NCT_SYSTIN, self.case_air_c))

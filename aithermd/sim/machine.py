@@ -23,7 +23,7 @@ limit changes, fan duty changes and peak temperatures.
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,19 +100,20 @@ class SimulatedMachine:
 
     ``profiles``: the GPUs (default :func:`default_profiles`); ``workload``: the load (default the 2/6/2
     minute :class:`CycleWorkload`); ``seed`` makes noise reproducible; ``sensor_noise`` False quantizes
-    readings without jitter. Raises ``FileExistsError`` when ``root`` already holds a machine,
+    readings without jitter; ``fan_dies``: board tach → simulated second its fan seizes. Raises
+    ``FileExistsError`` when ``root`` already holds a machine,
     ``ValueError`` for a profile without a power limit.
     """
 
     def __init__(self, root: str | Path, *, profiles: Sequence[GpuProfile] | None = None,
                  workload: Workload | None = None, seed: int = 0, sensor_noise: bool = True,
-                 wall_start: float = 0.0) -> None:
+                 wall_start: float = 0.0, fan_dies: Mapping[str, float] | None = None) -> None:
         self.root = Path(root)
         self.wall_start = wall_start  # the simulated wall clock at t_s = 0 (process start times, samples)
         self.root.mkdir(parents=True, exist_ok=True)
         self.profiles = list(profiles) if profiles is not None else default_profiles()
         self.workload: Workload = workload if workload is not None else CycleWorkload(seed=seed)
-        self.board = Board.create(self.root, seed=seed, sensor_noise=sensor_noise)
+        self.board = Board.create(self.root, seed=seed, sensor_noise=sensor_noise, fan_dies=fan_dies)
         self.gpu_noise = SensorNoise(seed, "gpu", enabled=sensor_noise)
         self.psutil = SimPsutil()
         self.nvml_state_path = self.root / NVML_STATE
@@ -187,9 +188,9 @@ class SimulatedMachine:
 
     def _watch_fans(self) -> None:
         """Record pwm values the daemon set in manual mode (for "how often does a fan change")."""
-        for key, fan in self.board.fans.items():
-            mode = fan.enable.read_int() if fan.enable is not None else 1
-            raw = fan.pwm.read_int()
+        for key, header in self.board.headers.items():
+            mode = header.enable.read_int() if header.enable is not None else 1
+            raw = header.pwm.read_int()
             if mode != 1 or raw is None:
                 self._last_pwm.pop(key, None)
                 continue

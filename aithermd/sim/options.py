@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +45,8 @@ class SimOptions:
     on_daemon: Callable[[Any, Any], None] | None = None  # programmatic use: told (daemon, machine) first
     stagger_s: float | None = None  # GPU i's workload starts i × stagger_s later (phase-shifted jobs)
     gpus: int | None = None  # simulate this many GPUs: the first of the profiles, repeated when fewer
+    calibrate_fans: bool = False  # detect and calibrate the fans first (on a twin), unless fans.json exists
+    fan_dies: Mapping[str, float] | None = None  # board tach → simulated second its fan seizes
 
 
 def add_arguments(parser: Any) -> None:
@@ -77,6 +79,8 @@ def add_arguments(parser: Any) -> None:
                        help="the simulated jobs report their progress rate to the daemon, as aithermctl run "
                             "--progress-regex does: the efficient search's exact signal")
     group.add_argument("--seed", dest="sim_seed", type=int, default=0, help="noise seed (default 0)")
+    group.add_argument("--calibrate-fans", dest="sim_calibrate_fans", action="store_true",
+                       help="detect and calibrate the board's fans first, on a twin (unless in fans.json)")
     group.add_argument("--summary-json", dest="sim_json", action="store_true",
                        help="print the summary as one JSON document (and no progress lines)")
     group.add_argument("--fault", dest="sim_faults", action="append", default=[], metavar="SPEC",
@@ -115,4 +119,5 @@ def options_from_args(args: Any) -> SimOptions:
                       state_dir=args.state_dir, json_summary=args.sim_json, stagger_s=stagger,
                       gpus=getattr(args, "sim_gpus", None), cycle=cycle, busy_kind=busy, held_idle=held,
                       progress=bool(getattr(args, "sim_progress", False)),
+                      calibrate_fans=bool(getattr(args, "sim_calibrate_fans", False)),
                       faults=tuple(parse_all(getattr(args, "sim_faults", None) or ())))

@@ -1,22 +1,18 @@
 """``aithermd run --simulate``: the whole daemon, its real code paths, on a simulated workstation.
 
-:func:`simulate` (``run_simulated`` for the command line) builds a
-:class:`~aithermd.sim.machine.SimulatedMachine` in a directory of its own, a simulated clock, and the
-daemon (:class:`aithermd.runtime.daemon.Daemon`) with the machine's sysfs root and :func:`build_backends`:
-the real hwmon/powercap backends, the real NVML backend over the fake NVML, and the real CPU backend
-reading the simulated CPU. Before each sample the machine's physics advance to the tick's simulated time.
-Simulated time moves only while the daemon sleeps between ticks: ``speedup`` K makes each simulated second
-take 1/K s of wall time (0 = no waiting). Without ``--bus``/``--metrics-listen`` a simulation serves
-neither (``none``); given, they are served as by a real daemon (``aithermctl demo`` runs the daemon this
-way on a private bus).
+:func:`simulate` (``run_simulated`` for the command line) builds a :class:`~aithermd.sim.machine.
+SimulatedMachine` in a directory of its own, a simulated clock, and the daemon (:class:`aithermd.runtime.
+daemon.Daemon`) with :func:`build_backends`: the real hwmon/powercap backends, the real NVML backend over
+the fake NVML, the real CPU backend reading the simulated CPU. Before each sample the physics advance to the
+tick's simulated time, which moves only while the daemon sleeps: ``speedup`` K makes a simulated second
+1/K s of wall time (0 = no waiting). ``--bus``/``--metrics-listen`` default to ``none`` (``aithermctl
+demo`` gives a private bus).
 
-State: ``--simulate`` uses a temporary state directory unless one is given, so a simulation can never
-leave a journal that a real ``aithermd restore`` would apply to real hardware. The machine's own files
-(board tree, fake NVML state) live in a temporary directory, inside the state directory when one is
-given, so that after a crash ``aithermd restore --state-dir DIR`` finds every knob the journal names.
-Both are removed after a clean run that created them.
+State: a temporary state directory unless one is given, so a simulation never leaves a journal that a real
+``aithermd restore`` would apply to real hardware. The machine's files (board tree, fake NVML state) live
+in a temporary directory, inside the state directory when one is given, so that after a crash ``aithermd
+restore --state-dir DIR`` finds every knob the journal names. Both go after a clean run that made them.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +21,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -37,6 +33,7 @@ from aithermd.sim.options import MAX_STEP_S, SimOptions, add_arguments, options_
 
 __all__ = ["MAX_STEP_S", "SimOptions", "SimResult", "add_arguments", "options_from_args", "run_simulated",
            "simulate"]
+from aithermd.sim.fanlab import calibrate_twin
 
 if TYPE_CHECKING:  # the machine pulls in the fake NVML and pynvml: only when a simulation runs
     from aithermd.sim.machine import SimulatedMachine
@@ -182,17 +179,16 @@ def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> 
 
 
 def build_backends(machine: SimulatedMachine, clock: SimClock, io: Any = None) -> list[Any]:
-    """The daemon's backends on the simulated machine: the real hwmon and powercap backends on its sysfs
-    root (reading through ``io``: the fault plan's :class:`~aithermd.sim.faults.FaultIO`, when faults are
-    injected), the real NVML backend over the real ``pynvml`` bindings with the fake NVML beneath, and the
-    real CPU backend reading the simulated CPU. Every one that measures time uses the simulated clock."""
+    """The daemon's backends on the simulated machine, on the simulated clock: real hwmon (through the board's
+    drivers, or ``io``: the fault plan's FaultIO) and powercap on its sysfs root, real NVML over the real
+    ``pynvml`` bindings with the fake NVML beneath, the real CPU backend on the simulated CPU."""
     from aithermd.backends.cpu import CpuBackend
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.backends.nvml import NvmlBackend
     from aithermd.backends.powercap import RaplBackend
 
     root = str(machine.sysfs_root)
-    return [HwmonBackend(root, io=io), RaplBackend(root, clock=clock, io=io),
+    return [HwmonBackend(root, io=io or machine.board.io()), RaplBackend(root, clock=clock, io=io),
             CpuBackend(psutil_module=machine.psutil, clock=clock),
             NvmlBackend(nvml=machine.nvml.bindings(), clock=clock)]
 
@@ -288,9 +284,11 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
                                                                                         opts.gpus)
     workload = make_workload(opts, len(profiles) if profiles is not None else len(DEFAULT_PROFILES))
     places = make_places(opts.state_dir)
+    if opts.calibrate_fans:  # on a twin of the machine, unless fans.json is there already
+        calibrate_twin(places.state_dir, seed=opts.seed)
     clock = SimClock(wall_start=opts.wall_start)
     machine = SimulatedMachine(places.machine_dir, profiles=profiles, workload=workload, seed=opts.seed,
-                               wall_start=clock.wall())
+                               wall_start=clock.wall(), fan_dies=opts.fan_dies)
     fault_io, plan = None, None
     if opts.faults:
         from aithermd.sim.faults import FaultIO, FaultPlan

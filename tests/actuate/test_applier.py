@@ -89,6 +89,34 @@ def test_changes_behind_our_back_are_drift_then_step_back(setup):
     assert knob.id in j  # the original is still put back at exit
 
 
+def test_safety_never_gives_up_a_knob_stepped_back_from(setup):
+    """After stepping back from a program that keeps rewriting the pump to 0 %, a critical temperature's
+    full duty is still written, every tick it does not hold; policy decisions stay stepped back."""
+    b, j, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    b.rewriter["pwm1"] = 0
+    for tick in range(3):
+        sample = b.sample()
+        applier.observe(knob, sample.knobs[knob.id], 10.0 + tick, 100.0 + tick)
+        applier.apply(b, knob, b.device_id, DEC, 60.0, sample.knobs[knob.id], 100.0 + tick)
+    assert knob.id in applier.stepped_back
+    alarm = applier.alarms[knob.id]
+    assert alarm.kind == "conflict" and "safety decisions still are" in alarm.message
+    writes = len(b.writes)
+    crit = Decision(knob.id, 100.0, Layer.SAFETY, "safety/critical-temperature")
+    kinds = []
+    for tick in range(3):
+        sample = b.sample()  # the other program wrote 0 again
+        assert applier.observe(knob, sample.knobs[knob.id], 20.0 + tick, 200.0 + tick) == []
+        after, events = applier.apply(b, knob, b.device_id, crit, 100.0, sample.knobs[knob.id], 200.0 + tick)
+        assert after.value == 100.0
+        kinds.append([e.kind for e in events])
+    assert b.writes[writes:] == [(knob.id, 100.0)] * 3
+    assert kinds == [["conflict", "actuation"], ["actuation"], ["actuation"]]  # the override said once
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, b.sample().knobs[knob.id], 300.0)
+    assert events == [] and len(b.writes) == writes + 3  # a policy decision is still not written
+
+
 def test_a_single_change_long_ago_does_not_add_up_to_a_conflict(setup):
     b, _, applier, knob = setup
     applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)

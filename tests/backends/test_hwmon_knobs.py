@@ -102,8 +102,11 @@ def test_duty_outside_0_100_is_refused(x570, value):
     ],
 )
 def test_write_errors_map_to_backend_errors(x570, code, error):
+    """Errors of the duty write itself (a refused pwmN_enable falls back instead: test_pwm_fallbacks)."""
     backend, io, _ = x570
-    io.write_faults["pwm1_enable" if code != errno.EINVAL else "pwm1"] = OSError(code, "x")
+    io.write_faults["pwm1"] = OSError(code, "x")
+    if code == errno.ENODEV:
+        io.write_faults["pwm1_enable"] = OSError(code, "x")
     with pytest.raises(error):
         backend.write_knob(f"{NCT}/pwm1", 50.0)
 

@@ -145,4 +145,4 @@ def test_a_rule_that_selects_nothing_here_is_warned_about_at_start(tmp_path, cap
     warned = [json.loads(line) for line in capsys.readouterr().err.splitlines()
               if '"policy_selects_nothing"' in line]
     assert len(warned) == 1 and warned[0]["level"] == "warning" and warned[0]["policy"] == "lab"
-    assert "lab.yaml:61:" in warned[0]["error"] and "selects no fan on this machine" in warned[0]["error"]
+    assert "lab.yaml:67:" in warned[0]["error"] and "selects no fan on this machine" in warned[0]["error"]

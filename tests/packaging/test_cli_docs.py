@@ -45,7 +45,10 @@ def aithermd_options(command: str) -> set[str]:
     module = importlib.import_module(name)
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)
-    return options(parser)
+    found = options(parser)
+    for nested in subparsers(parser).values():  # fans detect|calibrate|show
+        found |= options(nested)
+    return found
 
 
 def aithermctl_verbs() -> dict[str, set[str]]:

@@ -66,7 +66,7 @@ def workstation(n_gpus: int = 2) -> tuple[Device, ...]:
 
 def tick(devices: Sequence[Device], t: float, values: Mapping[str, float | None | Status], *,
          knobs: Mapping[str, float] | None = None, t_wall: float | None = None,
-         processes: frozenset[str] = frozenset()) -> EngineInput:
+         processes: frozenset[str] = frozenset(), fan_alarms: Mapping[str, str] | None = None) -> EngineInput:
     """An EngineInput: ``values`` by channel id (a Status instead of a number makes that reading fail)."""
     readings = {}
     for cid, v in values.items():
@@ -76,7 +76,8 @@ def tick(devices: Sequence[Device], t: float, values: Mapping[str, float | None 
             readings[cid] = Reading(cid, v)
     kv = {k: KnobValue(k, v) for k, v in (knobs or {}).items()}
     return EngineInput(t_mono=t, t_wall=1_760_000_000.0 + t if t_wall is None else t_wall,
-                       devices=tuple(devices), readings=readings, knobs=kv, processes=processes)
+                       devices=tuple(devices), readings=readings, knobs=kv, processes=processes,
+                       fan_alarms=dict(fan_alarms or {}))
 
 
 def gpu_values(i: int, util: float, power: float, temp: float = 50.0) -> dict[str, float]:

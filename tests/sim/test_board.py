@@ -81,28 +81,35 @@ def test_a_knob_caught_mid_write_keeps_its_last_value(board):
     assert state.duties_pct["nct6798/pwm3"] == pytest.approx(200 * 100 / 255)
 
 
+def settle(board, seconds=10):
+    for _ in range(seconds):
+        state = board.step(1.0, cpu_util_pct=5, gpu_heat_w=0)
+    return state
+
+
 def test_manual_pwm_drives_fan_rpm(board):
     root = board.sysfs_root / NCT
     (root / "pwm1_enable").write_text("1")
     for duty, expect_spin in ((100, True), (50, True), (0, False)):
         (root / "pwm1").write_text(str(pct_to_pwm(duty)))
-        state = board.step(1.0, cpu_util_pct=5, gpu_heat_w=0)
+        state = settle(board)
         assert state.duties_pct["nct6798/pwm1"] == pytest.approx(duty, abs=0.3)
         rpm = int((root / "fan1_input").read_bytes())
         assert (rpm > 0) == expect_spin
     (root / "pwm1").write_text("255")
-    board.step(1.0, cpu_util_pct=5, gpu_heat_w=0)
+    settle(board)
     full = int((root / "fan1_input").read_bytes())
     assert full == pytest.approx(678 / (93 / 255), rel=0.02)  # the real fan's RPM per duty
 
 
 def test_enable_zero_is_full_speed_and_unconnected_headers_stay_still(board):
     root = board.sysfs_root / NCT
-    (root / "pwm5_enable").write_text("0")
+    (root / "pwm6_enable").write_text("0")
     (root / "pwm2_enable").write_text("0")
-    state = board.step(1.0, cpu_util_pct=5, gpu_heat_w=0)
-    assert state.duties_pct["nct6798/pwm2"] == 100
-    assert int((root / "fan5_input").read_bytes()) == 0
+    state = settle(board)
+    assert state.duties_pct["nct6798/pwm2"] == 100 and state.duties_pct["nct6798/pwm6"] == 100
+    assert int((root / "fan6_input").read_bytes()) == 0
+    assert int((root / "fan5_input").read_bytes()) == pytest.approx(1500, rel=0.03)  # CPU_OPT follows pwm2
 
 
 def test_auto_mode_the_chip_writes_its_own_pwm():

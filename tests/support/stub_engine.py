@@ -74,6 +74,7 @@ class StubInput:
     knobs: Any
     attrs: Any
     processes: Any
+    fan_alarms: Any = None
 
 
 def evaluate(active, holds, inp, state, overrides):

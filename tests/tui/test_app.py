@@ -56,7 +56,7 @@ async def test_overview_at_80x24_shows_every_board_fan():
         for n in range(1, 7):
             assert f"nct6798 fan{n} " in text
         assert "amdgpu fan1  839 RPM  40% firmware" in text  # its source differs from the title's
-        assert "Board fans · quiet/board-fans" in text
+        assert "Fans · quiet/board-fans" in text
         assert "358/360 W" in text and "mem 19.8/24.0G" in text and "2 processes" in text
         assert "q Quit" in text.splitlines()[-1]
 

@@ -316,8 +316,9 @@ def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
     text = (Path(__file__).parents[2] / "policies" / "quiet.yaml").read_text()
     policies = tmp_path / "policies"
     policies.mkdir()
-    (policies / "lab.yaml").write_text(
-        text.replace('fans: {chip: ["nct*", "it87*", "f71*", "w83*"]}', 'fans: {chip: ["it8688e"]}'))
+    lab = text.replace('fans: {chip: ["nct*", "it87*", "f71*", "w83*"]}', 'fans: {chip: ["it8688e"]}')
+    (policies / "lab.yaml").write_text(lab)
+    line = next(n for n, s in enumerate(lab.splitlines(), 1) if "it8688e" in s)  # the rule's fans: line
     bus = PrivateBus.start("session")
     daemon = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", bus.address,
                                "--metrics-listen", "none", "--state-dir", str(tmp_path / "state"),
@@ -329,7 +330,7 @@ def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
         assert p.returncode == 0, p.stderr
         lines = p.stderr.splitlines()
         assert lines[0] == "aithermctl: active policy is now lab"
-        assert len(lines) == 2 and lines[1].startswith(f"aithermctl: warning: {policies / 'lab.yaml'}:61:")
+        assert len(lines) == 2 and lines[1].startswith(f"aithermctl: warning: {policies / 'lab.yaml'}:{line}:")
         assert "selects no fan on this machine" in lines[1]
         p = ctl(bus.address, "policy", "set", "quiet")  # a policy that fits: no warning
         assert p.stderr.splitlines() == ["aithermctl: active policy is now quiet"]

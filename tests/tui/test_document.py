@@ -44,7 +44,7 @@ def test_cpu_package_temperature_prefers_coretemp_package_id(snapshot_doc):
 
 
 def test_board_fans_pair_fanN_with_pwmN_and_name_their_source(snapshot_doc):
-    fans = {f.id: f for f in board_fans(snapshot_doc)}
+    fans = {f.id: f for f in board_fans(snapshot_doc) if f.id.startswith("hwmon:")}
     nct = "hwmon:nct6798-isa-0290"
     assert list(fans) == ["hwmon:amdgpu-pci-0700/fan1", *(f"{nct}/fan{n}" for n in range(1, 7))]
     assert (fans[f"{nct}/fan1"].rpm, round(fans[f"{nct}/fan1"].duty_pct, 2), fans[f"{nct}/fan1"].source) == (
@@ -52,13 +52,40 @@ def test_board_fans_pair_fanN_with_pwmN_and_name_their_source(snapshot_doc):
     assert fans["hwmon:amdgpu-pci-0700/fan1"].source == "firmware"  # a writable pwm nobody drives
 
 
+def _board(doc):
+    return [f for f in board_fans(doc) if f.id.startswith("hwmon:")]
+
+
 def test_board_fans_without_a_writable_pwm_are_the_firmwares(snapshot_doc):
     amdgpu = _device(snapshot_doc, "hwmon:amdgpu-pci-0700")
     amdgpu["knobs"][0].update(writable=False, why_not="pwm1 not writable (needs root)")
-    assert board_fans(snapshot_doc)[0].source == "firmware (read-only)"
+    assert _board(snapshot_doc)[0].source == "firmware (read-only)"
     amdgpu["knobs"] = []
-    assert (board_fans(snapshot_doc)[0].knob_id, board_fans(snapshot_doc)[0].source) == (None,
-                                                                                       "firmware (no pwm)")
+    assert (_board(snapshot_doc)[0].knob_id, _board(snapshot_doc)[0].source) == (None, "firmware (no pwm)")
+
+
+def test_gpu_fans_are_listed_like_board_fans(snapshot_doc):
+    gpu = [f for f in board_fans(snapshot_doc) if f.id.startswith("gpu")]
+    assert [(f.id, f.label, f.duty_pct, f.knob_id) for f in gpu] == [
+        ("gpu0/fan0", "gpu0 fan0", 39.0, "gpu0/fan0"), ("gpu1/fan0", "gpu1 fan0", 31.0, "gpu1/fan0")]
+
+
+def test_detected_fans_follow_their_pwm_and_alarms_replace_the_status(snapshot_doc):
+    nct = next(d for d in snapshot_doc["devices"] if d["id"] == "hwmon:nct6798-isa-0290")
+    pwm = {k["id"].rsplit("/", 1)[1]: k for k in nct["knobs"]}
+    pwm["pwm1"]["fan"] = {"tachs": ["hwmon:nct6798-isa-0290/fan1", "hwmon:nct6798-isa-0290/fan5"],
+                          "start_pct": 30.2, "stop_pct": 20.0, "max_rpm": {}, "levels": 0, "calibrated": True}
+    pwm["pwm2"]["fan"] = {"tachs": [], "start_pct": None, "stop_pct": None, "max_rpm": {}, "levels": 0,
+                          "calibrated": False}
+    pwm["pwm2"]["label"] = "rear exhaust"
+    snapshot_doc["alarms"] = {"hwmon:nct6798-isa-0290/fan1": {"kind": "stalled",
+                                                               "message": "fan1 has stalled"}}
+    fans = {f.id.rsplit("/", 1)[1]: f for f in board_fans(snapshot_doc) if f.id.startswith("hwmon:")}
+    assert fans["fan5"].knob_id == "hwmon:nct6798-isa-0290/pwm1"  # not "no pwm": detection says pwm1
+    assert (fans["fan1"].status, fans["fan1"].alarm) == ("stalled", "fan1 has stalled")
+    assert (fans["fan1"].start_pct, fans["fan1"].stop_pct) == (30.2, 20.0)
+    assert fans["fan2"].knob_id is None  # its pwm drives nothing: the header is empty
+    assert fans["pwm2"].label.endswith("rear exhaust") and fans["pwm2"].rpm is None
 
 
 def test_failed_fan_reading_keeps_its_status():

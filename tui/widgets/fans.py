@@ -1,4 +1,5 @@
-"""BoardFans: board fans with their speed (RPM), pwm duty (%) and what drives them.
+"""BoardFans: every fan (board fan inputs and GPU fans alike) with its speed (RPM), duty (%), what drives
+it, and its alarm (stalled, empty, conflict, uncontrollable) in place of the speed.
 
 One fan a line under a header where the screen has room; where it has not (80×24 with two GPU cards),
 ``compact``: several fans a line, each named by its chip without the bus address (``nct6798 fan1``), the
@@ -39,7 +40,7 @@ def fans_text(fans: Sequence[BoardFanView], width: int, compact: bool) -> Text:
     """The fans as text ``width`` cells wide (see the module docstring)."""
     text = Text()
     if not fans:
-        return Text("no board fan", style="dim")
+        return Text("no fan", style="dim")
     if not compact:
         w = max(len(f.label) for f in fans)
         ws = max(5, *(len(_speed(f)) for f in fans))
@@ -89,7 +90,7 @@ class BoardFans(Widget):
 
     def _title(self) -> None:
         common = common_source(self.fans) if self.compact else ""
-        self.border_title = f"Board fans · {common}" if common else "Board fans"
+        self.border_title = f"Fans · {common}" if common else "Fans"
 
     def render(self) -> Text:
         return fans_text(self.fans, self.content_size.width or 76, self.compact)

@@ -6,7 +6,7 @@ function __aithermctl_policies
     end
 end
 
-set -l verbs status policy hold release run override gpu explain energy doctor demo top
+set -l verbs status policy hold release run override gpu explain energy fans doctor demo top
 complete -c aithermctl -f
 complete -c aithermctl -l bus -x -a 'system session' -d 'Where the daemon is'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Print the version'
@@ -19,7 +19,9 @@ complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a override -
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a gpu -d 'Let go of a GPU'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a explain -d 'Why each knob has its value'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a energy -d 'Joules while a command runs'
+complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a fans -d 'The fans; detect and calibrate them'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a doctor -d 'What can be read and written here'
+complete -c aithermctl -n "__fish_seen_subcommand_from fans; and not __fish_seen_subcommand_from show detect calibrate" -a 'show detect calibrate'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a demo -d 'The simulated workstation and the TUI'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a top -d 'The terminal UI'
 

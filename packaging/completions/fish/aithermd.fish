@@ -6,12 +6,26 @@ function __aithermd_policies
     end
 end
 
-set -l commands run restore sensors check schema replay
+set -l commands run restore sensors fans check schema replay
 complete -c aithermd -f
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -l version -d 'Print the version'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a run -d 'Run the daemon'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a restore -d 'Put every journaled knob back'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a sensors -d 'Read every device once'
+complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a fans -d 'Detect and calibrate the fans'
+complete -c aithermd -n "__fish_seen_subcommand_from fans; and not __fish_seen_subcommand_from detect calibrate show" -a 'detect calibrate show'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l state-dir -x -a '(__fish_complete_directories)' -d 'State directory'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l config -r -F -d 'Settings file'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l json -d 'Print JSON'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l sysfs-root -x -a '(__fish_complete_directories)' -d 'Root of the sysfs tree'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l pwm -x -d 'Only this pwm knob'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l time-limit -x -d 'Abort and restore after S seconds'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l margin -x -d 'Abort when a temperature rose C °C'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l yes -d 'Do not ask before stopping fans'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l simulate -d 'The simulated workstation'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l speedup -x -d 'Simulated time runs K times faster'
+complete -c aithermd -n "__fish_seen_subcommand_from fans" -l seed -x -d 'Noise seed'
+complete -c aithermd -n "__fish_seen_subcommand_from run" -l calibrate-fans -d 'Detect and calibrate the fans first'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a check -d 'Validate policy files'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a schema -d 'JSON Schema of policy files'
 complete -c aithermd -n "not __fish_seen_subcommand_from $commands" -a replay -d 'Replay a GPU trace'

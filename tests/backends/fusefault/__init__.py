@@ -1,7 +1,8 @@
 """Fault injection at the syscall level: a recorded sysfs tree behind FUSE (see fusefs.py).
 
 :func:`fuse_unavailable` says why FUSE cannot be used here (None when it can); :class:`FaultyTree` mounts a
-copy of a tree, sets faults (``fail(suffix, errno)``, ``hang(suffix)``, ``clear()``) and unmounts.
+copy of a tree, sets faults (``fail(suffix, errno)``, ``fail_write(suffix, errno, data)``, ``hang(suffix)``,
+``clear()``) and unmounts.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ class FaultyTree:
                               | ({"times": times} if times is not None else {}))
         self._write()
 
+    def fail_write(self, suffix: str, code: int, data: str | None = None, times: int | None = None) -> None:
+        """Refuse writes to files ending in ``suffix`` with ``code`` (only writes of ``data`` when given), as
+        a driver's ``store()`` does; the file keeps its value."""
+        self.rules["write " + suffix] = ({"errno": code} | ({"data": data} if data is not None else {})
+                                         | ({"times": times} if times is not None else {}))
+        self._write()
+
     def hang(self, suffix: str) -> None:
         self.rules[suffix] = {"hang": True}
         self._write()
@@ -95,6 +103,7 @@ class FaultyTree:
             self.rules.clear()
         else:
             self.rules.pop(suffix, None)
+            self.rules.pop("write " + suffix, None)
         self._write()
 
 

@@ -1,12 +1,15 @@
-"""A FUSE mirror of a recorded sysfs tree that fails or hangs reads of chosen files at the syscall level.
+"""A FUSE mirror of a recorded sysfs tree that fails or hangs reads, or refuses writes, of chosen files.
 
 Run with the system python (Debian's python3-fusepy, over libfuse2): ``python3 fusefs.py SOURCE MOUNT
 CONTROL``. Every path under MOUNT is SOURCE's (files, directories, symlinks; writes go through), read with
-``direct_io`` so each ``pread`` reaches this process as a sysfs read reaches its driver. CONTROL is a JSON
+``direct_io`` so each ``pread`` reaches this process as a sysfs read reaches its driver; as in sysfs, a
+write replaces the file's value and ``O_TRUNC`` changes nothing. CONTROL is a JSON
 file, read again whenever it changes: ``{"PATH-SUFFIX": {"errno": 5}}`` fails reads of matching files with
 that errno (``"after": N`` once N reads went through, ``"times": N`` only N reads), ``{"PATH-SUFFIX":
-{"hang": true}}`` blocks them until
-the rule is removed. The server is multithreaded: a hung read blocks only itself. Test data only.
+{"hang": true}}`` blocks them until the rule is removed. A key ``"write PATH-SUFFIX"`` fails *writes* of
+matching files instead, as a driver's ``store()`` refuses a value (``"data": "1"``: only writes of that
+value, surrounding whitespace ignored; ``after``/``times`` as for reads); the refused write changes
+nothing. The server is multithreaded: a hung read blocks only itself. Test data only.
 """
 
 from __future__ import annotations
@@ -42,14 +45,16 @@ class Faults:
                     pass
             return self.rules
 
-    def rule(self, path: str) -> tuple[str, dict] | None:
-        for suffix, rule in self.current().items():
-            if path.endswith(suffix):
-                return suffix, rule
+    def rule(self, path: str, op: str = "read") -> tuple[str, dict] | None:
+        for key, rule in self.current().items():
+            is_write = key.startswith("write ")
+            suffix = key[len("write "):] if is_write else key
+            if is_write == (op == "write") and path.endswith(suffix):
+                return key, rule
         return None
 
     def take(self, suffix: str, rule: dict) -> bool:
-        """True when this read is to fail; lets ``after`` reads through first, then counts down ``times``."""
+        """True when this read (or write) is to fail; lets ``after`` through, then counts down ``times``."""
         with self.lock:
             if rule.get("after", 0) > 0:
                 rule["after"] -= 1
@@ -86,7 +91,7 @@ class Mirror(Operations):
 
     def open(self, path, flags):
         try:
-            return os.open(self._real(path), flags & ~(os.O_CREAT | os.O_EXCL))
+            return os.open(self._real(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC))
         except OSError as exc:
             raise FuseOSError(exc.errno) from None
 
@@ -102,10 +107,18 @@ class Mirror(Operations):
         return os.pread(fh, size, offset)
 
     def write(self, path, data, offset, fh):
+        hit = self.faults.rule(path, "write")
+        if hit is not None:
+            key, rule = hit
+            wanted = rule.get("data")
+            if (wanted is None or data.strip() == str(wanted).encode()) and self.faults.take(key, rule):
+                raise FuseOSError(int(rule["errno"]))
+        if offset == 0:  # a sysfs store() replaces the value: the file holds what was last written
+            os.ftruncate(fh, 0)
         return os.pwrite(fh, data, offset)
 
     def truncate(self, path, length, fh=None):
-        os.truncate(self._real(path), length)
+        pass  # O_TRUNC on a sysfs attribute changes nothing; a refused write leaves the old value
 
     def release(self, path, fh):
         os.close(fh)

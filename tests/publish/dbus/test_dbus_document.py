@@ -15,7 +15,7 @@ from aithermd.publish.hub import StateHub
 from aithermd.publish.reference import reference_snapshot
 from aithermd.publish.sensors import sensors_document
 
-EXTRA_KNOB_KEYS = {"mode", "requested", "reason", "rule", "layer"}
+EXTRA_KNOB_KEYS = {"mode", "requested", "reason", "rule", "layer", "label", "fan"}
 
 
 def test_devices_are_the_sensors_document_plus_thresholds_and_decision_fields():

@@ -1,0 +1,92 @@
+"""Fan alarms for Prometheus: stalled fans, stalls counted, knobs in a conflict, uncontrollable fans.
+
+Every series exists from the moment its fan or knob is known, at 0, so an alert fires on the first stall:
+
+- ``aithermd_fan_stalled{chip, node_chip, sensor, label}``: 1 while the fan input is stalled (the stall
+  detector's alarm), per hwmon fan input, with the labels of ``aithermd_fan_speed_rpm`` (they join);
+- ``aithermd_fan_stalls_total``: stalls called, per fan input, counted from the hub's ``alarm`` events;
+- ``aithermd_knob_conflict{knob}``: 1 while another program keeps rewriting the knob (policy decisions step
+  back; safety ones are still written), per writable knob;
+- ``aithermd_fan_uncontrollable{knob}``: 1 while a fan's driver refuses both its mode and its duty, per pwm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aithermd.model import DeviceKind, Event, KnobKind, Quantity, Snapshot
+from aithermd.publish.hub import StateHub
+
+_FAN_LABELS = ["chip", "node_chip", "sensor", "label"]
+
+
+class StallCounter:
+    """Stalls per fan input, from the hub's ``alarm`` events (event-loop thread; the dict is replaced,
+    never mutated, once published). Every fan input of the snapshot is there at 0."""
+
+    def __init__(self) -> None:
+        self.stalls: dict[str, int] = {}
+        self._devices: object = None
+
+    def on_publish(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
+        stalls = None
+        for e in events:
+            if e.kind == "alarm" and e.data.get("alarm") == "stalled":
+                stalls = dict(self.stalls) if stalls is None else stalls
+                stalls[e.subject] = stalls.get(e.subject, 0) + 1
+        if stalls is not None:
+            self.stalls = stalls
+        if snapshot.devices is not self._devices:
+            self._devices = snapshot.devices
+            fans = [c.id for d in snapshot.devices if d.kind is DeviceKind.HWMON for c in d.channels
+                    if c.quantity is Quantity.FAN]
+            self.stalls = {f: self.stalls.get(f, 0) for f in fans}
+
+
+class FanCollector(Collector):
+    """Renders the alarms of ``hub.latest`` and the :class:`StallCounter` (see the module doc)."""
+
+    def __init__(self, hub: StateHub, counter: StallCounter) -> None:
+        self._hub, self._counter = hub, counter
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        from aithermd.publish.metrics import node_exporter_chip
+
+        s = self._hub.latest
+        if s is None:
+            return
+        stalled = GaugeMetricFamily("aithermd_fan_stalled", "1 while the fan input is stalled (no speed "
+                                    "under duty after a kick-start).", labels=_FAN_LABELS)
+        stalls = CounterMetricFamily("aithermd_fan_stalls", "Stalls called per fan input.",
+                                     labels=_FAN_LABELS)
+        conflict = GaugeMetricFamily("aithermd_knob_conflict", "1 while another program keeps rewriting the "
+                                     "knob (policy decisions step back; safety ones are still written).",
+                                     labels=["knob"])
+        uncontrollable = GaugeMetricFamily("aithermd_fan_uncontrollable", "1 while the fan's driver refuses "
+                                           "both its mode and its duty.", labels=["knob"])
+        alarms = s.alarms
+        counts = self._counter.stalls
+        for dev in s.devices:
+            if dev.kind is DeviceKind.HWMON:
+                chip, node_chip = dev.id.removeprefix("hwmon:"), node_exporter_chip(dev)
+                for ch in dev.channels:
+                    if ch.quantity is not Quantity.FAN:
+                        continue
+                    labels = [chip, node_chip, ch.attribute, ch.label or ch.attribute]
+                    alarm = alarms.get(ch.id)
+                    stalled.add_metric(labels, 1.0 if alarm is not None and alarm.kind == "stalled" else 0.0)
+                    stalls.add_metric(labels, float(counts.get(ch.id, 0)))
+            for knob in dev.knobs:
+                alarm = alarms.get(knob.id)
+                kind = alarm.kind if alarm is not None else ""
+                if knob.writable:
+                    conflict.add_metric([knob.id], 1.0 if kind == "conflict" else 0.0)
+                if knob.kind is KnobKind.PWM:
+                    uncontrollable.add_metric([knob.id], 1.0 if kind == "uncontrollable" else 0.0)
+        yield from (stalled, stalls, conflict, uncontrollable)

@@ -1,0 +1,226 @@
+"""pwm knobs against drivers that round, refuse and report differently (tests/backends/drivers.py), on the
+recorded X570 (nct6798) and Dell Precision 7920 (dell_smm) trees: fallbacks, levels, restore to safety."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.journal import Journal
+from aithermd.actuate.restore import restore_journal
+from aithermd.backends.hwmon import HwmonBackend
+from aithermd.backends.pwm import DUTY_FIRST, DUTY_ONLY, pct_to_pwm_up
+from aithermd.model import Decision, Layer
+from tests.support.machines import DELL_7920, X570, copy_machine
+
+from .drivers import DriverIO, dell_smm_level
+
+NCT = "hwmon:nct6798-isa-0290"
+DELL = "hwmon:dell_smm-virtual-0"
+CHIP = "devices/platform/nct6775.656/hwmon/hwmon1"
+DELL_CHIP = "devices/virtual/hwmon/hwmon1"
+POLICY = Decision("x", 0.0, Layer.POLICY, "balanced/board-fans")
+
+
+def _backend(tmp_path, machine):
+    root = copy_machine(tmp_path, machine)
+    io = DriverIO()
+    backend = HwmonBackend(str(root), io=io)
+    backend.discover()
+    return backend, io, root
+
+
+@pytest.fixture
+def x570(tmp_path):
+    backend, io, root = _backend(tmp_path, X570)
+    yield backend, io, root / CHIP
+    backend.close()
+
+
+@pytest.fixture
+def dell(tmp_path):
+    backend, io, root = _backend(tmp_path, DELL_7920)
+    io.levels["pwm1"] = io.levels["pwm2"] = io.levels["pwm3"] = dell_smm_level
+    yield backend, io, root / DELL_CHIP
+    backend.close()
+
+
+def _apply(applier, backend, knob_id, value, t=1.0, layer=Layer.POLICY):
+    knob = _knob(backend, knob_id)
+    rule = POLICY.rule if layer == Layer.POLICY else "safety/critical-temperature"
+    dec = Decision(knob_id, value, layer, rule)
+    return applier.apply(backend, knob, knob.device_id, dec, value, backend.read_knob(knob_id), t)
+
+
+def _knob(backend, knob_id):
+    return next(k for d in backend._devices for k in d.knobs if k.id == knob_id)
+
+
+def test_duties_round_up_to_the_next_raw_step():
+    assert [pct_to_pwm_up(p) for p in (0.0, 8.0, 60.0, 100.0, 0.1)] == [0, 21, 153, 255, 1]
+
+
+def test_a_quantised_driver_is_written_one_level_up_never_less_cooling(dell, tmp_path):
+    """dell_smm keeps 3 fan states: 20 % (51) would read back 0 (the fan stops); the knob writes the next
+    level up (128, 50 %), learns the levels, and the applier sees neither drift nor a reason to rewrite."""
+    backend, io, chip = dell
+    applier = Applier(Journal(tmp_path / "state"))
+    after, events = _apply(applier, backend, f"{DELL}/pwm2", 20.0)
+    assert (chip / "pwm2").read_text() == "128\n"
+    assert after.value == pytest.approx(50.2, abs=0.1)
+    assert [e.kind for e in events] == ["actuation"]
+    assert backend.settles_at(f"{DELL}/pwm2", 20.0) == pytest.approx(50.2, abs=0.1)
+    io.writes.clear()
+    _, events = _apply(applier, backend, f"{DELL}/pwm2", 21.0, t=2.0)
+    assert events == [] and io.writes == []  # the level it holds already gives 21 %
+    _, events = _apply(applier, backend, f"{DELL}/pwm2", 70.0, t=3.0)
+    assert (chip / "pwm2").read_text() == "255\n" and [e.kind for e in events] == ["actuation"]
+    assert applier.observe(_knob(backend, f"{DELL}/pwm2"), backend.read_knob(f"{DELL}/pwm2"), 4.0, 4.0) == []
+
+
+def test_it87_full_speed_read_back_is_the_same_setting(x570, tmp_path):
+    """it87 reports pwmN_enable 0 for a manual fan at 255: not drift, and no rewrite every tick."""
+    backend, io, chip = x570
+    io.full_reads_zero.add("pwm2_enable")
+    applier = Applier(Journal(tmp_path / "state"))
+    after, events = _apply(applier, backend, f"{NCT}/pwm2", 100.0)
+    assert (chip / "pwm2_enable").read_text() == "0\n"
+    assert (after.value, after.mode) == (100.0, "manual")
+    assert [e.kind for e in events] == ["actuation"]
+    _, events = _apply(applier, backend, f"{NCT}/pwm2", 100.0, t=2.0)
+    assert events == []
+    assert applier.observe(_knob(backend, f"{NCT}/pwm2"), backend.read_knob(f"{NCT}/pwm2"), 3.0, 3.0) == []
+
+
+def test_a_driver_taking_manual_mode_only_after_a_duty_gets_duty_then_mode(x570):
+    backend, io, chip = x570
+    io.enable_after_duty.add("pwm3_enable")
+    backend.write_knob(f"{NCT}/pwm3", 40.0)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [
+        ("pwm3", b"102\n"), ("pwm3_enable", b"1\n"), ("pwm3", b"102\n")]
+    assert backend._pwms[f"{NCT}/pwm3"].order == DUTY_FIRST
+    kv = backend.read_knob(f"{NCT}/pwm3")
+    assert kv.mode == "manual" and kv.value == pytest.approx(40.0)
+
+
+def test_a_mode_write_the_firmware_ignores_falls_back_to_the_duty_alone(x570):
+    """pwmN_enable := 1 accepted but reading 5 again (firmware kept control): duty first, then duty only."""
+    backend, io, chip = x570
+    io.enable_ignored["pwm1_enable"] = 5
+    backend.write_knob(f"{NCT}/pwm1", 70.0)
+    assert backend._pwms[f"{NCT}/pwm1"].order == DUTY_ONLY
+    assert (chip / "pwm1").read_text() == "179\n"
+    assert "pwm1_enable reads 5" in backend._pwms[f"{NCT}/pwm1"].refusal
+
+
+def test_a_refused_mode_is_said_once_and_the_duty_read_back_in_the_drivers_mode_is_no_drift(x570, tmp_path):
+    """thinkpad_acpi-like: pwmN_enable := 1 answers EINVAL every time; the duty alone is written, the
+    refusal is one event, and the duty read back (mode auto) is the setting: no 'did not stick' per tick."""
+    backend, io, chip = x570
+    io.write_faults["pwm2_enable"] = OSError(errno.EINVAL, "Invalid argument")
+    applier = Applier(Journal(tmp_path / "state"))
+    pwm2 = f"{NCT}/pwm2"
+    after, events = _apply(applier, backend, pwm2, 40.0)
+    assert [(e.kind, e.data.get("why")) for e in events] == [("actuation", None), ("drift", "mode_refused")]
+    assert "refuses manual mode (EINVAL on pwm2_enable := 1)" in events[1].message
+    assert (after.value, after.mode) == (pytest.approx(40.0, abs=0.4), "auto")
+    assert (chip / "pwm2").read_text() == "102\n" and (chip / "pwm2_enable").read_text() == "5\n"
+    for t, duty in ((2.0, 45.0), (3.0, 50.0)):  # the curve moves on: each duty written, nothing else said
+        _, events = _apply(applier, backend, pwm2, duty, t=t)
+        assert [e.kind for e in events] == ["actuation"]
+    _, events = _apply(applier, backend, pwm2, 50.0, t=4.0)
+    assert events == []  # in place: no rewrite
+    assert applier.observe(_knob(backend, pwm2), backend.read_knob(pwm2), 5.0, 5.0) == []
+
+
+def test_a_fan_whose_mode_and_duty_are_both_refused_raises_the_alarm(x570, tmp_path):
+    """amdgpu-like: the duty only in manual mode, and the mode write refused: uncontrollable, said so."""
+    backend, io, chip = x570
+    io.manual_only.add("pwm4")
+    io.write_faults["pwm4_enable"] = OSError(errno.EINVAL, "Invalid argument")
+    applier = Applier(Journal(tmp_path / "state"))
+    _, events = _apply(applier, backend, f"{NCT}/pwm4", 60.0)
+    assert applier.alarms[f"{NCT}/pwm4"].kind == "uncontrollable"
+    assert "cannot be controlled" in applier.alarms[f"{NCT}/pwm4"].message
+    assert [e.kind for e in events] == ["fault"] and "Uncontrollable" in events[0].message
+    del io.write_faults["pwm4_enable"]  # the driver takes it again (a reload of the module)
+    _apply(applier, backend, f"{NCT}/pwm4", 60.0, t=2.0)
+    assert f"{NCT}/pwm4" not in applier.alarms
+    assert (chip / "pwm4").read_text() == "153\n"
+
+
+def test_a_failed_restore_leaves_the_fan_at_full_duty_and_says_so(x570, tmp_path):
+    """The original (SmartFan IV, enable 5) cannot be put back: the fan is not left in manual at 20 %."""
+    backend, io, chip = x570
+    journal = Journal(tmp_path / "state")
+    applier = Applier(journal)
+    _apply(applier, backend, f"{NCT}/pwm2", 20.0)
+    assert (chip / "pwm2").read_text() == "51\n" and (chip / "pwm2_enable").read_text() == "1\n"
+    io.write_faults["pwm2_enable"] = OSError(errno.EINVAL, "Invalid argument")
+    report = restore_journal(journal, backends=[backend])
+    assert report.ok and report.restored == (f"{NCT}/pwm2",)
+    assert (chip / "pwm2").read_text() == "255\n"
+    note = report.fallbacks[f"{NCT}/pwm2"]
+    assert "restoring the original failed" in note and "full duty" in note
+    assert not journal.dirty
+
+
+def test_a_restore_that_cannot_even_reach_full_duty_fails_and_stays_journaled(x570, tmp_path):
+    backend, io, chip = x570
+    journal = Journal(tmp_path / "state")
+    _apply(Applier(journal), backend, f"{NCT}/pwm2", 20.0)
+    io.write_faults["pwm2"] = OSError(errno.EIO, "Input/output error")
+    io.write_faults["pwm2_enable"] = OSError(errno.EIO, "Input/output error")
+    report = restore_journal(journal, backends=[backend])
+    assert not report.ok and "full duty failed too" in report.failed[f"{NCT}/pwm2"]
+    assert f"{NCT}/pwm2" in journal
+
+
+def _write_only_enable(chip):
+    """dell_smm on a machine of its fan-control whitelist has pwm1_enable, mode 0200 (write-only): kernfs
+    refuses every read of it with EACCES, root included."""
+    (chip / "pwm1_enable").write_text("2\n")
+    (chip / "pwm1_enable").chmod(0o200)
+
+
+def test_an_unreadable_pwm_enable_does_not_stop_control_and_restore_goes_to_auto(tmp_path):
+    root = copy_machine(tmp_path, DELL_7920)
+    chip = root / DELL_CHIP
+    _write_only_enable(chip)
+    io = DriverIO()
+    io.faults["pwm1_enable"] = [OSError(errno.EACCES, "Permission denied")]
+    backend = HwmonBackend(str(root), io=io)
+    backend.discover()
+    journal = Journal(tmp_path / "state")
+    applier = Applier(journal)
+    after, events = _apply(applier, backend, f"{DELL}/pwm1", 100.0)
+    assert [e.kind for e in events] == ["actuation"]
+    assert (chip / "pwm1").read_text() == "255\n" and (chip / "pwm1_enable").read_text() == "1\n"
+    assert after.value == 100.0 and after.mode is None
+    saved = journal.entries()[f"{DELL}/pwm1"].saved
+    assert saved == {"pwm": 0, "enable": None, "enable_unreadable": "EACCES", "auto": 2}
+    report = restore_journal(journal, backends=[backend])
+    assert (chip / "pwm1_enable").read_text() == "2\n"  # BIOS control again
+    assert "handed to the driver's automatic mode (enable 2)" in report.fallbacks[f"{DELL}/pwm1"]
+    backend.close()
+
+
+def test_an_unreadable_pwm_enable_of_an_unknown_driver_restores_full_duty(tmp_path):
+    root = copy_machine(tmp_path, DELL_7920)
+    chip = root / DELL_CHIP
+    _write_only_enable(chip)
+    (chip / "name").write_text("acme_ec\n")
+    io = DriverIO()
+    io.faults["pwm1_enable"] = [OSError(errno.EACCES, "Permission denied")]
+    backend = HwmonBackend(str(root), io=io)
+    (dev,) = [d for d in backend.discover() if d.name == "acme_ec"]
+    knob_id = f"{dev.id}/pwm1"
+    journal = Journal(tmp_path / "state")
+    _apply(Applier(journal), backend, knob_id, 30.0)
+    assert journal.entries()[knob_id].saved["auto"] is None
+    report = restore_journal(journal, backends=[backend])
+    assert (chip / "pwm1").read_text() == "255\n"
+    assert "no automatic mode is known for acme_ec" in report.fallbacks[knob_id]
+    backend.close()

@@ -1,0 +1,125 @@
+"""The stall detector on its own (runtime/fanwatch.py), tick by tick: what counts as a stall, the kick, the
+alarm, recovery, empty headers, and a fan between its stop and start duty that is neither."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from aithermd.model import FanCalibration, KnobValue, Reading, Status
+from aithermd.runtime.fanwatch import CONFIRM_S, KICK_S, RECOVER_S, FanWatch
+from tests.policy.machines import NCT, nct
+
+FAN1, FAN2, PWM1, PWM2 = f"{NCT}/fan1", f"{NCT}/fan2", f"{NCT}/pwm1", f"{NCT}/pwm2"
+CAL = FanCalibration(tachs=(FAN1,), start_pct=30.0, stop_pct=20.0,
+                     rpm={FAN1: ((20.0, 400.0), (100.0, 2000.0))}, calibrated=True)
+
+
+def devices(cal1=CAL, cal2=None):
+    dev = nct()
+    knobs = (replace(dev.knobs[0], fan=cal1), replace(dev.knobs[1], fan=cal2))
+    return (replace(dev, knobs=knobs),)
+
+
+class Run:
+    def __init__(self, devs):
+        self.devs, self.watch, self.t, self.events = devs, FanWatch(), 0.0, []
+
+    def tick(self, rpm1, duty1, rpm2=900.0, duty2=50.0, dt=1.0, paused=False):
+        self.t += dt
+        readings = {FAN1: Reading(FAN1, rpm1), FAN2: Reading(FAN2, rpm2)}
+        knobs = {PWM1: KnobValue(PWM1, duty1, "manual"), PWM2: KnobValue(PWM2, duty2, "manual")}
+        self.events += self.watch.check(self.devs, readings, knobs, self.t, 1000.0 + self.t, paused=paused)
+        return dict(self.watch.actions)
+
+    def kinds(self):
+        return [(e.kind, e.data.get("alarm"), e.subject) for e in self.events]
+
+
+def test_a_fan_that_stops_under_duty_is_kicked_then_stalled_then_recovers():
+    r = Run(devices())
+    r.tick(1000, 50)
+    assert r.tick(0, 50) == {}  # low, not yet confirmed
+    for _ in range(int(CONFIRM_S)):
+        actions = r.tick(0, 50)
+    assert actions == {PWM1: "kick"}
+    for _ in range(int(KICK_S)):
+        actions = r.tick(0, 100)  # the safety layer holds it at full
+    assert actions == {PWM1: "failed"} and r.watch.alarms[FAN1].kind == "stalled"
+    for _ in range(int(RECOVER_S)):
+        r.tick(1900, 100)
+    assert r.tick(1900, 100) == {} and FAN1 not in r.watch.alarms
+    assert r.kinds() == [("alarm", "kick", FAN1), ("alarm", "stalled", FAN1),
+                         ("recovered", "recovered", FAN1)]
+
+
+def test_while_writes_are_paused_no_fan_is_judged_and_a_stall_already_called_stays():
+    r = Run(devices())
+    r.tick(1000, 50)
+    for _ in range(int(CONFIRM_S) + int(KICK_S) + 2):  # PrepareForSleep(true): a kick would not be written
+        assert r.tick(0, 50, paused=True) == {}
+    assert r.events == [] and r.watch.alarms == {}
+    assert r.tick(0, 50) == {}  # writes again: low, confirmed CONFIRM_S later as ever
+    for _ in range(int(CONFIRM_S)):
+        actions = r.tick(0, 50)
+    assert actions == {PWM1: "kick"}
+    for _ in range(int(KICK_S)):
+        r.tick(0, 100)
+    assert r.tick(0, 100, paused=True) == {PWM1: "failed"}  # still stalled, still a failed cooler
+    assert r.watch.alarms[FAN1].kind == "stalled"
+
+
+def test_a_fan_far_below_its_calibrated_speed_counts_as_stalled():
+    r = Run(devices())
+    r.tick(1200, 60)
+    for _ in range(int(CONFIRM_S) + 1):
+        r.tick(300, 60)  # 60 % should give ~1200 RPM: 300 is under 30 % of it (a failing bearing)
+    assert r.watch.actions == {PWM1: "kick"}
+
+
+def test_a_kick_that_frees_the_fan_is_no_alarm():
+    r = Run(devices())
+    r.tick(1000, 50)
+    for _ in range(int(CONFIRM_S) + 1):
+        r.tick(0, 50)
+    r.tick(1500, 100)
+    assert r.watch.actions == {} and r.watch.alarms == {}
+    assert r.kinds() == [("alarm", "kick", FAN1), ("recovered", "recovered", FAN1)]
+
+
+def test_a_still_fan_between_its_stop_and_start_duty_is_not_a_stall():
+    r = Run(devices())
+    r.tick(0, 0)
+    for _ in range(10):
+        r.tick(0, 25)  # under its 30 % start duty: a still fan stays still, as it should
+    assert r.watch.actions == {} and r.events == []
+    r.tick(800, 40)
+    for _ in range(10):
+        r.tick(500, 25)  # running: keeps turning above its 20 % stop duty
+    assert r.watch.actions == {}
+
+
+def test_an_empty_header_found_by_detection_is_reported_once_and_never_kicked():
+    r = Run(devices(cal2=FanCalibration(tachs=())))
+    for _ in range(10):
+        r.tick(1000, 50, rpm2=0, duty2=100)
+    assert r.watch.alarms[PWM2].kind == "empty" and r.kinds() == [("alarm", "empty", PWM2)]
+    assert r.watch.actions == {}
+
+
+def test_paired_by_number_a_tach_that_never_turned_is_empty_not_stalled():
+    r = Run(devices(cal1=None))
+    for _ in range(int(CONFIRM_S + KICK_S) + 3):
+        r.tick(0, 60)
+    assert r.watch.alarms[FAN1].kind == "empty"
+    assert ("alarm", "stalled", FAN1) not in r.kinds() and r.watch.actions == {}
+
+
+def test_a_failed_tach_read_is_healths_not_a_stall():
+    r = Run(devices())
+    r.tick(1000, 50)
+    for _ in range(10):
+        r.t += 1
+        readings = {FAN1: Reading(FAN1, None, Status.FAILED, "EIO"), FAN2: Reading(FAN2, 900.0)}
+        knobs = {PWM1: KnobValue(PWM1, 50.0), PWM2: KnobValue(PWM2, 50.0)}
+        r.watch.check(r.devs, readings, knobs, r.t, r.t)
+    assert r.watch.actions == {} and r.watch.alarms == {}
