@@ -9,7 +9,12 @@ input *follows* a pwm when it fell to under :data:`FOLLOW_RATIO` of its full spe
 - one pwm can drive several fan inputs (a CPU cooler's second fan on CPU_OPT, a splitter with tach);
 - a fan input that turns but follows none is *free* (a pump on SATA power, a fan on a hub);
 - a fan input that reads 0 throughout is *idle*: nothing connected to that header;
-- a pwm that no fan input follows drives an *empty* header (or a fan whose tach wire is not connected).
+- a pwm that no fan input follows drives an *empty* header (or a fan whose tach wire is not connected);
+- but a pwm whose driver refused manual mode (firmware kept control: the duty may not reach the fan) is
+  *not controlled*, not an empty header, and is left out: the daemon pairs it by number;
+- and when fans turn but none follows any pwm of a whole detection, the writes did not reach the fans
+  (the BIOS or EC kept control, or every fan is on fixed power): :attr:`Detection.suspect` says so and
+  nothing is stored, rather than calling every header empty (which would leave every fan unwatched).
 
 Index pairing (``fanN`` with ``pwmN``), which lm-sensors and every other tool assume, is what the daemon
 uses until a detection has run; the difference is printed.
@@ -42,6 +47,8 @@ class Detection:
     free: tuple[str, ...] = ()
     index_pairs: dict[str, str | None] = field(default_factory=dict)
     complete: bool = True
+    refused: dict[str, str] = field(default_factory=dict)  # pwm id → why its driver refused manual mode
+    suspect: str | None = None  # why this detection must not be stored (None: it may)
 
     def setup(self, wall: float, previous: FanSetup | None = None) -> FanSetup:
         """The :class:`FanSetup` to store: the new mapping, keeping a previous calibration of a pwm whose
@@ -90,6 +97,11 @@ def detect(lab: Lab, pwms: Sequence[str], tachs: Sequence[str], *, complete: boo
         seen_turning.update(t for t in tachs if max(low[t], high[t]) > TURNING_RPM)
         follows = tuple(t for t in turning
                         if low[t] < FOLLOW_RATIO * high[t] and high[t] - low[t] >= FOLLOW_MIN_RPM)
+        refused = _mode_refused(lab, p)
+        if refused is not None and not follows:
+            out.refused[p] = refused
+            lab.say(f"{p}: not controlled: its driver refuses manual mode ({refused})")
+            continue
         out.followers[p] = follows
         claimed.update(follows)
         lab.say(f"{p}: " + (", ".join(_short(t) for t in follows) if follows else "no fan input follows it"))
@@ -97,7 +109,17 @@ def detect(lab: Lab, pwms: Sequence[str], tachs: Sequence[str], *, complete: boo
         out.idle = tuple(t for t in tachs if t not in seen_turning)
         out.free = tuple(t for t in tachs if t in seen_turning and t not in claimed)
     out.complete = complete
+    if pwms and turning and not claimed:
+        out.suspect = (f"{len(turning)} fan input(s) turn but none followed any of the {len(pwms)} pwm "
+                       "output(s) tested: the writes do not reach the fans (the BIOS or EC keeps control: "
+                       "set the fan headers to manual/PWM control in the firmware setup), or every fan is "
+                       "on fixed power")
     return out
+
+
+def _mode_refused(lab: Lab, pwm: str) -> str | None:
+    fn = getattr(lab.backend, "mode_refused", None)
+    return fn(pwm) if fn is not None else None
 
 
 def _index_pair(lab: Lab, pwm: str) -> str | None:
@@ -127,4 +149,8 @@ def report(det: Detection) -> list[str]:
                      "power)")
     for t in det.idle:
         lines.append(f"{t} reads 0 RPM throughout: nothing connected")
+    for pwm, why in det.refused.items():
+        lines.append(f"{pwm}: not controlled: its driver refuses manual mode ({why}); left paired by number")
+    if det.suspect:
+        lines.append(f"nothing stored: {det.suspect}")
     return lines

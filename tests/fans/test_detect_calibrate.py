@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from aithermd.actuate.journal import Journal
@@ -14,6 +16,8 @@ from aithermd.fans.lab import Lab, LabAborted, LabOptions
 from aithermd.sim.board import Board
 from aithermd.sim.fanlab import sim_sleep
 from aithermd.sim.fans import DEFAULT_WIRING, FanSpec, Wiring, amdgpu_level
+from tests.backends.drivers import DriverIO
+from tests.support.machines import X570, copy_machine
 
 NCT = "hwmon:nct6798-isa-0290"
 GPU = "hwmon:amdgpu-pci-0700"
@@ -126,3 +130,45 @@ def test_the_time_limit_aborts_and_restores(tmp_path):
         assert as_found(r.before, r.board.knob_values()) and not r.journal.dirty
     finally:
         r.close()
+
+
+def test_fans_that_follow_no_pwm_at_all_are_not_stored_as_empty_headers(tmp_path):
+    """Every fan keeps its speed whatever the pwm outputs do (all on fixed power, or a BIOS that keeps
+    control): not seven empty headers (which would leave every fan unwatched by stall detection), but a
+    detection that must not be stored, saying why."""
+    fixed = Wiring(fans=tuple(replace(f, pwm=None) for f in DEFAULT_WIRING.fans),
+                   levels=DEFAULT_WIRING.levels)
+    r = Rig(tmp_path, wiring=fixed)
+    try:
+        with r.lab as lab:
+            found = det.detect(lab, r.pwms, r.tachs)
+        assert found.suspect is not None and "none followed any of the 7 pwm output(s)" in found.suspect
+        assert det.report(found)[-1].startswith("nothing stored: ")
+        assert as_found(r.before, r.board.knob_values()) and not r.journal.dirty
+    finally:
+        r.close()
+
+
+def test_a_pwm_whose_firmware_keeps_control_is_not_called_an_empty_header(tmp_path):
+    """The recorded X570 board, whose nct6798 takes pwm2_enable := 1 and reads 5 again (SmartFan kept by the
+    firmware), and whose recorded tachometers follow nothing: pwm2 is 'not controlled', left paired by
+    number, and the detection as a whole is not to be stored."""
+    io = DriverIO()
+    io.enable_ignored["pwm2_enable"] = 5
+    root = copy_machine(tmp_path, X570)
+    backend = HwmonBackend(str(root), io=io)
+    devices = backend.discover()
+    clock = FakeClock()
+    lab = Lab(backend, devices, Journal(tmp_path / "state"), clock=clock, sleep=clock.advance)
+    try:
+        with lab:
+            found = det.detect(lab, det.writable_pwms(devices), det.fan_inputs(devices))
+    finally:
+        backend.close()
+    assert found.refused == {f"{NCT}/pwm2": "pwm2_enable reads 5 after := 1"}
+    assert f"{NCT}/pwm2" not in found.followers and f"{NCT}/pwm1" in found.followers
+    assert found.suspect is not None  # recorded tachs: fans turn, none follows
+    assert (f"{NCT}/pwm2: not controlled: its driver refuses manual mode (pwm2_enable reads 5 after := 1); "
+            "left paired by number") in det.report(found)
+    setup = found.setup(clock.wall())
+    assert f"{NCT}/pwm2" not in setup.pwms
