@@ -13,8 +13,6 @@ simulated workstation (its own temporary state directory unless one is given). E
 from __future__ import annotations
 
 import argparse
-import errno
-import fcntl
 import json
 import os
 import signal
@@ -24,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 HELP = "find which fan follows which pwm (detect), measure start/stop duty (calibrate), show them"
-LOCK_FILE = "aithermd.lock"  # the daemon's own state-directory lock (one daemon per state directory)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,24 +119,19 @@ def table(setup: Any) -> list[str]:
     return lines
 
 
-def _lock(state_dir: Path) -> int:
-    """Hold the daemon's state-directory lock for the session: a running daemon holds it (refused), and a
-    daemon started meanwhile waits for the fans to be restored. Raises SystemExit(1) when held."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = state_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def _lock(state_dir: Path, sysfs_root: Path) -> Any:
+    """Hold the daemon's own locks (:class:`aithermd.runtime.instance.InstanceLock`: the state directory,
+    and the machine's in /run) for the session: refused beside a running daemon, and a daemon started
+    meanwhile refuses to start. Raises SystemExit(1) when held."""
+    from aithermd.runtime.instance import AlreadyRunning, InstanceLock
+
+    lock = InstanceLock(state_dir, sysfs_root)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
-            print(f"aithermd fans: aithermd runs on {state_dir} and owns the fans: stop it first "
-                  "(systemctl stop aithermd), then start it again to use the result", file=sys.stderr)
-            raise SystemExit(1) from None
-        raise
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"aithermd fans: {exc}; then start it again to use the result", file=sys.stderr)
+        raise SystemExit(1) from None
+    return lock
 
 
 def _confirm(args: argparse.Namespace) -> bool:
@@ -166,7 +158,7 @@ def _lab_run(args: argparse.Namespace, limit: float) -> int:
     state_dir = rig.state_dir
     if not _confirm(args):
         return 1
-    lock = _lock(state_dir)
+    lock = _lock(state_dir, rig.sysfs_root)
     backend = None
     try:
         journal = Journal(state_dir)
@@ -196,8 +188,12 @@ def _lab_run(args: argparse.Namespace, limit: float) -> int:
                 if args.fans_verb == "detect" or not known:
                     found = detect.detect(lab, pwms, detect.fan_inputs(devices),
                                           complete=set(pwms) == set(detect.writable_pwms(devices)))
-                    setup = found.setup(rig.clock.wall(), previous)
                     print("\n".join(detect.report(found)))
+                    if found.suspect is not None:
+                        print(f"aithermd fans: {found.suspect}; nothing stored, every pwm is put back",
+                              file=sys.stderr)
+                        return 1
+                    setup = found.setup(rig.clock.wall(), previous)
                 if args.fans_verb == "calibrate":
                     assert setup is not None
                     setup = calibrate.calibrate(lab, setup, pwms, rig.clock.wall())
@@ -225,7 +221,7 @@ def _lab_run(args: argparse.Namespace, limit: float) -> int:
         if backend is not None:
             backend.close()
         rig.close()
-        os.close(lock)
+        lock.release()
 
 
 class _RealRig:
@@ -265,6 +261,7 @@ class _SimRig:
         self.machine = SimulatedMachine(self.places.machine_dir, seed=args.seed, wall_start=self.clock.wall(),
                                         workload=idle)  # fans are calibrated on an idle machine
         self.sleep = sim_sleep(self.machine, self.clock, args.speedup)
+        self.sysfs_root = self.machine.sysfs_root
         self.done = False
         print(f"simulated workstation in {self.places.machine_dir}; state in {self.state_dir}", flush=True)
 

@@ -1,10 +1,10 @@
 """``aithermd fans`` as people and systemd run it: on the simulated workstation, its output and stored result,
-refused beside a running daemon, usage errors, and a SIGKILL in the middle of a detection: ``aithermd
-restore`` puts every pwm back (the journal was written before the first one was touched)."""
+refused beside a running daemon (and a daemon refused beside it), usage errors, and a SIGKILL in the
+middle of a detection: ``aithermd restore`` puts every pwm back (the journal was written before the first
+one was touched)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -45,17 +45,44 @@ def test_calibrate_on_the_simulated_workstation_stores_what_it_found_and_show_pr
     assert json.loads(aithermd("fans", "show", "--json", "--state-dir", str(state)).stdout) == stored
 
 
-def test_it_refuses_beside_a_running_daemon(tmp_path):
+def test_it_refuses_beside_a_running_daemon_and_a_daemon_refuses_to_start_beside_it(tmp_path):
+    """One owner of a state directory's fans (the daemon's locks, runtime/instance.py): a detection beside a
+    running daemon is refused, and a daemon started while a detection steps the fans refuses to start (it
+    would restore the pwms under the detection's feet and then drive them)."""
     state = tmp_path / "state"
-    state.mkdir()
-    fd = os.open(state / "aithermd.lock", os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX)  # what a running daemon holds
+    sim = ["--simulate", "--state-dir", str(state)]
+    quiet = ["--bus", "none", "--metrics-listen", "none", "--log-format", "json"]
+    daemon = subprocess.Popen([sys.executable, "-m", "aithermd", "run", *sim, *quiet, "--speedup", "1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        out = aithermd("fans", "detect", "--simulate", "--state-dir", str(state))
+        lock = state / "aithermd.lock"
+        deadline = time.monotonic() + 120
+        while not (lock.exists() and lock.read_text().strip() == str(daemon.pid)):
+            assert time.monotonic() < deadline and daemon.poll() is None, "the daemon never took its lock"
+            time.sleep(0.05)
+        out = aithermd("fans", "detect", *sim)
     finally:
-        os.close(fd)
-    assert out.returncode == 1 and "owns the fans: stop it first" in out.stderr
+        daemon.terminate()
+        daemon.wait(60)
+    assert out.returncode == 1, out.stdout
+    assert f"another aithermd (pid {daemon.pid}) is running" in out.stderr and "stop it first" in out.stderr
     assert not (state / "fans.json").exists()
+
+    session = subprocess.Popen([sys.executable, "-m", "aithermd", "fans", "detect", *sim, "--speedup", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert session.stdout is not None
+        for line in session.stdout:  # the detection is stepping the fans now
+            if "0 % for a few seconds" in line:
+                break
+        out = aithermd("run", *sim, *quiet, "--duration", "5")
+        assert out.returncode == 1
+        assert '"event": "already_running"' in out.stderr and f"(pid {session.pid})" in out.stderr
+    finally:
+        session.send_signal(signal.SIGTERM)
+        _, err = session.communicate(timeout=60)
+    assert session.returncode == 1 and "every pwm restored" in err
+    assert not Journal(state).dirty
 
 
 @pytest.mark.parametrize("args", [["fans"], ["fans", "detect", "--margin", "0"],
