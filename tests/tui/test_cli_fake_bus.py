@@ -25,12 +25,12 @@ async def test_status_text_summarises_gpus_packages_fans(fake_daemon, private_bu
     assert rc == 0
     assert out.splitlines()[0] == "policy ai-training"  # the scripted daemon starts without holds
     assert "  gpu0  NVIDIA GeForce RTX 4090" in out
-    assert ("     54 °C  power 358.2 W of limit 360 W (10–600 W, default 450 W)  util 100%  fans 39%"
+    assert ("     54 °C  power 358.2 W of limit 360 W (10–600 W, default 450 W)  util 100%  fans 34%"
             in out)
     assert "limit set by quiet/busy-limit: gpu0 in load.busy: 80% of the default (360 W)" in out
     assert "clock events: sw_power_cap" in out
     assert "package-0  power   70.1 W  PL1 95 W  PL2 119 W  50 °C" in out
-    assert "nct6798-isa-0290 fan1   483 RPM  duty  26%  quiet/board-fans" in out
+    assert "nct6798-isa-0290 fan1   494 RPM  duty  27%  quiet/board-fans" in out
 
 
 async def test_policy_verbs(fake_daemon, private_bus):
@@ -239,8 +239,8 @@ async def test_explain_gives_a_paragraph_per_knob(fake_daemon, private_bus):
                      "gpu.utilization_pct.max_90s < 10: 0.0s of 1m 30s; state:load busy. "
                      "Range 10 W to 600 W, default 450 W.")  # busy: no sample below 10 % in the idle window
     fan = " ".join(next(p for p in paragraphs if p.startswith("gpu0/fan0")).split())
-    assert fan == ("gpu0/fan0 is 39%, set by no rule (the value found at start is kept). "
-                   "Range 0% to 100%.")
+    assert fan.startswith("gpu0/fan0 is 34.8%, set by a held policy (quiet/gpu-fans): curve gpu → 35 %. ")
+    assert "used:gpu gpu0/temperature" in fan and fan.endswith("Range 0% to 100%.")  # its own GPU's
     pl2 = " ".join(next(p for p in paragraphs if p.startswith("powercap:package-0/pl2")).split())
     assert pl2 == ("powercap:package-0/pl2 is 118.8 W, set by no rule (the value found at start is kept).")
     rc, out, _ = await ctl(private_bus, "explain", "gpu1/power_limit", "--json")

@@ -3,7 +3,8 @@ it, and its alarm (stalled, empty, conflict, uncontrollable) in place of the spe
 
 One fan a line under a header where the screen has room; where it has not (80×24 with two GPU cards),
 ``compact``: several fans a line, each named by its chip without the bus address (``nct6798 fan1``), the
-source most of them share in the title and any other after the fan it drives. Every fan is shown in both.
+source most of them share in the title and any other after the fan it drives. Every board fan is shown in
+both; compact leaves the GPU fans to the GPU cards above (``fans 34%``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def fans_text(fans: Sequence[BoardFanView], width: int, compact: bool) -> Text:
             text.append(f"{_speed(f):<{ws}}", style="" if f.status == "ok" else "bold red")
             text.append(f"  {fmt(f.duty_pct, '%'):<4}  {f.source}" + ("\n" if i < len(fans) - 1 else ""))
         return text
+    fans = [f for f in fans if not f.id.startswith("gpu")] or fans  # compact: on the GPU cards already
     common = common_source(fans)
     wl = max(len(short_label(f.label)) for f in fans)
     ws = max(len(_speed(f)) for f in fans)
