@@ -14,10 +14,10 @@
   of fighting. **Safety never steps back:** a safety decision (critical temperature, failed sensor, stalled
   fan) is written whatever the knob's drift, step-back or conflict state, every tick it does not hold. The
   journal entry stays, so the original is put back when the daemon stops.
-- **Quantised knobs**: a backend's ``settles_at(knob_id, value)`` (hwmon pwm: the driver's level at or
+- **Quantised knobs**: a pwm knob's ``settles_at(value)`` (hwmon's ``pwm_knob``: the driver's level at or
   above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
   nor a reason to write again.
-- **Refused manual mode**: a backend's ``mode_refused(knob_id)`` (hwmon pwm: a driver that refuses
+- **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver that refuses
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
 - **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
@@ -65,26 +65,28 @@ def same_setting(knob: Knob, kv: KnobValue | None, value: float, *, any_mode: bo
             and (any_mode or kv.mode in MANUAL_MODES) and abs(kv.value - value) <= tolerance(knob, value))
 
 
-def settles_at(backend: Backend, knob: Knob, value: float) -> float:
-    """The value ``knob`` holds once ``value`` is written: the backend's ``settles_at`` where it has one
-    (a quantised pwm rounds up to its driver's level), else ``value``."""
-    fn = getattr(backend, "settles_at", None)
-    if fn is None:
-        return value
-    try:
-        return float(fn(knob.id, value))
-    except Exception:  # noqa: BLE001 - an unknown knob: the value itself
-        return value
-
-
-def mode_refused(backend: Backend, knob: Knob) -> str | None:
-    """Why ``knob``'s duty is written without manual mode (the backend's ``mode_refused``: a driver that
-    refuses ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
-    fn = getattr(backend, "mode_refused", None)
+def _pwm_knob(backend: Backend, knob: Knob) -> Any:
+    """The backend's knob object for ``knob`` where it keeps one (hwmon's ``pwm_knob``: a
+    :class:`~aithermd.backends.pwm.PwmKnob`), else None."""
+    fn = getattr(backend, "pwm_knob", None)
     try:
         return fn(knob.id) if fn is not None else None
     except Exception:  # noqa: BLE001 - an unknown knob
         return None
+
+
+def settles_at(backend: Backend, knob: Knob, value: float) -> float:
+    """The value ``knob`` holds once ``value`` is written: a quantised pwm's driver level at or above it
+    (``PwmKnob.settles_at``), else ``value``."""
+    pwm = _pwm_knob(backend, knob)
+    return float(pwm.settles_at(value)) if pwm is not None else value
+
+
+def mode_refused(backend: Backend, knob: Knob) -> str | None:
+    """Why ``knob``'s duty is written without manual mode (``PwmKnob.mode_refused``: a driver that refuses
+    ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
+    pwm = _pwm_knob(backend, knob)
+    return pwm.mode_refused if pwm is not None else None
 
 
 @dataclass

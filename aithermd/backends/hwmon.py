@@ -370,13 +370,9 @@ class HwmonBackend(Quarantine):
         """Set duty ``value`` % (0–100), switching ``pwmN_enable`` to manual first (see :class:`PwmKnob`)."""
         self._pwm(knob_id).write(value)
 
-    def settles_at(self, knob_id: str, value: float) -> float:
-        """The duty (%) knob ``knob_id`` holds once ``value`` is written (its driver's level at or above)."""
-        return self._pwm(knob_id).settles_at(value)
-
-    def mode_refused(self, knob_id: str) -> str | None:
-        """Why ``knob_id``'s duty is written without manual mode (its driver refuses it), None when not."""
-        return self._pwm(knob_id).mode_refused
+    def pwm_knob(self, knob_id: str) -> PwmKnob:
+        """``knob_id``'s :class:`PwmKnob`: what it learnt of its driver (``settles_at``, ``mode_refused``)."""
+        return self._pwm(knob_id)
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
         """``{"pwm": 0–255, "enable": int | None}`` as found (see :meth:`PwmKnob.save`)."""

@@ -118,8 +118,8 @@ def detect(lab: Lab, pwms: Sequence[str], tachs: Sequence[str], *, complete: boo
 
 
 def _mode_refused(lab: Lab, pwm: str) -> str | None:
-    fn = getattr(lab.backend, "mode_refused", None)
-    return fn(pwm) if fn is not None else None
+    fn = getattr(lab.backend, "pwm_knob", None)
+    return fn(pwm).mode_refused if fn is not None else None
 
 
 def _index_pair(lab: Lab, pwm: str) -> str | None:

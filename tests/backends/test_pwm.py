@@ -71,7 +71,7 @@ def test_a_quantised_driver_is_written_one_level_up_never_less_cooling(dell, tmp
     assert (chip / "pwm2").read_text() == "128\n"
     assert after.value == pytest.approx(50.2, abs=0.1)
     assert [e.kind for e in events] == ["actuation"]
-    assert backend.settles_at(f"{DELL}/pwm2", 20.0) == pytest.approx(50.2, abs=0.1)
+    assert backend.pwm_knob(f"{DELL}/pwm2").settles_at(20.0) == pytest.approx(50.2, abs=0.1)
     io.writes.clear()
     _, events = _apply(applier, backend, f"{DELL}/pwm2", 21.0, t=2.0)
     assert events == [] and io.writes == []  # the level it holds already gives 21 %
