@@ -107,7 +107,9 @@ def test_board_fans_follow_an_unlabelled_k10temp(policy, tmp_path):
     for label in (root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2").glob("temp*_label"):
         label.unlink()
     result, devices = run_policy(root, policy)
-    fans = fan_decisions(result, devices)
+    fans = {k: d for k, d in fan_decisions(result, devices).items() if not k.startswith("gpu")}
+    gpu_fans = {k: d for k, d in fan_decisions(result, devices).items() if k.startswith("gpu")}
+    assert {d.rule for d in gpu_fans.values()} <= {f"{policy}/gpu-fans"}  # the amdgpu's own, by its own curve
     assert len(fans) == 6
     for d in fans.values():
         assert d.layer is Layer.POLICY and d.rule == f"{policy}/board-fans"
