@@ -123,11 +123,10 @@ EDGE_MARGIN = 0.1  # Knob.edge_margin: the fraction of a knob's range a request 
 
 @dataclass(frozen=True, slots=True)
 class FanCalibration:
-    """What fan detection and calibration (:mod:`aithermd.fans`) found for one pwm knob: ``tachs`` the fan
-    channels that follow it (empty: nothing connected); ``start_pct`` the lowest duty that starts its fans
-    from standstill, ``stop_pct`` the lowest that keeps them turning; ``rpm`` per tach, (duty %, RPM) by
-    rising duty; ``levels`` the raw ``pwmN`` values its driver keeps (empty: all); ``calibrated``: measured
-    (detection alone gives only ``tachs``)."""
+    """What fan detection and calibration (:mod:`aithermd.fans`) found for one pwm knob: ``tachs`` the fans
+    that follow it (empty: none connected); ``start_pct``/``stop_pct`` the lowest duty that starts them from
+    standstill / keeps them turning; ``rpm`` per tach, (duty %, RPM) by rising duty; ``levels`` the raw
+    ``pwmN`` values its driver keeps (empty: all); ``calibrated``: measured (detection gives ``tachs``)."""
 
     tachs: tuple[str, ...] = ()
     start_pct: float | None = None
@@ -296,9 +295,8 @@ class PolicyStatus:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """What needs a person about a knob or fan while it lasts: ``kind`` ``conflict`` (another program keeps
-    rewriting it: policy steps back, safety does not), ``uncontrollable`` (mode and duty refused),
-    ``stalled`` (no speed after a kick-start), ``empty`` (nothing connected); ``since``: wall-clock s."""
+    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it),
+    ``uncontrollable``, ``stalled`` (no speed after a kick), ``empty`` (no fan); ``since``: wall-clock s."""
 
     kind: str
     message: str

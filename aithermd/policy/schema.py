@@ -25,24 +25,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Fiel
 from aithermd.policy import schema_machine
 from aithermd.policy.schema_machine import (DAY_WORDS, Budget, CpuKnobsRule, Holidays, Quiet, ScheduleName,
                                             TimeZone)
-from aithermd.policy.values import (
-    BUILTIN_MARGIN_C,
-    DAYS,
-    HHMM,
-    Globs,
-    Ints,
-    Model,
-    Name,
-    NonNeg,
-    Pct,
-    PowerValue,
-    SmoothingS,
-    Source,
-    SourceAgg,
-    SourceInput,
-    WindowS,
-    parse_power,
-)
+from aithermd.policy.values import (BUILTIN_MARGIN_C, DAYS, HHMM, Globs, Ints, Model, Name, NonNeg, Pct,
+                                    PowerValue, SmoothingS, Source, SourceAgg, SourceInput, WindowS,
+                                    parse_power)
 
 __all__ = ["BUILTIN_MARGIN_C", "DAYS", "Source", "SourceAgg", "SourceInput", "parse_power"]
 
