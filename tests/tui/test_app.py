@@ -491,3 +491,19 @@ async def test_gpu_cards_show_memory_and_the_processes_screen_sorts(tmp_path):
         await pilot.press("s")  # by GPU memory
         await settle(pilot)
         assert "sorted by memory" in screen_text(app)
+
+
+async def test_a_snapshot_arriving_while_a_screen_is_half_built_or_torn_down_draws_nothing_and_raises_nothing():
+    """Seen in CI: a snapshot arrived while the overview was mounted without its widgets (app shutting
+    down), and the query for the status line raised NoMatches out of the message handler."""
+    from aithermctl.widgets.status_line import StatusLine
+
+    app = AithermApp(FakeClient(), **FAST)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        await screen.query_one("#gpus").remove()  # the body half gone, the status line still there
+        app._render()
+        await screen.query_one(StatusLine).remove()  # nothing left to draw into
+        app._render()
+        assert screen.is_mounted and not screen.query(StatusLine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from textual.app import ComposeResult
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import Footer
 
@@ -25,8 +26,20 @@ class DataScreen(Screen):
         self.show(self.app.state)  # type: ignore[attr-defined]
 
     def show(self, state: TuiState) -> None:
-        """Render ``state``; called by the app after each message and when the screen comes back."""
-        line = self.query_one(StatusLine)
+        """Render ``state``; called by the app after each message and when the screen comes back.
+
+        A message can arrive while the screen is mounted but its widgets are not (yet, or any more: while it
+        composes, or while the app shuts down). Nothing is drawn then; ``on_screen_resume`` draws the screen
+        once it is whole."""
+        lines = self.query(StatusLine)
+        if not lines:
+            return
+        try:
+            self._show(lines.first(), state)
+        except NoMatches:  # torn down between the status line and the body
+            return
+
+    def _show(self, line: StatusLine, state: TuiState) -> None:
         line.connected, line.detail, line.policy = state.connected, state.detail, state.policy_line()
         # the daemon is gone: the last values stay on screen, dimmed and marked with their time
         stale = state.connected is False and state.doc is not None
