@@ -116,8 +116,9 @@ class HoldDialog(RequestDialog):
         names = [str(p.get("name")) for p in policies]
         if names != self._names:
             self._names = names
-            if self.is_mounted:
-                self.query_one("#policy", Select).set_options([(n, n) for n in names])
+            # not composed yet (compose reads self._names) or already torn down: nothing to update
+            for select in self.query("#policy").results(Select):
+                select.set_options([(n, n) for n in names])
 
     def request(self, button: str) -> dict[str, Any]:
         policy = self.query_one("#policy", Select).value
