@@ -103,8 +103,14 @@ def process_lines(proc: Mapping[str, Any], width: int = 60) -> list[str]:
     return lines
 
 
+_REST_NOTES = {"(none)": "charged to processes in no {by}", "(idle)": "the idle floor no process held",
+               "(unattributed)": "what no process could be charged with"}
+
+
 def report_text(report: Mapping[str, Any]) -> str:
-    """``aithermctl energy report``: one row per unit, job, container, command or day; kWh and cost."""
+    """``aithermctl energy report``: one row per unit, job, container, command or day, then the rest
+    (``(none)``, ``(idle)``, ``(unattributed)``) so that the rows add up to the total line; by day, the idle
+    and unattributed parts of the total under it. kWh and cost."""
     by = str(report.get("by") or "")
     currency = str(report.get("currency") or "")
     has_cost = report.get("cost_per_kwh") is not None
@@ -113,22 +119,30 @@ def report_text(report: Mapping[str, Any]) -> str:
     if has_cost:
         head += f" (at {report['cost_per_kwh']:g} {currency}/kWh)".replace("  ", " ")
     lines = [head]
+    if not rows:
+        return "\n".join([*lines, "  (nothing recorded yet)"]) + "\n"
     devices = sorted({d for r in rows for d in (r.get("joules") or {})})
-    name_w = max([len(str(r.get("name"))) for r in rows] + [len(by), len("unattributed")])
+    name_w = max([len(str(r.get("name"))) for r in rows] + [len(by), len("  (unattributed)")])
     lines.append(f"  {by:<{name_w}} {'kWh':>10}" + (f" {'cost':>9}" if has_cost else "")
                  + "".join(f" {d:>10}" for d in devices))
 
-    def row(r: Mapping[str, Any]) -> str:
+    def row(r: Mapping[str, Any], name: str | None = None) -> str:
         joules = r.get("joules") or {}
-        text = f"  {str(r.get('name')):<{name_w}} {float(r.get('kwh') or 0.0):10.4f}"
+        text = f"  {name or str(r.get('name')):<{name_w}} {float(r.get('kwh') or 0.0):10.4f}"
         if has_cost:
             text += f" {float(r.get('cost') or 0.0):9.2f}"
         return text + "".join(f" {float(joules.get(d, 0.0)) / J_PER_KWH:10.4f}" for d in devices)
 
     lines += [row(r) for r in rows]
-    for part in ("idle", "unattributed", "total"):
-        if isinstance(report.get(part), Mapping):
-            lines.append(row({**report[part], "name": part}))
-    if len(lines) == 2:
-        lines.append("  (nothing recorded yet)")
+    if isinstance(report.get("total"), Mapping):
+        lines.append("  " + "-" * (len(lines[-1]) - 2))
+        lines.append(row(report["total"], "total"))
+    if by == "day":
+        parts = [(p, report[p]) for p in ("idle", "unattributed") if isinstance(report.get(p), Mapping)]
+        if parts:
+            lines.append("  of which")
+            lines += [row(part, f"  ({name})") for name, part in parts]
+    named = [str(r.get("name")) for r in rows if r.get("rest")] if by != "day" else ["(idle)", "(unattributed)"]
+    lines += [f"  {name}: {_REST_NOTES[name].format(by=by)}" for name in dict.fromkeys(named)
+              if name in _REST_NOTES]
     return "\n".join(lines) + "\n"

@@ -101,10 +101,13 @@ class EnergyHistory:
 
     def report(self, since_wall: float, by: str, *, cost_per_kwh: float | None = None,
                currency: str = "") -> dict[str, Any]:
-        """``{"since", "by", "rows": [{"name", "joules": {device: J}, "kwh", "cost"?}], "total", "idle",
-        "unattributed"}`` for days from ``since_wall``'s day on (for ``by`` = ``job``: jobs seen since then),
-        rows largest first. ``by``: ``unit``, ``job``, ``container``, ``process`` or ``day``. Raises
-        InvalidArgument for another ``by``."""
+        """``{"since", "by", "rows": [{"name", "joules": {device: J}, "total_j", "kwh", "cost"?}], "total",
+        "idle", "unattributed"}`` for days from ``since_wall``'s day on. The rows add up to ``total``: by
+        ``day``, one row a day (``idle`` and ``unattributed`` are parts of them); by a group kind, the
+        groups largest first (for ``job``: with ``first``, ``last`` and ``users``), then the rest, marked
+        ``"rest": true``: ``(none)`` (charged to processes in no job or container; by ``job`` and
+        ``container`` only), ``(idle)`` (the idle floor no process held) and ``(unattributed)``. ``by``:
+        ``unit``, ``job``, ``container``, ``process`` or ``day``. Raises InvalidArgument for another ``by``."""
         if by not in (*KINDS, "day"):
             raise InvalidArgument(f"by must be one of {', '.join((*KINDS, 'day'))}, not {by!r}")
         first = day_of(since_wall)
@@ -112,9 +115,6 @@ class EnergyHistory:
         rows: dict[str, dict[str, float]] = {}
         if by == "day":
             rows = {d: dict(v.get("total", {})) for d, v in days.items()}
-        elif by == "job":
-            rows = {j: dict(r.get("joules", {})) for j, r in self.jobs.items()
-                    if r.get("last", 0) >= since_wall}
         else:
             for v in days.values():
                 for name, per in v.get(by, {}).items():
@@ -126,11 +126,11 @@ class EnergyHistory:
                 for device, joules in v.get(part, {}).items():
                     _add(into, device, joules)
 
-        def row(name: str, joules: Mapping[str, float]) -> dict[str, Any]:
+        def row(name: str, joules: Mapping[str, float], **extra: Any) -> dict[str, Any]:
             total = math.fsum(joules.values())
             out: dict[str, Any] = {"name": name,
                                    "joules": {d: round(j, 3) for d, j in sorted(joules.items())},
-                                   "total_j": round(total, 3), "kwh": round(total / J_PER_KWH, 9)}
+                                   "total_j": round(total, 3), "kwh": round(total / J_PER_KWH, 9), **extra}
             if cost_per_kwh is not None:
                 out["cost"] = round(total / J_PER_KWH * cost_per_kwh, 4)
             if by == "job" and name in self.jobs:
@@ -139,6 +139,24 @@ class EnergyHistory:
             return out
 
         ordered = sorted(rows.items(), key=lambda kv: (kv[0] if by == "day" else -math.fsum(kv[1].values())))
+        out_rows = [row(n, j) for n, j in ordered]
+        if by != "day" and days:
+            out_rows += [row(n, j, rest=True) for n, j in _rest(by, rows, totals).items()]
         return {"since": since_wall, "first_day": first, "by": by, "currency": currency,
-                "cost_per_kwh": cost_per_kwh, "rows": [row(n, j) for n, j in ordered],
+                "cost_per_kwh": cost_per_kwh, "rows": out_rows,
                 **{part: row(part, into) for part, into in totals.items()}}
+
+
+def _rest(by: str, rows: Mapping[str, Mapping[str, float]],
+          totals: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """What no ``by`` group holds, per device: ``(none)`` (charged to processes outside every group of that
+    kind: the total less idle, unattributed and the groups, never below 0), ``(idle)``, ``(unattributed)``."""
+    rest: dict[str, dict[str, float]] = {}
+    if by in ("job", "container"):
+        rest["(none)"] = {device: max(0.0, total - totals["idle"].get(device, 0.0)
+                                      - totals["unattributed"].get(device, 0.0)
+                                      - math.fsum(per.get(device, 0.0) for per in rows.values()))
+                          for device, total in totals["total"].items()}
+    rest["(idle)"] = dict(totals["idle"])
+    rest["(unattributed)"] = dict(totals["unattributed"])
+    return rest

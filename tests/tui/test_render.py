@@ -181,3 +181,33 @@ def test_explain_paragraph_never_breaks_an_id_at_its_hyphens():
              "inputs": {source: None, "hwmon:nct6798-isa-0290/temp2": 41.0}}
     text = explain_paragraph("hwmon:nct6798-isa-0290/pwm1", entry, None)
     assert any(source in line for line in text.splitlines())
+
+
+def test_the_energy_report_text_adds_up_and_labels_the_rest():
+    """The report the daemon's energy history gives (tests/accounting/test_history.py's two days)."""
+    from aithermctl.processes import report_text
+    from tests.accounting.test_history import DAY1, _history
+
+    lines = report_text(_history().report(DAY1 - 3600, "job")).splitlines()
+    assert lines[:8] == [
+        "energy by job since 2026-12-01",
+        "  job                     kWh       gpu0       gpu1  package-0",
+        "  slurm:7              0.0007     0.0007     0.0000     0.0000",
+        "  (none)               0.0004     0.0004     0.0000     0.0000",
+        "  (idle)               0.0001     0.0000     0.0001     0.0000",
+        "  (unattributed)       0.0001     0.0000     0.0001     0.0000",
+        "  " + "-" * 60,
+        "  total                0.0012     0.0011     0.0001     0.0000"]
+    assert lines[8:] == ["  (none): charged to processes in no job", "  (idle): the idle floor no process held",
+                         "  (unattributed): what no process could be charged with"]
+
+
+def test_the_energy_report_by_day_lists_idle_under_the_total_not_as_days():
+    from aithermctl.processes import report_text
+    from tests.accounting.test_history import DAY1, _history
+
+    lines = report_text(_history().report(DAY1 - 3600, "day")).splitlines()
+    assert [line.split()[0] for line in lines[2:]] == [
+        "2026-12-01", "2026-12-02", "-" * 60, "total", "of", "(idle)", "(unattributed)", "(idle):",
+        "(unattributed):"]
+    assert lines[6] == "  of which"
