@@ -1,8 +1,9 @@
 """``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
 
 Exit codes: 0 clean stop (every journaled knob restored); 1 a knob that could not be restored, or a failure
-at run time; 2 a usage error; 78 (EX_CONFIG) a configuration it cannot start with: invalid settings or
-policies, an unreadable config file, a sysfs root that is not a directory, a state directory it cannot write.
+at run time; 2 a usage error (a bad flag, a ``--policy`` no policy directory holds); 78 (EX_CONFIG) a
+configuration it cannot start with: invalid settings or policies, an unreadable config file, a sysfs root
+that is not a directory, a state directory it cannot write.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
         for err in flags or exc.errors:  # a bad flag is a usage error: exit 2, in the project's words
             print(f"aithermd run: {err.path} {err.message}" if flags else err.format(), file=sys.stderr)
         return 2 if flags else EXIT_CONFIG
+    unknown = _unknown_policy(args, settings)
+    if unknown:
+        print(f"aithermd run: --policy {args.policy}: {unknown}", file=sys.stderr)
+        return 2
     if not getattr(args, "simulate", False) and not settings.sysfs_root.is_dir():
         print(f"{settings.sysfs_root}: error: sysfs root is not a directory (give the root of a sysfs tree, "
               "e.g. /sys)", file=sys.stderr)
@@ -116,6 +121,21 @@ def _state_dir_problem(state_dir: Path) -> str | None:
     if not os.access(state_dir, os.W_OK | os.X_OK):
         return "the state directory is not writable"
     return None
+
+
+def _unknown_policy(args: argparse.Namespace, settings: Any) -> str | None:
+    """Why ``--policy NAME`` names no policy in the policy directories (a usage error, found before anything
+    starts: no simulated machine made, nothing written), or None."""
+    if not getattr(args, "policy", None):
+        return None
+    from aithermd.policy.loader import policy_files
+    from aithermd.runtime.world import policy_dirs
+
+    files = policy_files(policy_dirs(settings))
+    if settings.policy in files:
+        return None
+    return (f"no policy named '{settings.policy}' (known: {', '.join(sorted(files)) or 'none'}; "
+            "or give a policy file's path)")
 
 
 def _looks_like_a_file(policy: str) -> bool:

@@ -341,7 +341,7 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
                 out.write(text)
                 out.flush()
         machine.close()
-        if code == 0:
+        if code == 0 or (daemon.tick is None and opts.state_dir is None):  # no tick: nothing was written
             cleanup(places)
     return SimResult(code, data, places, daemon)
 
@@ -373,7 +373,10 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
     except ValueError as exc:  # a --fault naming what the simulated machine does not have
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
-    if result.code != 0:
+    if result.code != 0 and result.places.state_dir.exists():
         print(f"aithermd run --simulate: the daemon stopped with {result.code}; its files stay in "
               f"{result.places.state_dir} and {result.places.machine_dir}", file=sys.stderr)
+    elif result.code != 0:
+        print(f"aithermd run --simulate: the daemon stopped with {result.code} before its first tick "
+              "(see the error above); nothing was written", file=sys.stderr)
     return result.code

@@ -77,10 +77,23 @@ def test_run_with_an_unreadable_config_exits_78(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_run_with_an_unknown_policy_exits_78(tmp_path):
+def test_run_with_an_unknown_policy_flag_is_a_usage_error_and_touches_nothing(tmp_path, capsys):
     root = copy_machine(tmp_path)
+    before = knob_files(root)
     args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
             "--metrics-listen", "none", "--no-nvml", "--policy", "no-such-policy", "--log-format", "json"]
+    assert main(args) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "aithermd run: --policy no-such-policy: no policy named 'no-such-policy' (known: ai-training, balanced, "
+        "quiet, workstation; or give a policy file's path)"]
+    assert knob_files(root) == before and not (tmp_path / "s").exists()
+
+
+def test_run_with_an_unknown_policy_in_its_configuration_exits_78(tmp_path, monkeypatch):
+    root = copy_machine(tmp_path)
+    monkeypatch.setenv("AITHERMD_POLICY", "no-such-policy")  # the configuration, not a flag
+    args = ["run", "--sysfs-root", str(root), "--state-dir", str(tmp_path / "s"), "--bus", "none",
+            "--metrics-listen", "none", "--no-nvml", "--log-format", "json"]
     assert main(args) == EXIT_CONFIG
 
 

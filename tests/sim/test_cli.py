@@ -143,6 +143,27 @@ def test_an_unreadable_dump_is_refused(tmp, tmp_path):
     assert p.returncode == 2 and "missing.txt" in p.stderr
 
 
+def test_an_unknown_policy_is_one_line_naming_the_known_ones_and_leaves_nothing(tmp):
+    """`--policy nope` exited 78 after the daemon's log and left its /tmp/aithermd-sim-* behind."""
+    p = aithermd("run", "--simulate", "--policy", "nope", "--duration", "10", "--speedup", "0", tmp=tmp)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == ["aithermd run: --policy nope: no policy named 'nope' (known: ai-training, "
+                                     "balanced, quiet, workstation; or give a policy file's path)"]
+    assert p.stdout == "" and list(tmp.iterdir()) == []
+
+
+def test_a_broken_active_policy_stops_the_simulation_before_its_first_tick_and_leaves_nothing(tmp, tmp_path):
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "mine.yaml").write_text("name: mine\n  rules: []\n")
+    p = aithermd("run", "--simulate", "--policy-dir", str(policies), "--policy", "mine", "--duration", "10",
+                 "--speedup", "0", "--log-format", "json", tmp=tmp)
+    assert p.returncode == 78
+    assert p.stderr.splitlines()[-1] == ("aithermd run --simulate: the daemon stopped with 78 before its first "
+                                         "tick (see the error above); nothing was written")
+    assert list(tmp.iterdir()) == []
+
+
 def _limits(state: Path) -> list[float]:
     nvml = FakeNvml.open(state)
     return [nvml.power_limit_w(i) for i in range(len(nvml.gpus))]
