@@ -141,7 +141,10 @@ class RaplBackend:
         return out
 
     def discover(self) -> list[Device]:
-        """Every RAPL zone with a ``name``; ids ``powercap:<name>`` (``#2`` for repeats)."""
+        """Every RAPL zone with a ``name``; ids ``powercap:<name>`` (``#2`` for repeats). Discovering again (a
+        reload, hotplug) keeps the energy counter of a zone still there (same id and file): its power needs
+        no second read, its energy total runs on."""
+        counters = {(z.device_id, z.energy.path): z for z in self._zones}
         self.close()
         io = self.io
         zones = []
@@ -162,6 +165,9 @@ class RaplBackend:
             devices.append(self._build(dev_id, base, name, path, parent, copy_of))
         if not any(d.info.get("role") == "package" for d in devices):
             devices += self._amd_sockets({d.id for d in devices})
+        for zone in self._zones:
+            if (old := counters.get((zone.device_id, zone.energy.path))) is not None:
+                zone.prev_raw, zone.prev_t, zone.total_uj = old.prev_raw, old.prev_t, old.total_uj
         return devices
 
     def _amd_sockets(self, taken: set[str]) -> list[Device]:
@@ -237,9 +243,8 @@ class RaplBackend:
             n += 1
         max_range = read_optional_int(io, os.path.join(path, "max_energy_range_uj"))
         self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, max_w or None)))
-        return Device(
-            id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs), info=info
-        )
+        return Device(id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs),
+                      info=info)
 
     def _limit(self, dev_id: str, kind: KnobKind, prefix: str, has_window: bool) -> Knob:
         io = self.io
@@ -248,19 +253,12 @@ class RaplBackend:
         limit = Attribute(io, prefix + "power_limit_uw")
         why = why_not_writable(io, limit.path)
         writable = why is None
-        knob = Knob(
-            id=f"{dev_id}/{kind}",
-            device_id=dev_id,
-            kind=kind,
-            unit=UNITS[Quantity.POWER],
-            min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
-            max=units.uw_to_w(hi) if hi is not None and hi > 0 else None,
-            writable=writable,
-            why_not=None if writable else f"{os.path.basename(limit.path)} not writable ({why})",
-        )
-        self._limits[knob.id] = _Limit(
-            knob, limit, Attribute(io, prefix + "time_window_us") if has_window else None
-        )
+        knob = Knob(id=f"{dev_id}/{kind}", device_id=dev_id, kind=kind, unit=UNITS[Quantity.POWER],
+                    min=units.uw_to_w(lo) if lo is not None and lo > 0 else None,
+                    max=units.uw_to_w(hi) if hi is not None and hi > 0 else None, writable=writable,
+                    why_not=None if writable else f"{os.path.basename(limit.path)} not writable ({why})")
+        window = Attribute(io, prefix + "time_window_us") if has_window else None
+        self._limits[knob.id] = _Limit(knob, limit, window)
         return knob
 
     # -- sampling --------------------------------------------------------------------------------------

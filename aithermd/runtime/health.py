@@ -10,7 +10,7 @@ A reading that is failed, implausible or stale, a knob whose read-back is, and a
 reports lost are *degraded* (published in the snapshot; the engine's safety layer drives the fans that
 read a degraded temperature to full). A fault is reported once, when it appears or changes status, and
 logged as ``recovered`` when it goes away; a derived value's first read (RAPL power needs two energy
-reads) is warming up, not a fault.
+reads) is warming up, not a fault, also when its device is added or comes back after the start.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ class Health:
         set up again when the device set changes)."""
         if devices is not self._devices:
             self._trust.configure(devices)
+            known = {d.id for d in self._devices or ()}
+            for device in devices:  # a device added or back (hotplug): its first read warms up again
+                if device.id not in known:
+                    self._seen.difference_update(c.id for c in device.channels)
             self._devices = devices
         return self._trust.filter(t_mono, readings)
 

@@ -281,3 +281,23 @@ def test_a_counter_reset_is_implausible_not_a_huge_wrap(node_root):
     energy.write_text("35000000\n")  # counting resumes from the new base
     assert backend.sample().readings["powercap:package-0/power"].value == pytest.approx(30.0)
     backend.close()
+
+
+def test_discovering_again_keeps_each_zones_counter(node_root):
+    """A reload probes the zones again: power right at the next read, the energy total runs on."""
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    clock = SimClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    energy.write_text("1000000\n")
+    assert backend.sample().readings["powercap:package-0/energy"].value == pytest.approx(1.0)
+    clock.advance(1.0)
+    energy.write_text("21000000\n")
+    backend.sample()
+    backend.discover()
+    clock.advance(2.0)
+    energy.write_text("81000000\n")
+    readings = backend.sample().readings
+    assert readings["powercap:package-0/power"].value == pytest.approx(30.0)
+    assert readings["powercap:package-0/energy"].value == pytest.approx(81.0)
+    backend.close()

@@ -152,3 +152,37 @@ async def test_removing_the_active_policy_still_falls_back_to_the_configured_one
 
     await d.run(max_ticks=3, until=step)
     assert d.hub.latest.policy.active == "balanced" and sorted(d.world.policies) == ["balanced", "handsoff"]
+
+
+async def test_a_reload_reports_no_rapl_fault_and_keeps_the_power_reading(settings, clock, tmp_path):
+    """A reload probes the RAPL zones again (a new zone object each time): its power was 'stale: first
+    energy read' after every reload, a fault event and a degraded channel for a tick."""
+    from aithermd.backends.powercap import RaplBackend
+    from aithermd.model import Status
+    from aithermd.sim import ttar
+    from tests.backends.helpers import TTAR
+
+    ttar.extract(TTAR / "node-exporter-sys-class-powercap-intel-rapl.ttar", tmp_path)
+    energy = tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj"
+    rapl = RaplBackend(str(tmp_path / "sys"), clock=clock)
+    d = Daemon(settings, clock=clock, backends=[FakeBackend(), rapl], sleep=clock.sleep, engine=STUB_ENGINE)
+    events, power = [], []
+    d.hub.add_listener(lambda snap, evs: events.extend(evs))
+    uj = [1_000_000]
+
+    def step():
+        snap = d.hub.latest
+        power.append((snap.seq, snap.readings["powercap:package-0/power"].status,
+                      snap.readings["powercap:package-0/power"].value, "powercap:package-0/power" in snap.degraded))
+        if snap.seq in (2, 4):
+            d.request_reload()
+        uj[0] += 30_000_000  # 30 W at the 1 s tick
+        energy.write_text(f"{uj[0]}\n")
+        return False
+
+    energy.write_text(f"{uj[0]}\n")
+    assert await d.run(max_ticks=6, until=step) == 0
+    assert [e for e in events if e.kind == "fault"] == []
+    assert power[0][1] == Status.STALE  # the very first read: warming up, not a fault
+    assert [(seq, status, round(value or 0, 3), degraded) for seq, status, value, degraded in power[1:]] == [
+        (seq, Status.OK, 30.0, False) for seq in range(2, 7)]
