@@ -54,13 +54,15 @@ class PolicyError(AithermError):
         self.path, self.message, self.line, self.col, self.key, self.hint = path, message, line, col, key, hint
         super().__init__(self.format())
 
-    def format(self) -> str:
+    def format(self, severity: str = "error") -> str:
+        """``FILE:LINE:COL: error: KEY: message (hint: ...)``; ``severity`` ``warning`` for what is only
+        worth saying (``aithermd check``'s device warnings)."""
         where = self.path
         if self.line is not None:
             where += f":{self.line}"
             if self.col is not None:
                 where += f":{self.col}"
-        text = f"{where}: error: "
+        text = f"{where}: {severity}: "
         if self.key:
             text += f"{self.key}: "
         text += self.message

@@ -2,8 +2,10 @@
 
 Each problem is printed on stderr as ``FILE:LINE:COL: error: KEY: message (hint: ...)``; each valid file as
 ``FILE: ok`` on stdout. With ``--sysfs-root DIR`` or ``--simulate`` device references (GPU indexes, fans,
-zones, sensors) are also checked against that machine. Permission problems are only warnings here (the
-daemon running as root refuses them).
+zones, sensors) are also checked against that machine, and what the daemon would warn about there is said as
+``FILE:LINE:COL: warning: ...`` (a fan rule that selects no fan, a power limit clamped to the devices'
+constraints, fans whose curve finds no sensor); warnings leave the exit status alone. Permission problems
+are only warnings here (the daemon running as root refuses them).
 
 Exit status: 0 all valid, 1 any invalid, 2 usage error or an unreadable file.
 """
@@ -66,7 +68,8 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
 
 def run(args: argparse.Namespace) -> int:
     log.setup(level="error")
-    from aithermd.policy.devicecheck import check_devices
+    from aithermd.policy.devicecheck import check_devices, device_warnings, unsourced_fans
+    from aithermd.runtime.changes import unsourced_message
     from aithermd.policy.loader import load_policy_file, permission_problems
 
     try:
@@ -85,13 +88,20 @@ def run(args: argparse.Namespace) -> int:
             continue
         for problem in permission_problems(path) + permission_problems(path.parent):
             print(f"{name}: warning: {problem} (the daemon running as root refuses it)", file=sys.stderr)
+        warnings: list[str] = []
         try:
             policy = load_policy_file(path)
             errors: list[PolicyError] = check_devices(policy, devices) if devices is not None else []
+            if devices is not None:
+                warnings = [w.format("warning") for w in device_warnings(policy, devices)] + [
+                    f"{name}: warning: {unsourced_message(policy.name, *u)}"
+                    for u in unsourced_fans(policy, devices)]
         except PolicyErrors as exc:
             errors = exc.errors
         for err in errors:
             print(err.format(), file=sys.stderr)
+        for line in warnings:
+            print(line, file=sys.stderr)
         if errors:
             status = max(status, 1)
         elif not args.quiet:

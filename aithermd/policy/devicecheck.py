@@ -4,27 +4,34 @@ A selector written without wildcards (an exact GPU index or UUID, fan id, chip o
 one with wildcards may match nothing (shipped policies name several chips so they fit many boards). A curve
 source or a ``temperature_c`` sensor must match at least one temperature channel, except a named curve that
 only rules driving no fan on this machine use (the shipped GPU fan curve on a machine without GPUs).
+
+Warnings (:func:`device_warnings`, printed by ``aithermd check``; the policy stays valid): a fan rule whose
+selector, with wildcards, selects no fan here (it does nothing on this machine), and a power limit that this
+machine's devices clamp to their own constraints (a ``limit: 1000`` on a 600 W card is set to 600 W).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from aithermd.errors import PolicyError
-from aithermd.model import Device, KnobKind
+from aithermd.model import Device, Knob, KnobKind
 from aithermd.policy import selectors, sources
 from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
 from aithermd.policy.schema import (
     CpuKnobsRule,
     CpuPowerLimitRule,
+    FanMatch,
     FanRule,
     GpuClocksRule,
     GpuMatch,
     GpuPowerLimitRule,
     MetricCondition,
     MixCurve,
+    parse_power,
 )
 
 WILD = set("*?[")
@@ -153,3 +160,41 @@ def unsourced_fans(policy: Any, devices: Sequence[Device]) -> list[tuple[str, st
             fans = tuple(t.knob.id for t in rule.targets)
             out.append((rule.name, ", ".join(empty) or rule.curve_name, fans))
     return out
+
+
+def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
+    """What ``policy`` (a loader.Policy) asks that this machine will not do as written (see the module
+    docstring), each at its place in the file; format them with ``format("warning")``."""
+    doc, where = policy.document, str(policy.path or f"<{policy.name}>")
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    fans = [k.id for k in selectors.select_fans(FanMatch(), devices)]
+    have = ", ".join(fans[:6]) + (f" and {len(fans) - 6} more" if len(fans) > 6 else "") or "none"
+    for i, rule in enumerate(doc.rules):
+        loc = ("rules", i, rule.kind)
+        if isinstance(rule, FanRule) and not selectors.select_fans(rule.fans, devices) \
+                and not any(_exact(p) for p in (rule.fans.id, rule.fans.chip, rule.fans.label)):
+            problems.append(((*loc, "fans"), "selects no fan on this machine, so this rule does nothing "
+                                             f"here (fans: {have})"))
+        elif isinstance(rule, GpuPowerLimitRule):
+            how, value = parse_power(rule.limit)
+            if how in ("w", "pct"):
+                knobs = [k for d in selectors.select_gpus(rule.gpus, devices)
+                         if (k := selectors.knob_of(d, KnobKind.POWER_LIMIT)) is not None]
+                asked = {k.id: value if how == "w" else (k.default or math.nan) * value / 100 for k in knobs}
+                problems += _clamped((*loc, "limit"), knobs, asked)
+        elif isinstance(rule, CpuPowerLimitRule):
+            for key, kind in (("pl1_w", KnobKind.PL1), ("pl2_w", KnobKind.PL2)):
+                if (value := getattr(rule, key)) is not None:
+                    knobs = [k for d in selectors.select_zones(rule.zones, devices) for k in d.knobs
+                             if k.kind == kind]
+                    problems += _clamped((*loc, key), knobs, dict.fromkeys((k.id for k in knobs), value))
+    return [error_at(policy.tree, where, loc, msg) for loc, msg in problems]
+
+
+def _clamped(loc: tuple[Any, ...], knobs: Sequence[Knob], asked: dict[str, float]) -> list[tuple[Any, str]]:
+    """One warning for the ``knobs`` that clamp the watts ``asked`` of them to their own constraints."""
+    out = [f"{k.id} {asked[k.id]:.0f} W → {k.clamp(asked[k.id]):.0f} W" for k in knobs
+           if math.isfinite(asked[k.id]) and abs(k.clamp(asked[k.id]) - asked[k.id]) > 0.5]
+    if not out:
+        return []
+    return [(loc, f"clamped to the devices' own constraints: {', '.join(out)}")]

@@ -295,3 +295,31 @@ def test_replay_at_100_ms_without_units_by_uuid_with_a_gap(tmp_path, capsys):
     # 30 s: raised once its 20 s mean held, relaxed once the last loaded sample (29.9 s) left the idle minute
     assert steps == [(20.0, "gpu1", 450.0, 600.0), (60.0, "gpu0", 450.0, 360.0), (89.9, "gpu1", 600.0, 360.0)]
     assert doc["summary"]["duration_s"] == 99.9
+
+
+def test_check_warns_about_what_this_machine_will_not_do_as_written(tmp_path, capsys):
+    """A fan rule whose wildcard selects no fan, and limits in W or % that the devices clamp, are warnings
+    at their line (exit 0); a limit within the constraints, and one given as max, say nothing."""
+    p = tmp_path / "mine.yaml"
+    p.write_text("rules:\n"
+                 "  - {name: big, kind: gpu_power_limit, limit: 1000}\n"
+                 "  - {name: half, kind: gpu_power_limit, gpus: 1, limit: 150%}\n"
+                 "  - {name: fits, kind: gpu_power_limit, gpus: 0, limit: 300}\n"
+                 "  - {name: top, kind: gpu_power_limit, limit: max}\n"
+                 "  - {name: ite, kind: fan, fans: {chip: 'it87*'}, duty_pct: 50}\n"
+                 "  - {name: cpu, kind: cpu_power_limit, pl1_w: 5000, pl2_w: 100}\n")
+    assert main(["check", "--simulate", str(p)]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"{p}: ok\n"
+    assert out.err.splitlines() == [
+        f"{p}:2:47: warning: rules[0].limit: clamped to the devices' own constraints: "
+        "gpu0/power_limit 1000 W → 600 W, gpu1/power_limit 1000 W → 300 W",
+        f"{p}:3:57: warning: rules[1].limit: clamped to the devices' own constraints: "
+        "gpu1/power_limit 450 W → 300 W",
+        f"{p}:6:34: warning: rules[4].fans: selects no fan on this machine, so this rule does nothing here "
+        "(fans: hwmon:amdgpu-pci-0700/pwm1, hwmon:nct6798-isa-0290/pwm1, hwmon:nct6798-isa-0290/pwm2, "
+        "hwmon:nct6798-isa-0290/pwm3, hwmon:nct6798-isa-0290/pwm4, hwmon:nct6798-isa-0290/pwm5 and 3 more)",
+        f"{p}:7:47: warning: rules[5].pl1_w: clamped to the devices' own constraints: "
+        "powercap:package-0/pl1 5000 W → 95 W"]
+    assert main(["check", str(p)]) == 0  # without a machine: nothing to compare with
+    assert capsys.readouterr().err == ""
