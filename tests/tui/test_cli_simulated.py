@@ -224,6 +224,36 @@ def test_demo_starts_and_cleans_up(tmp_path, sig):
     assert ctl(address, "status").returncode == wire.EXIT_NOT_RUNNING  # the bus is gone too
 
 
+@pytest.mark.parametrize("when", ["running", "starting"])
+def test_a_second_sigterm_while_the_demo_stops_still_stops_its_bus_and_daemon(when):
+    """A SIGTERM while the demo stopped its daemon (a service manager after SIGHUP, a second Ctrl-C) cut the
+    clean-up short: the private dbus-daemon ran on, its directory stayed."""
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "demo", "--no-tui", "--metrics-listen",
+                             "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    me = psutil.Process(proc.pid)
+    try:
+        if when == "running":
+            assert proc.stdout.readline().startswith("simulated aithermd on unix:path=")
+        deadline = time.monotonic() + 60
+        while not any(c.name() == "dbus-daemon" for c in me.children()):  # the bus is up
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        children = me.children()
+        (bus,) = [c for c in children if c.name() == "dbus-daemon"]
+        directory = bus.cmdline()[2].split("unix:path=", 1)[1].rsplit("/", 1)[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # it is stopping the daemon now
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(60)
+    assert rc == 130
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == [] and bus in gone
+    assert not os.path.exists(directory)
+
+
 def _start_daemon(address: str, state_dir: str, log) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--bus", address,
                              "--metrics-listen", "none", "--state-dir", state_dir, "--tick", "0.2",
