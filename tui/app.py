@@ -140,7 +140,8 @@ class AithermApp(App[int]):
         c, action = self.client, request["action"]
         try:
             if action == "override":
-                await c.set_override(request["knob"], request["value"], request["seconds"])
+                _, request["warnings"] = await c.set_override(request["knob"], request["value"],
+                                                              request["seconds"])
             elif action == "clear_override":
                 await c.clear_override(request["knob"])
             elif action == "hold":
@@ -208,6 +209,8 @@ class AithermApp(App[int]):
         if origin is not None and origin in self.screen_stack:
             origin.dismiss()
         self.notify(_done_text(message.request), timeout=4)
+        for warning in message.request.get("warnings") or ():
+            self.notify(warning, title="warning", severity="warning", timeout=15)
         self.refresh_policy_info()
 
     def _render(self) -> None:

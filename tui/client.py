@@ -142,15 +142,19 @@ class DaemonClient:
         return list(reply.body)
 
     async def call(self, member: str, *args: Any) -> Any:
-        """Call ``member`` of the daemon's interface with ``args``; the single return value (or None).
+        """Call ``member`` of the daemon's interface with ``args``; the first return value (or None).
         Raises the errors of :mod:`aithermctl.errors`."""
+        body = await self.call_all(member, *args)
+        return body[0] if body else None
+
+    async def call_all(self, member: str, *args: Any) -> list[Any]:
+        """As :meth:`call`, every return value."""
         signature = wire.METHODS[member][0]
         check_args(member, signature, args)
         await self.connect()
         flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if member in PRIVILEGED else MessageFlag.NONE)
-        body = await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
-                               list(args), flags)
-        return body[0] if body else None
+        return list(await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
+                                    list(args), flags))
 
     async def _json(self, member: str, *args: Any) -> Any:
         return decode(member, await self.call(member, *args))
@@ -219,11 +223,14 @@ class DaemonClient:
     async def release_policy(self, cookie: int) -> None:
         await self.call("ReleasePolicy", int(cookie))
 
-    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> float:
+    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> tuple[float, list[str]]:
         """Override ``knob_id`` to ``value`` (daemon units: W, %) for ``seconds`` (0 = until cleared); returns
-        the value the daemon applied (clamped when just outside the knob's range)."""
-        applied = await self.call("SetOverride", knob_id, float(value), float(seconds))
-        return float(applied) if applied is not None else float(value)
+        the value the daemon applied (clamped when just outside the knob's range) and its warnings (a fan
+        stopped until cleared; none from a daemon that sends only the value)."""
+        body = await self.call_all("SetOverride", knob_id, float(value), float(seconds))
+        applied = float(body[0]) if body else float(value)
+        warnings = [str(w) for w in body[1]] if len(body) > 1 and isinstance(body[1], list) else []
+        return applied, warnings
 
     async def clear_override(self, knob_id: str) -> None:
         await self.call("ClearOverride", knob_id)

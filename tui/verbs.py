@@ -203,11 +203,13 @@ async def override(client: DaemonClient, args: argparse.Namespace) -> int:
     except ValueError as exc:
         _note(str(exc))
         return wire.EXIT_USAGE
-    applied = await client.set_override(first, value, args.seconds)
+    applied, warnings = await client.set_override(first, value, args.seconds)
     until = f" for {format_duration(args.seconds)}" if args.seconds else " until cleared"
     shown = f"{' ' + unit if unit and unit != '%' else unit}"
     clamped = f" (asked {value:g}{shown}: clamped to the knob's range)" if applied != value else ""
     _note(f"{first} overridden to {applied:g}{shown}{how}{until}{clamped}")
+    for warning in warnings:
+        _note(f"warning: {warning}")
     return wire.EXIT_OK
 
 

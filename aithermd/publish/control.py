@@ -38,6 +38,9 @@ class DaemonControl(Protocol):
         restarts. Returns the value applied (a value just outside the knob's constraints is clamped to it).
         Raises UnknownKnob, OutOfRange (far outside the knob's constraints), InvalidArgument (read-only)."""
 
+    def override_warnings(self, knob_id: str, value: float, seconds: float) -> list[str]:
+        """What to warn the caller of an override about (a fan stopped until cleared), as sentences."""
+
     def clear_override(self, knob_id: str) -> None:
         """Raises UnknownKnob when no such knob exists."""
 

@@ -129,8 +129,10 @@ class PrivilegedCalls:
         with mapped_errors():
             self._control.release_policy(cookie)
 
-    async def set_override(self, sender: str, knob_id: str, value: float, seconds: float) -> float:
-        """Returns the value applied (a value just outside the knob's constraints is clamped)."""
+    async def set_override(self, sender: str, knob_id: str, value: float,
+                           seconds: float) -> tuple[float, list[str]]:
+        """Returns the value applied (a value just outside the knob's constraints is clamped) and the
+        warnings that go with it (a fan stopped until cleared)."""
         uid = await self._auth.authorize(sender, wire.ACTION_OVERRIDE)
         with mapped_errors():
             _finite("value", value)
@@ -140,7 +142,7 @@ class PrivilegedCalls:
         applied = value if applied is None else float(applied)
         self._log.info("set_override", knob=knob_id, value=applied, requested=value, seconds=seconds,
                        sender=sender, uid=uid)
-        return applied
+        return applied, list(self._control.override_warnings(knob_id, applied, seconds))
 
     async def clear_override(self, sender: str, knob_id: str) -> None:
         await self._auth.authorize(sender, wire.ACTION_OVERRIDE)

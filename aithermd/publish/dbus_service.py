@@ -56,6 +56,7 @@ FIRST_SNAPSHOT_WAIT_S = 15.0
 
 DBusStrList = Annotated[list[str], DBusSignature("as")]
 DBusTwoStr = Annotated[list[str], DBusSignature("ss")]
+DBusApplied = Annotated[list[Any], DBusSignature("das")]  # SetOverride: the value applied, the warnings
 
 
 class Daemon1(ServiceInterface):
@@ -170,8 +171,8 @@ class Daemon1(ServiceInterface):
 
     @method()
     async def SetOverride(self, knob_id: DBusStr, value: DBusDouble,  # noqa: N802
-                          seconds: DBusDouble) -> DBusDouble:
-        return await self._priv.set_override(self._tracker.sender(), knob_id, value, seconds)
+                          seconds: DBusDouble) -> DBusApplied:
+        return list(await self._priv.set_override(self._tracker.sender(), knob_id, value, seconds))
 
     @method()
     async def ClearOverride(self, knob_id: DBusStr):  # noqa: N802

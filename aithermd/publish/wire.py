@@ -76,7 +76,9 @@ METHODS: dict[str, tuple[str, str]] = {
     "SetActivePolicy": ("s", ""),
     "HoldPolicy": ("ssdb", "u"),  # policy, reason, timeout_s (0 = none), detached → cookie
     "ReleasePolicy": ("u", ""),
-    "SetOverride": ("sdd", "d"),  # knob id, value (daemon units), seconds (0 = until cleared) → applied
+    # knob id, value (daemon units), seconds (0 = until cleared) → the value applied, warnings (a fan stopped
+    # until cleared)
+    "SetOverride": ("sdd", "das"),
     "ClearOverride": ("s", ""),
     "Reload": ("", ""),
     "ReleaseGpu": ("s", "s"),  # device id → what was done (its originals restored, no longer used)

@@ -210,11 +210,20 @@ class Control:
         applied = clamp_request(knob, value)
         self.overrides[knob_id] = (applied, self._clock.wall() + seconds if seconds > 0 else None)
         asked = f" (asked {value:g} {knob.unit}, clamped to the knob's range)" if applied != value else ""
+        warnings = override_warnings(knob, applied, seconds)
         self._events.append(self._event("policy", knob_id, f"override {knob_id} := {applied:g} {knob.unit}"
-                                        + (f" for {seconds:g} s" if seconds > 0 else "") + asked,
+                                        + (f" for {seconds:g} s" if seconds > 0 else "") + asked
+                                        + "".join(f"; warning: {w}" for w in warnings),
                                         value=applied, requested=value))
+        for warning in warnings:
+            self._log.warning("override_stops_fan", knob=knob_id, message=warning)
         self._save()
         return applied
+
+    def override_warnings(self, knob_id: str, value: float, seconds: float) -> list[str]:
+        """What to tell whoever set ``knob_id`` to ``value`` for ``seconds`` (:func:`override_warnings`)."""
+        knob = self._knobs().get(knob_id)
+        return override_warnings(knob, value, seconds) if knob is not None else []
 
     def report_progress(self, gpus: list[str], rate: float) -> None:
         """A job's progress rate (steps/s) on ``gpus``, for 30 s (:mod:`aithermd.runtime.progress`).
@@ -296,6 +305,21 @@ def range_text(lo: float | None, hi: float | None, unit: str) -> str:
     if hi is not None:
         return f"above the maximum {hi:g} {unit}"
     return f"below the minimum {lo:g} {unit}"
+
+
+def override_warnings(knob: Knob, value: float, seconds: float) -> list[str]:
+    """The warnings an override of ``knob`` to ``value`` (its unit) for ``seconds`` (0: until cleared)
+    comes with: a fan (pwm or GPU fan) set to 0 %, or under the duty its calibration found keeps it
+    turning, with no end, stays stopped until the override is cleared; the safety layer still drives it
+    to full on a critical temperature or a failed sensor."""
+    if knob.kind not in (KnobKind.PWM, KnobKind.FAN) or seconds > 0:
+        return []
+    stop = knob.fan.stop_pct if knob.fan is not None and knob.fan.stop_pct is not None else 0.0
+    if value > 0 and value >= stop:
+        return []
+    why = "0 %" if value <= 0 else f"{value:g} %, under the {stop:g} % that keeps it turning,"
+    return [f"{knob.id} at {why} with no end: its fan stays stopped until `aithermctl override clear "
+            f"{knob.id}` (a critical temperature or a failed sensor still drives it to full)"]
 
 
 def clamp_request(knob: Knob, value: float) -> float:

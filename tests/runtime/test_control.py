@@ -152,3 +152,18 @@ def test_a_jobs_progress_rate_is_a_reading_while_it_is_fresh(tmp_path, clock, po
     with pytest.raises(InvalidArgument) as exc:  # a caller's garbage is not echoed back whole
         op.report_progress(["x" * 100_000, *(f"nope{i}" for i in range(10))], 1.0)
     assert len(str(exc.value)) < 300 and "and 7 more" in str(exc.value)
+
+
+def test_an_override_that_stops_a_fan_for_good_says_so():
+    from aithermd.model import FanCalibration, Knob, KnobKind
+    from aithermd.runtime.control import override_warnings
+
+    pwm = Knob("hwmon:nct/pwm2", "hwmon:nct", KnobKind.PWM, "%", 0.0, 100.0, writable=True,
+               fan=FanCalibration(tachs=("hwmon:nct/fan2",), start_pct=32.0, stop_pct=24.0, calibrated=True))
+    (warning,) = override_warnings(pwm, 20.0, 0.0)  # under the duty that keeps it turning
+    assert warning.startswith("hwmon:nct/pwm2 at 20 %, under the 24 % that keeps it turning, with no end: its "
+                              "fan stays stopped until `aithermctl override clear hwmon:nct/pwm2`")
+    assert len(override_warnings(pwm, 0.0, 0.0)) == 1
+    assert override_warnings(pwm, 24.0, 0.0) == [] and override_warnings(pwm, 0.0, 300.0) == []
+    limit = Knob("gpu0/power_limit", "gpu0", KnobKind.POWER_LIMIT, "W", 0.0, 600.0, writable=True)
+    assert override_warnings(limit, 0.0, 0.0) == []

@@ -153,3 +153,31 @@ async def test_a_policy_without_a_source_here_is_a_warning_at_start_and_reload(m
     assert len(warnings) == 2  # at start and at the reload
     assert warnings[0]["policy"] == "intel" and len(warnings[0]["fans"]) == 6
     assert "run at 100 %" in warnings[0]["message"]
+
+
+async def test_a_fan_overridden_to_stop_until_cleared_still_goes_to_full_at_a_critical_temperature(machine,
+                                                                                                   clock):
+    """The operator stops the amdgpu's fan with no end; the GPU then reads 88 °C (its temp1_crit 91 °C less
+    the 5 °C margin): safety drives the fan to full over the override."""
+    root, settings, original = machine
+    d = make(settings, clock, root)
+    amdgpu = next(p.parent for p in (root / "devices").rglob("name") if p.read_text().strip() == "amdgpu")
+    pwm_id = "hwmon:amdgpu-pci-0700/pwm1"
+    seen = []
+
+    def step():
+        snap = d.hub.latest
+        dec = snap.decisions.get(pwm_id)  # no rule of balanced drives it: undecided until overridden
+        seen.append((snap.seq, dec and dec.layer, dec and dec.value, (amdgpu / "pwm1").read_text().strip()))
+        if snap.seq == 1:
+            d.control.set_override(pwm_id, 0.0, 0.0)
+        if snap.seq == 3:
+            (amdgpu / "temp1_input").write_text("88000\n")
+        return False
+
+    assert await d.run(max_ticks=6, until=step) == 0
+    # tick 4 reads 88 °C once: a jump the sensor trust holds for one reading; tick 5 confirms it
+    assert seen[1:] == [(2, Layer.OVERRIDE, 0.0, "0"), (3, Layer.OVERRIDE, 0.0, "0"), (4, Layer.OVERRIDE, 0.0, "0"),
+                        (5, Layer.SAFETY, 100.0, "255"), (6, Layer.SAFETY, 100.0, "255")]
+    assert d.hub.latest.decisions[pwm_id].rule == "safety/critical-temperature"
+    assert knob_files(root) == original

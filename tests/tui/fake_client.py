@@ -104,9 +104,9 @@ class FakeClient:
         await self._call("explain", knob_id)
         return self.explained
 
-    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> float:
+    async def set_override(self, knob_id: str, value: float, seconds: float = 0.0) -> tuple[float, list[str]]:
         await self._call("set_override", knob_id, value, seconds)
-        return value
+        return value, []
 
     async def clear_override(self, knob_id: str) -> None:
         await self._call("clear_override", knob_id)

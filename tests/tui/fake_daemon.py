@@ -104,7 +104,8 @@ class FakeDaemon:
         except _Err as err:
             return Message.new_error(msg, err.name, err.text)
         out_sig = wire.METHODS[msg.member][1]
-        return Message.new_method_return(msg, out_sig, [result] if out_sig else [])
+        body = result if len(out_sig) > 1 and not out_sig.startswith(("a", "(")) else [result]  # several outs
+        return Message.new_method_return(msg, out_sig, body if out_sig else [])
 
     def _property(self, name: str) -> Variant:
         values = {"Version": "0.1.0-fake", "ActivePolicy": self.doc["policy"]["active"],
@@ -170,7 +171,7 @@ class FakeDaemon:
                        f"{knob_id}: {value:g} {knob['unit']} is outside {knob['min']:g}–{knob['max']:g}")
         applied = min(max(value, knob["min"]), knob["max"])
         self.overrides[knob_id] = (applied, seconds)
-        return applied
+        return [applied, []]
 
     def m_ReleaseGpu(self, msg: Message, device_id: str) -> str:
         if not any(d["id"] == device_id and d["kind"] == "gpu" for d in self.doc["devices"]):

@@ -173,6 +173,24 @@ def test_override_explain_clear(sim_bus):
     assert p.returncode == wire.EXIT_USAGE
 
 
+def test_a_fan_overridden_to_stop_with_no_end_is_warned_about_and_not_for_a_while(sim_bus):
+    p = ctl(sim_bus, "override", "hwmon:nct6798-isa-0290/pwm3", "0")
+    try:
+        assert p.returncode == 0, p.stderr
+        assert p.stderr.splitlines() == [
+            "aithermctl: hwmon:nct6798-isa-0290/pwm3 overridden to 0% until cleared",
+            "aithermctl: warning: hwmon:nct6798-isa-0290/pwm3 at 0 % with no end: its fan stays stopped until "
+            "`aithermctl override clear hwmon:nct6798-isa-0290/pwm3` (a critical temperature or a failed sensor "
+            "still drives it to full)"]
+    finally:
+        assert ctl(sim_bus, "override", "clear", "hwmon:nct6798-isa-0290/pwm3").returncode == 0
+    p = ctl(sim_bus, "override", "hwmon:nct6798-isa-0290/pwm3", "0", "--for", "30s")
+    try:
+        assert p.returncode == 0 and "warning" not in p.stderr
+    finally:
+        assert ctl(sim_bus, "override", "clear", "hwmon:nct6798-isa-0290/pwm3").returncode == 0
+
+
 def test_explain_all_gives_a_paragraph_per_knob(sim_bus):
     p = ctl(sim_bus, "explain")
     explained = json.loads(ctl(sim_bus, "explain", "--json").stdout)

@@ -70,6 +70,11 @@ class FakeControl:
         self.calls.append(("set_override", knob_id, value, seconds))
         return applied
 
+    def override_warnings(self, knob_id: str, value: float, seconds: float) -> list[str]:
+        from aithermd.runtime.control import override_warnings
+
+        return override_warnings(self.knobs[knob_id], value, seconds)
+
     def clear_override(self, knob_id: str) -> None:
         if knob_id not in self.knobs:
             raise errors.UnknownKnob(knob_id)

@@ -119,11 +119,20 @@ async def test_arguments_are_validated_with_named_errors_and_nothing_changes(ser
 async def test_a_limit_just_outside_the_constraints_is_clamped_and_the_applied_value_returned(service, client,
                                                                                             control):
     # gpu0's limit is 150–600 W: a tenth of the range (45 W) beyond a bound is clamped to it, not refused
-    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 630.0, 0.0]) == [600.0]
-    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 110.0, 60.0]) == [150.0]
-    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]) == [300.0]
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 630.0, 0.0]) == [600.0, []]
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 110.0, 60.0]) == [150.0, []]
+    assert await ok(client, "SetOverride", "sdd", ["gpu0/power_limit", 300.0, 0.0]) == [300.0, []]
     assert control.overrides["gpu0/power_limit"] == (300.0, 0.0)
     assert [c[2] for c in control.calls] == [630.0, 110.0, 300.0]  # what was asked, before clamping
+
+
+async def test_a_fan_set_to_stop_until_cleared_comes_back_with_a_warning(service, client, control):
+    pwm = "hwmon:nct6798-isa-0290/pwm1"
+    assert await ok(client, "SetOverride", "sdd", [pwm, 0.0, 0.0]) == [0.0, [
+        f"{pwm} at 0 % with no end: its fan stays stopped until `aithermctl override clear {pwm}` (a critical "
+        "temperature or a failed sensor still drives it to full)"]]
+    assert await ok(client, "SetOverride", "sdd", [pwm, 0.0, 600.0]) == [0.0, []]  # it ends by itself
+    assert await ok(client, "SetOverride", "sdd", [pwm, 35.0, 0.0]) == [35.0, []]  # it turns
 
 
 async def test_root_releases_a_gpu_and_gets_what_was_done(service, client, control):
