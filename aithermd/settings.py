@@ -160,10 +160,12 @@ def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
     except RecursionError:
         raise PolicyErrors([PolicyError(str(path), "not valid YAML: nested too deeply")]) from None
     except YAMLError as exc:
+        from aithermd.policy.loader import yaml_hint
         mark = getattr(exc, "problem_mark", None)
+        problem = str(getattr(exc, "problem", None) or exc)
         raise PolicyErrors([PolicyError(
-            str(path), f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-            line=mark.line + 1 if mark else None, col=mark.column + 1 if mark else None)]) from exc
+            str(path), f"not valid YAML: {problem}", line=mark.line + 1 if mark else None,
+            col=mark.column + 1 if mark else None, hint=yaml_hint(problem, mark))]) from exc
     if doc is None:
         return {}, {}
     if not isinstance(doc, Mapping):

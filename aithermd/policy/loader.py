@@ -134,6 +134,20 @@ def _plain(node: Any, budget: list[int] | None = None) -> Any:
     return node
 
 
+INDENTATION_PROBLEMS = ("expected <block end>", "mapping values are not allowed here", "did not find expected key",
+                       "did not find expected '-' indicator", "could not find expected ':'")
+
+
+def yaml_hint(problem: str, mark: Any) -> str | None:
+    """A hint for the YAML syntax errors that a line indented wrongly causes (None for others)."""
+    if not any(p in problem for p in INDENTATION_PROBLEMS):
+        return None
+    line = f"line {mark.line + 1}" if mark is not None else "this line"
+    return (f"check the indentation of {line} and the lines above it: the keys of one mapping start in the "
+            "same column, a list's items start with '-' in the same column, with spaces; a value holding "
+            "': ' needs quotes")
+
+
 def parse_yaml(text: str, where: str) -> Any:
     """YAML text → ruamel tree. Raises PolicyErrors with the mark of a syntax error or duplicate key."""
     yaml = YAML(typ="rt")
@@ -149,7 +163,7 @@ def parse_yaml(text: str, where: str) -> Any:
         ctx = exc.context_mark
         if exc.context and ctx is not None and mark is not None and ctx.line != mark.line:
             problem += f" ({exc.context.strip()} at line {ctx.line + 1}, column {ctx.column + 1})"
-        hint = "indent YAML with spaces, never tabs" if "'\\t'" in problem else None
+        hint = "indent YAML with spaces, never tabs" if "'\\t'" in problem else yaml_hint(problem, mark)
         raise PolicyErrors([PolicyError(where, f"YAML: {problem}", line=mark.line + 1 if mark else None,
                                         col=mark.column + 1 if mark else None, hint=hint)]) from None
     except ReaderError as exc:  # a control character: ruamel gives only an offset

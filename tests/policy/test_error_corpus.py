@@ -14,6 +14,7 @@ INVALID = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "inval
 EXPECTED = {
     'above-and-below.yaml': ["{file}:4:11: error: rules[0].when: give exactly one of 'above' or 'below'"],
     'ambiguous-state.yaml': ["{file}:12:54: error: rules[0].when.state: state 'busy' is in several machines: write machine.state"],
+    'bad-indentation.yaml': ["{file}:5:4: error: YAML: expected <block end>, but found '<block mapping start>' (while parsing a block collection at line 3, column 3) (hint: check the indentation of line 5 and the lines above it: the keys of one mapping start in the same column, a list's items start with '-' in the same column, with spaces; a value holding ': ' needs quotes)"],
     'bad-day.yaml': ["{file}:5:30: error: rules[0].when.schedule.days[1]: 'tues' is not one of: mon, tue, wed, thu, fri, sat, sun, workday, weekend, holiday (hint: did you mean 'tue'?)"],
     'bad-power-value.yaml': ["{file}:4:12: error: rules[0].limit: 'fast' is not a power value: expected watts (300 or '300 W'), a percentage of the default ('80%'), 'default', 'min', 'max' or 'efficient'"],
     'bad-rule-name.yaml': ["{file}:2:12: error: rules[0].name: 'my cap' is not a valid name (letters, digits, '-' and '_', starting with a letter or digit)"],
@@ -29,6 +30,7 @@ EXPECTED = {
     'first-state-with-exit.yaml': ['{file}:5:15: error: machines.load.states[0].exit: the first state has no state below it to exit to'],
     'mean-without-window.yaml': ["{file}:4:11: error: rules[0].when: stat 'mean' needs window_s > 0 (or use stat: last)"],
     'missing-limit.yaml': ['{file}:2:5: error: rules[0].limit: missing required key'],
+    'key-indented-too-far.yaml': ["{file}:4:12: error: YAML: mapping values are not allowed here (hint: check the indentation of line 4 and the lines above it: the keys of one mapping start in the same column, a list's items start with '-' in the same column, with spaces; a value holding ': ' needs quotes)"],
     'misspelt-kind.yaml': ["{file}:3:11: error: rules[0].kind: unknown kind 'gpu_power_limt' (expected one of: gpu_power_limit, gpu_clocks, cpu_power_limit, cpu_knobs, fan) (hint: did you mean 'gpu_power_limit'?)"],
     'misspelt-limit.yaml': ["{file}:4:5: error: rules[0].limt: unknown key (hint: did you mean 'limit'?)"],
     'mix-cycle.yaml': ["{file}:2:26: error: curves.a.curves: curve 'a' is part of a cycle: a → b → a"],
