@@ -110,7 +110,7 @@ class DaemonSettings(BaseModel):
             return value
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port
-            raise ValueError(f"{value!r} is not HOST:PORT or 'none'")
+            raise ValueError(f"{value!r} is not HOST:PORT (a port 0-65535, e.g. 127.0.0.1:8736) or 'none'")
         return value
 
     @field_validator("bus")
@@ -299,4 +299,6 @@ def _in_words(err: Mapping[str, Any]) -> str:
         return f"must be a number (got {shown})"
     if kind == "finite_number":
         return f"must be a finite number (got {shown})"
+    if kind == "value_error":  # a validator's own sentence, without pydantic's "Value error, "
+        return str(err.get("msg", "invalid")).removeprefix("Value error, ")
     return str(err.get("msg", "invalid"))

@@ -8,6 +8,7 @@ do, and an exit code from :mod:`aithermd.publish.wire` (listed in ``--help``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from aithermctl import __version__
@@ -44,6 +45,19 @@ def _duration_or_zero(text: str) -> float:
     return _duration(text)
 
 
+_ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9-]*:([A-Za-z0-9_-]+=[^,;=]*(,[A-Za-z0-9_-]+=[^,;=]*)*)?")
+
+
+def _bus(text: str) -> str:
+    """``system``, ``session`` or a D-Bus address (``TRANSPORT:KEY=VALUE,...``, ``;`` between several, as
+    the D-Bus specification writes them): a malformed one is a usage error, not an unreachable bus."""
+    if text in ("system", "session") or (text and all(_ADDRESS.fullmatch(a) for a in text.split(";") if a)
+                                         and text.strip(";")):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not system, session or a D-Bus address "
+                                     "(unix:path=/run/dbus/system_bus_socket, the one `aithermctl demo` prints)")
+
+
 def _cookie(text: str) -> int:
     """A hold cookie: the D-Bus uint32 ``HoldPolicy`` returned."""
     try:
@@ -61,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="aithermctl", description="Watch and steer aithermd. With no verb: the terminal UI.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"aithermctl {__version__}")
-    parser.add_argument("--bus", default="system", metavar="system|session|ADDRESS",
+    parser.add_argument("--bus", default="system", type=_bus, metavar="system|session|ADDRESS",
                         help="where the daemon is (default: system)")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 

@@ -360,7 +360,16 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
         if opts.trace is not None:
             make_workload(opts)  # fail before anything starts
         machine_profiles(opts.gpu_profiles, opts.gpus)
-    except (ValueError, OSError, TraceError, DumpError) as exc:
+    except DumpError as exc:  # its text is FILE[:LINE]: error: message
+        print(f"aithermd run --simulate: --gpu-profile {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the trace: missing, unreadable, not a regular file
+        why = (exc.strerror or str(exc)).lower()
+        print(f"aithermd run --simulate: --trace {exc.filename or getattr(args, 'sim_trace', '')}: error: cannot "
+              f"read: {why} (give the CSV file that `nvidia-smi --query-gpu=timestamp,utilization.gpu,power.draw "
+              "--format=csv -l 1` wrote)", file=sys.stderr)
+        return 2
+    except (ValueError, TraceError) as exc:
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
     update: dict[str, Any] = {}

@@ -125,6 +125,25 @@ def test_a_bad_flag_value_is_a_usage_error_in_plain_words(capsys):
     """--tick 0 exited 1 with pydantic's "Input should be greater than or equal to 0.05"."""
     assert main(["run", "--tick", "0", "--simulate"]) == 2
     assert capsys.readouterr().err == "aithermd run: --tick must be at least 0.05 (got 0)\n"
+    # a validator's own sentence, without pydantic's "Value error, "
+    assert main(["run", "--metrics-listen", "1.2.3.4:99999", "--simulate"]) == 2
+    assert capsys.readouterr().err == ("aithermd run: --metrics-listen '1.2.3.4:99999' is not HOST:PORT (a port "
+                                       "0-65535, e.g. 127.0.0.1:8736) or 'none'\n")
+
+
+def test_a_missing_trace_or_dump_is_one_line_naming_it_and_what_to_give(tmp_path, capsys):
+    """`--trace missing.csv` printed Python's "[Errno 2] No such file or directory: 'missing.csv'"; a bad
+    --gpu-profile said "error:" twice."""
+    missing = tmp_path / "missing.csv"
+    assert main(["run", "--simulate", "--trace", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"aithermd run --simulate: --trace {missing}: error: cannot read: no such file or directory (give the "
+        "CSV file that `nvidia-smi --query-gpu=timestamp,utilization.gpu,power.draw --format=csv -l 1` wrote)\n")
+    assert main(["run", "--simulate", "--gpu-profile", str(tmp_path / "gone.xml")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"aithermd run --simulate: --gpu-profile {tmp_path / 'gone.xml'}: error: cannot read: No such file " \
+                  "or directory\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_run_policy_takes_a_file_as_replay_does(tmp_path, capsys):

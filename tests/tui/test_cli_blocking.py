@@ -66,3 +66,16 @@ async def test_status_on_a_tcp_bus_goes_through_dbus_fast(tmp_path):
     assert (rc, out) == (wire.EXIT_NOT_RUNNING, "")
     assert err.startswith("aithermctl: cannot reach the bus at tcp:host=127.0.0.1,port=9: ")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("address", ["garbage", "", "unix:path", "unix:path=/run/x;nonsense"])
+def test_a_malformed_bus_address_is_a_usage_error(address, capsys):
+    """`aithermctl --bus garbage status` exited 3 (not running) for what is a typo."""
+    from aithermctl.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--bus", address, "status"])
+    assert info.value.code == wire.EXIT_USAGE
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"aithermctl: error: argument --bus: {address!r} is not system, session or a D-Bus address "
+                   "(unix:path=/run/dbus/system_bus_socket, the one `aithermctl demo` prints)")
