@@ -118,6 +118,9 @@ def parse(spec: str) -> Fault:
             raise FaultSpecError(f"{spec}: name the channel, e.g. hwmon:nct6798-isa-0290/temp2")
         return Fault(text, "file", "errno", float(code), start, end, channel=target)
     cap = _CAP.match(fault)
+    if cap is None and fault.upper().startswith("CAP"):
+        raise FaultSpecError(f"{spec}: {fault!r} is no power cap: CAP=WATTS, a number of watts (CAP=200 or "
+                             "CAP=200W), e.g. gpu0:CAP=200W@60s")
     if target == "nvml":
         if cap or fault.upper() in SPECIAL:
             raise FaultSpecError(f"{spec}: the library fails with an NVML error; HANG, ABSENT and CAP are "

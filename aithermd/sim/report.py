@@ -6,7 +6,7 @@ cap = 1.0), so it adds up across cards of one model and compares policies on the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_LISTED = 40  # power-limit changes listed in the text summary
@@ -28,6 +28,26 @@ def actuation_line(a: Mapping[str, Any]) -> str:
     """One actuation as ``  2:05  gpu0/power_limit  450 → 600 W  ai-training/raise``."""
     return (f"  {clock(a['t_s']):>7}  {a['knob']:<28} {_num(a.get('old'))} → {_num(a.get('new'))} "
             f"{a.get('unit') or ''}  {a.get('rule') or ''}").rstrip()
+
+
+def fault_line(t_s: float, what: str, spec: str) -> str:
+    """A fault turned ``on`` or ``off`` (``--fault SPEC``), in the progress lines' form."""
+    return f"[{clock(t_s):>7}] fault {what:<3}  {spec}"
+
+
+def fault_lines(faults: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary's list of the faults turned on and off during the run."""
+    if not faults:
+        return []
+    return ["", f"faults injected ({len(faults)} changes):",
+            *(f"{clock(float(f['t_s'])):>9}  {f['fault']:<3}  {f['spec']}" for f in faults)]
+
+
+def faults_too_late(faults: Sequence[Any], duration_s: float | None) -> list[str]:
+    """A warning for each ``--fault`` (a parsed :class:`~aithermd.sim.faults.Fault`) that starts at or after
+    the end of a run of ``duration_s`` simulated seconds (None: until stopped, so none)."""
+    return [f"--fault {f.spec} starts at {clock(f.start)}, after the run's {clock(duration_s)} (--duration): "
+            "it never happens" for f in faults if duration_s is not None and f.start >= duration_s]
 
 
 def progress_line(t_s: float, phase: str, gpus: Mapping[str, Mapping[str, Any]]) -> str:
@@ -96,6 +116,7 @@ def format_summary(data: Mapping[str, Any]) -> str:
     if len(changes) > MAX_LISTED:
         lines.append(f"  … and {len(changes) - MAX_LISTED} more (--summary-json lists every one)")
     lines += held_lines(data.get("held_idle") or {})
+    lines += fault_lines(data.get("faults") or ())
     states = data.get("policy_states_s") or {}
     if states:
         lines += ["", "time per policy state:"]

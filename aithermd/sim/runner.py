@@ -219,7 +219,11 @@ class Stepper:
         while self.machine.t_s < target - 1e-9:
             self.machine.step(min(self.max_step_s, target - self.machine.t_s))
         if self.faults is not None:
+            done = len(self.faults.log)
             self.faults.apply(self.machine.t_s)
+            if self.out is not None:
+                for t_s, what, spec in self.faults.log[done:]:
+                    self.out.write(report.fault_line(t_s, what, spec) + "\n")
         if self.report is not None and self.machine.t_s - self._reported_t >= REPORT_EVERY_S - 1e-9:
             self._report(self.machine.t_s - self._reported_t)
             self._reported_t = self.machine.t_s
@@ -372,6 +376,8 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
     except (ValueError, TraceError) as exc:
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
+    for line in report.faults_too_late(opts.faults, opts.duration_s):
+        print(f"aithermd run --simulate: warning: {line}", file=sys.stderr)
     update: dict[str, Any] = {}
     if getattr(args, "bus", None) is None:
         update["bus"] = "none"  # a simulation serves no bus unless asked to

@@ -41,6 +41,7 @@ def test_specs_parse_into_targets_faults_and_times():
     ("tpu0:UNKNOWN@1s", "is no target"),
     ("nvml:HANG@1s", "per GPU"),
     ("hwmon:nct6798-isa-0290/temp2:EBROKEN@1s", "no errno name"),
+    ("gpu0:CAP=abc@10s", r"'CAP=abc' is no power cap: CAP=WATTS, a number of watts \(CAP=200 or CAP=200W\)"),
 ])
 def test_a_bad_spec_says_what_is_wrong(spec, says):
     with pytest.raises(FaultSpecError, match=says):
@@ -79,3 +80,23 @@ def test_faults_reach_the_real_backends_at_their_time(tmp_path):
     assert "gpu1" in faults and "hwmon:nct6798-isa-0290/temp2" in faults
     assert [(f["t_s"], f["fault"]) for f in result.data["faults"]] == [
         (30.0, "on"), (60.0, "on"), (90.0, "off"), (180.0, "off")]
+
+
+def test_a_run_shows_its_faults_as_they_happen_and_in_its_summary_and_warns_of_one_too_late(tmp_path):
+    """Injected faults were only in the log and --summary-json; one after the end never happened, silently."""
+    done = subprocess.run([sys.executable, "-m", "aithermd", "run", "--simulate", "--duration", "60",
+                           "--speedup", "0", "--state-dir", str(tmp_path), "--log-level", "error",
+                           "--fault", "gpu0:UNKNOWN@20s-40s", "--fault", "hwmon:nct6798-isa-0290/temp2:EIO@30s",
+                           "--fault", "gpu1:GPU_IS_LOST@5m"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.splitlines()[0] == ("aithermd run --simulate: warning: --fault gpu1:GPU_IS_LOST@5m starts "
+                                           "at 5:00, after the run's 1:00 (--duration): it never happens")
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("[") and " fault " in line] == [
+        "[   0:20] fault on   gpu0:UNKNOWN@20s-40s",
+        "[   0:30] fault on   hwmon:nct6798-isa-0290/temp2:EIO@30s",
+        "[   0:40] fault off  gpu0:UNKNOWN@20s-40s"]
+    at = lines.index("faults injected (3 changes):")
+    assert lines[at + 1:at + 4] == ["     0:20  on   gpu0:UNKNOWN@20s-40s",
+                                    "     0:30  on   hwmon:nct6798-isa-0290/temp2:EIO@30s",
+                                    "     0:40  off  gpu0:UNKNOWN@20s-40s"]
