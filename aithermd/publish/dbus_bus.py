@@ -112,13 +112,36 @@ class DaemonBus(MessageBus):
                 self._draining = False
 
     def send(self, msg: Message) -> asyncio.Future:
-        future = super().send(msg)
+        """Queue ``msg``; the future resolves once it is written. dbus-fast writes at once when its queue is
+        empty: a write the bus's death cut short (BrokenPipeError) then finalized the bus inside the caller,
+        in the middle of dbus-fast's own loop over a signal's buses ("Set changed size during iteration"
+        raised into the hub). Here the write always happens from the loop, and a failed one counts as seen:
+        the disconnect itself is what the daemon acts on (``dbus_lost``, then a new connection), and signals
+        and replies are sent without awaiting, so asyncio would log "Future exception was never retrieved"
+        when the old connection is collected."""
+        if not msg.serial:
+            msg.serial = self.next_serial()
+        future = self._loop.create_future()
+        future.add_done_callback(_seen)
+        writer = self._writer
+        try:  # queued, and written from the loop: never inside the caller (a signal's emission)
+            writer.buffer_message(msg, future)
+            if self.unique_name:  # before Hello's answer dbus-fast schedules the queue itself
+                self._loop.add_writer(writer.fd, writer.write_callback)
+        except (OSError, ValueError) as exc:  # the socket is closed already
+            if not future.done():
+                future.set_exception(exc)
         hook = self.reply_written
         if hook is not None and msg.reply_serial and msg.destination and msg.message_type in (
                 MessageType.METHOD_RETURN, MessageType.ERROR):
             dest, serial = msg.destination, msg.reply_serial
             future.add_done_callback(lambda _f: hook(dest, serial))
         return future
+
+
+def _seen(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def connect(bus: str, *, timeout_s: float = 5.0) -> DaemonBus:

@@ -110,3 +110,43 @@ async def test_a_refused_name_is_retried_and_logged_until_it_is_free(control, hu
     finally:
         await keeper.stop()
         bus.stop()
+
+
+async def test_publishing_in_the_moment_the_bus_dies_raises_nothing_and_leaves_no_failed_write(control, hub):
+    """The daemon published between the bus's death and the loop noticing it: the write failed with
+    BrokenPipeError, dbus-fast raised EBADF into the hub listener, and asyncio logged "Future exception was
+    never retrieved" once the old connection was collected."""
+    import asyncio
+    import gc
+    import time
+
+    from structlog.testing import capture_logs
+
+    from aithermd.model import Event
+    from aithermd.publish.dbus_keeper import DbusKeeper
+    from aithermd.publish.reference import reference_snapshot
+
+    unhandled: list = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: unhandled.append(ctx.get("message")))
+    bus = PrivateBus.start("session")
+    keeper = DbusKeeper(lambda: dbus_service.start(bus.address, control, hub, snapshot_interval_s=0.0),
+                        hub=hub, bus=bus.address, backoff_s=(0.05, 0.2))
+    try:
+        with capture_logs() as logs:
+            await keeper.start()
+            bus.kill()
+            time.sleep(0.3)  # the socket is dead; the loop has not run since
+            hub.publish(reference_snapshot(2), [Event("fault", 0.0, "gpu0", "gpu0 lost", {})])
+            for _ in range(200):
+                if not keeper.connected:
+                    break
+                await asyncio.sleep(0.02)
+            assert not keeper.connected
+            gc.collect()
+            await asyncio.sleep(0.1)
+        events = [e["event"] for e in logs]
+        assert "dbus_lost" in events and "listener_failed" not in events
+        assert unhandled == []
+    finally:
+        await keeper.stop()
+        bus.stop()
