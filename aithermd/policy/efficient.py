@@ -91,16 +91,13 @@ class Acc:
     last: float | None = None
     samples: tuple[tuple[float, float, float], ...] = ()
     peak: float = 0.0
-
-    @property
-    def span(self) -> float:
-        return sum(dt for dt, _s, _p in self.samples)
+    span: float = 0.0  # the seconds the samples cover (kept as they come: read every tick)
 
     def add(self, t: float, signal: float, power: float) -> Acc:
         if t < self.t0:
             return self
         dt = 1.0 if self.last is None else max(0.0, t - self.last)
-        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power))
+        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power), self.span + dt)
 
     def mean(self, trim: bool = True) -> tuple[float, float]:
         """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the

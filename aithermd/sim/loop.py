@@ -10,6 +10,10 @@ as the daemon's tick does. ``static_w`` instead holds one limit the whole run (t
 The job's progress rate, when reported, is what a training loop prints: whole steps completed per second
 (:data:`STEPS_PER_WORK` at full speed), read over each 1 s sample, so a single reading is coarse and a
 window of them exact.
+
+Every run of one job sees the same loads and the same stock twin (neither depends on what the engine
+does): :func:`prepare` computes them once, and the benchmarks hand the result to each run of that job
+(``prepared``) instead of stepping the workload and the twin again for every baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading
 from aithermd.sim.gpu_profile import GpuProfile
 from aithermd.sim.gpu_sim import SimGpu, step_card
-from aithermd.sim.workload import Workload
+from aithermd.sim.workload import GpuLoad, Workload
 
 STEPS_PER_WORK = 3.0  # training steps per second of full-speed work (a typical it/s of a training loop)
 CASE_AIR_C = 30.0  # intake air of the cards (the simulated X570 case under load: 29–31 °C)
@@ -89,14 +93,49 @@ class LoopResult:
         return 100.0 * (1.0 - w / sw) if sw > 0 else 0.0
 
 
-def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: Any = None,
+@dataclass(frozen=True)
+class Prepared:
+    """One job's seconds as every run of it sees them: the workload's load of each second and the stock
+    twin's running totals after it (energy J, work), for ``duration_s`` seconds of GPU ``index``."""
+
+    profile: GpuProfile
+    duration_s: float
+    index: int
+    loads: tuple[GpuLoad, ...]
+    twin: tuple[tuple[float, float], ...]
+
+
+def prepare(profile: GpuProfile, workload: Workload, duration_s: float, index: int = 0) -> Prepared:
+    """Step ``workload`` and the stock twin of ``profile`` once over ``duration_s`` (1 s steps)."""
+    gpu = SimGpu.create(profile, profile.default_power_limit_w)
+    loads, twin = [], []
+    t = 0.0
+    while t < duration_s - 1e-9:
+        load = workload.gpu_load(index, t)
+        gpu.step_twin(load, CASE_DUTY_PCT, CASE_AIR_C, 1.0)
+        loads.append(load)
+        twin.append((gpu.twin.energy_j, gpu.twin.work))
+        t += 1.0
+    return Prepared(profile, duration_s, index, tuple(loads), tuple(twin))
+
+
+def run(profile: GpuProfile, workload: Workload | None, duration_s: float, *, policy: Any = None,
         static_w: float | None = None, static_lock_mhz: float | None = None, progress: bool = False,
-        index: int = 0) -> LoopResult:
+        index: int = 0, prepared: Prepared | None = None) -> LoopResult:
     """Run ``duration_s`` seconds of ``workload`` (its GPU ``index``) on one card, under ``policy`` (a
     loaded :class:`~aithermd.policy.loader.Policy`) or a fixed ``static_w`` limit and ``static_lock_mhz``
-    SM clock lock (neither: stock). ``progress``: the job reports its progress rate."""
+    SM clock lock (neither: stock). ``progress``: the job reports its progress rate. ``prepared``: the
+    same job's loads and stock twin from :func:`prepare` (then ``workload`` may be None); raises
+    ``ValueError`` when they were prepared for another card, GPU or duration."""
     from aithermd.policy.engine import EngineInput, evaluate, initial_state
 
+    if prepared is None:
+        if workload is None:
+            raise ValueError("run() needs a workload or a prepared job")
+        prepared = prepare(profile, workload, duration_s, index)
+    elif (prepared.profile is not profile or prepared.index != index
+          or abs(prepared.duration_s - duration_s) > 1e-9):
+        raise ValueError("the prepared job is for another card, GPU or duration")
     gpu = SimGpu.create(profile, profile.default_power_limit_w)
     params = gpu.params
     device = gpu_device(index, profile, gpm=params.gpm, progress=progress)
@@ -109,24 +148,22 @@ def run(profile: GpuProfile, workload: Workload, duration_s: float, *, policy: A
     state = initial_state()
     steps_done = 0.0
     t = 0.0
-    while t < duration_s - 1e-9:
-        load = workload.gpu_load(index, t)
+    twin_prev = (0.0, 0.0)
+    for load, twin_now in zip(prepared.loads, prepared.twin, strict=True):
         out, _auto = step_card(params, gpu.cooling, gpu.card, load, limit_w=limit, lock_mhz=lock,
                                fan_duties=[None] * gpu.fans if gpu.fans else None,
                                case_duty_pct=CASE_DUTY_PCT, air_c=CASE_AIR_C, dt_s=1.0,
                                target_temp_c=profile.target_temp_c or 84.0)
-        twin_e, twin_w = gpu.twin.energy_j, gpu.twin.work
-        gpu.step_twin(load, CASE_DUTY_PCT, CASE_AIR_C, 1.0)
+        (twin_e, twin_w), twin_prev = twin_prev, twin_now
         busy = load.job is not None and load.job.kind != "idle" and load.util_pct > 0
         res.energy_j += out.power_w
         res.work += out.work
-        res.stock_energy_j = gpu.twin.energy_j
-        res.stock_work = gpu.twin.work
+        res.stock_energy_j, res.stock_work = twin_now
         if busy:
             res.busy_energy_j += out.power_w
             res.busy_work += out.work
-            res.busy_stock_energy_j += gpu.twin.energy_j - twin_e
-            res.busy_stock_work += gpu.twin.work - twin_w
+            res.busy_stock_energy_j += twin_now[0] - twin_e
+            res.busy_stock_work += twin_now[1] - twin_w
         res.peak_temp_c = max(res.peak_temp_c, gpu.card.temp_c)
         t += 1.0
         if policy is None:
