@@ -10,11 +10,12 @@ the first seconds after each change left out (:data:`SETTLE_S`):
    costs ~0.5 % median) and kept if the signal holds within the budget; a job that bursts within the
    second (its 1 s peak is not its real one) misses: then once halfway back up, and it settles there if
    that holds (at the default if not): a search moves back up at most once;
-3. **step down** ``step_pct`` of the own draw at a time while the signal keeps ≥ (1 − budget) of the
-   baseline's and work per joule (signal / power) does not fall; a window reads its job's throughput with
-   the job's own noise (loader stalls, phases), so a miss needs the shortfall to exceed half a standard
-   error of the ratio of the two windows, or work per joule to fall by more than 5 %; at the first miss
-   **back off** one step;
+3. **step down** ``step_pct`` of the own draw at a time (:data:`ABOVE_OWN` times that while the next limit
+   stays above the own draw, where a cap only trims the job's bursts and costs little) while the signal keeps
+   ≥ (1 − budget) of the baseline's and work per joule (signal / power) does not fall; a window reads its
+   job's throughput with the job's own noise (loader stalls, phases), so a miss needs the shortfall to exceed
+   half a standard error of the ratio of the two windows, or work per joule to fall by more than 5 %; at the
+   first miss **back off** one step;
 4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
    stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
    different job or phase) — then it searches again from the baseline.
@@ -33,7 +34,10 @@ utilization (the bandwidth a memory-bound job turns into work; utilization × cl
 Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``gpu<N>/progress_rate``,
 steps per second from ``aithermctl run --progress-regex``), GPM tensor activity × SM clock (Hopper and
 newer), utilization × SM clock. The cheap proxy overstates the slowdown of memory-bound jobs (the clock
-falls further than the work), so with it the search stops earlier: never later.
+falls further than the work): it is read through the job's memory-bound share (:func:`proxy_ratio`),
+measured in the baseline as memory utilization over utilization and counted at :data:`MEM_TRUST` of it,
+since memory traffic overlaps compute on real GPUs (memory busy is an upper bound of the time a job waits
+on memory). The proxy still overstates the slowdown, less: with it the search stops earlier, never later.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by t
 AWAY, AWAY_SHARE = 0.4, 0.15  # a window with over 15 % of its seconds under 40 % of its own running draw
 #                               (its 90th percentile) saw the job away (ended, paused): no verdict, again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
+ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
+MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
+MEM_MAX = 0.8  # … and never more than this
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
 SIGNALS = ("progress", "gpm", "proxy")
 CLOCK_SIGNALS = ("progress", "memory")  # a clock search sets the clock: utilization × clock says nothing
@@ -159,6 +166,8 @@ class Search:
     steps: int = 0
     backoffs: int = 0
     redos: int = 0  # windows measured again in a row because the job was away
+    mem: float = 0.0  # proxy only: the memory-bound share its ratios are corrected for (proxy_ratio)
+    mem_sums: tuple[float, float] = (0.0, 0.0)  # proxy only: the baseline's memory utilization, utilization
     history: tuple[tuple[float, float, float, str], ...] = ()
     why: str = ""
 
@@ -178,6 +187,16 @@ def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float |
     clock = _ok(readings.get(f"{gpu}/sm_clock"))
     other = _ok(readings.get(f"{gpu}/tensor_activity" if kind == "gpm" else f"{gpu}/utilization"))
     return None if clock is None or other is None else clock * other
+
+
+def proxy_ratio(raw: float, mem: float) -> float:
+    """The throughput ratio that a ratio ``raw`` of utilization × SM clock stands for in a job whose time is
+    a share ``mem`` memory-bound (Amdahl: that share does not slow with the SM clock): ``1 / ((1 − mem) /
+    raw + mem)``. The clock alone overstates a cap's cost: a job 40 % memory-bound whose clock falls 5 %
+    loses 3 %, not 5 % (the roofline; Ivanov et al., MLSys 2021, for the memory-bound share of training)."""
+    if mem <= 0.0 or raw <= 0.0:
+        return raw
+    return 1.0 / ((1.0 - mem) / raw + mem)
 
 
 def pick_signal(spec: Spec, gpu: str, readings: Mapping[str, Reading]) -> str | None:
@@ -207,6 +226,8 @@ def _revert(s: Search, t: float, why: str) -> Search:
 
 
 def _move(s: Search, t: float, phase: str, limit: float, why: str, **kw: Any) -> Search:
+    if phase == BASELINE:
+        kw.setdefault("mem_sums", (0.0, 0.0))
     return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, **kw)
 
 
@@ -220,7 +241,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     if s.phase != REVERTED and any(r in reasons for r in THERMAL_REASONS):
         return _revert(s, t, "thermal slowdown: back to the default limit")
     if applied_w is not None and abs(applied_w - s.limit) > 1.0:
-        return replace(s, acc=_window(t))
+        return replace(s, acc=_window(t), mem_sums=(0.0, 0.0))
     value, power = read_signal(s.signal, gpu, readings), _ok(readings.get(f"{gpu}/power"))
     if value is None or power is None:
         if s.phase == REVERTED:
@@ -228,6 +249,10 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return _revert(s, t, f"{s.signal} signal or power unreadable: back to the default limit")
     acc = s.acc.add(t, value, power)
     s = replace(s, acc=acc)
+    if s.phase == BASELINE and s.signal == "proxy" and t >= acc.t0:
+        mem, util = _ok(readings.get(f"{gpu}/memory_utilization")), _ok(readings.get(f"{gpu}/utilization"))
+        if mem is not None and util is not None:
+            s = replace(s, mem_sums=(s.mem_sums[0] + mem, s.mem_sums[1] + util))
     window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
     if acc.span < window - 1e-9:
         return s
@@ -235,8 +260,9 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     sig, pw = acc.mean(trim)
     if s.phase != REVERTED and s.redos < AWAY_REDOS and acc.away() > AWAY_SHARE:
         away = round(100 * acc.away())
-        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, why=f"the job was away {away} % of "
-                       "the window (ended or paused): no verdict, measuring again")
+        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, mem_sums=(0.0, 0.0),
+                       why=f"the job was away {away} % of the window (ended or paused): no verdict, "
+                       "measuring again")
     s = replace(s, redos=0)
     if s.phase == REVERTED:
         return _move(s, t, BASELINE, s.start, "measuring the job at the default again")
@@ -244,14 +270,16 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         if sig <= 0 or pw <= 0:
             return _move(s, t, BASELINE, s.start, "no work to measure yet")
         peak = math.ceil(acc.peak)
+        mem_sum, util_sum = s.mem_sums
+        mem = MEM_TRUST * min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 else 0.0
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
-                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),))
+                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),), mem=mem)
         target = max(peak, lo_w or 0.0)
         if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
             return _step_down(spec, s, t)
         return _move(s, t, SNAP, target, f"snap to the job's peak draw {peak:g} W", steps=1)
-    ratio = sig / s.base if s.base > 0 else 0.0
-    eff = sig / pw if pw > 0 else 0.0
+    ratio = proxy_ratio(sig / s.base, s.mem) if s.base > 0 else 0.0
+    eff = ratio * s.base / pw if pw > 0 else 0.0
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
         # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
@@ -293,7 +321,10 @@ def _miss(ratio: float, eff: float, s: Search, spec: Spec) -> str:
 def _step_down(spec: Spec, s: Search, t: float) -> Search:
     scale = s.start if spec.clocks else s.own
     unit = "MHz" if spec.clocks else "W"
-    nxt = round(s.best - spec.step * scale, 0 if spec.clocks else 1)
+    size = spec.step * scale
+    if not spec.clocks and s.best - ABOVE_OWN * size >= s.own > 0:
+        size *= ABOVE_OWN  # above the own draw a cap trims only the job's bursts (Zeus sweeps: ~1 % at 1.1)
+    nxt = round(s.best - size, 0 if spec.clocks else 1)
     floor = spec.floor * scale
     if nxt < floor:
         why = f"settled at {s.best:g} {unit}: the floor {floor:.0f} {unit} is next"
@@ -303,6 +334,7 @@ def _step_down(spec: Spec, s: Search, t: float) -> Search:
 
 def _restart(s: Search, t: float, why: str) -> Search:
     return replace(s, phase=BASELINE, limit=s.start, acc=_window(t), why=why, steps=0, backoffs=0,
+                   mem_sums=(0.0, 0.0),
                    history=(s.history + ((s.start, 1.0, 0.0, "new phase"),))[-HISTORY:])
 
 
