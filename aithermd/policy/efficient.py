@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from aithermd.model import Reading, Status
@@ -339,17 +340,26 @@ def _restart(s: Search, t: float, why: str) -> Search:
 
 
 def explain(s: Search, spec: Spec) -> tuple[str, dict[str, Any]]:
-    """The reason text and the inputs of the decision this search makes now."""
+    """The reason text and the inputs of the decision this search makes now (a fresh dict each call)."""
+    text, inputs = _explain(spec, s.phase, s.signal, s.why, s.history, s.own, s.peak, s.best_ratio,
+                            s.best_eff, s.base_eff)
+    return text, dict(inputs)
+
+
+@lru_cache(maxsize=64)
+def _explain(spec: Spec, phase: str, signal: str, why: str, history: tuple, own: float, peak: float,
+             best_ratio: float, best_eff: float, base_eff: float) -> tuple[str, dict[str, Any]]:
+    # every tick asks, the answer changes once a window: the text is built once per change
     unit = "MHz" if spec.clocks else "W"
     steps = "; ".join(f"{lim:g} {unit} {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
                                                   if verdict in ("keep", "miss") else "")
-                      for lim, r, g, verdict in s.history)
-    inputs: dict[str, Any] = {"search": s.phase, "signal": s.signal,
+                      for lim, r, g, verdict in history)
+    inputs: dict[str, Any] = {"search": phase, "signal": signal,
                               "budget_pct": round(100 * spec.budget, 2), "steps": steps}
-    if s.own:
-        inputs.update(own_draw_w=round(s.own, 1), peak_draw_w=s.peak,
-                      slowdown_pct=round(100 * (1 - s.best_ratio), 2),
-                      gain_pct=round(100 * (s.best_eff / s.base_eff - 1), 2) if s.base_eff else 0.0)
+    if own:
+        inputs.update(own_draw_w=round(own, 1), peak_draw_w=peak,
+                      slowdown_pct=round(100 * (1 - best_ratio), 2),
+                      gain_pct=round(100 * (best_eff / base_eff - 1), 2) if base_eff else 0.0)
     what = "efficient clock" if spec.clocks else "efficient limit"
-    text = f"{what} ({s.phase}, signal {s.signal}): {s.why}"
+    text = f"{what} ({phase}, signal {signal}): {why}"
     return text, inputs
