@@ -157,6 +157,7 @@ class NvmlBackend(NvmlKnobs):
             self._log.error("nvml_maintenance_hung", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - an NVML fault never ends the sample
             self._log.error("nvml_maintenance_failed", error=f"{type(exc).__name__}: {exc}")
+        self._ask_down(t)
         slots = list(self.life.slots.values())
         live = [(s.id, s) for s in slots if s.state == "ok"]
         results = self.worker.each(live, lambda slot: self._read_one(slot, t), self.read_deadline_s)
@@ -218,6 +219,29 @@ class NvmlBackend(NvmlKnobs):
             return GpuUsage(slot.id, slot.reader.uuid, None, error="NVML_ERROR_GPU_IS_LOST")
         except Down as exc:
             return GpuUsage(slot.id, slot.reader.uuid, None, error=str(exc.args[0]))
+
+    def _ask_down(self, t: float) -> None:
+        """A GPU ``down`` for an error of its own (the library up) is asked its temperature each tick, under
+        the read deadline (not while a call on it hangs): once it answers it is probed and read again at
+        this tick, not at its next backoff check (up to 5 min). A ``lost`` GPU (off the bus) waits for its
+        backoff, as does NVML down as a whole."""
+        life = self.life
+        down = [(s.id, s) for s in life.slots.values() if s.state == "down"] if life.lib.up else []
+        if down:
+            answered = self.worker.each(down, self._answers, self.read_deadline_s)
+            for slot in [s for i, s in down if answered.get(i) is True]:
+                self.worker.run(life.rehandle, slot, t)
+
+    def _answers(self, slot: Slot) -> bool:
+        """Whether ``slot``'s GPU, looked up by PCI bus id, tells its temperature now (two NVML calls)."""
+        nv = self.life.nv
+        try:
+            handle = nv.nvmlDeviceGetHandleByPciBusId(slot.bus_id) if slot.bus_id else \
+                nv.nvmlDeviceGetHandleByUUID(slot.reader.uuid)
+            nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)
+        except Exception:  # noqa: BLE001 - any failure: not yet
+            return False
+        return True
 
     @staticmethod
     def _read_one(slot: Slot, t: float) -> Any:

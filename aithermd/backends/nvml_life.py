@@ -205,6 +205,11 @@ class NvmlLife:
                             message=f"{slot.id} (PCI {slot.bus_id or '?'}) {why}: not read until it answers "
                                     "again (checked with backoff)")
 
+    def rehandle(self, slot: Slot, now: float) -> None:
+        """:meth:`_rehandle` now, whatever the backoff (the GPU :meth:`answers` again)."""
+        if slot.state != "ok":
+            self._rehandle(slot, now)
+
     def _rehandle(self, slot: Slot, now: float) -> None:
         """Look ``slot``'s GPU up again (by PCI bus id, else UUID) and probe it; back to ``ok`` on success,
         else checked again after a longer backoff."""

@@ -278,3 +278,28 @@ def test_a_restore_at_the_stop_asks_a_down_gpu_again_without_waiting_for_its_bac
     clock.advance(1.0)
     backend.restore_knob("gpu0/power_limit", original)
     assert fake.power_limit_w(0) == original["limit_mw"] / 1000
+
+
+def test_a_down_gpu_is_back_at_the_first_tick_it_answers_not_at_its_next_backoff_check(make, clock):
+    """gpu0 answered Unknown Error for 40 s, then answered again: it stayed down until its backoff check
+    (2, 4, 8, 16, 32 s apart: up to 30 s more), while gpu1 was read every tick."""
+    fake = two()
+    backend = make(fake)
+    backend.discover()
+    fake.inject("*", 0, E.NVML_ERROR_UNKNOWN)  # every call on gpu0
+    assert backend.sample().lost == {"gpu0"}
+    for _ in range(40):
+        clock.advance(1.0)
+        s = backend.sample()
+        assert s.lost == {"gpu0"} and ok(s, "gpu1/power") == 69.85
+    inits = fake.calls.get("nvmlInitWithFlags", 0) + fake.calls.get("nvmlInit_v2", 0)
+    fake.clear_injections("*", 0)
+    clock.advance(1.0)
+    with structlog.testing.capture_logs() as logs:
+        s = backend.sample()
+    assert s.lost == frozenset() and ok(s, "gpu0/temperature") is not None
+    assert s.health["nvml"]["gpus"]["gpu0"]["state"] == "ok"
+    (back,) = [e for e in logs if e["event"] == "gpu_back"]
+    assert back["gpu"] == "gpu0" and back["after_s"] == 41.0
+    # it answered the library as it was: no nvmlInit again (that would take every GPU's handles away)
+    assert fake.calls.get("nvmlInitWithFlags", 0) + fake.calls.get("nvmlInit_v2", 0) == inits
