@@ -14,7 +14,8 @@ the host engine restarts).
   ``nvmlShutdown`` + ``nvmlInit``, and every GPU is looked up again by PCI bus id (handles do not survive).
 - **GPUs.** Each GPU is a :class:`Slot`, ``ok``, ``lost`` (``GPU_IS_LOST``) or ``down`` (an error only a
   new ``nvmlInit`` cures). A GPU that is not ``ok`` is not read every tick: it is checked again after a
-  backoff (:data:`GPU_BACKOFF_S`: 2 s doubling to 5 min), and comes back when it answers.
+  backoff (:data:`GPU_BACKOFF_S`: 2 s doubling to 5 min), and comes back when it answers (a ``down`` one
+  is also asked its temperature each tick by the backend, and looked up again as soon as it answers).
 - **Adoption.** A GPU that NVML enumerates but cannot hand out yet (``NOT_READY``, ``GPU_IS_LOST``,
   ``NO_PERMISSION`` at ``nvmlDeviceGetHandleByIndex``), or one that appears later (a driver loaded late, a GPU
   reset), is adopted when it answers: probed, given an id, and reported as a change (the runtime
