@@ -54,8 +54,9 @@ def _bus(text: str) -> str:
     if text in ("system", "session") or (text and all(_ADDRESS.fullmatch(a) for a in text.split(";") if a)
                                          and text.strip(";")):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r} is not system, session or a D-Bus address "
-                                     "(unix:path=/run/dbus/system_bus_socket, the one `aithermctl demo` prints)")
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not system, session or a D-Bus address "
+        "(unix:path=/run/dbus/system_bus_socket, the one `aithermctl demo` prints)")
 
 
 def _cookie(text: str) -> int:

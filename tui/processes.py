@@ -142,7 +142,8 @@ def report_text(report: Mapping[str, Any]) -> str:
         if parts:
             lines.append("  of which")
             lines += [row(part, f"  ({name})") for name, part in parts]
-    named = [str(r.get("name")) for r in rows if r.get("rest")] if by != "day" else ["(idle)", "(unattributed)"]
+    named = ([str(r.get("name")) for r in rows if r.get("rest")] if by != "day"
+             else ["(idle)", "(unattributed)"])
     lines += [f"  {name}: {_REST_NOTES[name].format(by=by)}" for name in dict.fromkeys(named)
               if name in _REST_NOTES]
     return "\n".join(lines) + "\n"

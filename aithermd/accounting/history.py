@@ -107,7 +107,8 @@ class EnergyHistory:
         groups largest first (for ``job``: with ``first``, ``last`` and ``users``), then the rest, marked
         ``"rest": true``: ``(none)`` (charged to processes in no job or container; by ``job`` and
         ``container`` only), ``(idle)`` (the idle floor no process held) and ``(unattributed)``. ``by``:
-        ``unit``, ``job``, ``container``, ``process`` or ``day``. Raises InvalidArgument for another ``by``."""
+        ``unit``, ``job``, ``container``, ``process`` or ``day``. Raises InvalidArgument for another
+        ``by``."""
         if by not in (*KINDS, "day"):
             raise InvalidArgument(f"by must be one of {', '.join((*KINDS, 'day'))}, not {by!r}")
         first = day_of(since_wall)

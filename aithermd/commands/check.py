@@ -69,8 +69,8 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
 def run(args: argparse.Namespace) -> int:
     log.setup(level="error")
     from aithermd.policy.devicecheck import check_devices, device_warnings, unsourced_fans
-    from aithermd.runtime.changes import unsourced_message
     from aithermd.policy.loader import load_policy_file, permission_problems
+    from aithermd.runtime.changes import unsourced_message
 
     try:
         devices = machine_devices(args)

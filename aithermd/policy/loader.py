@@ -134,8 +134,9 @@ def _plain(node: Any, budget: list[int] | None = None) -> Any:
     return node
 
 
-INDENTATION_PROBLEMS = ("expected <block end>", "mapping values are not allowed here", "did not find expected key",
-                       "did not find expected '-' indicator", "could not find expected ':'")
+INDENTATION_PROBLEMS = ("expected <block end>", "mapping values are not allowed here",
+                       "did not find expected key", "did not find expected '-' indicator",
+                       "could not find expected ':'")
 
 
 def yaml_hint(problem: str, mark: Any) -> str | None:
