@@ -18,6 +18,11 @@ from aithermd.runtime.world import Engine, build_world
 from aithermd.settings import DaemonSettings
 from tests.support.machines import NVIDIA_SMI, copy_machine
 
+# NVML calls run on a real thread under a real-time read deadline (0.5 s by default). These tests are not
+# about hung GPUs, and on a loaded machine a thread can wait longer than that to be scheduled: the GPU would
+# then be marked hung, which is not what they test.
+NO_HANG_S = 30.0
+
 GPU_DUMPS = [NVIDIA_SMI / "rtx3090-nvidia-smi-q-x-driver-v13.xml",
              NVIDIA_SMI / "rtx-a6000-nvidia-smi-q-windows-idle.txt"]
 AMDGPU = "devices/pci0000:00/0000:07:00.0/hwmon/hwmon0"

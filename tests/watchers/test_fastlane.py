@@ -13,7 +13,7 @@ from aithermd.backends.sysfs import SysfsIO
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.watchers.fastlane import FastLane, FastLaneOptions
 
-from .conftest import AMDGPU, GPU_DUMPS, NCT, make_tick, read, settings_for, write
+from .conftest import AMDGPU, GPU_DUMPS, NCT, NO_HANG_S, make_tick, read, settings_for, write
 
 EDGE = "hwmon:amdgpu-pci-0700/temp1"
 AMD_PWM = "hwmon:amdgpu-pci-0700/pwm1"
@@ -131,7 +131,7 @@ async def test_paused_the_lane_neither_reads_nor_writes(tmp_path, root, policy_d
 @pytest.fixture
 def gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
     tick = make_tick(settings_for(tmp_path, root, policy_dir, tick_s=2.0), [backend], clock)
     yield fake, tick
     tick.executor.worker.shutdown()

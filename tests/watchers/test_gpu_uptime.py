@@ -14,11 +14,11 @@ from aithermd.runtime.daemon import Daemon
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.watchers.options import WatcherOptions
 
-from .conftest import GPU_DUMPS, settings_for
+from .conftest import GPU_DUMPS, NO_HANG_S, settings_for
 
 
 def daemon(tmp_path, root, policy_dir, clock, fake, **kw):
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, **kw)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, **{"read_deadline_s": NO_HANG_S, **kw})
     d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
                watchers=WatcherOptions())
     events: list = []
@@ -169,7 +169,7 @@ async def test_a_released_gpu_gets_its_originals_back_and_is_left_alone_until_ud
 
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     original = fake.power_limit_w(1)
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
     d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
                watchers=WatcherOptions(hotplug=True, udev=False, settle_s=0.0))
     seen = {}
@@ -205,7 +205,7 @@ async def test_a_udev_remove_of_a_gpu_releases_it_first(tmp_path, root, policy_d
 
     fake = FakeNvml.from_dumps(GPU_DUMPS)
     original = fake.power_limit_w(0)
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
     d = Daemon(settings_for(tmp_path, root, policy_dir), clock=clock, backends=[backend], sleep=clock.sleep,
                watchers=WatcherOptions(hotplug=True, udev=False, settle_s=0.0))
     events = []

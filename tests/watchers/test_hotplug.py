@@ -17,7 +17,7 @@ from aithermd.watchers.hotplug import DeviceEvent, Hotplug
 from aithermd.watchers.options import WatcherOptions
 from tests.support.clock import SimClock
 
-from .conftest import AMDGPU, GPU_DUMPS, make_tick, settings_for, write
+from .conftest import AMDGPU, GPU_DUMPS, NO_HANG_S, make_tick, settings_for, write
 
 AMD = "hwmon:amdgpu-pci-0700"
 
@@ -140,7 +140,7 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
 @pytest.fixture
 def two_gpus(tmp_path, root, policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
     tick = make_tick(settings_for(tmp_path, root, policy_dir), [backend], clock)
     yield fake, tick
     tick.executor.worker.shutdown()
@@ -181,7 +181,7 @@ async def test_a_removed_first_gpu_leaves_the_other_its_id(two_gpus):
 async def test_a_lost_gpu_is_reported_once_and_skipped_while_the_other_keeps_working(tmp_path, root,
                                                                                        policy_dir, clock):
     fake = FakeNvml.from_dumps(GPU_DUMPS)
-    backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
     settings = settings_for(tmp_path, root, policy_dir)
     d = Daemon(settings, clock=clock, backends=[backend], sleep=clock.sleep,
                watchers=WatcherOptions(hotplug=True, udev=False))
