@@ -7,8 +7,8 @@ duty), its own temporary state directory, on a private ``dbus-daemon``; it serve
 ``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken
 is a warning in the daemon's log, and the demo runs on without metrics). On exit
 (quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
-removed; another signal meanwhile (a second Ctrl-C, a service manager's SIGTERM after SIGHUP) does not cut
-that short, which took at most 20 s (SIGKILL after that).
+removed; another signal meanwhile or after (a second Ctrl-C, a service manager's SIGTERM after SIGHUP) does
+not cut that short, which takes at most 20 s (SIGKILL after that), and the exit status stays 130.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def run_demo(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     # SIGHUP too: a closed terminal must not orphan the daemon and the bus (they run in their own sessions)
-    previous = {sig: signal.signal(sig, on_term) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_term)
     tmp = tempfile.mkdtemp(prefix="aithermctl-demo-")
     log = Path(tmp, "aithermd.log")
     bus = daemon = None
@@ -143,10 +144,10 @@ def run_demo(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the clean-up runs to its end
-            previous.setdefault(sig, signal.signal(sig, signal.SIG_IGN))
+        # the clean-up runs to its end, and the demo is the process's last act: a signal after it (a second
+        # SIGTERM while the interpreter exits) is ignored too, so the exit status says how the demo ended
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
         stop(daemon)
         stop(bus, 5.0)
         shutil.rmtree(tmp, ignore_errors=True)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
