@@ -1,7 +1,8 @@
 """``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
 
 Exit codes: 0 clean stop (every journaled knob restored); 1 a knob that could not be restored, or a failure
-at run time; 2 a usage error (a bad flag, a ``--policy`` no policy directory holds); 78 (EX_CONFIG) a
+at run time; 2 a usage error (a bad flag, a ``--policy`` no policy directory holds; with ``--simulate``, a
+``--policy FILE`` that does not load, each error at its FILE:LINE:COL); 78 (EX_CONFIG) a
 configuration it cannot start with: invalid settings or policies, an unreadable config file, a sysfs root
 that is not a directory, a state directory it cannot write.
 """
@@ -96,6 +97,11 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
               "e.g. /sys)", file=sys.stderr)
         return EXIT_CONFIG
     simulate = getattr(args, "simulate", False)
+    if simulate and getattr(args, "policy_file", None) is not None:
+        errors = _policy_file_errors(args.policy_file)
+        if errors:
+            print("\n".join(errors), file=sys.stderr)
+            return 2
     # a simulated run writes its journal where --state-dir says (else in a temporary directory of its own)
     journal_dir = getattr(args, "state_dir", None) if simulate else None if settings.dry_run else settings.state_dir
     if journal_dir is not None:
@@ -144,20 +150,27 @@ def _looks_like_a_file(policy: str) -> bool:
 
 def _policy_from_file(args: argparse.Namespace) -> str | None:
     """``--policy FILE`` (as ``aithermd replay --policy`` takes it): the file becomes the active policy,
-    named by its stem, through a private directory holding a link to it (so a reload re-reads the file,
-    and no other file beside it is loaded). Returns why the file cannot be used, or None."""
-    import atexit
-    import shutil
-    import tempfile
-
+    named by its stem. It goes last in the policy directories as itself (absolute, so a reload re-reads it
+    wherever the daemon runs from; no other file beside it is loaded), so its errors name the user's file.
+    Returns why the file cannot be used, or None; ``args.policy_file`` keeps the path as given."""
     path = Path(args.policy).expanduser()
     if not path.is_file():
         return "no such policy file (give a policy name, or the path of a .yaml file)"
     if path.suffix not in (".yaml", ".yml"):
         return "a policy file's name ends in .yaml"
-    directory = tempfile.mkdtemp(prefix="aithermd-policy-")
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    os.symlink(path.resolve(), os.path.join(directory, path.stem + ".yaml"))
-    args.policy_dirs = [*(args.policy_dirs or []), directory]
+    args.policy_file = path
+    args.policy_dirs = [*(args.policy_dirs or []), Path(os.path.abspath(path))]
     args.policy = path.stem
     return None
+
+
+def _policy_file_errors(path: Path) -> list[str]:
+    """The errors of ``--policy FILE`` as ``aithermd check`` prints them (FILE:LINE:COL, the path as given),
+    [] when it loads. A simulation checks it first: a file that cannot load at all is a usage error."""
+    from aithermd.errors import PolicyErrors
+    from aithermd.policy.loader import load_policy_file
+    try:
+        load_policy_file(path)
+    except PolicyErrors as exc:
+        return [err.format() for err in exc.errors]
+    return []

@@ -242,10 +242,15 @@ def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
     """name → file, later directories replacing earlier ones by name; missing directories are skipped.
 
     Every entry with a policy suffix counts, also one that is not a regular file (a directory, a FIFO, a
-    dangling link): loading it fails with its path, rather than the policy silently vanishing."""
+    dangling link): loading it fails with its path, rather than the policy silently vanishing. An entry of
+    ``dirs`` that is itself a policy file (``aithermd run --policy FILE``) is that one policy, by its stem,
+    so its errors name the file the user gave."""
     found: dict[str, Path] = {}
     for d in dirs:
         d = Path(d)
+        if d.suffix in SUFFIXES and not d.is_dir():
+            found[d.stem] = d
+            continue
         if not d.is_dir():
             continue
         for p in sorted(d.iterdir()):
