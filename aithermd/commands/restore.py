@@ -5,7 +5,8 @@ knob's backend and root. Idempotent. A knob its backend no longer knows (its dev
 failure: a warning, and it stays journaled until its device is back, or is forgotten when it was recorded
 before the last reboot (:mod:`aithermd.actuate.restore`). Refuses while a daemon runs on the state
 directory (it restores on its own when it stops). Exit codes: 0 every present knob restored (or nothing to
-do; a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1 some
+do: also a state directory that does not exist, said on stderr; ``ExecStopPost=`` runs this after a daemon
+that never started); a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1 some
 knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
 be read.
 """
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
 
     log.setup("info", "auto")
     state_dir = _state_dir(args)
+    if not state_dir.is_dir():  # exit 0 still: ExecStopPost= runs this after a daemon that never started
+        print(f"aithermd restore: warning: {state_dir}: no such state directory, so nothing to restore "
+              "(give the --state-dir the daemon ran with)", file=sys.stderr)
+        return 0
     owner = held_by_other(state_dir)
     if owner is not None:
         print(f"error: {owner} is running on {state_dir}: it restores every knob when it stops "

@@ -1,10 +1,11 @@
 """``aithermd run``: the daemon. Flags override the config file (``/etc/aithermd/aithermd.yaml``).
 
 Exit codes: 0 clean stop (every journaled knob restored); 1 a knob that could not be restored, or a failure
-at run time; 2 a usage error (a bad flag, a ``--policy`` no policy directory holds; with ``--simulate``, a
-``--policy FILE`` that does not load, each error at its FILE:LINE:COL); 78 (EX_CONFIG) a
-configuration it cannot start with: invalid settings or policies, an unreadable config file, a sysfs root
-that is not a directory, a state directory it cannot write.
+at run time; 2 a usage error (a bad flag, a ``--policy`` no policy directory holds, a ``--policy-dir`` that
+is not a directory; with ``--simulate``, a ``--policy FILE`` that does not load, each error at its
+FILE:LINE:COL); 78 (EX_CONFIG) a configuration it cannot start with: invalid settings or policies, an
+unreadable config file, a policy directory it names that does not exist, a sysfs root that is not a
+directory, a state directory it cannot write.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
     if args.config is not None and not args.config.is_file():
         print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
         return EXIT_CONFIG
+    for directory in getattr(args, "policy_dirs", None) or ():
+        if not Path(directory).is_dir():
+            why = "no such directory" if not Path(directory).exists() else "not a directory"
+            print(f"aithermd run: --policy-dir {directory}: {why} (give a directory of policy .yaml files)",
+                  file=sys.stderr)
+            return 2
     if getattr(args, "policy", None) and _looks_like_a_file(args.policy):
         problem = _policy_from_file(args)
         if problem:
@@ -88,6 +95,11 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
         for err in flags or exc.errors:  # a bad flag is a usage error: exit 2, in the project's words
             print(f"aithermd run: {err.path} {err.message}" if flags else err.format(), file=sys.stderr)
         return 2 if flags else EXIT_CONFIG
+    missing = _missing_policy_dirs(args, settings)
+    if missing:
+        print(f"{missing[0]}: error: policy directory (policy_dirs in the configuration) does not exist "
+              "(create it, or take it out of policy_dirs)", file=sys.stderr)
+        return EXIT_CONFIG
     unknown = _unknown_policy(args, settings)
     if unknown:
         print(f"aithermd run: --policy {args.policy}: {unknown}", file=sys.stderr)
@@ -127,6 +139,14 @@ def _state_dir_problem(state_dir: Path) -> str | None:
     if not os.access(state_dir, os.W_OK | os.X_OK):
         return "the state directory is not writable"
     return None
+
+
+def _missing_policy_dirs(args: argparse.Namespace, settings: Any) -> list[Path]:
+    """The policy directories the configuration (file or environment) names that are not directories;
+    the defaults may be absent (no admin policies), the flags were checked before."""
+    from aithermd.settings import default_policy_dirs
+    known = {*map(Path, default_policy_dirs()), *map(Path, getattr(args, "policy_dirs", None) or ())}
+    return [Path(d) for d in settings.policy_dirs or () if Path(d) not in known and not Path(d).is_dir()]
 
 
 def _unknown_policy(args: argparse.Namespace, settings: Any) -> str | None:

@@ -66,3 +66,32 @@ def test_a_policy_file_given_relative_still_runs_named_by_its_stem(tmp_path, mon
     assert main(["run", "--simulate", "--policy", "lab.yaml", "--duration", "20", "--speedup", "0",
                  "--summary-json", "--log-level", "error"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "lab"
+
+
+def test_a_policy_dir_flag_that_does_not_exist_is_a_usage_error(tmp_path, capsys):
+    """It was skipped silently: the daemon ran balanced from the shipped policies."""
+    assert main(["run", "--simulate", "--policy-dir", str(tmp_path / "nope"), "--duration", "5"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"aithermd run: --policy-dir {tmp_path / 'nope'}: no such directory (give a directory of policy .yaml "
+        "files)"]
+    (tmp_path / "file").write_text("")
+    assert main(["run", "--simulate", "--policy-dir", str(tmp_path / "file"), "--duration", "5"]) == 2
+    assert capsys.readouterr().err.startswith(f"aithermd run: --policy-dir {tmp_path / 'file'}: not a directory")
+
+
+def test_a_policy_dir_of_the_configuration_that_does_not_exist_exits_78(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AITHERMD_POLICY_DIRS", json.dumps([str(tmp_path / "gone")]))
+    assert main(["run", "--simulate", "--duration", "5"]) == EXIT_CONFIG
+    assert capsys.readouterr().err.splitlines() == [
+        f"{tmp_path / 'gone'}: error: policy directory (policy_dirs in the configuration) does not exist "
+        "(create it, or take it out of policy_dirs)"]
+
+
+def test_restore_of_a_state_dir_that_does_not_exist_says_so_and_exits_0(tmp_path, capsys):
+    """It said 'nothing to restore' as if the directory were the daemon's; 0 stays for ExecStopPost=."""
+    assert main(["restore", "--state-dir", str(tmp_path / "nope")]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == (f"aithermd restore: warning: {tmp_path / 'nope'}: no such state "
+                                         "directory, so nothing to restore (give the --state-dir the daemon "
+                                         "ran with)\n")
+    assert not (tmp_path / "nope").exists()
