@@ -10,6 +10,13 @@ full (the product's safety rule), unless its entry is ``optional: true`` — the
 aggregate while it fails. With no input reading at all the source fails too. ``{same_gpu: [...]}`` is
 compiled per GPU (``gpu``): the named channels of the GPU whose fans the rule drives.
 
+A required entry that matches no channel (:func:`unmatched`) is a sensor this machine lacks. When it names
+a device this machine has (``gpu*/temprature`` on a machine with GPUs: the channel is misspelt), or one
+device exactly (``gpu9/temperature``: that GPU is absent, as if it had failed), it stays an input that
+never reads: the source fails and the fans go to full, as for a failed sensor. A pattern for a kind of
+device the machine does not have (``gpu*/temperature`` without a GPU, a label such as ``Tdie``) requires
+nothing here. Both are warned about (``aithermd check``, the daemon at start and on reload).
+
 Resolved every tick (:func:`resolve`). The window key of a smoothed source (:func:`key`,
 :func:`parse_key`) encodes its inputs, so two curves over the same inputs share one window:
 ``source:max|a;?b`` (``;`` between inputs, ``?`` before an optional one).
@@ -96,7 +103,39 @@ def compile_source(agg: Any, devices: Sequence[Device],
             if c.id not in taken:
                 taken.add(c.id)
                 inputs.append(Input(c.id, optional))
+        if not optional and (isinstance(item, str) or item.sensor is not None):
+            for p in [item] if isinstance(item, str) else item.sensor:
+                if p not in taken and required_here(p, devices) \
+                        and not selectors.select_temperatures([p], devices):  # never reads: the source fails
+                    taken.add(p)
+                    inputs.append(Input(p))
     return fn, tuple(inputs)
+
+
+def required_here(pattern: str, devices: Sequence[Device]) -> bool:
+    """Whether a required pattern that matches no channel still requires one here (see the module doc): it
+    names one device exactly, or its device part (before the last ``/``) matches a device of ``devices``."""
+    if "/" not in pattern:
+        return False
+    device = pattern.rsplit("/", 1)[0]
+    if not any(ch in device for ch in "*?["):
+        return True
+    return any(fnmatchcase(d.id, device) for d in devices)
+
+
+def unmatched(agg: Any, devices: Sequence[Device]) -> list[tuple[int, str, bool]]:
+    """``(index in the list, pattern, required here)`` for each pattern of a source's plain, ``sensor``
+    or optional entries that matches no temperature channel on ``devices`` (``first`` alternatives are
+    meant to miss, ``same_gpu`` is the fan's own GPU); ``required here``: the fans go to full for it."""
+    out = []
+    for i, item in enumerate(entries(agg)[1]):
+        if not isinstance(item, str) and item.sensor is None:
+            continue
+        optional = not isinstance(item, str) and item.optional
+        for p in [item] if isinstance(item, str) else item.sensor:
+            if not selectors.select_temperatures([p], devices):
+                out.append((i, p, not optional and required_here(p, devices)))
+    return out
 
 
 def channels(inputs: Sequence[Input]) -> tuple[str, ...]:

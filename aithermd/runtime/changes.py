@@ -137,6 +137,11 @@ class Changes:
             for rule, curve, fans in unsourced:  # its fans can only run at 100 %: say so loudly
                 self._log.warning("no_temperature_source", policy=name, rule=rule, curve=curve,
                                   fans=list(fans), message=unsourced_message(name, rule, curve, fans))
+            if getattr(policy, "document", None) is not None:
+                from aithermd.policy.devicecheck import source_warnings
+                for err in source_warnings(policy, world.devices):  # a misspelt or absent sensor
+                    self._log.warning("source_matches_nothing", policy=name, error=err.format("warning"),
+                                      message="a curve source's pattern matches no sensor on this machine")
             for line in self.selection_warnings(policy, world):
                 if "selects no temperature sensor" in line or (unsourced and "matches this source" in line):
                     continue
