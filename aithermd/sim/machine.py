@@ -203,7 +203,8 @@ class SimulatedMachine:
         training, summed over GPUs), ``work_per_kj``, ``phase_s`` (time per workload phase) and per GPU
         ``energy_j``, ``work``, ``work_per_kj``, ``peak_temp_c``, ``slowdown_temp_c``, ``slowdown_s``,
         ``limit_changes`` [(t_s, old_w, new_w)], ``final_limit_w`` (the limit now: after a daemon's exit, the
-        one it restored); ``peak_cpu_c``, ``peak_case_c``,
+        one it restored); ``stock``: the stock twins' ``gpu_energy_j`` (GPUs only, as ``gpu_energy_j``: the
+        twin has no CPU), ``work``, ``work_per_kj``; ``peak_cpu_c``, ``peak_case_c``,
         ``fan_changes`` (count of pwm changes in manual mode)."""
         gpus = {}
         for i, g in enumerate(self.gpus):
@@ -227,7 +228,7 @@ class SimulatedMachine:
             "gpu_energy_j": round(gpu_energy, 1), "cpu_energy_j": round(self.cpu_energy_j, 1),
             "work": round(work, 2),
             "work_per_kj": round(wpk, 4),
-            "stock": {"energy_j": round(stock_energy, 1), "work": round(stock_work, 2),
+            "stock": {"gpu_energy_j": round(stock_energy, 1), "work": round(stock_work, 2),
                       "work_per_kj": round(stock_wpk, 4)},
             "work_per_j_gain_pct": round(100.0 * (wpk / stock_wpk - 1.0), 2) if stock_wpk else 0.0,
             "slowdown_pct": round(100.0 * (1.0 - work / stock_work), 2) if stock_work > 0 else 0.0,

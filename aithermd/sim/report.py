@@ -71,6 +71,21 @@ def stock_lines(data: Mapping[str, Any]) -> list[str]:
             f"  {per}" if per else ""][:3 if per else 2]
 
 
+def with_reasons(gpus: Mapping[str, Any], actuations: Sequence[Mapping[str, Any]]) -> None:
+    """Each GPU's ``limit_changes`` ``[t_s, old_w, new_w]`` (what the card saw) gets a 4th element: the
+    rule and reason of the daemon's actuation that wrote it (same knob, new value within 1 W, within 2 s),
+    or that none did (the restore on exit, a fault)."""
+    for name, g in gpus.items():
+        acts = [a for a in actuations if a.get("knob") == f"{name}/power_limit"]
+        for change in g.get("limit_changes", ()):
+            a = next((a for a in acts if a.get("new") is not None and abs(a["new"] - change[2]) < 1.0
+                      and abs(a["t_s"] - change[0]) <= 2.0), None)
+            if a is not None:
+                acts.remove(a)
+            change.append(f"{a.get('rule')}: {a.get('reason')}" if a is not None
+                          else "not a decision of the daemon's (its restore on exit, or a fault)")
+
+
 def held_lines(held: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """GPUs the daemon found held high while idle, and what a clock lock took off them."""
     if not held:

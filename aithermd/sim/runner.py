@@ -168,14 +168,15 @@ def cleanup(places: Places) -> None:
 def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> dict[str, Any]:
     """The run's summary: the machine's totals (:meth:`SimulatedMachine.summary`), ``policy``, every
     ``actuations`` entry the daemon published (``t_s``, ``knob``, ``old``, ``new``, ``unit``, ``rule``,
-    ``reason``),
+    ``reason``; each GPU's ``limit_changes`` with the reason, :func:`report.with_reasons`),
     ``policy_states_s`` (``"policy/device"`` → state → seconds) and ``held_idle`` (GPU → ``first_s`` when
     the daemon first found it held high while idle, ``held_w``, ``floor_w``, ``recovered_w`` the most a
     clock lock took off, ``held_s``)."""
-    return {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
+    data = {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
             "held_idle": recorder.held_idle,
-            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()}
-                                for k, d in recorder.state_s.items()}}
+            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()} for k, d in recorder.state_s.items()}}
+    report.with_reasons(data["gpus"], recorder.actuations)
+    return data
 
 
 def build_backends(machine: SimulatedMachine, clock: SimClock, io: Any = None) -> list[Any]:

@@ -61,7 +61,7 @@ def test_the_readme_main_command_runs_a_full_cycle_and_ends_by_itself(tmp):
                    for line in summary.splitlines())  # relaxed when idle
     assert "step down to" in summary and "back off to" in summary
     assert "against stock (the same seed and jobs, every limit at its default): work per joule +" in summary
-    assert "daemon log:" in out
+    assert "daemon log:" in p.stderr and "daemon log:" not in out
     assert [f.name for f in tmp.iterdir() if not f.name.startswith("aithermd-simulate.")] == []
 
 
@@ -98,6 +98,29 @@ def test_json_summary_is_one_document(tmp):
     changes = data["gpus"]["gpu0"]["limit_changes"]  # balanced: relaxed at idle, the default under load
     assert [c[2] for c in changes] == [315.0, 450.0]
     assert [a["new"] for a in data["actuations"] if a["knob"] == "gpu0/power_limit"] == [315.0, 450.0]
+
+
+def test_scripts_simulate_summary_json_is_one_document_on_stdout_comparing_like_with_like(tmp):
+    """stdout ended with `daemon log: /tmp/… (50 lines …)` after the document; the top-level `energy_j`
+    (GPUs and CPU) sat beside the stock twin's GPU-only `energy_j`; limit changes had no reasons."""
+    p = subprocess.run([str(ROOT / "scripts/simulate"), "--summary-json", "--cycle", "60,120,60", "--duration",
+                        "240", "--speedup", "0"], capture_output=True, text=True,
+                       env={**os.environ, "TMPDIR": str(tmp)}, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    data = json.loads(p.stdout)
+    assert "daemon log: " in p.stderr
+    assert set(data["stock"]) == {"gpu_energy_j", "work", "work_per_kj"}
+    assert data["stock"]["work_per_kj"] == pytest.approx(1000 * data["stock"]["work"] / data["stock"]["gpu_energy_j"],
+                                                         rel=1e-3)
+    assert data["energy_j"] == pytest.approx(data["gpu_energy_j"] + data["cpu_energy_j"], abs=0.2)
+    for name in ("gpu0", "gpu1"):
+        changes = data["gpus"][name]["limit_changes"]
+        acts = [a for a in data["actuations"] if a["knob"] == f"{name}/power_limit"]
+        acts = acts[:len(changes)]  # (one the card had not yet seen when the run ended is in actuations only)
+        assert [c[:3] for c in changes] == [[a["t_s"], a["old"], a["new"]] for a in acts] and changes
+        assert [c[3] for c in changes] == [f"{a['rule']}: {a['reason']}" for a in acts]
+        assert changes[0][3] == f"balanced/idle-limit: {name} in load.idle: 70% of the default " \
+                                f"({changes[0][2]:.0f} W)"
 
 
 def test_without_state_dir_the_default_state_dir_is_never_touched(tmp):
