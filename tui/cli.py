@@ -275,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
         if verb == "status" and (rc := _status(args)) is not None:
             return rc
         if verb == "demo":
+            from aithermctl.tui_main import NO_TERMINAL, has_terminal
+            if not args.no_tui and not has_terminal():  # before its bus and daemon are started
+                print(f"{NO_TERMINAL} (or `aithermctl demo --no-tui`)", file=sys.stderr)
+                return 2
             from aithermctl.demo import run_demo
             return run_demo(args)
         if verb == "fans" and args.fans_verb != "show":
