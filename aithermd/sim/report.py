@@ -12,6 +12,39 @@ from typing import Any
 MAX_LISTED = 40  # power-limit changes listed in the text summary
 
 
+class Output:
+    """Where a simulation's lines go (stdout). Once its reader is gone (``| head -1``: BrokenPipeError) it
+    writes nothing more, points the stream's descriptor at /dev/null (so nothing fails again when Python
+    flushes it at exit) and calls ``on_gone`` once: the runner stops the daemon, which restores and exits
+    cleanly, and the simulation's temporary files are removed (exit 0, as aithermctl does)."""
+
+    def __init__(self, out: Any, on_gone: Any = None) -> None:
+        self.out, self.on_gone, self.gone = out, on_gone, False
+
+    def write(self, text: str) -> None:
+        self._do(lambda: self.out.write(text))
+
+    def flush(self) -> None:
+        self._do(self.out.flush)
+
+    def _do(self, what: Any) -> None:
+        if self.gone:
+            return
+        try:
+            what()
+        except BrokenPipeError:
+            self.gone = True
+            import os
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.out.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):  # not a file (a StringIO): nothing to flush later
+                pass
+            if self.on_gone is not None:
+                self.on_gone()
+
+
 def clock(t_s: float) -> str:
     """``m:ss`` (or ``h:mm:ss``) of simulated time."""
     t = int(round(t_s))

@@ -306,6 +306,7 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
             cleanup(places)
             raise
     recorder = Recorder(t0=clock.monotonic())
+    out = report.Output(out, on_gone=lambda: daemon.request_stop()) if out is not None else None
     live = None if opts.json_summary else out
     settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
     def report_progress(gpus: list[str], rate: float) -> None:

@@ -123,6 +123,18 @@ def test_scripts_simulate_summary_json_is_one_document_on_stdout_comparing_like_
                                 f"({changes[0][2]:.0f} W)"
 
 
+def test_a_reader_that_goes_away_stops_the_simulation_cleanly_and_leaves_nothing(tmp):
+    """`aithermd run --simulate … | head -1` left /tmp/aithermd-sim-* behind (BrokenPipeError on stdout)."""
+    p = subprocess.Popen([sys.executable, "-m", "aithermd", "run", "--simulate", "--duration", "3600",
+                          "--speedup", "0", "--log-level", "error"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)}, cwd=ROOT)
+    first = p.stdout.read(1)  # the reader takes a byte, then goes (as head does)
+    p.stdout.close()
+    _, err = p.communicate(timeout=120)
+    assert first == "[" and p.returncode == 0 and err == ""
+    assert list(tmp.iterdir()) == []
+
+
 def test_without_state_dir_the_default_state_dir_is_never_touched(tmp):
     default = Path("/var/lib/aithermd")
     before = default.exists() and sorted(default.iterdir())
