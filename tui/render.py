@@ -259,7 +259,10 @@ def energy_text(result: Mapping[str, Any], command: str) -> str:
     duration = float(result.get("duration_s") or 0.0)
     joules: Mapping[str, float] = result.get("joules") or {}
     estimated = set(result.get("estimated") or ())
-    lines = [f"energy while {command} ran, {format_duration(duration)} ({duration:.3f} s):"]
+    lines = [f"energy while {command} ran, {format_duration(duration)} ({duration:.3f} s):"
+             if not result.get("timed_out") else
+             f"energy in the first {format_duration(duration)} ({duration:.3f} s) of {command}, when the "
+             "window timed out:"]
     width = max((len(k) for k in joules), default=4)
     gpu_total = 0.0
     for dev, j in joules.items():

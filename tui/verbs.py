@@ -261,7 +261,17 @@ async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
     try:
         rc = await run_child(args.command)
     finally:
-        result = await client.stop_energy_window(window)
+        try:
+            result = await client.stop_energy_window(window)
+        except ClientError as exc:  # gone (an older daemon drops a timed-out window): CMD's status still
+            sys.stderr.write(f"aithermctl energy: warning: {exc}; nothing to report\n")
+            result = None
+    if result is None:
+        return rc
+    if result.get("timed_out"):
+        sys.stderr.write(f"aithermctl energy: warning: the energy window timed out after "
+                         f"{result.get('duration_s', 0):g} s (--timeout) while the command ran on; "
+                         "what was measured up to then:\n")
     if args.json:
         _print(json.dumps(result, indent=1) + "\n")
     else:

@@ -13,6 +13,10 @@ Slurm epilog can never stop another job's window with an id that came round agai
 restart: :meth:`EnergyWindows.to_json` / :meth:`from_json` keep them in the state directory with their sums
 (and the meter keeps the counter points those sums end at). Times are wall-clock seconds.
 
+A window that reaches its timeout stops summing there; its sums are kept for :data:`KEEP_ENDED_S` (the most
+recent :data:`MAX_ENDED`), so its stop still returns them, marked ``"timed_out": true`` with the duration up
+to the timeout (``aithermctl energy --timeout 1s -- CMD`` reports what was measured, and CMD's exit status).
+
 A window belongs to the uid that opened it (only that uid or root may stop it); stopping can check the name
 it was opened with; a caller lists its own open windows (root: all); each uid may hold at most ``per_uid``
 open windows (root: ``max_windows`` in all). No D-Bus here: :mod:`aithermd.publish.dbus_service` maps the
@@ -35,6 +39,8 @@ from aithermd.errors import AithermError, InvalidArgument
 DEFAULT_TIMEOUT_S = 86_400.0  # timeout_s 0 means one day
 MAX_TIMEOUT_S = 7 * 86_400.0
 MAX_NAME = 256
+KEEP_ENDED_S = 86_400.0  # how long a timed-out window's sums wait for its stop
+MAX_ENDED = 256
 SCOPE_KINDS = ("job", "unit", "container", "cgroup", "pid")
 _SCOPE_VALUE = {
     "job": re.compile(r"^[0-9]{1,12}$"),
@@ -121,6 +127,7 @@ class EnergyWindows:
         self.max_windows = max_windows
         self._new_id = new_id
         self._windows: dict[int, Window] = {}
+        self._ended: dict[int, tuple[Window, dict[str, Any]]] = {}  # timed out: the window, its document
         self._soonest = math.inf  # the earliest deadline of an open window
         self.changed = False  # set by every change; the owner clears it after saving
         # devices no total counts, the platform, estimated ones (from the meter's increments)
@@ -158,21 +165,27 @@ class EnergyWindows:
         """Close a window: ``{"id", "name", "uid", "started", "duration_s", "joules": {device id: J},
         "total_j", "restarts", "unmeasured_s"}`` (``total_j`` counts each device once: no RAPL subzone, psys
         or MMIO copy of a package; ``platform_j`` and ``estimated`` where they apply) and, for a scoped
-        window, ``"scope"``, ``"attributed"`` ({device id: J}) and ``"attributed_total_j"``. ``name``: when
+        window, ``"scope"``, ``"attributed"`` ({device id: J}) and ``"attributed_total_j"``; a window that
+        timed out gives its sums up to its timeout with ``"timed_out": true``. ``name``: when
         given (not None or ""), the window must have been opened with that name.
 
         Raises UnknownWindow, NotOwner (another uid's window, unless ``root``), WrongWindow."""
         self.expire()
         window = self._windows.get(window_id)
-        if window is None:
+        ended = self._ended.get(window_id) if window is None else None
+        if window is None and ended is None:
             raise UnknownWindow(f"no open energy window {window_id}")
-        if window.uid != uid and not root:
-            raise NotOwner(f"energy window {window_id} belongs to uid {window.uid}")
-        if name and window.name != name:
-            raise WrongWindow(f"energy window {window_id} is {window.name!r}, not {name!r}; left open")
-        del self._windows[window_id]
+        owner = window or ended[0]  # type: ignore[index]
+        if owner.uid != uid and not root:
+            raise NotOwner(f"energy window {window_id} belongs to uid {owner.uid}")
+        if name and owner.name != name:
+            raise WrongWindow(f"energy window {window_id} is {owner.name!r}, not {name!r}; left open")
         self.changed = True
-        return window.document(self._clock.wall(), *self._roles)
+        if ended is not None:  # it timed out: its sums up to then
+            del self._ended[window_id]
+            return ended[1]
+        del self._windows[window_id]
+        return owner.document(self._clock.wall(), *self._roles)
 
     def list(self, uid: int, *, root: bool = False) -> list[dict[str, Any]]:
         """The caller's open windows (every window for root), oldest first, as :meth:`stop` documents them
@@ -183,11 +196,16 @@ class EnergyWindows:
                 if root or w.uid == uid]
 
     def expire(self) -> None:
-        """Drop windows whose timeout has passed."""
+        """End windows whose timeout has passed (their sums kept for a stop, see the module doc)."""
         now = self._clock.wall()
         for wid in [w.id for w in self._windows.values() if w.deadline <= now]:
-            del self._windows[wid]
+            window = self._windows.pop(wid)
+            self._ended[wid] = (window, {**window.document(window.deadline, *self._roles), "timed_out": True})
             self.changed = True
+        for wid in [wid for wid, (w, _) in self._ended.items() if w.deadline + KEEP_ENDED_S <= now]:
+            del self._ended[wid]
+        while len(self._ended) > MAX_ENDED:
+            del self._ended[next(iter(self._ended))]
         self._soonest = min((w.deadline for w in self._windows.values()), default=math.inf)
 
     def open_count(self, uid: int | None = None) -> int:

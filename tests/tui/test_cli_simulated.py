@@ -216,6 +216,19 @@ def test_energy_measures_joules_per_gpu_and_zone(sim_bus):
     assert any(line.split()[0] == "gpu0" and line.endswith("W mean") for line in p.stderr.splitlines()[1:])
 
 
+def test_energy_past_its_timeout_reports_what_was_measured_and_the_commands_status(sim_bus):
+    """It printed 'no open energy window … (the window ended or timed out)' and exited 2 after CMD ran."""
+    p = ctl(sim_bus, "energy", "--timeout", "1s", "--", "sh", "-c", "sleep 2.5; exit 3")
+    assert p.returncode == 3, p.stderr
+    lines = p.stderr.splitlines()
+    assert lines[0] == ("aithermctl energy: warning: the energy window timed out after 1 s (--timeout) while the "
+                        "command ran on; what was measured up to then:")
+    assert lines[1] == "energy in the first 1.0s (1.000 s) of sh -c 'sleep 2.5; exit 3', when the window timed out:"
+    assert any(line.split()[0] == "gpu0" and line.endswith("W mean") for line in lines[2:])
+    p = ctl(sim_bus, "energy", "--json", "--timeout", "1s", "--", "sleep", "2")
+    assert p.returncode == 0 and json.loads(p.stdout)["timed_out"] is True
+
+
 def test_doctor_sees_the_daemon(sim_bus):
     p = ctl(sim_bus, "doctor")
     assert "ok    bus" in p.stdout
