@@ -4,10 +4,10 @@ For ``ExecStopPost=`` and after a crash: needs nothing but the state directory, 
 knob's backend and root. Idempotent. A knob its backend no longer knows (its device is absent) is not a
 failure: a warning, and it stays journaled until its device is back, or is forgotten when it was recorded
 before the last reboot (:mod:`aithermd.actuate.restore`). Refuses while a daemon runs on the state
-directory (it restores on its own when it stops). Exit codes: 0 every present knob restored (or nothing to
-do: also a state directory that does not exist, said on stderr; ``ExecStopPost=`` runs this after a daemon
-that never started); a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1 some
-knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
+directory (it restores on its own when it stops). Exit codes: 0 every present knob restored (or nothing to do:
+also a state directory that does not exist, said on stderr; ``ExecStopPost=`` runs this after a daemon that
+never started); a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1
+some knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
 be read.
 """
 

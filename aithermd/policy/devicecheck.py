@@ -190,12 +190,13 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
                     knobs = [k for d in selectors.select_zones(rule.zones, devices) for k in d.knobs
                              if k.kind == kind]
                     problems += _clamped((*loc, key), knobs, dict.fromkeys((k.id for k in knobs), value))
-    return [error_at(policy.tree, where, loc, msg) for loc, msg in problems] + source_warnings(policy, devices)
+    return [*(error_at(policy.tree, where, loc, msg) for loc, msg in problems),
+            *source_warnings(policy, devices)]
 
 
 def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
     """Each pattern of a curve's source (named or inline, of a fan rule driving fans here) that matches no
-    temperature sensor on ``devices``, at its place in the file (:func:`aithermd.policy.sources.unmatched`)."""
+    temperature sensor on ``devices``, at its place in the file (:func:`.sources.unmatched`)."""
     doc, where = policy.document, str(policy.path or f"<{policy.name}>")
     curves: list[tuple[tuple[Any, ...], Any]] = []
     idle = _curves_of_idle_rules(doc, devices)
@@ -203,8 +204,9 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
         if not isinstance(curve, MixCurve) and name not in idle:
             curves.append((("curves", name, curve.kind, "source"), curve.source))
     for i, rule in enumerate(doc.rules):
-        if isinstance(rule, FanRule) and rule.curve is not None and not isinstance(rule.curve, str | MixCurve) \
-                and selectors.select_fans(rule.fans, devices):
+        inline = isinstance(rule, FanRule) and rule.curve is not None \
+            and not isinstance(rule.curve, str | MixCurve)
+        if inline and selectors.select_fans(rule.fans, devices):
             curves.append((("rules", i, rule.kind, "curve", "inline", rule.curve.kind, "source"),
                            rule.curve.source))
     out = []
@@ -213,8 +215,8 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
             continue  # the whole source matches nothing: check_devices says so (an error)
         fn = sources.entries(agg)[0]
         for index, pattern, required in sources.unmatched(agg, devices):
-            what = (": a required input, so the fans of this curve run at 100 % here (name a sensor `aithermd "
-                    "sensors` shows, or mark it optional: true)" if required
+            what = (": a required input, so the fans of this curve run at 100 % here (name a sensor "
+                    "`aithermd sensors` shows, or mark it optional: true)" if required
                     else ", so the curve runs on its other inputs here")
             out.append(error_at(policy.tree, where, (*loc, fn, index),
                                 f"'{pattern}' matches no temperature sensor on this machine{what}"))

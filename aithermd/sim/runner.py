@@ -174,7 +174,8 @@ def summary_data(machine: SimulatedMachine, recorder: Recorder, policy: str) -> 
     clock lock took off, ``held_s``)."""
     data = {"policy": policy, **machine.summary(), "actuations": recorder.actuations,
             "held_idle": recorder.held_idle,
-            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()} for k, d in recorder.state_s.items()}}
+            "policy_states_s": {k: {s: round(v, 1) for s, v in d.items()}
+                                for k, d in recorder.state_s.items()}}
     report.with_reasons(data["gpus"], recorder.actuations)
     return data
 

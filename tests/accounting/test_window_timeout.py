@@ -1,5 +1,5 @@
-"""A window that reaches its timeout keeps what it measured up to then for its stop (it was dropped: `aithermctl
-energy --timeout 1s -- sleep 30` then lost the measurement and CMD's exit status). Fake clock."""
+"""A window that reaches its timeout keeps what it measured up to then for its stop (it was dropped:
+`aithermctl energy --timeout 1s -- sleep 30` then lost the measurement and CMD's exit status). Fake clock."""
 
 from __future__ import annotations
 

@@ -103,15 +103,15 @@ def test_json_summary_is_one_document(tmp):
 def test_scripts_simulate_summary_json_is_one_document_on_stdout_comparing_like_with_like(tmp):
     """stdout ended with `daemon log: /tmp/… (50 lines …)` after the document; the top-level `energy_j`
     (GPUs and CPU) sat beside the stock twin's GPU-only `energy_j`; limit changes had no reasons."""
-    p = subprocess.run([str(ROOT / "scripts/simulate"), "--summary-json", "--cycle", "60,120,60", "--duration",
-                        "240", "--speedup", "0"], capture_output=True, text=True,
+    p = subprocess.run([str(ROOT / "scripts/simulate"), "--summary-json", "--cycle", "60,120,60",
+                        "--duration", "240", "--speedup", "0"], capture_output=True, text=True,
                        env={**os.environ, "TMPDIR": str(tmp)}, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     data = json.loads(p.stdout)
     assert "daemon log: " in p.stderr
     assert set(data["stock"]) == {"gpu_energy_j", "work", "work_per_kj"}
-    assert data["stock"]["work_per_kj"] == pytest.approx(1000 * data["stock"]["work"] / data["stock"]["gpu_energy_j"],
-                                                         rel=1e-3)
+    stock = data["stock"]
+    assert stock["work_per_kj"] == pytest.approx(1000 * stock["work"] / stock["gpu_energy_j"], rel=1e-3)
     assert data["energy_j"] == pytest.approx(data["gpu_energy_j"] + data["cpu_energy_j"], abs=0.2)
     for name in ("gpu0", "gpu1"):
         changes = data["gpus"][name]["limit_changes"]

@@ -221,9 +221,10 @@ def test_energy_past_its_timeout_reports_what_was_measured_and_the_commands_stat
     p = ctl(sim_bus, "energy", "--timeout", "1s", "--", "sh", "-c", "sleep 2.5; exit 3")
     assert p.returncode == 3, p.stderr
     lines = p.stderr.splitlines()
-    assert lines[0] == ("aithermctl energy: warning: the energy window timed out after 1 s (--timeout) while the "
-                        "command ran on; what was measured up to then:")
-    assert lines[1] == "energy in the first 1.0s (1.000 s) of sh -c 'sleep 2.5; exit 3', when the window timed out:"
+    assert lines[0] == ("aithermctl energy: warning: the energy window timed out after 1 s (--timeout) while "
+                        "the command ran on; what was measured up to then:")
+    assert lines[1] == ("energy in the first 1.0s (1.000 s) of sh -c 'sleep 2.5; exit 3', when the window "
+                        "timed out:")
     assert any(line.split()[0] == "gpu0" and line.endswith("W mean") for line in lines[2:])
     p = ctl(sim_bus, "energy", "--json", "--timeout", "1s", "--", "sleep", "2")
     assert p.returncode == 0 and json.loads(p.stdout)["timed_out"] is True
