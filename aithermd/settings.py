@@ -19,10 +19,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-from ruamel.yaml.reader import ReaderError
-
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.files import read_regular
 
@@ -149,6 +145,10 @@ def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
     """The config file as a dict, and each top-level key's (line, col), 1-based.
 
     Raises :class:`PolicyErrors` when the file cannot be read or is not a YAML mapping."""
+    from ruamel.yaml import YAML  # only with a config file
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.reader import ReaderError
+
     text = _read_text(path)
     try:
         doc = YAML(typ="rt").load(text)

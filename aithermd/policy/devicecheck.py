@@ -99,7 +99,8 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
         if isinstance(cond, MetricCondition) and cond.sensor is not None:
             if not selectors.select_temperatures(cond.sensor, devices):
                 problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
-    return [error_at(policy.tree, where, loc, msg) for loc, msg in problems]
+    tree = policy.syntax_tree() if problems else None
+    return [error_at(tree, where, loc, msg) for loc, msg in problems]
 
 
 def _budget_problems(doc: Any, devices: Sequence[Device]) -> list[tuple[tuple[Any, ...], str]]:

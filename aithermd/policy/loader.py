@@ -5,6 +5,12 @@ YAML is parsed with ruamel.yaml (round-trip mode keeps line and column marks), v
 :class:`aithermd.errors.PolicyError`; a file's problems are raised together as
 :class:`aithermd.errors.PolicyErrors`. A directory loads all-or-nothing.
 
+Parsing the YAML with its marks is most of a load's cost (a tenth of a second for the shipped files on a
+small machine), so the daemon hands :func:`load_policies` the plain documents it parsed before, by the
+SHA-256 of each file's text (``parsed``): a file whose text is found there is validated from them without
+parsing again, and its tree (for positions) is parsed only if a later check asks for one. A miss, or any
+problem on that path, takes the full path, whose errors carry FILE:LINE:COL as always.
+
 Where policies live: the shipped ones (:func:`shipped_policy_dir`) and the admin's (:data:`ADMIN_POLICY_DIR`);
 an admin file of the same name replaces the shipped one. A file, or the directory holding it, that a non-root
 user can write is refused with ``strict_permissions=True`` (the daemon running as root) and otherwise only
@@ -13,18 +19,16 @@ warned about (``Policy.warnings``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.reader import ReaderError
 
 from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
@@ -50,11 +54,18 @@ class Policy:
     source: str = field(repr=False)
     document: PolicyDocument = field(repr=False)
     warnings: tuple[str, ...] = ()
-    tree: Any = field(default=None, repr=False)  # the ruamel tree, for positions in later checks
+    tree: Any = field(default=None, repr=False)  # the ruamel tree, for positions (see syntax_tree)
+
+    def syntax_tree(self) -> Any:
+        """The ruamel tree of ``source`` (line and column marks): ``tree``, or parsed now when the policy was
+        validated from a parsed document (``load_policies(parsed=)``), and kept."""
+        if self.tree is None:
+            object.__setattr__(self, "tree", parse_yaml(self.source, str(self.path or f"<{self.name}>")))
+        return self.tree
 
     def position(self, loc: Sequence[str | int]) -> tuple[int | None, int | None, str]:
         """(line, col, dotted key) of a location in the document (1-based)."""
-        return locate.locate(self.tree, loc)
+        return locate.locate(self.syntax_tree(), loc)
 
 
 def shipped_policy_dir() -> Path:
@@ -151,6 +162,10 @@ def yaml_hint(problem: str, mark: Any) -> str | None:
 
 def parse_yaml(text: str, where: str) -> Any:
     """YAML text → ruamel tree. Raises PolicyErrors with the mark of a syntax error or duplicate key."""
+    from ruamel.yaml import YAML  # only when a file is parsed: a start from parsed documents needs none
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     try:
@@ -181,10 +196,38 @@ def parse_yaml(text: str, where: str) -> Any:
         raise PolicyErrors([PolicyError(where, f"YAML: {exc}")]) from None
 
 
+def text_digest(text: str) -> str:
+    """The key of a file's parsed document in ``load_policies(parsed=)``: SHA-256 of its text, hex."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _from_parsed(plain: Any, text: str, name: str, path: str | Path | None,
+                 warnings: Sequence[str]) -> Policy | None:
+    """The policy validated from an earlier parse of the same text, or None on any problem (the caller then
+    takes the full path, which says where the problem is)."""
+    try:
+        document = PolicyDocument.model_validate(plain)
+        if check_references(document):
+            return None
+    except Exception:  # noqa: BLE001 - whatever it is, the full path reports it with its position
+        return None
+    return Policy(name=name, path=Path(path) if path is not None else None, description=document.description,
+                  source=text, document=document, warnings=tuple(warnings))
+
+
 def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
-                     warnings: Sequence[str] = ()) -> Policy:
-    """Validate YAML ``text`` as policy ``name``. Raises PolicyErrors (every problem, with positions)."""
+                     warnings: Sequence[str] = (), parsed: MutableMapping[str, Any] | None = None) -> Policy:
+    """Validate YAML ``text`` as policy ``name``. Raises PolicyErrors (every problem, with positions).
+
+    ``parsed``: plain documents by :func:`text_digest`; a hit is validated without parsing, and a valid
+    file's document is put there (see the module's docstring)."""
     where = str(path) if path is not None else f"<{name}>"
+    digest = text_digest(text) if parsed is not None else ""
+    if parsed is not None and digest in parsed:
+        policy = _from_parsed(parsed[digest], text, name, path, warnings)
+        if policy is not None:
+            return policy
+        del parsed[digest]
     tree = parse_yaml(text, where)
     if tree is None:
         raise PolicyErrors([PolicyError(where, "empty policy file: expected a mapping with 'rules'",
@@ -207,12 +250,15 @@ def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
     problems = check_references(document)
     if problems:
         raise PolicyErrors([locate.error_at(tree, where, loc, msg, hint) for loc, msg, hint in problems])
+    if parsed is not None:
+        parsed[digest] = plain
     return Policy(name=name, path=Path(path) if path is not None else None,
                   description=document.description, source=text, document=document,
                   warnings=tuple(warnings), tree=tree)
 
 
-def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> Policy:
+def load_policy_file(path: str | Path, *, strict_permissions: bool = False,
+                     parsed: MutableMapping[str, Any] | None = None) -> Policy:
     """Load and validate one policy file; its name is the file stem.
 
     Raises PolicyErrors: unreadable file, YAML error, schema or reference error (each with FILE:LINE:COL),
@@ -235,7 +281,7 @@ def load_policy_file(path: str | Path, *, strict_permissions: bool = False) -> P
     except UnicodeDecodeError as exc:
         raise PolicyErrors([PolicyError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) \
             from None
-    return load_policy_text(text, name=path.stem, path=path, warnings=warnings)
+    return load_policy_text(text, name=path.stem, path=path, warnings=warnings, parsed=parsed)
 
 
 def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
@@ -260,9 +306,11 @@ def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
 
 
 def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False,
-                  skip: Collection[str] = ()) -> dict[str, Policy]:
+                  skip: Collection[str] = (),
+                  parsed: MutableMapping[str, Any] | None = None) -> dict[str, Policy]:
     """Every policy in ``dirs`` by name (later directories override earlier ones), all-or-nothing; the
     files whose paths are in ``skip`` are left out (the daemon's start leaves out broken ones).
+    ``parsed``: the plain documents of earlier parses (see the module's docstring).
 
     Raises PolicyErrors with the problems of every file when any file is invalid."""
     errors: list[PolicyError] = []
@@ -271,7 +319,7 @@ def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False,
         if str(path) in skip:
             continue
         try:
-            loaded[name] = load_policy_file(path, strict_permissions=strict_permissions)
+            loaded[name] = load_policy_file(path, strict_permissions=strict_permissions, parsed=parsed)
         except PolicyErrors as exc:
             errors.extend(exc.errors)
     if errors:

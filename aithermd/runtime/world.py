@@ -24,13 +24,15 @@ from aithermd.backends.registry import Inventory, discover
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.fans.store import FanConfig
 from aithermd.model import Device, Knob
+from aithermd.runtime import parsed
 from aithermd.settings import DaemonSettings, default_policy_dirs
 
 
 @dataclass(frozen=True)
 class Engine:
-    """The policy engine's contract: ``load_policies(dirs, strict_permissions=, skip=) -> {name: Policy}``
-    (raises PolicyErrors; ``skip``: file paths to leave out), ``evaluate(active, holds, inp, state,
+    """The policy engine's contract: ``load_policies(dirs, strict_permissions=, skip=, parsed=) -> {name:
+    Policy}`` (raises PolicyErrors; ``skip``: file paths to leave out; ``parsed``: the documents of earlier
+    parses by text digest, :mod:`aithermd.runtime.parsed`), ``evaluate(active, holds, inp, state,
     overrides) -> EngineResult``, ``initial_state(...)``, ``needs_processes(policies) -> bool`` and the
     ``EngineInput`` type."""
 
@@ -117,11 +119,27 @@ def policy_dirs(settings: DaemonSettings) -> tuple[Path, ...]:
     return tuple(settings.policy_dirs) if settings.policy_dirs is not None else tuple(default_policy_dirs())
 
 
+def _load(settings: DaemonSettings, engine: Engine, dirs: Sequence[Path],
+          skip: frozenset[str] = frozenset()) -> Mapping[str, Any]:
+    """``engine.load_policies`` with the documents parsed at earlier loads (:mod:`aithermd.runtime.parsed`),
+    which it then keeps for the next (not with ``--dry-run``)."""
+    strict = os.geteuid() == 0
+    before = parsed.read(settings.state_dir, strict_permissions=strict)
+    found = dict(before)
+    policies = engine.load_policies(list(dirs), strict_permissions=strict, skip=skip, parsed=found)
+    if not settings.dry_run:
+        from aithermd.policy.loader import text_digest
+        sources = (getattr(p, "source", None) for p in policies.values())
+        digests = [text_digest(s) for s in sources if isinstance(s, str)]
+        parsed.keep(settings.state_dir, before, found, digests)
+    return policies
+
+
 def load_policy_set(settings: DaemonSettings, engine: Engine) -> tuple[Mapping[str, Any], tuple[Path, ...]]:
     """Load every policy directory all-or-nothing; root refuses files others can write. Raises
     PolicyErrors; also when the set is empty. Blocking (file reads and parsing): off the event loop."""
     dirs = policy_dirs(settings)
-    policies = engine.load_policies(list(dirs), strict_permissions=os.geteuid() == 0)
+    policies = _load(settings, engine, dirs)
     if not policies:
         raise PolicyErrors([PolicyError(":".join(map(str, dirs)) or "(no policy directory)",
                                         "no policy found", hint="give --policy-dir DIR")])
@@ -148,8 +166,7 @@ def load_policies_at_start(settings: DaemonSettings, engine: Engine) -> tuple[Po
         broken = {e.path for e in exc.errors}
         if not broken <= {str(p) for p in policy_files(dirs).values()}:
             raise
-        policies = engine.load_policies(list(dirs), strict_permissions=os.geteuid() == 0,
-                                        skip=frozenset(broken))
+        policies = _load(settings, engine, dirs, frozenset(broken))
         if not policies:
             raise
         return (PolicySet(MappingProxyType(dict(policies)), dirs,

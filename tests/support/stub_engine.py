@@ -32,7 +32,7 @@ class StubPolicy:
     doc: dict = field(default_factory=dict)
 
 
-def load_policies(dirs, *, strict_permissions=False, skip=()):
+def load_policies(dirs, *, strict_permissions=False, skip=(), parsed=None):
     out, errors = {}, []
     for d in dirs:
         d = Path(d)

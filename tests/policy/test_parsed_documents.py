@@ -1,0 +1,125 @@
+"""Policies validated from the documents of earlier parses (loader ``parsed=``, runtime/parsed.py): the same
+policies without parsing the YAML again, and never a different answer than a full parse would give."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from aithermd.errors import PolicyErrors
+from aithermd.policy import loader
+from aithermd.policy.loader import load_policies, shipped_policy_dir, text_digest
+from aithermd.runtime import parsed
+from aithermd.runtime.daemon import Daemon
+from aithermd.settings import DaemonSettings
+from tests.support.fake_backend import FakeBackend
+
+BROKEN = "description: broken\nrules:\n  - name: fans\n    fan: '*'\n    curve: nowhere\n"
+
+
+def no_parsing(monkeypatch):
+    calls = []
+
+    def refuse(text, where):
+        calls.append(where)
+        raise AssertionError(f"{where} parsed again")
+
+    monkeypatch.setattr(loader, "parse_yaml", refuse)
+    return calls
+
+
+def test_a_second_load_from_the_parsed_documents_gives_the_same_policies_without_parsing(monkeypatch):
+    found: dict = {}
+    first = load_policies([shipped_policy_dir()], parsed=found)
+    assert set(found) == {text_digest(p.source) for p in first.values()}
+    no_parsing(monkeypatch)
+    second = load_policies([shipped_policy_dir()], parsed=found)
+    assert set(second) == set(first)
+    for name, p in first.items():
+        assert second[name].document == p.document and second[name].source == p.source
+        assert second[name].tree is None  # parsed only when a position is asked for
+
+
+def test_a_position_after_a_load_from_parsed_documents_parses_then(tmp_path):
+    found: dict = {}
+    full = load_policies([shipped_policy_dir()], parsed=found)["balanced"]
+    policy = load_policies([shipped_policy_dir()], parsed=found)["balanced"]
+    assert policy.tree is None
+    line, col, key = policy.position(("rules", 0, "name"))
+    assert (line, col, key) == full.position(("rules", 0, "name"))
+    assert key == "rules[0].name" and "name:" in policy.source.splitlines()[line - 1]
+
+
+def test_an_entry_that_does_not_validate_takes_the_full_path_and_its_file_line_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BROKEN)
+    with pytest.raises(PolicyErrors) as plain_err:
+        load_policies([tmp_path])
+    # an entry under the broken text's digest that does not validate (a schema that changed since, a torn
+    # file) is no excuse: the file is parsed and its error says where
+    found = {text_digest(BROKEN): {"description": "broken", "rules": "none"}}
+    with pytest.raises(PolicyErrors) as cached_err:
+        load_policies([tmp_path], parsed=found)
+    assert str(cached_err.value) == str(plain_err.value)
+    assert str(cached_err.value).startswith(f"{path}:3:5: error: rules[0]: ")
+    assert text_digest(BROKEN) not in found
+
+
+def test_an_entry_is_only_found_by_the_text_read_now(tmp_path, monkeypatch):
+    path = tmp_path / "mine.yaml"
+    path.write_text((shipped_policy_dir() / "quiet.yaml").read_text())
+    found: dict = {}
+    load_policies([tmp_path], parsed=found)
+    path.write_text(path.read_text() + "\n" + "bogus_key: 1\n")  # edited: a new digest, parsed in full
+    with pytest.raises(PolicyErrors) as err:
+        load_policies([tmp_path], parsed=found)
+    assert f"{path}:" in str(err.value) and "bogus_key" in str(err.value)
+
+
+def test_the_state_file_keeps_only_the_loaded_files_and_only_what_json_carries(tmp_path):
+    state = tmp_path / "state"
+    parsed.keep(state, {}, {"a": {"x": [1, 2.5, True, None]}, "b": {"when": object()}, "old": {}}, ["a", "b"])
+    path = state / parsed.FILE_NAME
+    assert json.loads(path.read_text()) == {"format": 1, "entries": {"a": {"x": [1, 2.5, True, None]}}}
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert parsed.read(state, strict_permissions=False) == {"a": {"x": [1, 2.5, True, None]}}
+    mtime = path.stat().st_mtime_ns
+    parsed.keep(state, {"a": {"x": [1, 2.5, True, None]}}, {"a": {"x": [1, 2.5, True, None]}}, ["a"])
+    assert path.stat().st_mtime_ns == mtime  # unchanged: not written again
+
+
+@pytest.mark.parametrize("content", [b"not json", b'{"format": 99, "entries": {}}', b"[]"])
+def test_a_state_file_that_is_not_ours_is_ignored(tmp_path, content):
+    (tmp_path / parsed.FILE_NAME).write_bytes(content)
+    assert parsed.read(tmp_path, strict_permissions=False) == {}
+
+
+def test_root_ignores_a_state_file_others_can_write(tmp_path):
+    parsed.keep(tmp_path, {}, {"a": {}}, ["a"])
+    os.chmod(tmp_path / parsed.FILE_NAME, 0o666)
+    assert parsed.read(tmp_path, strict_permissions=True) == {}
+
+
+def _settings(tmp_path: Path, **kw) -> DaemonSettings:
+    return DaemonSettings(sysfs_root=tmp_path / "sys", state_dir=tmp_path / "state", bus="none",
+                          metrics_listen="none", nvml=False, policy_dirs=[shipped_policy_dir()], **kw)
+
+
+async def test_the_daemon_starts_again_from_the_parsed_documents(tmp_path, clock, monkeypatch):
+    settings = _settings(tmp_path)
+    d = Daemon(settings, clock=clock, backends=[FakeBackend()], sleep=clock.sleep)
+    assert await d.run(max_ticks=1) == 0
+    assert (tmp_path / "state" / parsed.FILE_NAME).is_file()
+    calls = no_parsing(monkeypatch)
+    d = Daemon(settings, clock=clock, backends=[FakeBackend()], sleep=clock.sleep)
+    assert await d.run(max_ticks=1) == 0
+    assert calls == [] and set(d.world.policies) == {"balanced", "ai-training", "quiet", "workstation"}
+
+
+async def test_a_dry_run_writes_no_parsed_documents(tmp_path, clock):
+    d = Daemon(_settings(tmp_path, dry_run=True), clock=clock, backends=[FakeBackend()], sleep=clock.sleep)
+    assert await d.run(max_ticks=1) == 0
+    assert not (tmp_path / "state" / parsed.FILE_NAME).exists()
