@@ -90,3 +90,26 @@ def test_environment_reads_only_settings_and_names_itself_in_errors(tmp_path, mo
     monkeypatch.setenv("AITHERMD_POLICY_DIRS", "/etc/x")
     with pytest.raises(PolicyErrors, match="AITHERMD_POLICY_DIRS.*not JSON"):
         load_settings(None, {})
+
+
+@pytest.mark.parametrize("values", [
+    {}, {"tick_s": 2, "energy_top_n": 0, "energy_cost_per_kwh": 0.3, "energy_currency": "EUR"},
+    {"sysfs_root": "/tmp/sys", "state_dir": Path("/tmp/st"), "policy_dirs": ["/a", Path("/b")],
+     "config_file": "/etc/x.yaml", "names": {"hwmon:nct6798-isa-0290/pwm2": "CPU fan"}},
+    {"bus": "unix:path=/run/x", "metrics_listen": "[::1]:0", "log_format": "json", "log_level": "debug",
+     "energy_interval_s": 0, "nvml": False, "dry_run": True, "policy": "quiet", "policy_pinned": True}])
+def test_values_checked_without_pydantic_are_what_the_model_gives(values):
+    from aithermd.settings_model import validated
+    quick = DaemonSettings(**values)
+    assert {k: getattr(quick, k) for k in validated({})} == validated(values)
+
+
+def test_typed_settings_import_no_pydantic_and_text_is_coerced_by_the_model():
+    import subprocess
+    import sys
+    code = ("import sys; from aithermd.settings import DaemonSettings as D; "
+            "s = D(tick_s=0.5, sysfs_root='/x', names={'hwmon:a/pwm1': 'CPU'}); "
+            "print('pydantic' in sys.modules, s.tick_s, s.sysfs_root); "
+            "t = D(tick_s='3', nvml='false'); print('pydantic' in sys.modules, t.tick_s, t.nvml)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["False 0.5 /x", "True 3.0 False"]

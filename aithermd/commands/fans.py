@@ -81,7 +81,7 @@ def _settings(args: argparse.Namespace) -> Any:
         settings = DaemonSettings()
     update = {k: v for k, v in (("state_dir", args.state_dir),
                                 ("sysfs_root", getattr(args, "sysfs_root", None))) if v is not None}
-    return settings.model_copy(update=update)
+    return settings.replace(**update)
 
 
 def _show(args: argparse.Namespace) -> int:

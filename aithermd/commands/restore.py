@@ -31,14 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _state_dir(args: argparse.Namespace) -> Path:
     from aithermd.errors import PolicyErrors
-    from aithermd.settings import DaemonSettings, load_settings
+    from aithermd.settings import DEFAULT_STATE_DIR, load_settings
     if args.state_dir is not None:
         return args.state_dir
     try:
         return load_settings(args.config).state_dir
     except PolicyErrors as exc:  # restore must work even with a broken config
         print(f"warning: {exc}; using the default state directory", file=sys.stderr)
-        return DaemonSettings.model_fields["state_dir"].default
+        return DEFAULT_STATE_DIR
 
 
 def run(args: argparse.Namespace) -> int:

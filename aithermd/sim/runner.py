@@ -309,7 +309,7 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
     recorder = Recorder(t0=clock.monotonic())
     out = report.Output(out, on_gone=lambda: daemon.request_stop()) if out is not None else None
     live = None if opts.json_summary else out
-    settings = settings.model_copy(update={"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
+    settings = settings.replace(**{"state_dir": places.state_dir, "sysfs_root": machine.sysfs_root})
     def report_progress(gpus: list[str], rate: float) -> None:
         if daemon.control is not None:
             daemon.control.report_progress(gpus, rate)
@@ -387,7 +387,7 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
     if getattr(args, "metrics_listen", None) is None:
         update["metrics_listen"] = "none"
     try:
-        result = asyncio.run(simulate(settings.model_copy(update=update), opts, out, signals))
+        result = asyncio.run(simulate(settings.replace(**update), opts, out, signals))
     except ValueError as exc:  # a --fault naming what the simulated machine does not have
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2

@@ -111,7 +111,7 @@ async def test_a_lost_device_is_reported_and_skipped_and_the_loop_runs_on(settin
 async def test_an_engine_failure_is_a_fault_not_an_exit(settings, clock, policy_dir):
     write_policy(policy_dir, "broken", 50.0, explode=True)
     b = FakeBackend()
-    d = make(settings.model_copy(update={"policy": "broken", "policy_pinned": True}), clock, b)
+    d = make(settings.replace(**{"policy": "broken", "policy_pinned": True}), clock, b)
     assert await d.run(max_ticks=2) == 0
     assert b.writes == []
     assert any("policy engine failed" in e.message for e in d.hub.recent_events())
@@ -138,7 +138,7 @@ async def test_knobs_no_decision_claims_are_handed_back(settings, clock):
 
 async def test_dry_run_decides_and_logs_but_writes_nothing(settings, clock):
     b = FakeBackend(start_pwm=100, start_enable=2)
-    d = make(settings.model_copy(update={"dry_run": True}), clock, b)
+    d = make(settings.replace(**{"dry_run": True}), clock, b)
     assert await d.run(max_ticks=3) == 0
     assert b.writes == [] and b.pwm == {"pwm1": 100, "pwm2": 100} and b.enable == {"pwm1": 2, "pwm2": 2}
     assert not settings.state_dir.exists() or not Journal(settings.state_dir).dirty
@@ -189,7 +189,7 @@ async def test_overrides_and_the_active_policy_persist_across_restarts(settings,
 async def test_the_policy_flag_wins_over_the_kept_choice(settings, clock):
     (settings.state_dir).mkdir(parents=True)
     (settings.state_dir / "operator.json").write_text(json.dumps({"active_policy": "quiet"}))
-    d = make(settings.model_copy(update={"policy": "balanced", "policy_pinned": True}), clock, FakeBackend())
+    d = make(settings.replace(**{"policy": "balanced", "policy_pinned": True}), clock, FakeBackend())
     await d.run(max_ticks=1)
     assert d.hub.latest.policy.active == "balanced"
     d2 = make(settings, clock, FakeBackend())
@@ -214,7 +214,7 @@ async def test_an_override_expires(settings, clock):
 
 
 async def test_unknown_policy_on_start_is_exit_78(settings, clock):
-    d = make(settings.model_copy(update={"policy": "nope", "policy_pinned": True}), clock, FakeBackend())
+    d = make(settings.replace(**{"policy": "nope", "policy_pinned": True}), clock, FakeBackend())
     assert await d.run(max_ticks=1) == 78  # EX_CONFIG: systemd does not restart into it
 
 

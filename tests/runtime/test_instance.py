@@ -35,13 +35,13 @@ def test_the_same_state_directory_or_the_same_sysfs_root_is_locked(tmp_path):
 
 
 async def test_a_second_daemon_refuses_before_touching_the_journal(tmp_path, settings, clock):
-    settings = settings.model_copy(update={"runtime_dir": tmp_path / "run"})
+    settings = settings.replace(**{"runtime_dir": tmp_path / "run"})
     backend = FakeBackend(start_pwm=100, start_enable=2)
     first = Daemon(settings, clock=clock, backends=[backend], sleep=clock.sleep, engine=STUB_ENGINE)
     seen = []
 
     async def second_daemon(state_dir) -> tuple[int, list]:
-        second = Daemon(settings.model_copy(update={"state_dir": state_dir}), clock=clock, backends=[backend],
+        second = Daemon(settings.replace(**{"state_dir": state_dir}), clock=clock, backends=[backend],
                         sleep=clock.sleep, engine=STUB_ENGINE)
         with structlog.testing.capture_logs() as logs:
             code = await second.run(max_ticks=3)

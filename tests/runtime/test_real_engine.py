@@ -138,7 +138,7 @@ async def test_a_policy_without_a_source_here_is_a_warning_at_start_and_reload(m
     (policies / "intel.yaml").write_text(
         "curves:\n  board: {kind: points, source: {max: ['Package id *']}, points: [[40, 30], [85, 100]]}\n"
         "rules:\n  - {name: board-fans, kind: fan, fans: {chip: 'nct*'}, curve: board}\n")
-    settings = settings.model_copy(update={"policy_dirs": [policies], "policy": "intel",
+    settings = settings.replace(**{"policy_dirs": [policies], "policy": "intel",
                                            "policy_pinned": True})
     d = make(settings, clock, root)
 

@@ -93,7 +93,7 @@ async def test_watchdog_pings_while_ticks_complete(settings, notify_socket):
     import asyncio
     path, sock = notify_socket
     env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "100000"}  # ping every 50 ms
-    s = settings.model_copy(update={"tick_s": 0.1})
+    s = settings.replace(**{"tick_s": 0.1})
     d = Daemon(s, backends=[FakeBackend()], engine=STUB_ENGINE, environ=env)
     task = asyncio.create_task(d.run())
     messages: list[str] = []
@@ -112,7 +112,7 @@ async def test_no_watchdog_ping_while_the_tick_hangs(settings, notify_socket):
     import asyncio
     path, sock = notify_socket
     env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "40000"}  # ping every 20 ms while healthy
-    s = settings.model_copy(update={"tick_s": 0.05})
+    s = settings.replace(**{"tick_s": 0.05})
     backend = FakeBackend()
     hang = asyncio.Event()
     d = Daemon(s, backends=[backend], engine=STUB_ENGINE, environ=env)

@@ -106,7 +106,7 @@ async def test_the_daemon_stops_its_services_in_reverse_before_the_final_restore
         return [Witness("early", log), *services(self, options, executor), Witness("late", log)]
 
     monkeypatch.setattr(Daemon, "_services", with_witnesses)
-    s = settings.model_copy(update={"metrics_listen": "127.0.0.1:0"})
+    s = settings.replace(**{"metrics_listen": "127.0.0.1:0"})
     d = Daemon(s, clock=clock, backends=[backend], sleep=clock.sleep, engine=STUB_ENGINE)
     started: list[str] = []
 

@@ -17,7 +17,7 @@ async def test_an_unreachable_bus_and_a_taken_port_are_warnings(settings, clock,
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    s = settings.model_copy(update={"bus": f"unix:path={tmp_path}/no-bus",
+    s = settings.replace(**{"bus": f"unix:path={tmp_path}/no-bus",
                                     "metrics_listen": f"127.0.0.1:{port}"})
     d = Daemon(s, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE)
     try:
@@ -31,7 +31,7 @@ async def test_an_unreachable_bus_and_a_taken_port_are_warnings(settings, clock,
 
 
 async def test_metrics_are_served_from_the_published_snapshot_and_stopped(settings, clock):
-    s = settings.model_copy(update={"metrics_listen": "127.0.0.1:0"})
+    s = settings.replace(**{"metrics_listen": "127.0.0.1:0"})
     d = Daemon(s, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE)
     scraped = []
 
@@ -50,7 +50,7 @@ async def test_metrics_are_served_from_the_published_snapshot_and_stopped(settin
 async def test_a_missing_service_module_is_a_warning(settings, clock, monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "aithermd.publish.dbus_service", None)  # import raises ImportError
-    s = settings.model_copy(update={"bus": "session"})
+    s = settings.replace(**{"bus": "session"})
     d = Daemon(s, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE)
     with capture_logs() as logs:
         assert await d.run(max_ticks=1) == 0
@@ -65,7 +65,7 @@ async def test_a_bus_that_is_not_there_at_start_is_joined_when_it_comes(settings
 
     bus = PrivateBus.start("session")
     bus.kill()  # not up yet when the daemon starts (dbus.service late, or restarting)
-    d = Daemon(settings.model_copy(update={"bus": bus.address}), clock=clock, backends=[FakeBackend()],
+    d = Daemon(settings.replace(**{"bus": bus.address}), clock=clock, backends=[FakeBackend()],
                sleep=clock.sleep, engine=STUB_ENGINE)
     started = []
 

@@ -44,7 +44,7 @@ async def test_blocking_backends_are_sampled_and_written_off_the_loop(settings, 
 async def test_a_hung_blocking_backend_is_failed_and_the_rest_runs_on(settings):
     gpu = BlockingBackend("gpu")
     board = FakeBackend("board")
-    s = settings.model_copy(update={"tick_s": 0.05})
+    s = settings.replace(**{"tick_s": 0.05})
     d = Daemon(s, backends=[board, gpu], engine=STUB_ENGINE)
     snaps = []
 
