@@ -19,7 +19,8 @@ def test_bench_process_smoke(tmp_path):
                            "--json", str(out)], capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for goal in ("reference tick CPU", "reference tick / lean loop", "marginal per hwmon channel",
-                 "marginal per simulated GPU", "RSS steady", "/metrics p50", "start-up CPU to first tick",
+                 "marginal per simulated GPU", "RSS steady", "/metrics p50", "start-up CPU to first tick (first start)",
+                 "start-up CPU to first tick (restart)",
                  "aithermctl --help wall", "aithermctl status wall", "fan2go not measured"):
         assert goal in proc.stdout, proc.stdout
     import json
@@ -28,7 +29,7 @@ def test_bench_process_smoke(tmp_path):
     assert set(ref) == {"after", "lean"}
     for kind in ("after", "lean"):
         assert ref[kind]["rss_mb"] > 5 and ref[kind]["metrics_p50_ms"] > 0
-    assert doc["startup"]["after"]["cpu_s"] > 0
+    assert doc["startup"]["after"]["cpu_s"] > 0 and doc["startup"]["after restart"]["cpu_s"] > 0
 
 
 @pytest.mark.timeout(300)

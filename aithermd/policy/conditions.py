@@ -24,7 +24,7 @@ from aithermd.model import Device
 from aithermd.policy import selectors
 from aithermd.policy.references import resolve_state
 from aithermd.policy.schedules import Calendar, Period, compile_periods, holds
-from aithermd.policy.schema import (
+from aithermd.policy.kinds import (
     AllCondition,
     AnyCondition,
     MetricCondition,

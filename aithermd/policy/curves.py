@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
+from aithermd.policy.kinds import MixCurve, PidCurve, PointsCurve
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,9 +21,8 @@ from typing import Any
 from aithermd.errors import PolicyError
 from aithermd.model import Device, Knob, KnobKind
 from aithermd.policy import selectors, sources
-from aithermd.policy.locate import error_at
 from aithermd.policy.references import all_conditions
-from aithermd.policy.schema import (
+from aithermd.policy.kinds import (
     CpuKnobsRule,
     CpuPowerLimitRule,
     FanMatch,
@@ -99,7 +98,10 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
         if isinstance(cond, MetricCondition) and cond.sensor is not None:
             if not selectors.select_temperatures(cond.sensor, devices):
                 problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
-    tree = policy.syntax_tree() if problems else None
+    if not problems:
+        return []
+    from aithermd.policy.locate import error_at  # pydantic: only when there is something to place
+    tree = policy.syntax_tree()
     return [error_at(tree, where, loc, msg) for loc, msg in problems]
 
 

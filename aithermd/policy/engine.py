@@ -37,7 +37,7 @@ from aithermd.policy.curves import CurveState, FanState
 from aithermd.policy.plan import CMachine, CRule, Plan, compile_plan
 from aithermd.policy.references import all_conditions
 from aithermd.policy.rules import run_rule
-from aithermd.policy.schema import ProcessCondition
+from aithermd.policy.kinds import ProcessCondition
 from aithermd.policy.windows import Window
 
 

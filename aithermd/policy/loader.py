@@ -5,11 +5,13 @@ YAML is parsed with ruamel.yaml (round-trip mode keeps line and column marks), v
 :class:`aithermd.errors.PolicyError`; a file's problems are raised together as
 :class:`aithermd.errors.PolicyErrors`. A directory loads all-or-nothing.
 
-Parsing the YAML with its marks is most of a load's cost (a tenth of a second for the shipped files on a
-small machine), so the daemon hands :func:`load_policies` the plain documents it parsed before, by the
-SHA-256 of each file's text (``parsed``): a file whose text is found there is validated from them without
-parsing again, and its tree (for positions) is parsed only if a later check asks for one. A miss, or any
-problem on that path, takes the full path, whose errors carry FILE:LINE:COL as always.
+A valid document is handed out as plain nodes (:mod:`aithermd.policy.kinds`), whichever way it was loaded.
+Parsing the YAML with its marks, importing pydantic and building the schema's validators are most of a
+load's cost (0.2 s of CPU and 15 MB on a small machine), so the daemon hands :func:`load_policies` the
+documents of earlier loads in their JSON form, by the SHA-256 of the schema's version and each file's text
+(``parsed``): a file found there is taken from it without parsing, validating or importing pydantic, and
+its tree (for positions) is parsed only if a later check asks for one. A miss, or any problem on that path,
+takes the full path, whose errors carry FILE:LINE:COL as always.
 
 Where policies live: the shipped ones (:func:`shipped_policy_dir`) and the admin's (:data:`ADMIN_POLICY_DIR`);
 an admin file of the same name replaces the shipped one. A file, or the directory holding it, that a non-root
@@ -28,14 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.files import NotRegularFile, read_regular
-from aithermd.policy import locate
-from aithermd.policy.references import check_references
-from aithermd.policy.schema import PolicyDocument
+from aithermd.policy import kinds
+
+# the schema (pydantic), its error positions and the reference checks are imported by the full path only
+SCHEMA_FILES = ("kinds.py", "values.py", "schema.py", "schema_machine.py", "schema_clocks.py",
+                "references.py")
 
 ADMIN_POLICY_DIR = Path("/etc/aithermd/policies.d")
 SUFFIXES = (".yaml", ".yml")
@@ -52,7 +54,7 @@ class Policy:
     path: Path | None
     description: str
     source: str = field(repr=False)
-    document: PolicyDocument = field(repr=False)
+    document: kinds.PolicyDocument = field(repr=False)  # nodes (kinds.py) when loaded from a file
     warnings: tuple[str, ...] = ()
     tree: Any = field(default=None, repr=False)  # the ruamel tree, for positions (see syntax_tree)
 
@@ -65,6 +67,7 @@ class Policy:
 
     def position(self, loc: Sequence[str | int]) -> tuple[int | None, int | None, str]:
         """(line, col, dotted key) of a location in the document (1-based)."""
+        from aithermd.policy import locate
         return locate.locate(self.syntax_tree(), loc)
 
 
@@ -196,38 +199,65 @@ def parse_yaml(text: str, where: str) -> Any:
         raise PolicyErrors([PolicyError(where, f"YAML: {exc}")]) from None
 
 
+_schema_digest: list[bytes] = []
+
+
+def schema_digest() -> bytes:
+    """SHA-256 of aithermd's version and the schema's source files (:data:`SCHEMA_FILES`): a document kept
+    by another version of the schema is never found (computed once per process)."""
+    if not _schema_digest:
+        from aithermd import __version__
+        h = hashlib.sha256(__version__.encode())
+        here = Path(__file__).resolve().parent
+        for name in SCHEMA_FILES:
+            try:
+                h.update((here / name).read_bytes())
+            except OSError:
+                h.update(name.encode())
+        _schema_digest.append(h.digest())
+    return _schema_digest[0]
+
+
 def text_digest(text: str) -> str:
-    """The key of a file's parsed document in ``load_policies(parsed=)``: SHA-256 of its text, hex."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    """The key of a file's document in ``load_policies(parsed=)``: SHA-256 of :func:`schema_digest` and the
+    file's text, hex."""
+    return hashlib.sha256(schema_digest() + text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _from_parsed(plain: Any, text: str, name: str, path: str | Path | None,
-                 warnings: Sequence[str]) -> Policy | None:
-    """The policy validated from an earlier parse of the same text, or None on any problem (the caller then
-    takes the full path, which says where the problem is)."""
-    try:
-        document = PolicyDocument.model_validate(plain)
-        if check_references(document):
-            return None
-    except Exception:  # noqa: BLE001 - whatever it is, the full path reports it with its position
-        return None
+def _policy(document: Any, text: str, name: str, path: str | Path | None, warnings: Sequence[str],
+            tree: Any = None) -> Policy:
     return Policy(name=name, path=Path(path) if path is not None else None, description=document.description,
-                  source=text, document=document, warnings=tuple(warnings))
+                  source=text, document=document, warnings=tuple(warnings), tree=tree)
+
+
+class NotParsed(Exception):  # noqa: N818 - not an error: the caller parses elsewhere (runtime/parsed.py)
+    """``only_parsed=True`` and a file's document is not in ``parsed``; ``args[0]`` is the file."""
 
 
 def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
-                     warnings: Sequence[str] = (), parsed: MutableMapping[str, Any] | None = None) -> Policy:
+                     warnings: Sequence[str] = (), parsed: MutableMapping[str, Any] | None = None,
+                     only_parsed: bool = False) -> Policy:
     """Validate YAML ``text`` as policy ``name``. Raises PolicyErrors (every problem, with positions).
 
-    ``parsed``: plain documents by :func:`text_digest`; a hit is validated without parsing, and a valid
-    file's document is put there (see the module's docstring)."""
+    The document is given as nodes (:mod:`aithermd.policy.kinds`). ``parsed``: documents in their JSON form
+    by :func:`text_digest`; a hit is taken from there without parsing or validating, and a valid file's
+    document is put there (see the module's docstring). ``only_parsed``: raise :class:`NotParsed` rather
+    than parse (the daemon then parses in a child process, :mod:`aithermd.runtime.parsed`)."""
     where = str(path) if path is not None else f"<{name}>"
     digest = text_digest(text) if parsed is not None else ""
     if parsed is not None and digest in parsed:
-        policy = _from_parsed(parsed[digest], text, name, path, warnings)
-        if policy is not None:
-            return policy
-        del parsed[digest]
+        try:
+            return _policy(kinds.from_json(parsed[digest]), text, name, path, warnings)
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            del parsed[digest]  # not ours: the full path below
+    if only_parsed:
+        raise NotParsed(where)
+    from pydantic import ValidationError
+
+    from aithermd.policy import locate
+    from aithermd.policy.references import check_references
+    from aithermd.policy.schema import PolicyDocument
+
     tree = parse_yaml(text, where)
     if tree is None:
         raise PolicyErrors([PolicyError(where, "empty policy file: expected a mapping with 'rules'",
@@ -250,15 +280,18 @@ def load_policy_text(text: str, *, name: str, path: str | Path | None = None,
     problems = check_references(document)
     if problems:
         raise PolicyErrors([locate.error_at(tree, where, loc, msg, hint) for loc, msg, hint in problems])
-    if parsed is not None:
-        parsed[digest] = plain
-    return Policy(name=name, path=Path(path) if path is not None else None,
-                  description=document.description, source=text, document=document,
-                  warnings=tuple(warnings), tree=tree)
+    try:  # the engine reads nodes whichever way a policy was loaded: a restart behaves as the first start
+        kept = kinds.to_json(document)
+        document = kinds.from_json(kept)
+    except (TypeError, ValueError):
+        kept = None  # not expressible as nodes: the schema's models serve, and nothing is kept
+    if parsed is not None and kept is not None:
+        parsed[digest] = kept
+    return _policy(document, text, name, path, warnings)  # the tree again only if a position is asked
 
 
 def load_policy_file(path: str | Path, *, strict_permissions: bool = False,
-                     parsed: MutableMapping[str, Any] | None = None) -> Policy:
+                     parsed: MutableMapping[str, Any] | None = None, only_parsed: bool = False) -> Policy:
     """Load and validate one policy file; its name is the file stem.
 
     Raises PolicyErrors: unreadable file, YAML error, schema or reference error (each with FILE:LINE:COL),
@@ -281,7 +314,8 @@ def load_policy_file(path: str | Path, *, strict_permissions: bool = False,
     except UnicodeDecodeError as exc:
         raise PolicyErrors([PolicyError(str(path), f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) \
             from None
-    return load_policy_text(text, name=path.stem, path=path, warnings=warnings, parsed=parsed)
+    return load_policy_text(text, name=path.stem, path=path, warnings=warnings, parsed=parsed,
+                            only_parsed=only_parsed)
 
 
 def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
@@ -306,11 +340,11 @@ def policy_files(dirs: Sequence[Path]) -> dict[str, Path]:
 
 
 def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False,
-                  skip: Collection[str] = (),
-                  parsed: MutableMapping[str, Any] | None = None) -> dict[str, Policy]:
+                  skip: Collection[str] = (), parsed: MutableMapping[str, Any] | None = None,
+                  only_parsed: bool = False) -> dict[str, Policy]:
     """Every policy in ``dirs`` by name (later directories override earlier ones), all-or-nothing; the
     files whose paths are in ``skip`` are left out (the daemon's start leaves out broken ones).
-    ``parsed``: the plain documents of earlier parses (see the module's docstring).
+    ``parsed``, ``only_parsed``: see :func:`load_policy_text`.
 
     Raises PolicyErrors with the problems of every file when any file is invalid."""
     errors: list[PolicyError] = []
@@ -319,7 +353,8 @@ def load_policies(dirs: Sequence[Path], *, strict_permissions: bool = False,
         if str(path) in skip:
             continue
         try:
-            loaded[name] = load_policy_file(path, strict_permissions=strict_permissions, parsed=parsed)
+            loaded[name] = load_policy_file(path, strict_permissions=strict_permissions, parsed=parsed,
+                                            only_parsed=only_parsed)
         except PolicyErrors as exc:
             errors.extend(exc.errors)
     if errors:

@@ -10,7 +10,7 @@ from typing import Any
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
 from aithermd.policy import efficient, power_budget, quiet, selectors, sources
 from aithermd.policy.conditions import Compiler, Node, Not
-from aithermd.policy.schema import (
+from aithermd.policy.kinds import (
     CpuKnobsRule,
     CpuPowerLimitRule,
     FanRule,
@@ -19,9 +19,9 @@ from aithermd.policy.schema import (
     MixCurve,
     PidCurve,
     PointsCurve,
+    parse_clock,
     parse_power,
 )
-from aithermd.policy.values import parse_clock
 
 
 @dataclass(frozen=True)

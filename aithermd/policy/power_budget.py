@@ -38,7 +38,7 @@ from typing import Any
 
 from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, KnobValue, Layer, Status
 from aithermd.policy import selectors, split
-from aithermd.policy.schema_machine import Budget
+from aithermd.policy.kinds import Budget
 
 BUDGET_RULE = "budget"
 JUMP = 1.25  # a last reading this far above the window's mean is a new load, not noise

@@ -40,7 +40,7 @@ from typing import Any
 
 from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, Layer, Status
 from aithermd.policy import safety, selectors, sources
-from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
+from aithermd.policy.kinds import MixCurve, PidCurve, PointsCurve
 
 SMOOTH_S = 10.0  # the source temperature quiet reads: its time-weighted mean over this long
 SETTLE_S = 30.0  # a limit must have been at its lowest this long before the heat counts as beyond it

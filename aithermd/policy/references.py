@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from aithermd.policy.schema import (
+from aithermd.policy.kinds import (
     AllCondition,
     AnyCondition,
     FanRule,

@@ -21,8 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aithermd.policy.schema_machine import parse_holiday
-from aithermd.policy.values import DAYS
+from aithermd.policy.kinds import DAYS, parse_holiday
 
 MINUTES_PER_DAY = 1440
 

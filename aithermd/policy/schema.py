@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from aithermd.policy import schema_machine
+from aithermd.policy import kinds, schema_machine
 from aithermd.policy.schema_machine import (DAY_WORDS, Budget, CpuKnobsRule, Holidays, Quiet, ScheduleName,
                                             TimeZone)
 from aithermd.policy.values import (BUILTIN_MARGIN_C, DAYS, HHMM, Globs, Ints, Model, Name, NonNeg, Pct,
@@ -32,7 +32,7 @@ from aithermd.policy.values import (BUILTIN_MARGIN_C, DAYS, HHMM, Globs, Ints, M
 __all__ = ["BUILTIN_MARGIN_C", "DAYS", "Source", "SourceAgg", "SourceInput", "parse_power"]
 
 # ----- selectors -------------------------------------------------------------------------------------
-class GpuMatch(Model):
+class GpuMatch(Model, kinds.GpuMatch):
     """GPUs by NVML index, UUID or model name pattern (fnmatch, case-insensitive); all given keys must match.
     No key at all (``gpus: all``) selects every GPU."""
 
@@ -56,7 +56,7 @@ GpuSelector = Annotated[GpuMatch, BeforeValidator(
     _gpu_shortcut, json_schema_input_type=Literal["all"] | int | list[int] | GpuMatch)]
 
 
-class FanMatch(Model):
+class FanMatch(Model, kinds.FanMatch):
     """Fans (hwmon ``pwmN`` and GPU ``fanN`` knobs) by knob id, hwmon chip, or label: the name the admin gave
     the fan (config ``names``) or its fan channel's label (fnmatch patterns); all given keys must match."""
 
@@ -86,13 +86,12 @@ class CondBase(Model):
     sustain_s: NonNeg = Field(0.0, description="the condition must have held this long (s)")
 
 
-class MetricCondition(CondBase):
+class MetricCondition(CondBase, kinds.MetricCondition):
     """``metric`` against a threshold as ``stat`` (mean/min/max, time-weighted) over ``window_s``.
 
     ``above: X`` holds when the statistic is ≥ X, ``below: X`` when it is < X. A window holds only once it is
     full; an unknown value (failed sensor, window not yet full) holds neither."""
 
-    TAG: ClassVar[str] = "metric"
     metric: Metric
     sensor: Globs | None = None
     stat: Literal["mean", "min", "max", "last"] = "mean"
@@ -113,22 +112,19 @@ class MetricCondition(CondBase):
         return self
 
 
-class AllCondition(CondBase):
-    TAG: ClassVar[str] = "all"
+class AllCondition(CondBase, kinds.AllCondition):
     all: list[Condition] = Field(min_length=1)
 
 
-class AnyCondition(CondBase):
-    TAG: ClassVar[str] = "any"
+class AnyCondition(CondBase, kinds.AnyCondition):
     any: list[Condition] = Field(min_length=1)
 
 
-class NotCondition(CondBase):
-    TAG: ClassVar[str] = "not"
+class NotCondition(CondBase, kinds.NotCondition):
     not_: Condition = Field(alias="not")
 
 
-class Schedule(Model):
+class Schedule(Model, kinds.Schedule):
     """Local wall-clock time of day on given days; ``from`` > ``to`` wraps past midnight (22:00–07:00: the
     hours after midnight belong to the day before). Days: ``mon`` … ``sun``, ``workday`` (Monday to Friday,
     not a holiday), ``weekend``, ``holiday`` (a date of the policy's ``holidays``)."""
@@ -146,28 +142,25 @@ class Schedule(Model):
         return self
 
 
-class ScheduleCondition(CondBase):
+class ScheduleCondition(CondBase, kinds.ScheduleCondition):
     """Inside a time window: inline (``{from: "22:00", to: "07:00"}``), a list of them, or the name of one of
     the policy's ``schedules``; local time in the policy's ``timezone``, DST included."""
 
-    TAG: ClassVar[str] = "schedule"
     schedule: Annotated[
         Annotated[Schedule, Tag("inline")] | Annotated[list[Schedule], Tag("list")]
         | Annotated[ScheduleName, Tag("name")],
         Discriminator(lambda v: "name" if isinstance(v, str) else "list" if isinstance(v, list) else "inline")]
 
 
-class ProcessCondition(CondBase):
+class ProcessCondition(CondBase, kinds.ProcessCondition):
     """A running process whose name or command line matches one of the patterns (fnmatch)."""
 
-    TAG: ClassVar[str] = "process"
     process: Globs
 
 
-class StateCondition(CondBase):
+class StateCondition(CondBase, kinds.StateCondition):
     """A state machine is in a state: ``machine.state`` (a bare ``state`` when only one machine has it)."""
 
-    TAG: ClassVar[str] = "state"
     state: str
 
 
@@ -191,7 +184,7 @@ Condition = Annotated[
 
 
 # ----- fan curves ------------------------------------------------------------------------------------
-class PointsCurve(Model):
+class PointsCurve(Model, kinds.PointsCurve):
     """Duty (%) by linear interpolation between ``points`` [[°C, %], ...]; flat beyond the ends.
     ``hysteresis_c``: the duty falls only once the temperature dropped this far. ``smoothing_s``: the curve
     reads the time-weighted mean of its source over that many seconds (sensor noise averaged away)."""
@@ -212,7 +205,7 @@ class PointsCurve(Model):
         return self
 
 
-class PidCurve(Model):
+class PidCurve(Model, kinds.PidCurve):
     """PID to ``setpoint_c``: duty = base_pct + kp·e + ki·∫e dt + kd·de/dt, e = temperature − setpoint
     (the temperature smoothed over ``smoothing_s`` when given)."""
 
@@ -226,7 +219,7 @@ class PidCurve(Model):
     base_pct: Pct = 30.0
 
 
-class MixCurve(Model):
+class MixCurve(Model, kinds.MixCurve):
     """The max/min/mean of other named curves."""
 
     kind: Literal["mix"]
@@ -244,14 +237,14 @@ CurveRef = Annotated[
 
 
 # ----- state machines --------------------------------------------------------------------------------
-class State(Model):
+class State(Model, kinds.State):
     name: Name
     enter: Condition | None = None
     exit: Condition | None = None
     min_dwell_s: NonNeg = 0.0
 
 
-class Machine(Model):
+class Machine(Model, kinds.Machine):
     """Ordered states, lowest first. From state *i* (after its ``min_dwell_s``) the machine goes up to the
     highest later state whose ``enter`` holds, else back down one step when ``exit`` of *i* holds. It starts
     in the first state, whose actions apply only once its own ``enter`` has held (at once if it has none)."""
@@ -267,7 +260,7 @@ class RuleBase(Model):
     when: Condition | None = None
 
 
-class GpuPowerLimitRule(RuleBase):
+class GpuPowerLimitRule(RuleBase, kinds.GpuPowerLimitRule):
     """A GPU power limit: watts, % of the default, ``default``/``min``/``max``, or ``efficient`` — the
     limit the efficient-limit search finds for the job while ``when`` holds (snap to the job's own peak
     draw, then step down while it keeps ≥ 100 − ``max_slowdown_pct`` % of its throughput and work per
@@ -298,7 +291,7 @@ class GpuPowerLimitRule(RuleBase):
         return self
 
 
-class CpuPowerLimitRule(RuleBase):
+class CpuPowerLimitRule(RuleBase, kinds.CpuPowerLimitRule):
     """RAPL PL1 (long term) and/or PL2 (short term) in W, on zones by name pattern."""
 
     kind: Literal["cpu_power_limit"]
@@ -313,7 +306,7 @@ class CpuPowerLimitRule(RuleBase):
         return self
 
 
-class FanRule(RuleBase):
+class FanRule(RuleBase, kinds.FanRule):
     """Fans follow a curve (a name from ``curves`` or an inline curve) or a fixed ``duty_pct``.
     ``min_duty_pct`` and ``start_duty_pct`` default to what ``aithermd fans calibrate`` measured for each fan
     (its stop duty plus a margin, its start duty plus a margin); ``min_duty_pct: 0`` lets a calibrated fan
@@ -346,14 +339,14 @@ Rule = Annotated[GpuPowerLimitRule | GpuClocksRule | CpuPowerLimitRule | CpuKnob
                  Field(discriminator="kind")]
 
 
-class Safety(Model):
+class Safety(Model, kinds.Safety):
     """Stricter safety only: a larger margin under each device's threshold, a lower GPU temperature cap."""
 
     margin_c: Annotated[float, Field(ge=BUILTIN_MARGIN_C, le=60)] = BUILTIN_MARGIN_C
     gpu_temp_limit_c: Annotated[float, Field(gt=0, le=120)] | None = None
 
 
-class PolicyDocument(Model):
+class PolicyDocument(Model, kinds.PolicyDocument):
     """One policy file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, title="aithermd policy",

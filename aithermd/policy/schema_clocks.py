@@ -7,11 +7,12 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from aithermd.policy import kinds
 from aithermd.policy.schema import GpuSelector, RuleBase
 from aithermd.policy.values import ClockValue
 
 
-class GpuClocksRule(RuleBase):
+class GpuClocksRule(RuleBase, kinds.GpuClocksRule):
     """The top of a GPU's locked SM clock range (``nvmlDeviceSetGpuLockedClocks``, Volta and newer):
     MHz, % of the card's top clock, ``min`` (its lowest), ``max`` (unlocked), or ``efficient`` — the same
     search as ``limit: efficient`` over the clock: for memory-bound work (LLM decode) that draws far

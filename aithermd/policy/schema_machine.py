@@ -31,6 +31,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
+from aithermd.policy import kinds
+from aithermd.policy.kinds import parse_holiday
 from aithermd.policy.values import Model, Name, NonNeg, Pct
 
 __all__ = ["DAY_WORDS", "EPP_NAMES", "PLATFORM_PROFILES", "Budget", "CpuKnobsRule", "FanCeiling", "Holidays", "Quiet", "ScheduleName", "TimeZone", "check_timezone",
@@ -44,21 +46,6 @@ PLATFORM_PROFILES = ("low-power", "cool", "quiet", "balanced", "balanced-perform
 # day words beside mon..sun: a workday is Monday to Friday and not a holiday; a holiday is a listed date
 DAY_WORDS = ("workday", "weekend", "holiday")
 EfficiencyPoint = tuple[Annotated[float, Field(gt=0, le=100)], Annotated[float, Field(ge=0.5, le=1.0)]]
-
-
-def parse_holiday(text: str) -> tuple[int | None, int, int]:
-    """``"2026-12-24"`` → (2026, 12, 24); ``"12-25"`` (every year) → (None, 12, 25). Raises ValueError."""
-    parts = text.strip().split("-")
-    try:
-        if len(parts) == 3:
-            d = dt.date(int(parts[0]), int(parts[1]), int(parts[2]))
-            return d.year, d.month, d.day
-        if len(parts) == 2:
-            dt.date(2000, int(parts[0]), int(parts[1]))  # a leap year: 02-29 is a date
-            return None, int(parts[0]), int(parts[1])
-    except ValueError:
-        pass
-    raise ValueError(f"'{text}' is not a date: write YYYY-MM-DD, or MM-DD for every year")
 
 
 def check_timezone(name: str) -> str:
@@ -75,7 +62,7 @@ def check_timezone(name: str) -> str:
     return name
 
 
-class Budget(Model):
+class Budget(Model, kinds.Budget):
     """A node power budget, split every tick by demand (:mod:`aithermd.policy.power_budget`): idle GPUs go
     to their minimum limit, busy GPUs and the CPU packages share the rest by their measured draw and
     utilization, never below a device's minimum and never above what its own rule asks; the limits in
@@ -128,7 +115,7 @@ class Budget(Model):
         return self
 
 
-class FanCeiling(Model):
+class FanCeiling(Model, kinds.FanCeiling):
     """A noise ceiling for a group of fans: at most ``max_duty_pct`` or ``max_rpm`` (exactly one)."""
 
     fans: FanSelector  # type: ignore[name-defined]  # noqa: F821 - rebuilt by schema.py
@@ -142,7 +129,7 @@ class FanCeiling(Model):
         return self
 
 
-class Quiet(Model):
+class Quiet(Model, kinds.Quiet):
     """A noise ceiling (:mod:`aithermd.policy.quiet`): the fans of each group stay at or below their ceiling.
     It is met first by lowering the power limits (GPU, RAPL) of what heats each fan's sensors as they come
     within ``approach_c`` of the temperature at which the fan's curve would pass the ceiling; only when
@@ -165,7 +152,7 @@ class Quiet(Model):
         "within the driver's range"))
 
 
-class CpuKnobsRule(Model):
+class CpuKnobsRule(Model, kinds.CpuKnobsRule):
     """The CPU's own knobs while ``when`` holds: EPP, the cpufreq governor, boost and the ACPI platform
     profile (:mod:`aithermd.backends.cpu_knobs`). A knob the machine lacks, or a name it does not offer,
     is left alone; none is touched while power-profiles-daemon or tuned runs."""
@@ -186,13 +173,6 @@ class CpuKnobsRule(Model):
         if all(getattr(self, k) is None for k in ("epp", "governor", "boost", "platform_profile")):
             raise ValueError("give at least one of epp, governor, boost or platform_profile")
         return self
-
-    def wanted(self) -> dict[str, str]:
-        """Knob kind → the choice asked (boost as ``on``/``off``)."""
-        out = {k: getattr(self, k) for k in ("epp", "governor", "platform_profile") if getattr(self, k) is not None}
-        if self.boost is not None:
-            out["boost"] = "on" if self.boost else "off"
-        return out
 
 
 def _holidays(value: Any) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from fnmatch import fnmatchcase
 
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, Quantity
-from aithermd.policy.schema import FanMatch, GpuMatch
+from aithermd.policy.kinds import FanMatch, GpuMatch
 
 FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
 

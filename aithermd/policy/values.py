@@ -10,8 +10,6 @@ or ``default``, ``min``, ``max`` (the card's own constraints, from NVML
 
 from __future__ import annotations
 
-import math
-import re
 from typing import Annotated, Any
 
 from pydantic import (
@@ -25,8 +23,11 @@ from pydantic import (
     model_validator,
 )
 
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-BUILTIN_MARGIN_C = 5.0  # built-in safety margin under a device's own slowdown/critical threshold, °C
+from aithermd.policy import kinds
+from aithermd.policy.kinds import BUILTIN_MARGIN_C, DAYS, parse_clock, parse_power
+
+__all__ = ["BUILTIN_MARGIN_C", "DAYS", "parse_clock", "parse_power"]  # the value forms live in kinds.py
+
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_length=64)]
 NonNeg = Annotated[float, Field(ge=0)]
@@ -48,67 +49,6 @@ def _listify(value: Any) -> Any:
 Globs = Annotated[list[Glob], BeforeValidator(_listify, json_schema_input_type=str | list[str])]
 Ints = Annotated[list[int], BeforeValidator(_listify, json_schema_input_type=int | list[int])]
 HHMM = Annotated[str, Field(pattern=r"^(([01]?\d|2[0-3]):[0-5]\d|24:00)$")]
-
-_POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$")
-
-
-def parse_power(value: float | str) -> tuple[str, float]:
-    """A power value → ``("w", W)``, ``("pct", % of default)``, ``("default"|"min"|"max"|"efficient", 0)``.
-
-    Raises ValueError with the accepted forms."""
-    if isinstance(value, bool):
-        raise ValueError("expected watts (300 or '300 W'), a percentage of the default ('80%'), "
-                         "'default', 'min', 'max' or 'efficient'")
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} is not a power value: expected a finite number of watts")
-        if value <= 0:
-            raise ValueError("a power limit must be more than 0 W")
-        return ("w", float(value))
-    text = str(value).strip()
-    if text in ("default", "min", "max", "efficient"):
-        return (text, 0.0)
-    m = _POWER.match(text)
-    if not m:
-        raise ValueError(f"'{value}' is not a power value: expected watts (300 or '300 W'), a percentage "
-                         "of the default ('80%'), 'default', 'min', 'max' or 'efficient'")
-    number = float(m.group(1))
-    if m.group(2) == "%":
-        if not 1 <= number <= 200:
-            raise ValueError(f"{number:g}% of the default is out of range (1–200 %)")
-        return ("pct", number)
-    if number <= 0:
-        raise ValueError("a power limit must be more than 0 W")
-    return ("w", number)
-
-
-_CLOCK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|MHz)?\s*$")
-
-
-def parse_clock(value: float | str) -> tuple[str, float]:
-    """An SM clock value (the top of a locked range) → ``("w", MHz)`` (the knob's own unit),
-    ``("pct", % of the top clock)``, ``("min"|"max"|"efficient", 0)``. Raises ValueError with the forms."""
-    forms = ("expected MHz (1500 or '1500 MHz'), a percentage of the top clock ('60%'), 'min', 'max' or "
-             "'efficient'")
-    if isinstance(value, bool):
-        raise ValueError(forms)
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"{value} is not a clock: {forms}")
-        return ("w", float(value))
-    text = str(value).strip()
-    if text in ("min", "max", "efficient"):
-        return (text, 0.0)
-    m = _CLOCK.match(text)
-    if not m or float(m.group(1)) <= 0:
-        raise ValueError(f"'{value}' is not a clock: {forms}")
-    number = float(m.group(1))
-    if m.group(2) == "%":
-        if not 1 <= number <= 100:
-            raise ValueError(f"{number:g}% of the top clock is out of range (1–100 %)")
-        return ("pct", number)
-    return ("w", number)
-
 
 def _check_clock(value: Any) -> float | str:
     if not isinstance(value, int | float | str):
@@ -144,7 +84,7 @@ class Model(BaseModel):
 
 
 # ----- curve sources ---------------------------------------------------------------------------------
-class SourceInput(Model):
+class SourceInput(Model, kinds.SourceInput):
     """One input of a curve's source, in place of a plain pattern:
 
     - ``sensor``: channels by id or label pattern, like a plain pattern; with ``optional: true`` a channel
@@ -180,7 +120,7 @@ SourceItem = Annotated[
 ]
 
 
-class SourceAgg(Model):
+class SourceAgg(Model, kinds.SourceAgg):
     """Several temperature sources combined: exactly one of ``max``, ``min``, ``mean``, each a list of
     sensor patterns and :class:`SourceInput` entries (optional inputs, alternatives in order)."""
 

@@ -126,7 +126,12 @@ def _load(settings: DaemonSettings, engine: Engine, dirs: Sequence[Path],
     strict = os.geteuid() == 0
     before = parsed.read(settings.state_dir, strict_permissions=strict)
     found = dict(before)
-    policies = engine.load_policies(list(dirs), strict_permissions=strict, skip=skip, parsed=found)
+    policies = None
+    if parsed.lean(engine.load_policies):  # the daemon: a miss is parsed in a child, never importing pydantic
+        policies = parsed.load_lean(engine.load_policies, dirs, strict_permissions=strict, skip=skip,
+                                    found=found)
+    if policies is None:
+        policies = engine.load_policies(list(dirs), strict_permissions=strict, skip=skip, parsed=found)
     if not settings.dry_run:
         from aithermd.policy.loader import text_digest
         sources = (getattr(p, "source", None) for p in policies.values())

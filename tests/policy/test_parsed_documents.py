@@ -123,3 +123,58 @@ async def test_a_dry_run_writes_no_parsed_documents(tmp_path, clock):
     d = Daemon(_settings(tmp_path, dry_run=True), clock=clock, backends=[FakeBackend()], sleep=clock.sleep)
     assert await d.run(max_ticks=1) == 0
     assert not (tmp_path / "state" / parsed.FILE_NAME).exists()
+
+
+def test_a_file_not_yet_parsed_is_parsed_by_a_child_and_then_taken_from_its_document(tmp_path, monkeypatch):
+    found: dict = {}
+    policies = parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
+                                found=found)
+    assert set(policies) == {"balanced", "ai-training", "quiet", "workstation"}
+    assert set(found) == {text_digest(p.source) for p in policies.values()}  # the child's documents
+    assert policies["balanced"].document == load_policies([shipped_policy_dir()])["balanced"].document
+
+
+def test_a_broken_file_parsed_by_the_child_gives_its_file_line_error(tmp_path):
+    (tmp_path / "bad.yaml").write_text(BROKEN)
+    (tmp_path / "good.yaml").write_text((shipped_policy_dir() / "quiet.yaml").read_text())
+    with pytest.raises(PolicyErrors) as in_process:
+        load_policies([tmp_path])
+    found: dict = {}
+    with pytest.raises(PolicyErrors) as from_child:
+        parsed.load_lean(load_policies, [tmp_path], strict_permissions=False, skip=(), found=found)
+    assert str(from_child.value) == str(in_process.value)
+    assert str(from_child.value).startswith(f"{tmp_path / 'bad.yaml'}:3:5: error: rules[0]: ")
+    good = parsed.load_lean(load_policies, [tmp_path], strict_permissions=False,
+                            skip={str(tmp_path / "bad.yaml")}, found=found)
+    assert set(good) == {"good"}
+
+
+def test_a_child_that_cannot_run_leaves_the_load_to_the_caller(tmp_path, monkeypatch):
+    monkeypatch.setattr(parsed.sys, "executable", str(tmp_path / "no-python"))
+    assert parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
+                            found={}) is None
+
+
+@pytest.mark.slow
+def test_the_daemon_process_never_loads_pydantic_first_start_or_restart(tmp_path):
+    """A long-running daemon keeps what it imports: pydantic (~12 MB) must not be among it."""
+    from tests.support.machines import copy_machine
+    from tests.support.proc import NotifySocket, run_args, start
+
+    root = copy_machine(tmp_path)
+    for attempt in ("first", "restart"):
+        (tmp_path / attempt).mkdir()
+        notify = NotifySocket(tmp_path / attempt)
+        proc = start(run_args(root, tmp_path / "state"), env={"NOTIFY_SOCKET": str(notify.path)})
+        try:
+            notify.wait_for("READY=1")
+            maps = Path(f"/proc/{proc.pid}/maps").read_text()
+            proc.terminate()
+            _, err = proc.communicate(timeout=60)
+        finally:
+            notify.close()
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err
+        assert "pydantic_core" not in maps, attempt  # its compiled core, mapped by any import of pydantic
+        assert (tmp_path / "state" / parsed.FILE_NAME).is_file(), attempt
