@@ -21,7 +21,6 @@ from typing import Any
 from aithermd.errors import PolicyError
 from aithermd.model import Device, Knob, KnobKind
 from aithermd.policy import selectors, sources
-from aithermd.policy.references import all_conditions
 from aithermd.policy.kinds import (
     CpuKnobsRule,
     CpuPowerLimitRule,
@@ -34,6 +33,7 @@ from aithermd.policy.kinds import (
     MixCurve,
     parse_power,
 )
+from aithermd.policy.references import all_conditions
 
 WILD = set("*?[")
 
@@ -98,11 +98,7 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
         if isinstance(cond, MetricCondition) and cond.sensor is not None:
             if not selectors.select_temperatures(cond.sensor, devices):
                 problems.append(((*loc, "sensor"), "no temperature channel on this machine matches"))
-    if not problems:
-        return []
-    from aithermd.policy.locate import error_at  # pydantic: only when there is something to place
-    tree = policy.syntax_tree()
-    return [error_at(tree, where, loc, msg) for loc, msg in problems]
+    return _placed(policy, where, problems)
 
 
 def _budget_problems(doc: Any, devices: Sequence[Device]) -> list[tuple[tuple[Any, ...], str]]:
@@ -172,7 +168,7 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
     docstring), each at its place in the file; format them with ``format("warning")``."""
     doc, where = policy.document, str(policy.path or f"<{policy.name}>")
     problems: list[tuple[tuple[Any, ...], str]] = []
-    fans = [k.id for k in selectors.select_fans(FanMatch(), devices)]
+    fans = [k.id for k in selectors.select_fans(FanMatch(id=None, chip=None, label=None), devices)]
     have = ", ".join(fans[:6]) + (f" and {len(fans) - 6} more" if len(fans) > 6 else "") or "none"
     for i, rule in enumerate(doc.rules):
         loc = ("rules", i, rule.kind)
@@ -193,8 +189,7 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
                     knobs = [k for d in selectors.select_zones(rule.zones, devices) for k in d.knobs
                              if k.kind == kind]
                     problems += _clamped((*loc, key), knobs, dict.fromkeys((k.id for k in knobs), value))
-    return [*(error_at(policy.tree, where, loc, msg) for loc, msg in problems),
-            *source_warnings(policy, devices)]
+    return [*_placed(policy, where, problems), *source_warnings(policy, devices)]
 
 
 def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
@@ -212,7 +207,7 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
         if inline and selectors.select_fans(rule.fans, devices):
             curves.append((("rules", i, rule.kind, "curve", "inline", rule.curve.kind, "source"),
                            rule.curve.source))
-    out = []
+    out: list[tuple[tuple[Any, ...], str]] = []
     for loc, agg in curves:
         if not selectors.select_temperatures(sources.patterns(agg), devices):
             continue  # the whole source matches nothing: check_devices says so (an error)
@@ -221,9 +216,19 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
             what = (": a required input, so the fans of this curve run at 100 % here (name a sensor "
                     "`aithermd sensors` shows, or mark it optional: true)" if required
                     else ", so the curve runs on its other inputs here")
-            out.append(error_at(policy.tree, where, (*loc, fn, index),
-                                f"'{pattern}' matches no temperature sensor on this machine{what}"))
-    return out
+            out.append(((*loc, fn, index),
+                        f"'{pattern}' matches no temperature sensor on this machine{what}"))
+    return _placed(policy, where, out)
+
+
+def _placed(policy: Any, where: str, problems: Sequence[tuple[tuple[Any, ...], str]]) -> list[PolicyError]:
+    """``problems`` (loc, message) at their places in the policy's file; the file's syntax tree is parsed
+    (and pydantic imported) only when there is something to place."""
+    if not problems:
+        return []
+    from aithermd.policy.locate import error_at
+    tree = policy.syntax_tree()
+    return [error_at(tree, where, loc, msg) for loc, msg in problems]
 
 
 def _clamped(loc: tuple[Any, ...], knobs: Sequence[Knob], asked: dict[str, float]) -> list[tuple[Any, str]]:

@@ -1,26 +1,24 @@
-"""The policy files' parsed documents, remembered in the state directory between starts.
+"""The policies' validated documents, kept in the state directory between starts, and parsed off-process.
 
-Parsing a policy's YAML with its line and column marks (ruamel.yaml round-trip mode) is most of what a
-policy load costs: about 0.1 s of CPU for the shipped files on a small machine, at every start and reload.
-The loader takes the plain documents of earlier parses by the SHA-256 of each file's text
-(:func:`aithermd.policy.loader.load_policies` ``parsed=``) and validates a file found there without parsing
-it; this module keeps those documents in ``<state_dir>/policies.parsed.json`` (0600, written atomically,
-only when they change, only the entries of the files just loaded).
+A policy load costs the YAML parse with line and column marks (ruamel.yaml round-trip mode), pydantic and
+its validators: about 0.2 s of CPU and 14 MB that a long-running daemon would keep for good. The loader
+hands out documents as plain nodes (:mod:`aithermd.policy.kinds`) and takes their JSON form by the hash of
+the schema and each file's text (:func:`aithermd.policy.loader.load_policies` ``parsed=``); this module
+keeps those in ``<state_dir>/policies.parsed.json`` (0600, written atomically, only when they change, only
+the entries of the files just loaded).
 
-A file not found there is parsed and validated in a short-lived child process (:func:`load_lean`: ``python
--m aithermd.runtime.parsed``), which hands back the documents of the valid files and the errors of the
-broken ones, so that the long-running daemon never imports pydantic or ruamel.yaml, not even at its first
-start or at a reload after an edit (they would stay in its memory for good). A process that has already
-imported pydantic (a test, ``aithermd check``) validates in-process, as does the daemon when the child
-cannot run.
+A file not found there is parsed and validated in a short-lived child process (:func:`load_lean`,
+:func:`_child_command`), which hands back the documents of the valid files and the errors of the broken
+ones (FILE:LINE:COL, as the loader words them), so that the daemon never imports pydantic or ruamel.yaml,
+not even at its first start or at a reload after an edit. A process that has already imported pydantic (a
+test, ``aithermd check``) validates in-process, as does the daemon when the child cannot run.
 
-An entry is found only by the hash of the text read now, its document is validated by the same schema and
-reference checks, and any problem on that path sends the file through the full parse, whose errors carry
-FILE:LINE:COL: a document is a pure function of the text, so a changed schema gives the same answer either
-way. The file is trusted as the journal beside it is (whoever can write the state directory can already
-restore knobs): a file that is not ours (unreadable, not JSON, another format, or, for a daemon running as
-root, one that a non-root user could have written) is ignored and written anew. ``--dry-run`` reads it and
-writes nothing.
+An entry is found only by the hash of the text read now and of the schema's sources and version, so an
+edited file or an upgraded aithermd is parsed again. The file is trusted as the journal beside it is
+(whoever can write the state directory can already restore knobs): a file that is not ours (unreadable, not
+JSON, another format, or, for a daemon running as root, one that a non-root user could have written) is
+ignored and written anew; an entry that does not decode sends its file through the full parse.
+``--dry-run`` reads it and writes nothing.
 """
 
 from __future__ import annotations
@@ -118,8 +116,8 @@ def load_lean(load: Callable[..., Any], dirs: Sequence[Path], *, strict_permissi
         pass
     request = {"dirs": [str(d) for d in dirs], "strict": strict_permissions, "skip": sorted(skip)}
     try:
-        proc = subprocess.run([sys.executable, "-m", "aithermd.runtime.parsed"], input=json.dumps(request),
-                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+        proc = subprocess.run(_child_command(), input=json.dumps(request), capture_output=True, text=True,
+                              timeout=CHILD_TIMEOUT_S, check=False, cwd="/")
         answer = json.loads(proc.stdout) if proc.returncode == 0 else None
         entries, errors = answer["entries"], [PolicyError(**e) for e in answer["errors"]]
     except (OSError, subprocess.SubprocessError, ValueError, TypeError, KeyError) as exc:
@@ -132,6 +130,17 @@ def load_lean(load: Callable[..., Any], dirs: Sequence[Path], *, strict_permissi
         return from_found()
     except NotParsed:
         return None
+
+
+def _child_command() -> list[str]:
+    """This interpreter running :func:`_child` from the aithermd the daemon itself runs: ``-P`` and cwd ``/``
+    keep the working directory off ``sys.path`` (a root daemon started in a directory others can write must
+    not import a planted ``aithermd``), and the directory this package was imported from is put first."""
+    import aithermd
+    home = str(Path(aithermd.__file__).resolve().parent.parent)
+    code = (f"import sys; sys.path.insert(0, {home!r}); "
+            "from aithermd.runtime.parsed import _child; sys.exit(_child())")
+    return [sys.executable, "-P", "-c", code]
 
 
 def _child() -> int:
@@ -152,6 +161,3 @@ def _child() -> int:
     out.write(json.dumps({"entries": found, "errors": errors}))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_child())
