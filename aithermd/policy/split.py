@@ -31,6 +31,7 @@ exceeded, so the noise of draw does not rewrite limits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -111,8 +112,8 @@ def _fill(amount: float, caps: dict[str, float], weights: dict[str, float]) -> d
 
 
 def _weight(util: float | None) -> float:
-    """Utilization in quarters: 25, 50, 75 or 100 (unknown: 100)."""
-    if util is None:
+    """Utilization in quarters: 25, 50, 75 or 100 (unknown or not a finite number: 100)."""
+    if util is None or not math.isfinite(util):
         return 100.0
     return 25.0 * min(4, max(1, round(util / 25.0)))
 

@@ -113,3 +113,11 @@ def test_no_order_of_writes_passes_the_budget(consumers, budget):
             done = {c.id for c in landed}
             total = sum(shares[c.id].grant if c.id in done else c.in_force for c in consumers)
             assert total <= budget + 1e-6
+
+
+def test_a_utilization_that_is_not_a_finite_number_weighs_as_unknown():
+    """Hypothesis found inf reaching the split (OverflowError in round): it weighs as an unknown one, 100."""
+    busy = [Consumer("gpu0", 100.0, 400.0, 400.0, 380.0, float("inf"), True),
+            Consumer("gpu1", 100.0, 400.0, 400.0, 380.0, None, True)]
+    got = split(500.0, busy)
+    assert got["gpu0"].target == got["gpu1"].target == 250.0
