@@ -91,6 +91,25 @@ def test_the_law_answers_what_the_sweeps_measured(x):
     assert measured["gain_median"] - 0.04 < model["gain_median"] <= measured["gain_median"]
 
 
+def test_the_drawn_power_law_is_unbiased_near_the_own_draw_on_held_out_jobs():
+    """The law's gain near the own draw falls short of the sweeps' (above) not because it draws too much
+    power under a cap: on the held-out configurations, at the swept limits 0.85-1.15 × the own draw, its u
+    is within half a point of the measured mean power (mean and median, each job's own s). The shortfall
+    is in r: a few jobs it makes slower there than they were (CALIBRATION.md)."""
+    table = {key: (lam, s) for key, lam, s, _d, _h in law_fit.JOBS}
+    du, dr = [], []
+    for sw in (s for s in BINDING if s.held_out):
+        lam, s = table[sw.key]
+        for x, u, r in zip(sw.x, sw.u, sw.r, strict=True):
+            if 0.85 <= x < 1.15:
+                um = law.drawn_ratio(x, s)
+                du.append(um - u)
+                dr.append(law.throughput_ratio(um, lam) - r)
+    assert len(du) == 79
+    assert abs(statistics.fmean(du)) < 0.005 and abs(statistics.median(du)) < 0.005
+    assert statistics.fmean(dr) < -0.005 < statistics.median(dr) <= 0.0
+
+
 def test_no_gain_above_the_own_draw():
     for job in law.fitted_jobs():
         for x in (2.0, 5.0):
