@@ -67,6 +67,7 @@ AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bu
 ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
 MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
 MEM_MAX = 0.8  # … and never more than this
+IDLE_UTIL_PCT = 10.0  # a signal lost with utilization under this: the job ended (the shipped idle state's bound)
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown")
 SIGNALS = ("progress", "gpm", "proxy")
 CLOCK_SIGNALS = ("progress", "memory")  # a clock search sets the clock: utilization × clock says nothing
@@ -226,6 +227,16 @@ def _revert(s: Search, t: float, why: str) -> Search:
                    history=(s.history + ((s.start, 1.0, 0.0, "revert"),))[-HISTORY:])
 
 
+def _lost(signal: str, power: float | None, util: float | None) -> str:
+    """Why a search went back to the default when its signal or the power stopped reading: the job ended
+    (the GPU idle: its load phase is over), the power, or the signal unreadable while the GPU works."""
+    if power is not None and util is not None and util < IDLE_UTIL_PCT:
+        return f"the job ended (no {signal} signal, the GPU idle at {util:.0f} %): back to the default limit"
+    what = "power" if power is None else f"{signal} signal" + (" (the job stopped reporting its progress)"
+                                                               if signal == "progress" else "")
+    return f"{what} unreadable while the GPU works: back to the default limit"
+
+
 def _move(s: Search, t: float, phase: str, limit: float, why: str, **kw: Any) -> Search:
     if phase == BASELINE:
         kw.setdefault("mem_sums", (0.0, 0.0))
@@ -247,7 +258,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     if value is None or power is None:
         if s.phase == REVERTED:
             return s
-        return _revert(s, t, f"{s.signal} signal or power unreadable: back to the default limit")
+        return _revert(s, t, _lost(s.signal, power, _ok(readings.get(f"{gpu}/utilization"))))
     acc = s.acc.add(t, value, power)
     s = replace(s, acc=acc)
     if s.phase == BASELINE and s.signal == "proxy" and t >= acc.t0:

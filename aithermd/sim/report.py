@@ -138,12 +138,14 @@ def format_summary(data: Mapping[str, Any]) -> str:
              "workload: " + ", ".join(f"{k} {clock(v)}" for k, v in data.get("phase_s", {}).items()), ""]
     lines.append(f"{'':6}{'model':<32}{'energy kJ':>10}{'work':>9}{'work/kJ':>9}{'peak °C':>9}"
                  f"{'slowdown °C':>13}{'W after exit (default/max)':>28}{'changes':>9}")
+    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith(LIMIT_KNOBS)
+               or "/pl" in str(a.get("knob", ""))]
     for name, g in data.get("gpus", {}).items():
         limits = (f"{_num(g.get('final_limit_w'))} "
                   f"({_num(g.get('default_limit_w'))}/{_num(g.get('max_limit_w'))})")
         lines.append(f"{name:<6}{g['name'][:31]:<32}{g['energy_j'] / 1000:>10.1f}{g['work']:>9.1f}"
                      f"{g['work_per_kj']:>9.3f}{g['peak_temp_c']:>9.1f}{_num(g.get('slowdown_temp_c')):>13}"
-                     f"{limits:>28}{len(g['limit_changes']):>9}")
+                     f"{limits:>28}{sum(str(a['knob']).startswith(name + '/') for a in changes):>9}")
     lines.append(f"{'GPUs':<38}{data['gpu_energy_j'] / 1000:>10.1f}{data['work']:>9.1f}"
                  f"{data['work_per_kj']:>9.3f}")
     lines.append(f"{'CPU package (RAPL)':<38}{data['cpu_energy_j'] / 1000:>10.1f}{'':>18}"
@@ -151,9 +153,8 @@ def format_summary(data: Mapping[str, Any]) -> str:
     lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
     lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training; "
                  "on exit the daemon put every limit back")
+    lines.append("changes: each GPU's power-limit and clock changes, listed below")
     lines += stock_lines(data)
-    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith(LIMIT_KNOBS)
-               or "/pl" in str(a.get("knob", ""))]
     lines += ["", f"power-limit and clock changes ({len(changes)}), each with its reason:"]
     for a in changes[:MAX_LISTED]:
         lines.append(actuation_line(a))

@@ -21,8 +21,8 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -30,6 +30,7 @@ from aithermd.clock import FakeClock
 from aithermd.model import Event, Snapshot
 from aithermd.sim import report
 from aithermd.sim.options import MAX_STEP_S, SimOptions, add_arguments, options_from_args
+from aithermd.sim.recorder import Recorder
 
 __all__ = ["MAX_STEP_S", "SimOptions", "SimResult", "add_arguments", "options_from_args", "run_simulated",
            "simulate"]
@@ -66,41 +67,6 @@ def sim_sleep(clock: SimClock, speedup: float) -> Callable[[float], Any]:
         clock.advance(seconds)
 
     return sleep
-
-
-@dataclass
-class Recorder:
-    """What the daemon published, kept for the summary: actuations, policy states over time."""
-
-    actuations: list[dict[str, Any]] = field(default_factory=list)
-    held_idle: dict[str, dict[str, Any]] = field(default_factory=dict)  # GPU → first found, W, recovered
-    state_s: dict[str, dict[str, float]] = field(default_factory=dict)  # "policy/device" → state → s
-    _last: tuple[float, dict[str, str]] | None = None
-    t0: float = 0.0
-
-    def __call__(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
-        for ev in events:
-            if ev.kind == "actuation":
-                dec = snapshot.decisions.get(ev.subject)
-                self.actuations.append({"t_s": round(snapshot.t_mono - self.t0, 1), "knob": ev.subject,
-                                        **{k: ev.data.get(k) for k in ("old", "new", "unit", "rule")},
-                                        "reason": dec.reason if dec is not None else None})
-        for gpu, attrs in snapshot.attrs.items():
-            h = attrs.get("held_idle")
-            if h:
-                first = round(snapshot.t_mono - self.t0 - h["for_s"], 1)
-                seen = self.held_idle.setdefault(gpu, {"first_s": first, "held_w": h["held_w"], "held_s": 0.0,
-                                                       "floor_w": h["floor_w"], "recovered_w": 0.0})
-                seen["recovered_w"] = max(seen["recovered_w"], h["recovered_w"])
-                seen["held_s"] = round(seen["held_s"] + snapshot.tick_s, 1)
-        flat = {f"{policy}/{dev}": state for policy, devs in snapshot.policy.states.items()
-                for dev, state in devs.items()}
-        if self._last is not None:
-            dt = snapshot.t_mono - self._last[0]
-            for key, state in self._last[1].items():
-                per = self.state_s.setdefault(key, {})
-                per[state] = per.get(state, 0.0) + dt
-        self._last = (snapshot.t_mono, flat)
 
 
 def machine_profiles(paths: Sequence[Path], gpus: int | None = None) -> list[Any] | None:
