@@ -40,8 +40,8 @@ def test_a_search_that_loses_its_signal_says_why(util, power, why):
 
 
 def _snap(t, state):
-    return Snapshot(seq=1, t_mono=t, t_wall=t,
-                    policy=PolicyStatus(active="balanced", states=MappingProxyType({"balanced": {"gpu0": state}})))
+    states = MappingProxyType({"balanced": {"gpu0": state}})
+    return Snapshot(seq=1, t_mono=t, t_wall=t, policy=PolicyStatus(active="balanced", states=states))
 
 
 def test_a_clock_lock_handed_back_is_listed_with_why_and_counted():
