@@ -4,7 +4,8 @@ Each problem is printed on stderr as ``FILE:LINE:COL: error: KEY: message (hint:
 ``FILE: ok`` on stdout. With ``--sysfs-root DIR`` or ``--simulate`` device references (GPU indexes, fans,
 zones, sensors) are also checked against that machine, and what the daemon would warn about there is said as
 ``FILE:LINE:COL: warning: ...`` (a fan rule that selects no fan, a power limit clamped to the devices'
-constraints, fans whose curve finds no sensor); warnings leave the exit status alone. Permission problems
+constraints, fans whose curve finds no sensor, a curve source's pattern that matches no sensor there: a
+required one sends the curve's fans to full); warnings leave the exit status alone. Permission problems
 are only warnings here (the daemon running as root refuses them).
 
 Exit status: 0 all valid, 1 any invalid, 2 usage error or an unreadable file.
