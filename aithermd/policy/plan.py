@@ -160,24 +160,14 @@ def compile_plan(policy: Any, devices: tuple[Device, ...]) -> Plan:
     rules = []
     for i, rule in enumerate(doc.rules):
         when = comp.compile(rule.when, f"rules[{i}].when")
-        if isinstance(rule, GpuPowerLimitRule):
-            spec = parse_power(rule.limit)
-            targets = []
-            for d in selectors.select_gpus(rule.gpus, devices):
-                k = selectors.knob_of(d, KnobKind.POWER_LIMIT)
-                if k is not None:
-                    targets.append(Target(k, d.id, spec))
-            rules.append(CRule(rule.name, "gpu_power_limit", when, tuple(targets), rule,
-                               search=search_spec(rule) if spec[0] == "efficient" else None))
-        elif isinstance(rule, GpuClocksRule):
-            spec = parse_clock(rule.max_mhz)
-            targets = []
-            for d in selectors.select_gpus(rule.gpus, devices):
-                k = selectors.knob_of(d, KnobKind.SM_CLOCK_LOCK)
-                if k is not None:
-                    targets.append(Target(k, d.id, spec))
-            rules.append(CRule(rule.name, "gpu_clocks", when, tuple(targets), rule,
-                               search=search_spec(rule) if spec[0] == "efficient" else None))
+        if isinstance(rule, GpuPowerLimitRule | GpuClocksRule):
+            power = isinstance(rule, GpuPowerLimitRule)
+            spec = parse_power(rule.limit) if power else parse_clock(rule.max_mhz)
+            kind = KnobKind.POWER_LIMIT if power else KnobKind.SM_CLOCK_LOCK
+            targets = [Target(k, d.id, spec) for d in selectors.select_gpus(rule.gpus, devices)
+                       if (k := selectors.knob_of(d, kind)) is not None]
+            rules.append(CRule(rule.name, "gpu_power_limit" if power else "gpu_clocks", when, tuple(targets),
+                               rule, search=search_spec(rule) if spec[0] == "efficient" else None))
         elif isinstance(rule, CpuPowerLimitRule):
             targets = []
             for d in selectors.select_zones(rule.zones, devices):
