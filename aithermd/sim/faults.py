@@ -80,6 +80,14 @@ def _seconds(text: str, bare_unit: str = "s") -> tuple[float, str]:
     return total, unit
 
 
+def seconds(text: str) -> float:
+    """``text`` (``90``, ``90s``, ``10m``, ``1m30s``, ``2h``) in seconds, >= 0. Raises ValueError for
+    anything else (a sign, another unit, ``nan``)."""
+    if not re.fullmatch(_DURATION, text.strip()):
+        raise ValueError(f"{text!r}: give seconds, or a duration like 90s, 10m or 1h30m")
+    return _seconds(text.strip())[0]
+
+
 def _nvml_code(name: str, spec: str) -> int:
     import pynvml
 

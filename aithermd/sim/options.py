@@ -54,8 +54,8 @@ def add_arguments(parser: Any) -> None:
     group = parser.add_argument_group("simulated workstation (--simulate)")
     group.add_argument("--simulate", action="store_true",
                        help="run on a simulated workstation (real daemon, simulated GPUs and board)")
-    group.add_argument("--duration", dest="sim_duration_s", type=float, metavar="S",
-                       help="stop after S simulated seconds and print a summary (default: until stopped)")
+    group.add_argument("--duration", dest="sim_duration_s", type=_duration, metavar="S",
+                       help="stop after S simulated seconds (600, 600s, 10m, 1h30m) and print a summary (default: until stopped)")
     group.add_argument("--speedup", dest="sim_speedup", type=float, default=1.0, metavar="K",
                        help="simulated time runs K times faster than wall time (0: as fast as possible)")
     group.add_argument("--trace", dest="sim_trace", type=Path, metavar="FILE",
@@ -67,10 +67,11 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--gpus", dest="sim_gpus", type=int, metavar="N",
                        help="simulate N GPUs: the first N of the --gpu-profile dumps (or of the default "
                             "pair), repeated when there are fewer")
-    group.add_argument("--stagger", dest="sim_stagger_s", type=float, metavar="S",
+    group.add_argument("--stagger", dest="sim_stagger_s", type=_duration, metavar="S",
                        help="phase-shifted jobs: GPU i runs the workload i × S seconds after GPU 0")
     group.add_argument("--cycle", dest="sim_cycle", type=_cycle, metavar="BEFORE,BUSY,AFTER",
-                       help="the default cycle's phases in seconds: idle, busy, idle (default 120,360,120)")
+                       help="the default cycle's phases: idle, busy, idle, each in seconds or like 2m (default "
+                            "120,360,120)")
     group.add_argument("--busy", dest="sim_busy", choices=("training", "decode"), default="training",
                        help="the busy phase's jobs: training, or memory-bound LLM decode (default training)")
     group.add_argument("--held-idle", dest="sim_held_idle", action="store_true",
@@ -88,13 +89,25 @@ def add_arguments(parser: Any) -> None:
                             "hwmon:nct6798-isa-0290/temp2:EIO@30s; see docs/faults.md; repeatable)")
 
 
-def _cycle(text: str) -> tuple[float, float, float]:
+def _duration(text: str) -> float:
+    from aithermd.sim.faults import seconds
+
     try:
-        parts = tuple(float(x) for x in text.split(","))
+        return seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _cycle(text: str) -> tuple[float, float, float]:
+    from aithermd.sim.faults import seconds
+
+    try:
+        parts = tuple(seconds(x) for x in text.split(","))
     except ValueError:
         parts = ()
-    if len(parts) != 3 or not all(0 <= p < math.inf for p in parts) or parts[1] <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give three seconds BEFORE,BUSY,AFTER, e.g. 120,1320,120")
+    if len(parts) != 3 or parts[1] <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give three durations BEFORE,BUSY,AFTER, e.g. 120,1320,120 "
+                                         "or 2m,22m,2m")
     return parts  # type: ignore[return-value]
 
 

@@ -25,3 +25,31 @@ def test_non_finite_duration_and_speedup_are_refused(bad, message):
     with pytest.raises(ValueError) as info:
         runner.options_from_args(args(**bad))
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("flags", "expect"), [
+    (["--duration", "600"], dict(sim_duration_s=600.0)),
+    (["--duration", "10m"], dict(sim_duration_s=600.0)),
+    (["--duration", "1h30m"], dict(sim_duration_s=5400.0)),
+    (["--duration", "90s", "--stagger", "2m"], dict(sim_duration_s=90.0, sim_stagger_s=120.0)),
+    (["--cycle", "2m,22m,2m"], dict(sim_cycle=(120.0, 1320.0, 120.0))),
+    (["--cycle", "120,1320,120"], dict(sim_cycle=(120.0, 1320.0, 120.0))),
+])
+def test_simulation_durations_take_the_same_units_as_fault_times(flags, expect):
+    from aithermd.cli import build_parser
+
+    parsed = build_parser("run").parse_args(["run", "--simulate", *flags])
+    assert {k: getattr(parsed, k) for k in expect} == expect
+
+
+@pytest.mark.parametrize("flags", [["--duration", "10x"], ["--duration", "nan"], ["--duration", "-5"],
+                                   ["--stagger", "1d"], ["--cycle", "1,2"], ["--cycle", "1m,0,1m"],
+                                   ["--cycle", "1,inf,1"]])
+def test_a_malformed_simulation_duration_is_a_usage_error_naming_the_form(flags, capsys):
+    from aithermd.cli import build_parser
+
+    with pytest.raises(SystemExit) as info:
+        build_parser("run").parse_args(["run", "--simulate", *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flags[0]}" in err and ("10m" in err or "2m,22m,2m" in err)
