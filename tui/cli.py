@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="aithermctl override KNOB VALUE [--for DURATION]\n"
                              "       aithermctl override clear KNOB")
     p.add_argument("words", nargs="+", metavar="KNOB VALUE | clear KNOB",
-                   help="VALUE in the knob's unit: W for limits, %% for fans (250, 250W, 60%%); for a power "
-                        "limit, N%% is N percent of its default, as in policies")
+                   help="VALUE in the knob's unit: W for limits, %% for fans, MHz for a locked SM clock (250, "
+                        "250W, 60%%, 1500MHz); for a power limit, N%% is N percent of its default, as in "
+                        "policies")
     p.add_argument("--for", dest="seconds", type=_duration_or_zero, default=0.0, metavar="DURATION",
                    help="end the override after DURATION (default 0: until cleared)")
 

@@ -1,4 +1,5 @@
-"""Durations and values as people type them on a command line: ``90``, ``90s``, ``15m``, ``2h``, ``250W``."""
+"""Durations and values as people type them on a command line: ``90``, ``90s``, ``15m``, ``2h``, ``250W``,
+``1500MHz``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _FACTORS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_VALUE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(w|%|°c|c)?\s*$", re.IGNORECASE)
+_VALUE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(w|%|°c|c|mhz)?\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> float:
@@ -37,19 +38,19 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_value(text: str) -> float:
-    """A knob value in daemon units: ``250``, ``250W``, ``60%``. The unit, when given, is only checked for
+    """A knob value in daemon units: ``250``, ``250W``, ``60%``, ``1500MHz`` (a locked SM clock). The unit, when given, is only checked for
     form here; :func:`check_unit` checks it against the knob (the daemon gets the number only). Raises
     ValueError."""
     match = _VALUE.match(text)
     if not match:
-        raise ValueError(f"not a value: {text!r} (examples: 250, 250W, 60%)")
+        raise ValueError(f"not a value: {text!r} (examples: 250, 250W, 60%, 1500MHz)")
     value = float(match.group(1))
     if not math.isfinite(value):
         raise ValueError(f"not a finite value: {text!r}")
     return value
 
 
-_UNITS = {"w": "W", "%": "%", "°c": "°C", "c": "°C"}
+_UNITS = {"w": "W", "%": "%", "°c": "°C", "c": "°C", "mhz": "MHz"}
 
 
 def check_unit(text: str, unit: str | None) -> None:

@@ -15,12 +15,13 @@ def test_bad_durations_are_refused_with_examples(text):
         parse_duration(text)
 
 
-@pytest.mark.parametrize(("text", "value"), [("250", 250.0), ("250W", 250.0), ("60%", 60.0), ("72.5", 72.5)])
+@pytest.mark.parametrize(("text", "value"), [("250", 250.0), ("250W", 250.0), ("60%", 60.0), ("72.5", 72.5),
+                                             ("1500MHz", 1500.0), ("1500 mhz", 1500.0)])
 def test_values(text, value):
     assert parse_value(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "fast", "250 MHz", "nan"])
+@pytest.mark.parametrize("text", ["", "fast", "1.5 GHz", "250 kHz", "nan"])
 def test_bad_values(text):
     with pytest.raises(ValueError):
         parse_value(text)

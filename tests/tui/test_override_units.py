@@ -12,13 +12,15 @@ from aithermd.publish import wire
 
 
 @pytest.mark.parametrize(("text", "unit"), [("300", "W"), ("300W", "W"), ("300 w", "W"), ("60%", "%"),
-                                            ("60", "%"), ("60%", None), ("70C", "°C")])
+                                            ("60", "%"), ("60%", None), ("70C", "°C"),
+                                            ("1500MHz", "MHz"), ("1500", "MHz")])
 def test_the_knobs_own_unit_or_none_passes(text, unit):
     check_unit(text, unit)
 
 
 @pytest.mark.parametrize(("text", "unit", "given"), [("80%", "W", "%"), ("50W", "%", "W"),
-                                                     ("70C", "W", "°C")])
+                                                     ("70C", "W", "°C"), ("1500MHz", "W", "MHz"),
+                                                     ("80%", "MHz", "%")])
 def test_another_unit_is_refused(text, unit, given):
     with pytest.raises(ValueError) as info:
         check_unit(text, unit)
