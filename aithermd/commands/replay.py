@@ -76,7 +76,9 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
         out.write(f"{d['t']:>9.1f}  {d['device']:<7} {d['knob']:<12} {unit[0] + ' → ' + unit[1]:<21} "
                   f"{d['rule']}\n")
         why = d.get("reason") or ""
-        if "efficient limit" in why:  # the search's steps say why they moved
+        if d["rule"].startswith("safety/"):  # what overrode the policy: a missing column, a hot trace
+            out.write(f"{'':>11}{why}\n")
+        elif "efficient limit" in why:  # the search's steps say why they moved
             out.write(f"{'':>11}{why.split(': ', 1)[-1]}\n")
     if not doc["decisions"]:
         out.write("        (no change)\n")

@@ -99,6 +99,11 @@ def test_replay_text_timeline(capsys):
     out = capsys.readouterr().out
     assert "gpu0    power_limit  450 W → 315 W" in out and "balanced/idle-limit" in out
     assert "summary" in out
+    # the trace has no temperature.gpu column: the fan curve's source is missing, and the row says so
+    rows = out.splitlines()
+    fan = next(i for i, row in enumerate(rows) if "safety/failed-source" in row)
+    assert "gpu0    fan0         0 % → 100 %" in rows[fan]
+    assert rows[fan + 1].strip() == "source gpu0/temperature is missing: fan to full"
 
 
 def test_replay_without_name_column_or_profile_exits_2(capsys):
