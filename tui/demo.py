@@ -4,8 +4,8 @@ Nothing touches the machine: the daemon runs with ``--simulate`` (simulated GPUs
 directory) after detecting and calibrating the simulated board's fans (``--calibrate-fans``, as ``aithermd
 fans calibrate`` does: the TUI's fan table shows which pwm drives which fan and their start and stop
 duty), its own temporary state directory, on a private ``dbus-daemon``; it serves Prometheus metrics on
-``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken
-is a warning in the daemon's log, and the demo runs on without metrics). On exit
+``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken,
+say by another demo or the real daemon, is said in one line and the demo runs on without metrics). On exit
 (quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
 removed; another signal meanwhile or after (a second Ctrl-C, a service manager's SIGTERM after SIGHUP) does
 not cut that short, which takes at most 20 s (SIGKILL after that), and the exit status stays 130.
@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,28 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def metrics_unavailable(listen: str) -> str | None:
+    """Why the daemon could not serve ``/metrics`` on ``listen`` (``HOST:PORT``) now, or None when it can (or
+    ``listen`` is ``none`` or port 0). Binds the address as the exporter would (``SO_REUSEADDR``, as
+    ``http.server`` does) and lets it go at once."""
+    from aithermd.publish.metrics import parse_listen
+
+    try:
+        address = parse_listen(listen)
+    except ValueError as exc:
+        return str(exc)
+    if address is None or address[1] == 0:
+        return None
+    family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return f"{listen} is not free ({exc.strerror}; another aithermd or demo?)"
+    return None
+
+
 def run_demo(args: argparse.Namespace) -> int:
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -119,8 +142,12 @@ def run_demo(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"aithermctl: demo: {exc}", file=sys.stderr)
             return wire.EXIT_FAILURE
+        metrics_listen = getattr(args, "metrics_listen", DEFAULT_METRICS_LISTEN)
+        if (why := metrics_unavailable(metrics_listen)) is not None:
+            print(f"aithermctl: demo: metrics: {why}: this demo serves none (--metrics-listen HOST:PORT "
+                  "picks another)", file=sys.stderr, flush=True)
+            metrics_listen = "none"
         with log.open("wb") as sink:
-            metrics_listen = getattr(args, "metrics_listen", DEFAULT_METRICS_LISTEN)
             daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
                                                      args.speedup, metrics_listen),
                                       stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,

@@ -370,6 +370,31 @@ def test_demo_serves_metrics_with_real_tick_durations_and_process_metrics():
     assert values["process_resident_memory_bytes"] > 10e6 and values["process_cpu_seconds_total"] > 0
 
 
+def test_a_second_demo_on_a_taken_metrics_port_says_so_and_prints_no_metrics_url():
+    """A second `aithermctl demo` printed the default metrics URL, which the first demo served: a scrape
+    there read the other daemon. Now the taken port is said in one line and no URL is printed."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "aithermctl", "demo", "--no-tui", "--metrics-listen",
+                                 f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            assert proc.stdout.readline().startswith("simulated aithermd on unix:path=")
+            lines = [proc.stdout.readline() for _ in range(3)]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(60)
+    assert rc == 130
+    assert not any("metrics:" in line for line in lines) and lines[-1] == "Ctrl-C stops it.\n"
+    assert proc.stderr.read().splitlines()[0] == (
+        f"aithermctl: demo: metrics: 127.0.0.1:{port} is not free (Address already in use; another aithermd "
+        "or demo?): this demo serves none (--metrics-listen HOST:PORT picks another)")
+
+
 def test_policy_set_warns_about_a_rule_that_selects_nothing_here(tmp_path):
     """`aithermctl policy set` of a policy whose fan rule names a chip this machine lacks: set, and warned
     about in one line with FILE:LINE (it was accepted silently)."""
