@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, metavar="POLICY", help="policy for the simulated daemon")
     p.add_argument("--speedup", type=float, default=None, metavar="K",
                    help="simulated time runs K times faster")
+    p.add_argument("--cycle", default="120,1800,120", metavar="BEFORE,BUSY,AFTER",
+                   help="the simulated idle, training, idle phases (seconds or like 2m; default 120,1800,120: "
+                        "a 30-minute job, long enough to watch the efficient search)")
     p.add_argument("--no-tui", action="store_true",
                    help="print the bus address and wait (for scripting: aithermctl --bus ADDRESS ...)")
     p.add_argument("--metrics-listen", default="127.0.0.1:8736", metavar="HOST:PORT|none",

@@ -33,15 +33,21 @@ DEFAULT_SPEEDUP = 5.0  # the default idle → training → idle cycle takes 2 mi
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the daemon's own default: point a Prometheus at the demo
 
 
+# idle 2 min, then a 30-minute training job, then idle (simulated): at the default speed-up the job runs 6
+# minutes of wall time, long enough to watch balanced's search step each GPU's limit down to its job's
+# efficient one (the daemon's own default job, 6 minutes, ends before the search has moved much)
+DEFAULT_CYCLE = "120,1800,120"
+
+
 def daemon_command(address: str, state_dir: str, policy: str | None, speedup: float | None,
-                   metrics_listen: str = DEFAULT_METRICS_LISTEN) -> list[str]:
+                   metrics_listen: str = DEFAULT_METRICS_LISTEN, cycle: str = DEFAULT_CYCLE) -> list[str]:
     """The ``aithermd run --simulate`` command line (the ``aithermd`` script next to this Python, else
-    ``python -m aithermd``)."""
+    ``python -m aithermd``); ``cycle`` is its ``--cycle`` (BEFORE,BUSY,AFTER)."""
     script = Path(sys.executable).with_name("aithermd")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "aithermd"]
     cmd += ["run", "--simulate", "--calibrate-fans", "--bus", address, "--metrics-listen", metrics_listen,
             "--state-dir", state_dir,
-            "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}"]
+            "--speedup", f"{DEFAULT_SPEEDUP if speedup is None else speedup:g}", "--cycle", cycle]
     if policy:
         cmd += ["--policy", policy]
     return cmd
@@ -149,7 +155,8 @@ def run_demo(args: argparse.Namespace) -> int:
             metrics_listen = "none"
         with log.open("wb") as sink:
             daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
-                                                     args.speedup, metrics_listen),
+                                                     args.speedup, metrics_listen,
+                                                     getattr(args, "cycle", None) or DEFAULT_CYCLE),
                                       stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
                                       start_new_session=True)
         if not asyncio.run(wait_for_daemon(address, daemon)):

@@ -72,3 +72,16 @@ def test_the_demos_daemon_shows_the_fans_it_calibrated(tmp_path):
         daemon.terminate()
         daemon.wait(60)
         bus.stop()
+
+
+def test_the_demos_daemon_runs_a_job_long_enough_for_the_search_and_its_cycle_parses():
+    """The demo ran the daemon's default 6-minute job: balanced's search had barely moved when it ended.
+    It now asks for a 30-minute one (6 minutes of wall time at its speed-up), which `aithermd run` takes."""
+    from aithermd.cli import build_parser
+
+    cmd = daemon_command("unix:path=/nonexistent", "/nonexistent/state", None, None, "none")
+    assert cmd[cmd.index("--cycle") + 1] == "120,1800,120"
+    args = build_parser("run").parse_args(cmd[cmd.index("run"):])
+    assert args.sim_cycle == (120.0, 1800.0, 120.0) and args.sim_speedup == 5.0
+    cmd = daemon_command("unix:path=/nonexistent", "/nonexistent/state", None, 20.0, "none", "1m,10m,1m")
+    assert build_parser("run").parse_args(cmd[cmd.index("run"):]).sim_cycle == (60.0, 600.0, 60.0)

@@ -37,5 +37,6 @@ complete -c aithermctl -n "__fish_seen_subcommand_from run" -l progress-gpus -x 
 complete -c aithermctl -n "__fish_seen_subcommand_from override" -l for -x -d 'DURATION'
 complete -c aithermctl -n "__fish_seen_subcommand_from gpu; and not __fish_seen_subcommand_from release" -a release -d 'Restore its originals and stop using it'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l speedup -x -d 'Simulated time runs K times faster'
+complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l cycle -x -d 'Simulated idle, training, idle phases'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l no-tui -d 'Print the bus address and wait'
 complete -c aithermctl -n "__fish_seen_subcommand_from demo" -l metrics-listen -x -d 'Prometheus metrics HOST:PORT or none'
