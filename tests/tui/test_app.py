@@ -339,7 +339,7 @@ async def test_override_dialog_checks_input_before_asking():
         await pilot.pause(0.3)  # a button ignores clicks while it shows the last one
         await pilot.click("#apply")
         await settle(pilot)
-        assert "not a value: 'lots' (examples: 250, 250W, 60%)" in screen_text(app)
+        assert "not a value: 'lots' (examples: 250, 250W, 60%, 1500MHz)" in screen_text(app)
         assert not [c for c in client.calls if c[0] == "set_override"]
         await pilot.pause(0.3)
         await pilot.click("#clear")
