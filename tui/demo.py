@@ -114,13 +114,13 @@ def metrics_unavailable(listen: str) -> str | None:
     """Why the daemon could not serve ``/metrics`` on ``listen`` (``HOST:PORT``) now, or None when it can (or
     ``listen`` is ``none`` or port 0). Binds the address as the exporter would (``SO_REUSEADDR``, as
     ``http.server`` does) and lets it go at once."""
-    from aithermd.publish.metrics import parse_listen
-
-    try:
-        address = parse_listen(listen)
-    except ValueError as exc:
-        return str(exc)
-    if address is None or address[1] == 0:
+    if listen.strip().lower() in ("none", ""):
+        return None
+    host, sep, port = listen.rpartition(":")  # as the daemon reads it: HOST:PORT, [::1]:PORT
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"{listen!r} is not HOST:PORT"
+    address = (host.strip("[]") or "127.0.0.1", int(port))
+    if address[1] == 0:
         return None
     family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
