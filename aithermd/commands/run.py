@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not open NVIDIA GPUs")
     parser.add_argument("--log-format", choices=("auto", "json", "console"), help="default auto")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
-    from aithermd.sim.runner import add_arguments as add_simulate_arguments  # --simulate and its flags
+    from aithermd.sim.options import add_arguments as add_simulate_arguments  # --simulate and its flags
     add_simulate_arguments(parser)
 
 
