@@ -189,9 +189,17 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     sampler = state.sampler if state.sampler is not None and state.sampler.matches(plans) \
         else sampling.build(plans)
     idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
-    readings = {**inp.readings, **held.derived_readings(inp.devices, held_now)}
+    derived = held.derived_readings(inp.devices, held_now)
+    readings = {**inp.readings, **derived} if derived else inp.readings
     windows, ok = sampling.update(sampler, inp.t_mono, readings, inp.knobs, state.windows)
-    knobs = {k.id: k for d in inp.devices for k in d.knobs}
+    params = safety.SafetyParams(
+        margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
+        gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
+                              if p.document.safety.gpu_temp_limit_c is not None), default=None))
+    sp = state.safety if state.safety is not None and state.safety.params == params and \
+        (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
+        else safety.plan(inp.devices, params)
+    knobs = sp.knobs  # every knob of inp.devices by id
     layers: list[dict[str, Decision]] = []
     new_policies: dict[str, PolicyState] = {}
     states: dict[str, Mapping[str, str]] = {}
@@ -210,13 +218,6 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         states[policy.name] = MappingProxyType(st)
         for fan, src in sources.items():
             fan_sources[fan] = tuple(dict.fromkeys((*fan_sources.get(fan, ()), *src)))
-    params = safety.SafetyParams(
-        margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
-        gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
-                              if p.document.safety.gpu_temp_limit_c is not None), default=None))
-    sp = state.safety if state.safety is not None and state.safety.params == params and \
-        (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
-        else safety.plan(inp.devices, params)
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
                                     fan_failed=fan_failed, fans=inp.fan_alarms)
     override = arbiter.override_decisions(overrides, knobs)

@@ -74,7 +74,7 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
         duty: float | None = model.duty_pct
     else:
         prefix = f"{rule.name}|{t.knob.id}|"
-        states = {k[len(prefix):]: v for k, v in prev_curves.items() if k.startswith(prefix)}
+        states = {n: prev_curves[prefix + n] for n in rule.curves if prefix + n in prev_curves}
         new_states: dict[str, fc.CurveState] = {}
         duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
                            states, new_states) if rule.curve_name in rule.curves else None

@@ -92,15 +92,18 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
     """Channel id → (temperature, trigger) for every critical temperature, and the latches after this
     reading (:mod:`aithermd.policy.safety_latch`). A channel that fails to read keeps its latch."""
     out, latches = {}, {}
+    isfinite, ok = math.isfinite, Status.OK
     for cid, trig in sp.triggers:
-        thr = sp.thresholds.get(cid)
         r = readings.get(cid)
-        if not _ok(r):
+        if r is None or r.status != ok or r.value is None or not isfinite(r.value):
             if cid in latched:
                 latches[cid] = latched[cid]
                 out[cid] = (math.nan, trig)
             continue
-        value = float(r.value)  # type: ignore[union-attr, arg-type]
+        if r.value < trig and cid not in latched:  # the common case: not critical, nothing latched
+            continue
+        thr = sp.thresholds.get(cid)
+        value = float(r.value)
         draw = readings.get(f"{cid.rsplit('/', 1)[0]}/power")
         latch = safety_latch.step(latched.get(cid), value, trig, thr, now,
                                   float(draw.value) if _ok(draw) else None)  # type: ignore[union-attr, arg-type]
