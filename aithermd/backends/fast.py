@@ -1,4 +1,5 @@
-"""Fast constructors for the values a sample builds by the hundred (the hot path of hwmon sampling).
+"""The hot path of hwmon sampling: the loop over the input files (:func:`read_inputs`) and fast constructors
+for the values a sample builds by the hundred.
 
 A frozen slotted dataclass's ``__init__`` calls ``object.__setattr__`` once per field, which costs more
 than the ``pread`` that produced the value. :func:`ok_reading` and :func:`ok_knob` set the slots directly
@@ -9,9 +10,14 @@ model's fields ever change they are the plain constructors (tests/backends compa
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import errno
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from aithermd.backends.sysfs import READ_SIZE, classify_oserror
 from aithermd.model import EMPTY, KnobValue, Reading, Status
+
+_GONE = (errno.ENODEV, errno.ENOENT)
 
 
 def _fast_constructors() -> tuple[
@@ -53,3 +59,47 @@ def _fast_constructors() -> tuple[
 
 
 ok_reading, ok_knob = _fast_constructors()
+
+
+def read_inputs(backend: Any, inputs: Sequence[Any], readings: dict[str, Reading], gone: dict[str, int],
+                nonsense: Callable[[Any, bytes], str]) -> None:
+    """Read every input of an hwmon ``backend`` once into ``readings`` (channel id → Reading), counting in
+    ``gone`` the ENODEV/ENOENT failures per device. ``inputs``: the backend's inputs (``id``, ``device_id``,
+    ``attr``, ``convert``, the plausible range ``lo``…``hi`` less ``gap_lo``…``gap_hi``, and ``raw``/``last``:
+    the text of the last good read and its reading); a device in ``backend.skip`` reads stale, the one
+    being read is ``backend.reading``; ``nonsense(input, raw)`` says why a value is implausible.
+
+    Per input: one ``pread``; a text equal to the last good one reuses its reading (a frozen value: the
+    same verdict), else one ``int()`` and a range check."""
+    skip = backend.skip
+    for inp in inputs:
+        if skip and inp.device_id in skip:
+            readings[inp.id] = Reading(inp.id, None, Status.STALE, skip[inp.device_id])
+            continue
+        backend.reading = inp.device_id
+        attr = inp.attr
+        try:
+            try:
+                raw = attr.pread(attr.fd, READ_SIZE, 0)
+            except OSError as first:
+                raw = attr.after(first)
+            if raw == inp.raw:
+                readings[inp.id] = inp.last
+                continue
+            inp.raw = None
+            if raw[-1:] == b"\n":
+                value = inp.convert(int(raw))
+                if inp.lo <= value <= inp.hi and not inp.gap_lo <= value <= inp.gap_hi:
+                    readings[inp.id] = inp.last = ok_reading(inp.id, value)
+                    inp.raw = raw
+                    continue
+        except OSError as exc:
+            inp.raw = None
+            if exc.errno in _GONE:
+                gone[inp.device_id] = gone.get(inp.device_id, 0) + 1
+            status, detail = classify_oserror(exc)
+            readings[inp.id] = Reading(inp.id, None, status, detail)
+            continue
+        except ValueError:
+            pass
+        readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, nonsense(inp, raw))

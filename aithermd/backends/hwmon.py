@@ -29,7 +29,6 @@ labels the old way, get their documented name as ``Channel.alias`` (:mod:`aither
 
 from __future__ import annotations
 
-import errno
 import math
 import os
 import re
@@ -38,7 +37,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends.chipname import chip_name_for
-from aithermd.backends.fast import ok_reading as _ok_reading
+from aithermd.backends.fast import read_inputs
 from aithermd.backends.guard import Quarantine
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.labels import alias
@@ -48,7 +47,6 @@ from aithermd.backends.readers import HwmonReader
 from aithermd.backends.sysfs import (
     Attribute,
     SysfsIO,
-    classify_oserror,
     read_optional_int,
     read_optional_text,
     why_not_writable,
@@ -84,7 +82,6 @@ _KNOWN_FILE = re.compile(
     r"(in|fan|temp|power|energy|curr|humidity|intrusion)\d+_\w+$|beep_enable$|cpu\d*_vid$"
 )
 _PWM_FILE = re.compile(r"pwm(\d+)$")
-_GONE = (errno.ENODEV, errno.ENOENT)
 
 
 _NO_GAP = (math.inf, -math.inf)  # an empty sentinel interval: nothing in it
@@ -94,7 +91,8 @@ class _Input:
     """One channel's input file and what a plausible value of it is: ``lo``…``hi`` less the sentinel
     interval ``gap_lo``…``gap_hi`` (temperatures only)."""
 
-    __slots__ = ("id", "device_id", "attr", "convert", "lo", "hi", "gap_lo", "gap_hi", "unit", "quantity")
+    __slots__ = ("id", "device_id", "attr", "convert", "lo", "hi", "gap_lo", "gap_hi", "unit", "quantity",
+                 "raw", "last")
 
     def __init__(self, channel: Channel, attr: Attribute, convert: Callable[[float], float],
                  driver: str = "") -> None:
@@ -107,6 +105,8 @@ class _Input:
             self.lo, self.hi = PLAUSIBLE[channel.quantity]
             self.gap_lo, self.gap_hi = _NO_GAP
         self.unit = channel.unit
+        self.raw: bytes | None = None  # the text of the last good read, and its reading (``last``)
+        self.last: Reading | None = None
 
     def plausible(self, value: float) -> bool:
         """``value`` (channel unit) is within the range and not a sentinel."""
@@ -315,27 +315,7 @@ class HwmonBackend(Quarantine):
         readings: dict[str, Reading] = {}
         gone: dict[str, int] = {}
         skip = self.skip
-        for inp in self._inputs:  # the hot path: one pread, one int(), one range check
-            if skip and inp.device_id in skip:
-                readings[inp.id] = Reading(inp.id, None, Status.STALE, skip[inp.device_id])
-                continue
-            self.reading = inp.device_id
-            try:
-                raw = inp.attr.read()
-                if raw[-1:] == b"\n":
-                    value = inp.convert(int(raw))
-                    if inp.lo <= value <= inp.hi and not inp.gap_lo <= value <= inp.gap_hi:
-                        readings[inp.id] = _ok_reading(inp.id, value)
-                        continue
-            except OSError as exc:
-                if exc.errno in _GONE:
-                    gone[inp.device_id] = gone.get(inp.device_id, 0) + 1
-                status, detail = classify_oserror(exc)
-                readings[inp.id] = Reading(inp.id, None, status, detail)
-                continue
-            except ValueError:
-                pass
-            readings[inp.id] = Reading(inp.id, None, Status.IMPLAUSIBLE, _nonsense(inp, raw))
+        read_inputs(self, self._inputs, readings, gone, _nonsense)
         knobs = {}
         for knob_id, p in self._pwms.items():
             device = p.knob.device_id

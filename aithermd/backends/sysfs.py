@@ -157,12 +157,13 @@ def parse_int(raw: bytes) -> int:
 class Attribute:
     """One sysfs attribute file, opened on first read and kept open.
 
-    ``read()`` returns the raw bytes (one ``pread`` at offset 0) or raises ``OSError``; after ``ENODEV`` or
+    ``read()`` returns the raw bytes (one ``pread`` at offset 0: ``pread(fd, size, offset)``, the seam's) or
+    raises ``OSError``; after ``ENODEV`` or
     ``ESTALE`` it closes, re-opens and retries once, after ``EAGAIN``/``EINTR``/``EBUSY`` it retries once.
     A failed open is retried on the next read.
     """
 
-    __slots__ = ("path", "fd", "io", "_pread")
+    __slots__ = ("path", "fd", "io", "pread")
 
     def __init__(self, io: SysfsIO, path: str) -> None:
         self.io = io
@@ -170,25 +171,30 @@ class Attribute:
         self.fd = -1
         # the plain seam reads with os.pread itself (one call less per read, the hot path of a sample)
         plain = type(io).pread is SysfsIO.pread and "pread" not in getattr(io, "__dict__", {})
-        self._pread = os.pread if plain else (lambda fd, size, _offset: io.pread(fd, size))
+        self.pread = os.pread if plain else (lambda fd, size, _offset: io.pread(fd, size))
 
     def read(self) -> bytes:
         try:
-            return self._pread(self.fd, READ_SIZE, 0)  # fd -1 (not open yet) fails with EBADF: opened below
+            return self.pread(self.fd, READ_SIZE, 0)  # fd -1 (not open yet) fails with EBADF: opened below
         except OSError as exc:
-            if self.fd < 0:
-                self.fd = self.io.open(self.path)
-            elif exc.errno in _REOPEN:
-                self.close()
-                self.fd = self.io.open(self.path)
-            elif exc.errno not in _RETRY:
+            return self.after(exc)
+
+    def after(self, exc: OSError) -> bytes:
+        """What :meth:`read` does once its first ``pread`` raised ``exc``: open, re-open or retry, or raise
+        (for callers that make the first ``pread(fd, READ_SIZE, 0)`` themselves)."""
+        if self.fd < 0:
+            self.fd = self.io.open(self.path)
+        elif exc.errno in _REOPEN:
+            self.close()
+            self.fd = self.io.open(self.path)
+        elif exc.errno not in _RETRY:
+            raise exc
+        try:
+            return self.pread(self.fd, READ_SIZE, 0)
+        except OSError as again:
+            if again.errno not in _RETRY or exc.errno in _RETRY:
                 raise
-            try:
-                return self._pread(self.fd, READ_SIZE, 0)
-            except OSError as again:
-                if again.errno not in _RETRY or exc.errno in _RETRY:
-                    raise
-                return self._pread(self.fd, READ_SIZE, 0)  # busy right after the (re)open: once more
+            return self.pread(self.fd, READ_SIZE, 0)  # busy right after the (re)open: once more
 
     def read_int(self) -> int:
         """The attribute as an integer; raises ``OSError`` or :class:`Nonsense`."""

@@ -21,7 +21,7 @@ def test_the_plain_seam_reads_the_file_and_a_replaced_pread_gets_every_read(tmp_
     path = tmp_path / "temp1_input"
     path.write_text("42000\n")
     plain = Attribute(SysfsIO(), str(path))
-    assert plain._pread is os.pread
+    assert plain.pread is os.pread
     assert plain.read() == b"42000\n"
     path.write_text("43000\n")  # kept open, read again from offset 0
     assert plain.read_int() == 43000
