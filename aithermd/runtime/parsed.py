@@ -114,7 +114,9 @@ def load_lean(load: Callable[..., Any], dirs: Sequence[Path], *, strict_permissi
         return from_found()
     except NotParsed:
         pass
-    request = {"dirs": [str(d) for d in dirs], "strict": strict_permissions, "skip": sorted(skip)}
+    # the documents already found go along: the child parses and validates only the files missing there
+    request = {"dirs": [str(d) for d in dirs], "strict": strict_permissions, "skip": sorted(skip),
+               "known": dict(found)}
     try:
         proc = subprocess.run(_child_command(), input=json.dumps(request), capture_output=True, text=True,
                               timeout=CHILD_TIMEOUT_S, check=False, cwd="/")
@@ -138,26 +140,28 @@ def _child_command() -> list[str]:
     not import a planted ``aithermd``), and the directory this package was imported from is put first."""
     import aithermd
     home = str(Path(aithermd.__file__).resolve().parent.parent)
-    code = (f"import sys; sys.path.insert(0, {home!r}); "
+    code = (f"import sys; sys.path.insert(0, {home!r}); import aithermd.log; "  # structlog without rich
             "from aithermd.runtime.parsed import _child; sys.exit(_child())")
     return [sys.executable, "-P", "-c", code]
 
 
 def _child() -> int:
-    """The child of :func:`load_lean`: the request (JSON) on stdin; the documents of the valid files and
-    the errors of the others (JSON) on stdout. Logs go to stderr, which the daemon drops (its own pass
-    over the documents logs what the loader logs)."""
+    """The child of :func:`load_lean`: the request (JSON) on stdin; the documents of the valid files not
+    ``known`` to the daemon already and the errors of the others (JSON) on stdout. A file whose document is
+    known is taken from it, not parsed or validated again. Logs go to stderr, which the daemon drops (its
+    own pass over the documents logs what the loader logs)."""
     out, sys.stdout = sys.stdout, sys.stderr
     from aithermd.policy.loader import load_policies
 
     request = json.loads(sys.stdin.read())
-    found: dict[str, Any] = {}
+    known = request.get("known") or {}
+    found: dict[str, Any] = dict(known)
     errors: list[dict[str, Any]] = []
     try:
         load_policies([Path(d) for d in request["dirs"]], strict_permissions=bool(request["strict"]),
                       skip=frozenset(request["skip"]), parsed=found)
     except PolicyErrors as exc:
         errors = [{k: getattr(e, k) for k in ERROR_FIELDS} for e in exc.errors]
-    out.write(json.dumps({"entries": found, "errors": errors}))
+    out.write(json.dumps({"entries": {k: v for k, v in found.items() if k not in known}, "errors": errors}))
     return 0
 

@@ -178,3 +178,21 @@ def test_the_daemon_process_never_loads_pydantic_first_start_or_restart(tmp_path
         assert proc.returncode == 0, err
         assert "pydantic_core" not in maps, attempt  # its compiled core, mapped by any import of pydantic
         assert (tmp_path / "state" / parsed.FILE_NAME).is_file(), attempt
+
+
+def test_the_child_parses_only_the_files_whose_documents_are_missing(tmp_path):
+    # the daemon hands the child the documents it has: a file found there is taken from it, not validated
+    # again (a marked document shows which), and the child answers with the new documents only
+    found: dict = {}
+    parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(), found=found)
+    quiet = text_digest((shipped_policy_dir() / "quiet.yaml").read_text())
+    balanced = text_digest((shipped_policy_dir() / "balanced.yaml").read_text())
+    known = {k: v for k, v in found.items() if k != balanced}
+    known[quiet] = {**known[quiet], "f": {**known[quiet]["f"], "description": "taken from the known document"}}
+    given = dict(known)
+    policies = parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
+                                found=given)
+    assert policies["quiet"].document.description == "taken from the known document"
+    assert set(given) == set(known) | {balanced}  # balanced parsed by the child, and only it
+    assert given[balanced] == found[balanced]
+    assert policies["balanced"].document == load_policies([shipped_policy_dir()])["balanced"].document
