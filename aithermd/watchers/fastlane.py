@@ -137,19 +137,27 @@ class FastLane:
             self._close_readers()
             self._devices = world.devices
         plan = getattr(tick.state, "safety", None)
-        if not isinstance(plan, safety.SafetyPlan) or plan.devices != world.devices:
+        if not isinstance(plan, safety.SafetyPlan) or (plan.devices is not world.devices
+                                                       and plan.devices != world.devices):
             plan = safety.plan(world.devices, safety.SafetyParams())
         self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
-        by_id = {d.id: d for d in world.devices}
         hot = self._hot_gpus(world.devices, snapshot)
         watch: dict[str, float] = {}
+        readings, ok, near_c = snapshot.readings, Status.OK, self.options.near_c
         for cid, trig in plan.triggers:
+            r = readings.get(cid)
+            near = r is not None and r.status == ok and r.value is not None and r.value >= trig - near_c
+            if not near and not hot:  # far from its trigger, and no GPU over its power limit
+                continue
             device_id = cid.rsplit("/", 1)[0]
-            r = snapshot.readings.get(cid)
-            near = r is not None and r.status == Status.OK and r.value is not None \
-                and r.value >= trig - self.options.near_c
             if (near or device_id in hot) and self._reader(world, cid, device_id):
                 watch[cid] = trig
+        if not watch and not self.watch and not self._hwmon and not self._nvml:
+            self._pending.clear()  # nothing watched before or now (the usual tick): nothing to set up
+            self.acted.clear()
+            self._armed.clear()
+            return
+        by_id = {d.id: d for d in world.devices}
         with self._readers_lock:
             for cid in [c for c in self._hwmon if c not in watch]:
                 self._hwmon.pop(cid).close()

@@ -51,6 +51,22 @@ async def test_nothing_near_a_threshold_means_nothing_is_read(board, clock):
     assert io.preads == before and lane.polls == 0
 
 
+async def test_an_input_that_cools_off_is_no_longer_watched_and_its_descriptor_is_closed(board, clock, root):
+    tick, io = board
+    lane = lane_for(tick, [], clock)
+    write(root, f"{AMDGPU}/temp1_input", 80000)  # within 10 °C of its trigger
+    lane.rearm(await tick.run(1))
+    await lane.poll_once()
+    assert lane.watch == {EDGE: 86.0} and set(lane._hwmon) == {EDGE}
+    write(root, f"{AMDGPU}/temp1_input", 60000)  # 26 °C under: nothing to watch
+    lane.rearm(await tick.run(2))  # (a drop that fast is held one reading by the sensor trust)
+    lane.rearm(await tick.run(3))
+    assert lane.watch == {} and lane._hwmon == {} and not lane._armed.is_set()
+    lane.rearm(await tick.run(4))  # and again from nothing to nothing
+    before = io.preads
+    assert lane.watch == {} and await lane.poll_once() is False and io.preads == before
+
+
 async def test_a_crossing_between_ticks_gets_the_safety_action_journal_first(board, clock, root):
     tick, io = board
     emitted = []
