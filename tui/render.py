@@ -80,6 +80,8 @@ def status_text(doc: Doc, now: float | None = None) -> str:
         shown = ", ".join(f"{scope} {state}" for scope, state in states.items())
         if shown:
             lines.append(f"  {scope_policy}: {shown}")
+    if doc.get("budget"):
+        lines += budget_lines(doc["budget"])
     if ov.gpus:
         lines.append("")
         lines.append("GPUs")
@@ -128,6 +130,22 @@ def status_text(doc: Doc, now: float | None = None) -> str:
         lines.append("")
         lines.append("Degraded: " + ", ".join(ov.degraded))
     return "\n".join(lines) + "\n"
+
+
+def budget_lines(budget: Mapping[str, Any]) -> list[str]:
+    """The node power budget in force (the document's ``budget``): what it is, how it was worked out, what
+    the devices draw and were allotted, the wall draw that implies, and a budget that cannot hold."""
+    how = f" ({budget['how']})" if budget.get("how") else ""
+    total = fmt(budget.get("budget_w"), "W")
+    drawn, allotted = fmt(budget.get("drawn_w"), "W", 1), fmt(budget.get("allotted_w"), "W", 1)
+    lines = ["", f"power budget ({budget.get('policy') or '—'}): {total} for the GPUs and CPU packages{how}",
+             f"  drawn {drawn}, allotted {allotted}"]
+    if budget.get("wall_w") is not None and budget.get("wall_drawn_w") is not None:
+        lines[-1] += f"; at the wall ≈ {fmt(budget['wall_drawn_w'], 'W')} of {fmt(budget['wall_w'], 'W')}"
+    if budget.get("short_w"):
+        lines.append(f"  ! {fmt(budget['short_w'], 'W')} below the lowest limits of its devices: each is "
+                     "held at its minimum, and it cannot hold")
+    return lines
 
 
 def held_idle_text(h: Mapping[str, Any], by: Sequence[str] = ()) -> str:

@@ -15,7 +15,9 @@ The shape is :class:`aithermd.publish.wire.SnapshotDoc` (typed there for aitherm
                                          "uid", "created"}],
                 "states": {policy: {scope: state}}},
      "health": {"nvml": {"library", "error", "reinits", "expected", "present", "gpus": {...}}, ...},
-     "alarms": {id: {"kind", "message", "since"}}}
+     "alarms": {id: {"kind", "message", "since"}},
+     "budget": {"policy", "budget_w", "how", "wall_w", "allotted_w", "drawn_w", "wall_drawn_w",
+                "devices": {id: {"allotted_w", "drawn_w", ...}}}   (only while a power budget is in force)}
 
 RAPL devices also carry ``role`` (``package``, ``platform``, ``core``...) and, when no total counts them,
 ``"in_total": false`` (and ``duplicate_of`` for an MMIO copy of a package).
@@ -143,10 +145,14 @@ def snapshot_document(snapshot: Snapshot) -> SnapshotDoc:
             k = described.get(knob["id"])
             knob["label"] = k.label if k is not None else None
             knob["fan"] = fan_document(k.fan if k is not None else None)
-    return {"seq": snapshot.seq, "t_wall": snapshot.t_wall, "tick_s": snapshot.tick_s,
-            "dry_run": snapshot.dry_run, "degraded": list(snapshot.degraded), "devices": devices,
-            "policy": policy_document(snapshot.policy), "health": plain(snapshot.health),
-            "alarms": {k: alarm_document(a) for k, a in sorted(snapshot.alarms.items())}}
+    doc: SnapshotDoc = {
+        "seq": snapshot.seq, "t_wall": snapshot.t_wall, "tick_s": snapshot.tick_s,
+        "dry_run": snapshot.dry_run, "degraded": list(snapshot.degraded), "devices": devices, "policy": policy_document(snapshot.policy),
+        "health": plain(snapshot.health),
+        "alarms": {k: alarm_document(a) for k, a in sorted(snapshot.alarms.items())}}
+    if snapshot.budget:
+        doc["budget"] = plain(snapshot.budget)
+    return doc
 
 
 def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decision]:

@@ -280,6 +280,12 @@ class SnapshotDoc(TypedDict):
     # "power_limits" {knob: {"requested_w", "enforced_w", "capped_by", "above_s"}}
     health: NotRequired[dict[str, Any]]
     alarms: NotRequired[dict[str, AlarmDoc]]  # knob or fan channel id → alarm
+    # the node power budget's split this tick, only while one is in force (aithermd.policy.power_budget):
+    # "policy", "budget_w" (GPUs and CPU packages, W DC), "how", "wall_w" (W AC or null), "other_w",
+    # "allotted_w", "drawn_w", "wall_drawn_w" (W AC estimate or null), "short_w" (only when it cannot hold),
+    # "devices" {id: {"ask_w", "floor_w", "target_w", "allotted_w", "in_force_w", "drawn_w", "util_pct",
+    # "state"}}
+    budget: NotRequired[dict[str, Any]]
 
 
 class HistoryDoc(TypedDict):
