@@ -237,8 +237,11 @@ class CpuKnobBackend:
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
         """Write back each file's saved text (a policy gone since is skipped), read-only or not: it is what
-        was found. Raises UnknownKnob, BackendError for a saved path outside the sysfs root, else what the
-        first failed write raises."""
+        was found. A file that already reads its saved text is not written: intel_pstate and amd-pstate
+        refuse any EPP write (EBUSY) while the governor is ``performance``, under which the EPP reads
+        ``performance``, so once the governor is back at ``performance`` the EPP found with it is in force
+        and a write would only fail. Raises UnknownKnob, BackendError for a saved path outside the sysfs
+        root, else what the first failed write raises."""
         self._get(knob_id)
         first: Exception | None = None
         for rel, text in dict(saved.get("files", {})).items():
@@ -247,6 +250,11 @@ class CpuKnobBackend:
                 raise BackendError(f"{knob_id}: saved path {rel!r} is outside the sysfs root")
             if not self.io.exists(path):
                 continue
+            try:
+                if self.io.read_text(path).strip() == text:
+                    continue
+            except OSError:
+                pass  # unreadable now: the write says whether it can be put back
             try:
                 self.io.write(path, f"{text}\n".encode())
             except OSError as exc:

@@ -262,3 +262,68 @@ def test_aithermd_sensors_shows_each_knob_by_its_name_and_choices(tmp_path, caps
     doc = json.loads(capsys.readouterr().out)
     (epp,) = [k for d in doc["devices"] for k in d["knobs"] if k["id"] == "cpufreq/epp"]
     assert (epp["value"], epp["choices"][int(epp["value"])]) == (1, "balance_performance")
+
+
+class PstateIO(FaultIO):
+    """intel_pstate in active mode as intel_pstate.rst describes it: while a policy's governor is
+    ``performance`` its EPP reads ``performance`` and a write to it is refused with EBUSY; back on
+    ``powersave``, the EPP found before is in force again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before: dict[str, bytes] = {}
+
+    def write(self, path: str, data: bytes) -> None:
+        policy, name = os.path.split(path)
+        epp, governor = os.path.join(policy, "energy_performance_preference"), os.path.join(policy,
+                                                                                           "scaling_governor")
+        if name == "energy_performance_preference" and Path(governor).read_text().strip() == "performance":
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        super().write(path, data)
+        if name == "scaling_governor" and os.path.exists(epp):
+            if data.strip() == b"performance":
+                self.before.setdefault(policy, Path(epp).read_bytes())
+                Path(epp).write_text("performance\n")
+            elif policy in self.before:
+                Path(epp).write_bytes(self.before.pop(policy))
+
+
+@pytest.mark.parametrize("found", ["powersave", "performance"])
+def test_a_restore_puts_the_governor_and_the_epp_back_whichever_intel_pstate_refuses_first(tmp_path, found):
+    """EPP cannot be written while the governor is ``performance`` (EBUSY). Governor set last by the daemon:
+    restored first (newest first), and the EPP then goes back. Governor found at ``performance``: the EPP
+    was journaled first (its first write was refused), so the governor goes back first; the EPP restore then
+    failed with EBUSY and stayed journaled, failing every restore after, though the EPP read exactly what
+    was found. A file that already reads its saved text is no longer written."""
+    root = with_epp(tmp_path)
+    policies = sorted((root / "devices" / "system" / "cpu" / "cpufreq").glob("policy*"))
+    for p in policies:
+        (p / "scaling_governor").write_text(f"{found}\n")
+        if found == "performance":
+            (p / "energy_performance_preference").write_text("performance\n")
+    io = PstateIO()
+    backend = CpuKnobBackend(str(root), io=io, managed_by=[])
+    found_knobs = knobs(backend)
+    governors, epps = found_knobs["cpufreq/governor"].choices, found_knobs["cpufreq/epp"].choices
+    journal, boot = Journal(tmp_path / "state"), "boot-1"
+
+    def write(kid: str, value: str) -> None:
+        if kid not in journal.entries():
+            journal.record(kid, "cpufreq", backend.locator(), backend.save_knob(kid), 0, boot_id=boot)
+        backend.write_knob(kid, float((governors if kid.endswith("governor") else epps).index(value)))
+
+    if found == "performance":  # the daemon eases the CPU: the governor first, else EBUSY
+        with pytest.raises(BackendError, match="EBUSY"):
+            write("cpufreq/epp", "balance_power")
+        write("cpufreq/governor", "powersave")
+        write("cpufreq/epp", "balance_power")
+    else:  # the daemon eases the EPP, then pins the governor at performance
+        write("cpufreq/epp", "power")
+        write("cpufreq/governor", "performance")
+    report = restore_journal(journal, backends=[backend], boot_id=boot)
+    assert report.ok and report.failed == {}
+    expected_epp = "performance" if found == "performance" else "balance_performance"
+    for p in policies:
+        assert (p / "scaling_governor").read_text().strip() == found
+        assert (p / "energy_performance_preference").read_text().strip() == expected_epp
+    assert journal.entries() == {}
