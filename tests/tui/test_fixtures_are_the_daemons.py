@@ -44,8 +44,10 @@ FREE_FORM = {"series", "units", "knobs", "knob_units", "states", "inputs", "alar
 # energy accounting off on that run; duplicate_of only on a machine exposing its RAPL package twice (MMIO);
 # held_idle only while a GPU is held high at idle (the workstation's GPUs are training): what the daemon
 # sends then is read in tests/tui/test_render.py (runtime.tick.with_held_idle)
-ABSENT_BY_DESIGN = {"snapshot_nogpu.json": {".processes", ".devices[powercap].duplicate_of"},
-                    "snapshot.json": {".devices[powercap].duplicate_of", ".devices[gpu].attrs.held_idle"}}
+# .budget is sent only while a power budget is in force (workstation): tests/tui/test_status_budget.py
+ABSENT_BY_DESIGN = {"snapshot_nogpu.json": {".processes", ".devices[powercap].duplicate_of", ".budget"},
+                    "snapshot.json": {".devices[powercap].duplicate_of", ".devices[gpu].attrs.held_idle",
+                                      ".budget"}}
 REGENERATE = "the daemon's documents changed shape: regenerate with python -m tests.support.documents"
 
 
