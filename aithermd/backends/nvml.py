@@ -142,7 +142,7 @@ class NvmlBackend(NvmlKnobs):
         slot = self.life.slots.get(device_id)
         if slot is None or name != "temperature":
             return None
-        return NvmlReader(slot.reader, self.worker, device_id)
+        return NvmlReader(slot.reader, self.worker, device_id, self.read_deadline_s)
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:

@@ -12,7 +12,8 @@ written; calls for the hung GPU fail at once with :class:`~aithermd.errors.Backe
 call returns (then the GPU is free again and its abandoned thread ends). :meth:`NvmlWorker.each` reads
 many GPUs in one pass on the thread (one hand-off per tick in the normal case): a GPU whose read makes no
 progress within the deadline (no NVML call began: :meth:`NvmlWorker.beat`) is marked hung and the pass goes
-on with the GPUs after it on a fresh thread.
+on with the GPUs after it on a fresh thread. :meth:`NvmlWorker.poll` is the same pass for a watcher that
+waits a few milliseconds at most (the fast lane's GPU temperatures, one job for every watched GPU).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class NvmlWorker:
         self.hangs = 0  # calls abandoned since the start
         self._beat = 0.0  # monotonic time the last NVML call began (readers call beat())
         self._closed = False
+        self._poll_job: tuple[Future[Any], dict[str, Any], _Thread] | None = None  # a poll() not yet ended
         self._log = structlog.get_logger("aithermd.nvml")
 
     # -- the thread ------------------------------------------------------------------------------------
@@ -235,6 +237,49 @@ class NvmlWorker:
                 break
             pending = [(g, it) for g, it in pending if g not in results and g not in self._hung]
         return results
+
+    def poll(self, items: Iterable[tuple[str, T]], fn: Callable[[T], Any], wait_s: float,
+             deadline_s: float | None = None) -> dict[str, Any] | None:
+        """``fn(item)`` for each ``(gpu, item)`` whose GPU is not hung, in one job on the worker, for a
+        watcher that must never wait long (the fast lane): waits ``wait_s`` at most and returns {gpu:
+        result}, or None when the job did not end in time. A job that did not end is left to finish (no GPU
+        is marked hung for a wait cut short: the thread may only be busy with the tick's pass) and no other
+        poll starts until it has; one that makes no progress for ``deadline_s`` (default: the worker's)
+        while reading a GPU marks that GPU hung, as :meth:`each` does, and the next poll runs on a fresh
+        thread without it. ``fn`` should not raise."""
+        deadline = self.timeout_s if deadline_s is None else deadline_s
+        job = self._poll_job
+        if job is not None and not job[0].done():
+            future, state, executor = job
+            stuck = state["gpu"]
+            if stuck is None or time.monotonic() - max(state["since"], self._beat) < deadline:
+                return None  # still queued or running: no second poll behind it
+            state["stop"] = True
+            self._mark_hung(stuck, future, getattr(fn, "__name__", "poll"), deadline)
+            self._abandon(executor)
+        self._poll_job = None
+        todo = [(g, it) for g, it in items if g not in self._hung]
+        if self.on_worker:
+            return {g: fn(it) for g, it in todo}
+        state: dict[str, Any] = {"gpu": None, "since": time.monotonic(), "stop": False}
+        done: dict[str, Any] = {}
+
+        def one_pass() -> dict[str, Any]:
+            for g, it in todo:
+                if state["stop"]:
+                    break
+                state["gpu"], state["since"] = g, time.monotonic()
+                done[g] = fn(it)
+            state["gpu"] = None
+            return done
+
+        executor = self._current()
+        future = executor.submit(self._enter, one_pass, ())
+        try:
+            return future.result(timeout=wait_s)
+        except FutureTimeout:
+            self._poll_job = (future, state, executor)
+            return None
 
     def close(self) -> None:
         """Finish queued calls and stop the thread; later calls raise RuntimeError (a hung thread is left

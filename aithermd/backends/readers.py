@@ -9,7 +9,9 @@ nothing here reads a backend's private state.
   :mod:`aithermd.backends.slow`).
 - :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
-  thread, never on the loop.
+  thread, never on the loop. :func:`gpu_temperatures` reads the temperature alone of many GPUs in one job
+  per worker, from a thread that waits a few milliseconds at most (:meth:`NvmlWorker.poll
+  <aithermd.backends.nvml_worker.NvmlWorker.poll>`).
 
 Every reader answers None for a value it cannot read (failed, lost, nonsense): the fast lane then leaves
 that input to the main tick, whose health checks report it.
@@ -17,7 +19,7 @@ that input to the main tick, whose health checks report it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aithermd import units
@@ -58,10 +60,19 @@ class NvmlReader:
     ``read()`` must run on the worker (``await reader.aread(timeout_s)`` from the loop); it returns
     ``(temperature °C | None, power W | None)``."""
 
-    def __init__(self, gpu: Any, worker: Any, device_id: str) -> None:
+    def __init__(self, gpu: Any, worker: Any, device_id: str, deadline_s: float | None = None) -> None:
         self.worker = worker
         self.device_id = device_id
+        self.deadline_s = deadline_s  # the backend's read deadline: no progress for that long is a hang
         self._gpu = gpu
+
+    def temperature(self) -> float | None:
+        """The GPU's temperature (°C), or None when it does not answer; must run on the worker."""
+        fn = self._gpu.temp_fn
+        try:
+            return None if fn is None else float(fn())
+        except Exception:  # noqa: BLE001 - NVMLError, Lost: left to the main tick
+            return None
 
     def read(self) -> tuple[float | None, float | None]:
         gpu = self._gpu
@@ -82,4 +93,25 @@ class NvmlReader:
         return await self.worker.call(self.read, timeout_s=timeout_s, gpu=self.device_id)
 
 
-__all__ = ["HwmonReader", "NvmlReader"]
+def gpu_temperatures(readers: Mapping[str, NvmlReader], wait_s: float) -> dict[str, float | None]:
+    """Temperature (°C) of the GPU of each ``{channel_id: reader}``, read in one job per NVML worker; a
+    channel left out was not read: its GPU is hung, or its worker's job did not end within ``wait_s`` (s;
+    see :meth:`~aithermd.backends.nvml_worker.NvmlWorker.poll`). None: the GPU did not answer."""
+    by_worker: dict[int, list[tuple[str, NvmlReader]]] = {}
+    for cid, reader in readers.items():
+        by_worker.setdefault(id(reader.worker), []).append((cid, reader))
+    out: dict[str, float | None] = {}
+    for group in by_worker.values():
+        first = group[0][1]
+        by_device = {r.device_id: cid for cid, r in group}
+        try:
+            got = first.worker.poll([(r.device_id, r) for _, r in group], NvmlReader.temperature, wait_s,
+                                    first.deadline_s)
+        except RuntimeError:  # a closed worker (the daemon stopping)
+            continue
+        for device_id, value in (got or {}).items():
+            out[by_device[device_id]] = value
+    return out
+
+
+__all__ = ["HwmonReader", "NvmlReader", "gpu_temperatures"]

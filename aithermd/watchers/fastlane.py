@@ -29,9 +29,10 @@ re-arms the lane. With nothing to watch the lane sleeps until the next re-arm (n
 
 In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own: a thread's timed
 wait costs well under an event-loop wake-up (about 0.07–0.11 % against 0.18 % of a core at 10 Hz on the
-build VM; benchmarks/bench_fastlane.py). The thread only reads the watched hwmon files; a crossing, or a
-watched GPU (its reads belong to the NVML worker), hands one :meth:`FastLane.poll_once` to the event loop,
-which acts under the tick lock as above.
+build VM; benchmarks/bench_fastlane.py). The thread reads the watched hwmon files, and the watched GPUs'
+temperatures in one job on their NVML worker (every NVML call stays on it), and paces itself by their
+headroom alike; only a crossing hands one :meth:`FastLane.poll_once` to the event loop, which acts under
+the tick lock as above.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any
 import structlog
 
 from aithermd.backends.plausible import MIN_DT_S, rate_limit
+from aithermd.backends.readers import gpu_temperatures
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
 from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Status
@@ -256,7 +258,7 @@ class FastLane:
                     self._wake.clear()
                 continue
             started = time.monotonic()
-            if self._nvml or self._crossed():
+            if self._crossed():
                 try:
                     asyncio.run_coroutine_threadsafe(self.poll_once(), loop).result(
                         self.options.apply_timeout_s + self.period_s)
@@ -268,13 +270,20 @@ class FastLane:
                 self._wake.clear()
 
     def _crossed(self) -> bool:
-        """True when a watched hwmon input, read from the polling thread, is at or above its trigger; else
-        the thread's quiet time starts again from these readings (their headroom over their rate limits)."""
+        """True when a watched input, read from the polling thread, is at or above its trigger; else the
+        thread's quiet time starts again from these readings (their headroom over their rate limits). The
+        watched GPUs' temperatures are read in one job on their NVML worker, waited for
+        ``nvml_timeout_s`` at most (:func:`~aithermd.backends.readers.gpu_temperatures`); a GPU not read
+        in time counts as unknown (polled again next period)."""
+        with self._readers_lock:
+            gpus = dict(self._nvml)
+        temps = gpu_temperatures(gpus, self.options.nvml_timeout_s) if gpus else {}
         with self._readers_lock:
             watch, acted, jump = self.watch, self.acted, self._jump
             first = math.inf
-            for cid, quick in self._hwmon.items():
-                value = quick.read()
+            values = [(cid, quick.read()) for cid, quick in self._hwmon.items()]
+            values += [(cid, temps.get(cid)) for cid in gpus]
+            for cid, value in values:
                 trig = watch.get(cid, math.inf)
                 if value is None:
                     first = 0.0  # unknown: keep polling
@@ -283,7 +292,7 @@ class FastLane:
                         return True
                 else:
                     first = min(first, (trig - value) / jump.get(cid, math.inf))
-            if not self._nvml and math.isfinite(first):
+            if math.isfinite(first):
                 self._quiet_rt = max(self._quiet_rt, time.monotonic() + first - self.period_s)
         return False
 

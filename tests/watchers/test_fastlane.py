@@ -297,3 +297,25 @@ def test_each_poll_of_the_thread_starts_the_quiet_time_again_from_its_readings(b
     assert before + 6.0 / 30.0 - 0.08 <= lane._quiet_rt <= time.monotonic() + 6.0 / 30.0 - 0.08
     write(root, f"{AMDGPU}/temp1_input", 86000)
     assert lane._crossed() is True  # at its trigger: handed to the loop at once
+
+
+def test_the_thread_reads_a_watched_gpu_itself_and_waits_out_its_headroom(gpus, clock):
+    """A GPU drawing more than its limit is watched whatever its temperature; the polling thread reads it
+    (one job on the NVML worker, no hand-off to the loop) and, 30 °C under its 90 °C trigger (30 °C/s at
+    most for a GPU), polls it again only 1 s less a period later; at its trigger it hands over at once."""
+    import time
+
+    fake, tick = gpus
+    lane = lane_for(tick, [], clock, threaded=True, nvml_timeout_s=5.0)
+    asyncio.run(tick.run(1))
+    fake.set_dynamic(0, power_draw_w=fake.power_limit_w(0) + 40.0, temp_c=75.0)
+    clock.advance(2.0)
+    lane.rearm(asyncio.run(tick.run(2)))
+    assert set(lane.watch) == {"gpu0/temperature"} and lane.watch["gpu0/temperature"] == 90.0
+    fake.set_dynamic(0, temp_c=60.0)  # cooler since the tick
+    before = time.monotonic()
+    assert lane._crossed() is False
+    assert before + 30.0 / 30.0 - 0.08 <= lane._quiet_rt <= time.monotonic() + 30.0 / 30.0 - 0.08
+    assert lane.polls == 0  # nothing handed to the loop
+    fake.set_dynamic(0, temp_c=90.0)
+    assert lane._crossed() is True

@@ -61,3 +61,66 @@ def test_closed_worker_refuses():
     w.close()
     with pytest.raises(RuntimeError, match="closed"):
         w.run(lambda: None)
+
+
+def _until(predicate, tries=500):
+    """Wait (bounded, 10 ms steps) for ``predicate``; no timing is asserted."""
+    import time
+
+    for _ in range(tries):
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_a_poll_reads_every_gpu_in_one_job_on_the_worker(worker):
+    threads = []
+
+    def temp(item):
+        threads.append(threading.current_thread().name)
+        return item * 10
+
+    assert worker.poll([("gpu0", 1), ("gpu1", 2)], temp, wait_s=5.0) == {"gpu0": 10, "gpu1": 20}
+    assert len(set(threads)) == 1 and threads[0].startswith("nvml-test")
+
+
+def test_a_poll_behind_a_busy_thread_gives_up_waiting_without_calling_a_gpu_hung(worker):
+    """The worker is busy with something else (the tick's pass): the poll's wait is cut short, nothing is
+    marked hung, no second poll queues behind the first, and the first one's job still runs."""
+    gate = threading.Event()
+    busy = threading.Thread(target=worker.run, args=(gate.wait,), kwargs={"timeout_s": 30.0})
+    busy.start()
+    try:
+        _until(lambda: worker._executor is not None)
+        seen = []
+        assert worker.poll([("gpu0", 1)], seen.append, wait_s=0.01, deadline_s=0.01) is None
+        assert worker.poll([("gpu0", 2)], seen.append, wait_s=0.01, deadline_s=0.01) is None
+        assert worker.hung_gpus == frozenset() and worker.hangs == 0
+    finally:
+        gate.set()
+        busy.join(5.0)
+    assert _until(lambda: seen == [1])  # the first poll's job ran; the second never queued
+    assert worker.poll([("gpu0", 3)], lambda x: x, wait_s=5.0) == {"gpu0": 3}
+
+
+def test_a_gpu_that_hangs_in_a_poll_is_marked_hung_and_the_others_are_read_on_a_fresh_thread(worker):
+    gate = threading.Event()
+    reading = threading.Event()
+
+    def temp(item):
+        if item == "stuck":
+            reading.set()
+            gate.wait()
+        return item
+
+    try:
+        assert worker.poll([("gpu0", "stuck"), ("gpu1", "ok")], temp, wait_s=0.01, deadline_s=0.05) is None
+        assert reading.wait(5.0)
+        assert _until(lambda: worker.poll([("gpu1", "ok")], temp, 5.0, 0.05) is not None, tries=100)
+        assert worker.hung("gpu0") is not None and worker.hung("gpu1") is None
+        # the hung GPU is left out of later polls (and of the tick's reads) until its call returns
+        assert worker.poll([("gpu0", "stuck"), ("gpu1", "ok")], temp, wait_s=5.0) == {"gpu1": "ok"}
+    finally:
+        gate.set()
+    assert _until(lambda: worker.hung("gpu0") is None)
