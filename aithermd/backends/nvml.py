@@ -8,7 +8,8 @@ GPUs without an energy counter), ``utilization``/``memory_utilization`` (%), ``s
 (MHz), ``fan<i>`` (duty %), each only where NVML supports it (decided at discovery). Knobs:
 ``gpu<N>/power_limit`` (W, min/max from the limit constraints, default = the board's default limit; read
 back with ``extra["enforced_w"]``), ``gpu<N>/fan<i>`` (duty %, mode ``manual``/``auto``) and
-``gpu<N>/sm_clock_lock`` (MHz, :mod:`.nvml_clocks`; with ``tensor_activity`` (%) from GPM on Hopper and newer).
+``gpu<N>/sm_clock_lock`` (MHz, :mod:`.nvml_clocks`; with ``tensor_activity`` (%) from GPM on Hopper and
+newer).
 ``Sample.attrs["gpu<N>"]``: ``clock_event_reasons`` (names), ``persistence_mode``, ``pstate``;
 ``Sample.health["nvml"]``: the library's and each GPU's health (:meth:`NvmlLife.health
 <aithermd.backends.nvml_life.NvmlLife.health>`).
@@ -152,7 +153,8 @@ class NvmlBackend(NvmlKnobs):
         usual."""
         t = self.clock.monotonic()
         try:
-            self.worker.run(self.life.maintain, t)
+            if self.life.due(t):  # most ticks nothing is: no hop for it
+                self.worker.run(self.life.maintain, t)
         except BackendTimeout as exc:
             self._log.error("nvml_maintenance_hung", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - an NVML fault never ends the sample

@@ -14,12 +14,13 @@ no longer asked every tick (its reading is ``not_supported``, "no data") and is 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from aithermd import units
 from aithermd.backends import nvml_acoustic
 from aithermd.backends.nvml_probe import _ROLE_CHANNEL, PLAUSIBLE, Down, GpuProbe, Lost, error_names
-from aithermd.model import KnobValue, Reading, Status
+from aithermd.model import Device, KnobValue, Reading, Status
 
 __all__ = ["Down", "GpuReader", "Lost", "error_names"]
 
@@ -27,11 +28,41 @@ NO_DATA = 21  # nvml.h NVML_ERROR_NO_DATA
 NO_DATA_LIMIT = 3
 REPROBE_S = 3600.0
 MAX_ESTIMATE_GAP_S = 30.0
+PERSISTENCE_EVERY_S = 30.0  # the persistence mode is asked again after this long (s)
 
 
 class GpuReader(GpuProbe):
     """GPU ``index`` (NVML enumeration order) behind ``handle``; device id ``gpu<index>``; call
     :meth:`probe` once, then :meth:`read` every tick."""
+
+    _plan: list[tuple[str, Callable[[], Any]]] | None = None  # (role, call) of each tick, made once
+    _convert: dict[str, tuple[Callable[[Any], float], float, float]] | None = None  # channel attribute →
+    _last: dict[str, Reading] | None = None  # (convert, lo, hi); the readings of the previous read
+    _reasons: dict[int, tuple[str, ...]] | None = None  # clocks-event mask → names
+    _persistence: tuple[float, bool] | None = None  # (monotonic s of the read, persistence mode)
+
+    def probe(self) -> Device:
+        """:meth:`GpuProbe.probe`; what :meth:`read` asks each tick is then worked out again."""
+        self._plan = self._convert = self._last = self._reasons = self._persistence = None
+        return super().probe()
+
+    def _tick_plan(self) -> list[tuple[str, Callable[[], Any]]]:
+        """The single calls of each tick after the field values, as (role, call) in order."""
+        call, nv = self.call, self.nv
+        plan = list(self.calls.items())
+        if self.temp_fn is not None:
+            plan.append(("temperature", self.temp_fn))
+        if self.util:
+            plan.append(("util", partial(call, "nvmlDeviceGetUtilizationRates")))
+        if self.clocks:
+            plan.append(("sm_clock", partial(call, "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM)))
+            plan.append(("memory_clock", partial(call, "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM)))
+        for i in self.fans:
+            plan.append((f"fan{i}", partial(call, "nvmlDeviceGetFanSpeed") if self.fan_v1
+                         else partial(call, "nvmlDeviceGetFanSpeed_v2", i)))
+        self._convert = {a: (_ROLE_CHANNEL.get(a, (None, float))[1], *PLAUSIBLE[ch.quantity])
+                         for a, ch in self.channels.items()}
+        return plan
 
     def read(
         self,
@@ -51,52 +82,38 @@ class GpuReader(GpuProbe):
                 del skip[role]  # ask again: it may have data now
             for role in skip:
                 failed[role] = "NVML_ERROR_NO_DATA: unsupported (asked again hourly)"
-
-        def grab(role: str, fn: Callable[[], Any]) -> None:
-            if role in skip:
-                return
-            try:
-                raw[role] = fn()
-            except nv.NVMLError as exc:
-                failed[role] = self._detail(exc)
-
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = self._tick_plan()
         fields = [(r, f) for r, f in self.fields if r not in skip] if skip else self.fields
         if fields:
             try:
                 values = self.call("nvmlDeviceGetFieldValues", [fid for _, fid in fields])
+                ok, ull = nv.NVML_SUCCESS, nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
                 for (role, _), v in zip(fields, values, strict=True):
-                    if v.nvmlReturn == nv.NVML_SUCCESS:
-                        raw[role] = (
-                            v.value.ullVal
-                            if v.valueType == nv.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                            else v.value.uiVal
-                        )
+                    if v.nvmlReturn == ok:
+                        raw[role] = v.value.ullVal if v.valueType == ull else v.value.uiVal
                     else:
                         failed[role] = self.names.get(v.nvmlReturn, f"NVML_ERROR_{v.nvmlReturn}")
             except nv.NVMLError as exc:
                 failed.update((role, self._detail(exc)) for role, _ in fields)
-        for role, fn in self.calls.items():
-            grab(role, fn)
-        if self.temp_fn is not None:
-            grab("temperature", self.temp_fn)
-        if self.util:
-            grab("util", lambda: self.call("nvmlDeviceGetUtilizationRates"))
-        if self.clocks:
-            grab("sm_clock", lambda: self.call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM))
-            grab("memory_clock", lambda: self.call("nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM))
-        for i in self.fans:
-            grab(
-                f"fan{i}",
-                (lambda: self.call("nvmlDeviceGetFanSpeed"))
-                if self.fan_v1
-                else (lambda i=i: self.call("nvmlDeviceGetFanSpeed_v2", i)),
-            )
-        self._count_no_data(raw, failed, now)
+        error = nv.NVMLError
+        for role, fn in plan:
+            if role in skip:
+                continue
+            try:
+                raw[role] = fn()
+            except error as exc:
+                failed[role] = self._detail(exc)
+        if failed:
+            self._count_no_data(raw, failed, now)
+        elif self._no_data:
+            self._no_data.clear()
         self._readings(raw, failed, readings)
         if self.estimate_energy:
             self._estimate(readings, now)
         self._knob_values(raw, failed, knobs)
-        self._attrs(attrs)
+        self._attrs(attrs, now)
         self.extra.read(self, readings)
 
     def _count_no_data(self, raw: dict[str, Any], failed: dict[str, str], now: float) -> None:
@@ -132,8 +149,10 @@ class GpuReader(GpuProbe):
             raw["utilization"], raw["memory_utilization"] = util.gpu, util.memory
         if "util" in failed:
             failed["utilization"] = failed["memory_utilization"] = failed["util"]
+        last = self._last if self._last is not None else {}
+        self._last = now = {}
+        convert = self._convert if self._convert is not None else {}
         for attribute, channel in self.channels.items():
-            convert = _ROLE_CHANNEL.get(attribute, (None, float))[1]
             value = raw.get(attribute)
             if value is None:
                 detail = failed.get(attribute, "no value")
@@ -145,13 +164,15 @@ class GpuReader(GpuProbe):
                 )
                 out[channel.id] = Reading(channel.id, None, status, detail)
                 continue
-            value = convert(value)
-            lo, hi = PLAUSIBLE[channel.quantity]
-            out[channel.id] = (
-                Reading(channel.id, value)
-                if lo <= value <= hi
-                else Reading(channel.id, None, Status.IMPLAUSIBLE, f"{value:g} {channel.unit} out of range")
-            )
+            fn, lo, hi = convert.get(attribute) or (float, *PLAUSIBLE[channel.quantity])
+            value = fn(value)
+            if lo <= value <= hi:
+                prev = last.get(attribute)  # an unchanged value keeps its Reading: no new object a tick
+                now[attribute] = out[channel.id] = prev if prev is not None and prev.value == value \
+                    else Reading(channel.id, value)
+            else:
+                out[channel.id] = Reading(channel.id, None, Status.IMPLAUSIBLE,
+                                          f"{value:g} {channel.unit} out of range")
 
     def _knob_values(self, raw: dict[str, Any], failed: dict[str, str], out: dict[str, KnobValue]) -> None:
         knob = self.knobs.get("power_limit")
@@ -193,21 +214,31 @@ class GpuReader(GpuProbe):
             return KnobValue(kid, None, None, Status.FAILED)
         return KnobValue(kid, float(speed), mode)
 
-    def _attrs(self, out: dict[str, dict[str, Any]]) -> None:
+    def _attrs(self, out: dict[str, dict[str, Any]], now: float = 0.0) -> None:
+        """Clocks-event reasons and P-state every tick; the persistence mode every
+        :data:`PERSISTENCE_EVERY_S` (it changes only when an administrator sets it)."""
         nv, attrs = self.nv, {}
         if self.reasons_fn is not None:
             try:
                 mask = self.reasons_fn()
-                attrs["clock_event_reasons"] = tuple(n for bit, n in self.reason_bits if bit and mask & bit)
+                names = self._reasons if self._reasons is not None else {}
+                self._reasons = names
+                if mask not in names:
+                    names[mask] = tuple(n for bit, n in self.reason_bits if bit and mask & bit)
+                attrs["clock_event_reasons"] = names[mask]
             except nv.NVMLError:
                 pass
         if self.persistence:
-            try:
-                attrs["persistence_mode"] = (
-                    self.call("nvmlDeviceGetPersistenceMode") == nv.NVML_FEATURE_ENABLED
-                )
-            except nv.NVMLError:
-                pass
+            kept = self._persistence
+            if kept is not None and 0.0 <= now - kept[0] < PERSISTENCE_EVERY_S:
+                attrs["persistence_mode"] = kept[1]
+            else:
+                try:
+                    enabled = self.call("nvmlDeviceGetPersistenceMode") == nv.NVML_FEATURE_ENABLED
+                    self._persistence = (now, enabled)
+                    attrs["persistence_mode"] = enabled
+                except nv.NVMLError:
+                    self._persistence = None
         if self.pstate:
             try:
                 attrs["pstate"] = f"P{self.call('nvmlDeviceGetPerformanceState')}"

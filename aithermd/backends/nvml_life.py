@@ -171,6 +171,14 @@ class NvmlLife:
         if now >= self.rescan_at:
             self.enumerate(now)
 
+    def due(self, now: float) -> bool:
+        """Whether :meth:`maintain` has anything to do at ``now`` (reads this object only: no NVML call, so
+        the backend asks it without a hop to the worker)."""
+        if not self.lib.up:
+            return now >= self.lib.retry_at
+        return now >= self.rescan_at or any(s.state != "ok" and now >= s.retry_at
+                                            for s in self.slots.values())
+
     def recheck(self, slot: Slot, now: float) -> None:
         """One attempt now, whatever the backoff, to have a lost or down ``slot`` answer again (NVML
         initialised again when it is down): a restore at the stop does not wait for the next retry."""
