@@ -31,7 +31,7 @@ from aithermd.publish.budget_metrics import BudgetCollector
 from aithermd.publish.document import decision_changes
 from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
-from aithermd.publish.scrape import CLIENT_TIMEOUT_S, ScrapeServer, exposition
+from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Exposition, ScrapeServer
 
 # Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
@@ -323,22 +323,24 @@ class MetricsHandle:
 
     def __init__(self, hub: StateHub) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.counters = EventCounters()
-        self.collector = SnapshotCollector(hub, self.counters)
-        self.registry.register(self.collector)
-        self.registry.register(BudgetCollector(hub))
+        self.exposition = out = Exposition(self.registry)  # a collector's text kept while its inputs hold
+        self.counters = c = EventCounters()
+        self.collector = out.add(SnapshotCollector(hub, c),
+                                 lambda: (hub.latest, c.decisions, c.drift, c.faults))
+        out.add(BudgetCollector(hub), lambda: (hub.latest,))
         # the daemon's own process_* (CPU seconds, resident memory, open fds, start time) and python_info,
         # as every Prometheus client exports them
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        self.above_limit = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
-        self.registry.register(HealthCollector(hub, self.above_limit))
-        self._tick = Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
-                               buckets=TICK_BUCKETS_S, registry=self.registry)
+        out.add(ProcessCollector(registry=None))
+        out.add(PlatformCollector(registry=None), tuple)  # the interpreter's version: never changes
+        self.above_limit = above = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
+        out.add(HealthCollector(hub, above),  # hub.status: each service replaces its entry, never mutates it
+                lambda: (hub.latest, above.counts, *(x for kv in list(hub.status.items()) for x in kv)))
+        self._tick = out.add(Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
+                                       buckets=TICK_BUCKETS_S, registry=None))
         from aithermd.publish.fan_metrics import FanCollector, StallCounter
 
         stalls = StallCounter()
-        self.registry.register(FanCollector(hub, stalls))
+        out.add(FanCollector(hub, stalls), lambda: (hub.latest, stalls.stalls))
         self._remove_listeners = (hub.add_listener(self.counters.on_publish),
                                   hub.add_listener(self.above_limit.on_publish),
                                   hub.add_listener(stalls.on_publish))
@@ -375,7 +377,8 @@ def start(listen: str, hub: StateHub, energy: Any = None) -> MetricsHandle:
     if energy is not None:
         from aithermd.publish.energy_metrics import EnergyCollector
 
-        handle.registry.register(EnergyCollector(lambda: energy.exporter.export))
+        export = lambda: energy.exporter.export  # noqa: E731 - replaced, never mutated, at each pass
+        handle.exposition.add(EnergyCollector(export), lambda: (export(),))
     address = parse_listen(listen)
     if address is not None:
         try:
@@ -388,8 +391,8 @@ def start(listen: str, hub: StateHub, energy: Any = None) -> MetricsHandle:
 
 def render(handle: MetricsHandle) -> bytes:
     """The text exposition of the handle's registry (what a scrape returns; the bytes
-    ``prometheus_client.generate_latest`` would give)."""
-    return exposition(handle.registry.collect())
+    ``prometheus_client.generate_latest`` would give), each collector's text kept while its inputs hold."""
+    return handle.exposition.render()
 
 
 __all__: Sequence[Any] = ("CLIENT_TIMEOUT_S", "DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",

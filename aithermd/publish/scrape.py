@@ -1,5 +1,7 @@
-"""Serving ``/metrics``: prometheus-client's text format with its per-series strings cached, from a thread
-that sleeps in ``select`` until a scraper connects.
+"""Serving ``/metrics``: prometheus-client's text format with its per-series strings cached, and each
+collector's text kept while its inputs are the same objects (:class:`Exposition`: a second scrape within a
+tick renders only the process's own figures), from a thread that sleeps in ``select`` until a scraper
+connects.
 
 :func:`exposition` writes exactly what ``prometheus_client.generate_latest`` writes (text format 0.0.4;
 the library's own escaping and float formatting), but keeps each series' ``name{labels}`` prefix and each
@@ -91,6 +93,45 @@ def exposition(families: Iterable[Any]) -> bytes:
             out.append(_header(metric.name + suffix, "gauge", metric.documentation))
             out.extend(lines)
     return "".join(out).encode("utf-8")
+
+
+class Exposition:
+    """The text exposition of a registry's collectors, in the order they were added (the order
+    ``generate_latest`` renders them in), each collector's text kept while its inputs are unchanged.
+
+    A collector added with ``inputs`` (a function returning the objects its families are made from: the
+    published snapshot, a counter's dict that is replaced, never mutated, on each change) is rendered again
+    only when one of them is not the very object it was at its last render; its text is the same bytes
+    otherwise. One added without ``inputs`` (the process's CPU seconds and memory, the tick histogram) is
+    rendered at every scrape. Render from one thread at a time (the scrape thread)."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+        self._parts: list[tuple[Any, Callable[[], tuple[Any, ...]] | None]] = []
+        self._kept: dict[int, tuple[tuple[Any, ...], bytes]] = {}
+        self.renders = 0  # collectors rendered (not taken from what was kept): for tests and benchmarks
+
+    def add(self, collector: Any, inputs: Callable[[], tuple[Any, ...]] | None = None) -> Any:
+        """Register ``collector`` in the registry and here; returns it."""
+        self.registry.register(collector)
+        self._parts.append((collector, inputs))
+        return collector
+
+    def render(self) -> bytes:
+        out = []
+        for i, (collector, inputs) in enumerate(self._parts):
+            key = inputs() if inputs is not None else None
+            kept = self._kept.get(i)
+            if key is not None and kept is not None and len(kept[0]) == len(key) \
+                    and all(a is b for a, b in zip(kept[0], key, strict=True)):
+                out.append(kept[1])
+                continue
+            self.renders += 1
+            text = exposition(collector.collect())
+            if key is not None:
+                self._kept[i] = (key, text)
+            out.append(text)
+        return b"".join(out)
 
 
 class ScrapeServer:

@@ -139,3 +139,32 @@ def test_http_answers_only_get_and_head_of_metrics():
     finally:
         handle.stop()
         handle.stop()  # twice is fine
+
+
+def test_a_second_scrape_within_a_tick_renders_only_what_changes_at_every_scrape():
+    """Two scrapes of the same snapshot: the second renders again only the process's own figures and the
+    tick histogram, and gives the same text with them (Prometheus pairs, Grafana Agent and aithermctl may
+    all scrape within one tick); a new snapshot, a tick observed, a service's status replaced, are seen at
+    the next scrape."""
+    from prometheus_client import generate_latest
+
+    from aithermd.publish.reference import reference_snapshot
+
+    hub = StateHub()
+    handle = metrics.start("none", hub)
+    try:
+        hub.publish(reference_snapshot(1, gpus=2))
+        first = metrics.render(handle)
+        before = handle.exposition.renders
+        assert steady(metrics.render(handle)) == steady(first)
+        assert handle.exposition.renders - before == 2  # process_* and the tick histogram
+        handle.observe_tick(0.003)
+        hub.status["dbus"] = {"connected": True, "reconnects": 3}
+        text = metrics.render(handle)
+        assert b"aithermd_tick_duration_seconds_count 1.0" in text
+        assert b"aithermd_dbus_reconnects_total 3.0" in text
+        hub.publish(reference_snapshot(2, gpus=2))
+        assert steady(metrics.render(handle)) == steady(generate_latest(handle.registry))
+        assert steady(metrics.render(handle)) != steady(text)  # the new snapshot's values
+    finally:
+        handle.stop()
