@@ -105,23 +105,26 @@ class ProcReader:
     def stats(self) -> Iterator[tuple[int, int, float, float]]:
         """(pid, ppid, start time s since the epoch, CPU s: user + system with reaped children's) of every
         process under the root, from its ``stat`` (proc(5)); a process that ends meanwhile is left out."""
-        boot, tick = self.boot_time(), CLK_TCK
         try:
             names = os.listdir(self.root)
         except OSError:
             return
         for name in names:
-            if not name.isdigit():
-                continue
-            raw = self._read_path(os.path.join(self.root, name, "stat"), 4096)
-            if raw is None:
-                continue
-            fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) ": comm may hold spaces and ')'
-            try:
-                cpu = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
-                yield int(name), int(fields[1]), boot + int(fields[19]) / tick, cpu
-            except (IndexError, ValueError):
-                continue
+            if name.isdigit() and (got := self.stat(int(name))) is not None:
+                yield got
+
+    def stat(self, pid: int) -> tuple[int, int, float, float] | None:
+        """What :meth:`stats` gives for ``pid``; None when it is not running (its ``stat`` unreadable)."""
+        raw = self._read_path(os.path.join(self.root, str(pid), "stat"), 4096)
+        if raw is None:
+            return None
+        fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) ": comm may hold spaces and ')'
+        tick = CLK_TCK
+        try:
+            cpu = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+            return pid, int(fields[1]), self.boot_time() + int(fields[19]) / tick, cpu
+        except (IndexError, ValueError):
+            return None
 
     @staticmethod
     def _read_path(path: str, limit: int) -> bytes | None:
@@ -167,16 +170,18 @@ class ProcessTable:
         self.info: dict[ProcKey, ProcessInfo] = {}
         self.by_pid: dict[int, ProcKey] = {}
 
-    def scan(self) -> dict[ProcKey, float]:
-        """{key: CPU seconds so far (user + system, with reaped children's)} of every process now; the
-        identities of new ones are read into :attr:`info`, those of ended ones dropped."""
+    def scan(self, pids: Iterable[int] | None = None) -> dict[ProcKey, float]:
+        """{key: CPU seconds so far (user + system, with reaped children's)} of every process now (of
+        ``pids`` and their ancestors only, when given: what GPU-only accounting needs, see
+        :meth:`EnergyService.account <aithermd.accounting.service.EnergyService.account>`); the
+        identities of new ones are read into :attr:`info`, those of ended ones (or left out) dropped."""
         if self._ps is not None:
             return self._scan_psutil()
         cpu: dict[ProcKey, float] = {}
         by_pid: dict[int, ProcKey] = {}
         info: dict[ProcKey, ProcessInfo] = {}
         known_info, reader = self.info, self.reader
-        for pid, ppid, start, seconds in reader.stats():
+        for pid, ppid, start, seconds in (reader.stats() if pids is None else self._lineage(pids)):
             key = (pid, round(start, 2))
             cpu[key] = seconds
             by_pid[pid] = key
@@ -184,6 +189,19 @@ class ProcessTable:
             info[key] = known if known is not None else reader.identity(pid, key[1], ppid)
         self.info, self.by_pid = info, by_pid
         return cpu
+
+    def _lineage(self, pids: Iterable[int]) -> Iterator[tuple[int, int, float, float]]:
+        """:meth:`ProcReader.stat` of each of ``pids`` and of its parent, the parent's parent, … once each."""
+        todo, seen = list(pids), set()
+        while todo:
+            pid = todo.pop()
+            if pid in seen or pid <= 0:
+                continue
+            seen.add(pid)
+            got = self.reader.stat(pid)
+            if got is not None:
+                yield got
+                todo.append(got[1])
 
     def _scan_psutil(self) -> dict[ProcKey, float]:
         cpu: dict[ProcKey, float] = {}

@@ -152,13 +152,22 @@ class EnergyService:
 
     # ---- one accounting pass -------------------------------------------------------------------------------
     async def account(self) -> None:
-        """Read usage and the process table off the loop, then :meth:`apply` (logs, never raises)."""
+        """Read usage and the process table off the loop, then :meth:`apply` (logs, never raises). Without
+        a RAPL package only the GPUs' processes, their ancestors and the processes charged so far are read
+        (a few ``/proc/PID/stat`` instead of the whole process table)."""
         assert self.accountant is not None
         try:
             usage = []
             for backend in self.gpus:
                 usage.extend(await backend.ausage())
-            cpu = await asyncio.to_thread(self.accountant.table.scan)
+            table = self.accountant.table
+            if CPU in self._known:  # the package's joules are shared by CPU time: every process counts
+                cpu = await asyncio.to_thread(table.scan)
+            else:  # GPUs alone: who holds them (and their ancestors), and whether those charged still run
+                pids = {p.pid for u in usage for p in u.processes or ()}
+                pids.update(pid for u in usage for pid in u.utilization or {})
+                pids.update(k[0] for k, r in self.accountant.ledger.processes.items() if r.alive)
+                cpu = await asyncio.to_thread(table.scan, pids)
             self.apply(usage, cpu)
         except Exception as exc:  # noqa: BLE001 - accounting never takes the daemon down
             self._log.warning("accounting_failed", error=f"{type(exc).__name__}: {exc}")

@@ -60,3 +60,74 @@ def test_a_process_that_ended_leaves_the_table_and_a_reused_pid_is_a_new_process
     assert list(second) == [(4242, round(1700000000 + 99999 / tick, 2))] and key not in table.info
     (root / "4242" / "stat").unlink()
     assert table.scan() == {} and table.by_pid == {}
+
+
+def _tree(tmp_path, procs):
+    """A /proc with ``procs``: {pid: (ppid, comm)}; every process started 100 ticks after boot."""
+    root = tmp_path / "proc"
+    root.mkdir()
+    (root / "stat").write_text("btime 1700000000\n")
+    for pid, (ppid, comm) in procs.items():
+        (root / str(pid)).mkdir()
+        stat = f"{pid} ({comm}) S {ppid} 0 0 0 -1 0 0 0 0 0 10 20 0 0 20 0 1 0 100\n"
+        (root / str(pid) / "stat").write_text(stat)
+        (root / str(pid) / "comm").write_text(comm + "\n")
+    return root
+
+
+def test_a_scan_of_some_pids_reads_them_and_their_ancestors_only(tmp_path):
+    root = _tree(tmp_path, {1: (0, "systemd"), 90: (1, "slurmstepd"), 100: (90, "python"), 300: (1, "sshd")})
+    table = ProcessTable(reader=ProcReader(root))
+    cpu = table.scan([100, 4242])  # 4242 ended before the scan
+    assert sorted(k[0] for k in cpu) == [1, 90, 100]
+    assert [table.info[table.by_pid[p]].comm for p in (100, 90, 1)] == ["python", "slurmstepd", "systemd"]
+    assert list(table.ancestors(table.by_pid[100])) == [90, 1]
+    assert table.lookup(300).visible is False  # not asked for: not read
+    assert sorted(k[0] for k in table.scan()) == [1, 90, 100, 300]
+
+
+class RecordingTable:
+    def __init__(self) -> None:
+        self.asked: list = []
+        self.info: dict = {}
+
+    def scan(self, *pids):
+        self.asked.append(set(pids[0]) if pids else "all")
+        return {}
+
+    def lookup(self, pid):
+        from aithermd.accounting.procs import ProcessInfo
+
+        return ProcessInfo(pid, 0.0, visible=False)
+
+
+class Gpus:
+    async def ausage(self):
+        from aithermd.model import GpuProcess, GpuUsage, ProcessUtilization
+
+        busy = {4200: ProcessUtilization(50, 10, 0, 0, 50, 1)}  # busy, gone from the list since
+        return [GpuUsage("gpu0", "GPU-0", (GpuProcess(4100),), busy)]
+
+
+async def test_gpu_only_accounting_reads_the_gpus_processes_and_a_package_reads_every_process():
+    import asyncio
+
+    from aithermd.accounting.service import EnergyService
+    from aithermd.model import DeviceKind, Reading, Snapshot
+    from tests.accounting.bench import _device
+    from tests.support.clock import SimClock
+
+    gpu = _device("gpu0", DeviceKind.GPU, {"uuid": "GPU-0"})
+    package = _device("powercap:package-0", DeviceKind.POWERCAP, {"zone": "package-0"})
+    for devices, want in (((gpu,), {4100, 4200}), ((gpu, package), "all")):
+        clock, table = SimClock(), RecordingTable()
+        service = EnergyService(clock, None, table=table, gpus=[Gpus()], interval_s=5.0)
+        for seq in range(1, 12):
+            readings = {c.id: Reading(c.id, 10.0 * seq) for d in devices for c in d.channels}
+            service.on_publish(Snapshot(seq, clock.monotonic(), clock.wall(), devices, readings))
+            await asyncio.sleep(0)
+            if service._task is not None:
+                await service._task
+            clock.advance(1.0)
+        service.stop()
+        assert table.asked and all(a == want for a in table.asked), (devices, table.asked)
