@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
@@ -279,6 +279,8 @@ class NvmlWorker:
             return future.result(timeout=wait_s)
         except FutureTimeout:
             self._poll_job = (future, state, executor)
+            return None
+        except CancelledError:  # queued on a thread the tick's pass left behind (a GPU hung meanwhile)
             return None
 
     def close(self) -> None:

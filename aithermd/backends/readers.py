@@ -107,7 +107,7 @@ def gpu_temperatures(readers: Mapping[str, NvmlReader], wait_s: float) -> dict[s
         try:
             got = first.worker.poll([(r.device_id, r) for _, r in group], NvmlReader.temperature, wait_s,
                                     first.deadline_s)
-        except RuntimeError:  # a closed worker (the daemon stopping)
+        except Exception:  # noqa: BLE001 - a closed worker (the daemon stopping): the tick reads them
             continue
         for device_id, value in (got or {}).items():
             out[by_device[device_id]] = value

@@ -124,3 +124,24 @@ def test_a_gpu_that_hangs_in_a_poll_is_marked_hung_and_the_others_are_read_on_a_
     finally:
         gate.set()
     assert _until(lambda: worker.hung("gpu0") is None)
+
+
+def test_a_poll_queued_behind_a_pass_that_is_left_behind_answers_nothing_and_the_next_one_reads(worker):
+    """The tick's pass hangs and its thread is left behind (the GPU marked hung): a poll waiting behind it
+    is cancelled with it; the poll answers None (no exception reaches the fast lane's thread) and the next
+    one runs on the fresh thread."""
+    gate = threading.Event()
+    busy = threading.Thread(target=lambda: pytest.raises(BackendTimeout, worker.run, gate.wait, timeout_s=0.3,
+                                                         gpu="gpu0"))
+    busy.start()
+    try:
+        _until(lambda: worker._executor is not None)
+        answers = []
+        poller = threading.Thread(target=lambda: answers.append(worker.poll([("gpu1", 1)], str, 30.0)))
+        poller.start()
+        poller.join(10.0)
+        busy.join(10.0)
+        assert answers == [None] and worker.hung("gpu0") is not None
+        assert worker.poll([("gpu0", 0), ("gpu1", 1)], str, wait_s=5.0) == {"gpu1": "1"}
+    finally:
+        gate.set()
