@@ -94,13 +94,13 @@ class NvmlReader:
 
 
 def gpu_temperatures(readers: Mapping[str, NvmlReader], wait_s: float) -> dict[str, float | None]:
-    """Temperature (°C) of the GPU of each ``{channel_id: reader}``, read in one job per NVML worker; a
-    channel left out was not read: its GPU is hung, or its worker's job did not end within ``wait_s`` (s;
-    see :meth:`~aithermd.backends.nvml_worker.NvmlWorker.poll`). None: the GPU did not answer."""
+    """Temperature (°C) of the GPU of each ``{channel_id: reader}``, read in one job per NVML worker; None
+    where it was not read: the GPU did not answer, is hung, or its worker's job did not end within
+    ``wait_s`` (s; see :meth:`~aithermd.backends.nvml_worker.NvmlWorker.poll`)."""
     by_worker: dict[int, list[tuple[str, NvmlReader]]] = {}
     for cid, reader in readers.items():
         by_worker.setdefault(id(reader.worker), []).append((cid, reader))
-    out: dict[str, float | None] = {}
+    out: dict[str, float | None] = dict.fromkeys(readers)
     for group in by_worker.values():
         first = group[0][1]
         by_device = {r.device_id: cid for cid, r in group}

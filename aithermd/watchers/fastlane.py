@@ -29,10 +29,9 @@ re-arms the lane. With nothing to watch the lane sleeps until the next re-arm (n
 
 In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own: a thread's timed
 wait costs well under an event-loop wake-up (about 0.07–0.11 % against 0.18 % of a core at 10 Hz on the
-build VM; benchmarks/bench_fastlane.py). The thread reads the watched hwmon files, and the watched GPUs'
-temperatures in one job on their NVML worker (every NVML call stays on it), and paces itself by their
-headroom alike; only a crossing hands one :meth:`FastLane.poll_once` to the event loop, which acts under
-the tick lock as above.
+build VM; benchmarks/bench_fastlane.py). It reads the watched hwmon files and GPU temperatures (one job on
+their NVML worker) and paces itself by their headroom; only a crossing hands one :meth:`FastLane.poll_once`
+to the event loop, which acts under the tick lock as above.
 """
 
 from __future__ import annotations
@@ -270,20 +269,13 @@ class FastLane:
                 self._wake.clear()
 
     def _crossed(self) -> bool:
-        """True when a watched input, read from the polling thread, is at or above its trigger; else the
-        thread's quiet time starts again from these readings (their headroom over their rate limits). The
-        watched GPUs' temperatures are read in one job on their NVML worker, waited for
-        ``nvml_timeout_s`` at most (:func:`~aithermd.backends.readers.gpu_temperatures`); a GPU not read
-        in time counts as unknown (polled again next period)."""
-        with self._readers_lock:
-            gpus = dict(self._nvml)
-        temps = gpu_temperatures(gpus, self.options.nvml_timeout_s) if gpus else {}
+        """True when a watched input (GPUs: one job on their worker, unknown unless read within
+        ``nvml_timeout_s``) is at its trigger or above; else the quiet time restarts from these readings."""
+        temps = gpu_temperatures(self._nvml.copy(), self.options.nvml_timeout_s)  # copy(): atomic
         with self._readers_lock:
             watch, acted, jump = self.watch, self.acted, self._jump
             first = math.inf
-            values = [(cid, quick.read()) for cid, quick in self._hwmon.items()]
-            values += [(cid, temps.get(cid)) for cid in gpus]
-            for cid, value in values:
+            for cid, value in [*((c, quick.read()) for c, quick in self._hwmon.items()), *temps.items()]:
                 trig = watch.get(cid, math.inf)
                 if value is None:
                     first = 0.0  # unknown: keep polling
