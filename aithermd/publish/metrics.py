@@ -328,15 +328,14 @@ class MetricsHandle:
         self.collector = out.add(SnapshotCollector(hub, c),
                                  lambda: (hub.latest, c.decisions, c.drift, c.faults))
         out.add(BudgetCollector(hub), lambda: (hub.latest,))
-        # the daemon's own process_* (CPU seconds, resident memory, open fds, start time) and python_info,
-        # as every Prometheus client exports them
+        # process_* (CPU seconds, resident memory, fds, start time) and python_info, as every client has them
         out.add(ProcessCollector(registry=None))
         out.add(PlatformCollector(registry=None), tuple)  # the interpreter's version: never changes
         self.above_limit = above = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
         out.add(HealthCollector(hub, above),  # hub.status: each service replaces its entry, never mutates it
                 lambda: (hub.latest, above.counts, *(x for kv in list(hub.status.items()) for x in kv)))
         self._tick = out.add(Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
-                                       buckets=TICK_BUCKETS_S, registry=None))
+                                       buckets=TICK_BUCKETS_S, registry=None), lambda: (self.ticks,))
         from aithermd.publish.fan_metrics import FanCollector, StallCounter
 
         stalls = StallCounter()
@@ -346,10 +345,12 @@ class MetricsHandle:
                                   hub.add_listener(stalls.on_publish))
         self._server: ScrapeServer | None = None
         self.address: tuple[str, int] | None = None
+        self.ticks = 0  # ticks observed (a new int object at each: the histogram's text is kept until then)
 
     def observe_tick(self, seconds: float) -> None:
         """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``."""
         self._tick.observe(seconds)
+        self.ticks += 1
 
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` (:class:`~aithermd.publish.scrape.ScrapeServer`: one thread, asleep until a
