@@ -16,6 +16,12 @@ than a second after the previous one. Grouping rows by time thresholds then spli
    are clearly more alike than the rest are supported (a multiple of the true count compares a GPU with
    itself a few samples later: as alike), the smallest one wins.
 
+0. **one row per stamp**: when at least three rows in four come half a second or more after the previous one,
+   no sample holds several rows (nvidia-smi reads every GPU of a sample within tenths of a second, and
+   with N ≥ 2 GPUs at least half of the gaps are inside a sample): one GPU, whatever its values do. A
+   load that switches every few seconds makes rows N apart alike, and the values alone would read a
+   single card as N.
+
 With stamps written to fractions of a second, time decides (GPUs that read alike fool the values: two
 rows of one sample are as alike as one card a second apart), helped by the values among the counts it
 supports; with whole-second stamps the values decide (two samples in one second look like one sample of
@@ -39,6 +45,7 @@ DYNAMIC_NUMERIC = ("temperature.gpu", "temperature.memory", "power.draw", "memor
 STATIC_AGREEMENT = 0.95  # share of rows N apart whose static columns must agree
 MIN_SAMPLES = 4  # samples needed before the gaps between them count as evidence
 VALUE_SEPARATION = 1.5  # rows N apart of the same GPU must be this much more alike than of different GPUs
+ONE_SAMPLE_GAP_S = 0.5  # rows this far apart are different samples (the module doc, rule 0)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -114,6 +121,10 @@ def count_gpus(rows: Sequence[tuple[dict, dict]], times: Sequence[float] | None,
     if m <= 1:
         return 1
     candidates = [n for n in range(1, min(MAX_GPUS, m) + 1) if _static_ok(rows, n)] or [1]
+    if 1 in candidates and times is not None and m > 2:
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        if _quantile(gaps, 0.25) >= ONE_SAMPLE_GAP_S:
+            return 1
     by_time: set[int] | None = None
     if times is not None and m > 2:
         scored = {n: _time_score(times, n) for n in candidates}

@@ -116,3 +116,17 @@ def test_names_that_repeat_every_n_rows_decide():
     trace = parse_trace("\n".join(lines) + "\n")
     assert len(trace.gpu_ids) == 3
     assert trace.names == ("NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090 Ti", "NVIDIA GeForce RTX 3090")
+
+
+@pytest.mark.parametrize(("on_s", "rows"), [(3, 300), (1, 300), (2, 11)])
+def test_one_gpu_whose_load_switches_every_few_seconds_stays_one(on_s, rows):
+    """One card, one row a second, its load on for ``on_s`` s and off as long: rows 2 × on_s apart read
+    alike, and the values alone counted 2 × on_s GPUs (6 GPUs and five times the energy for on_s = 3).
+    Rows a second apart are different samples: one GPU."""
+    lines = ["timestamp, name, utilization.gpu [%], memory.used [MiB], power.draw [W]"]
+    for k in range(rows):
+        busy = (k // on_s) % 2 == 0
+        lines.append(f"{stamp(100 + k + 0.003 * (k % 7), True)}, NVIDIA GeForce RTX 4090, "
+                     f"{98 if busy else 1} %, {18100 if busy else 1129} MiB, {310.5 if busy else 33.1} W")
+    trace = parse_trace("\n".join(lines) + "\n")
+    assert len(trace.gpu_ids) == 1 and len(trace.samples) == rows
