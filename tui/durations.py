@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
 _FACTORS = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-_VALUE = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(w|%|°c|c|mhz)?\s*$", re.IGNORECASE)
+_VALUE = re.compile(r"^\s*([-+]?[0-9]+(?:\.[0-9]+)?)\s*(w|%|°c|c|mhz)?\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> float:

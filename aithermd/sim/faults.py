@@ -36,9 +36,11 @@ import structlog
 
 from aithermd.backends.sysfs import SysfsIO, read_optional_text
 
-_DURATION = r"(?:\d+(?:\.\d+)?[smh])+|\d+(?:\.\d+)?"  # 90, 90s, 1m30s, 2h30m
+_NUM = r"[0-9]+(?:\.[0-9]+)?"  # ASCII digits only (float() also takes other scripts' digits)
+# 90, 90s, 1m30s, 2h30m, 1h0m5s: hours, minutes, seconds, each at most once and in that order
+_DURATION = rf"{_NUM}h(?:{_NUM}m)?(?:{_NUM}s)?|{_NUM}m(?:{_NUM}s)?|{_NUM}s|{_NUM}"
 _WHEN = re.compile(rf"^(?P<a>{_DURATION})(?:-(?P<b>{_DURATION}))?$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
+_PART = re.compile(rf"({_NUM})([smh]?)")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _GPU = re.compile(r"^gpu(?P<n>\d+)(?:/(?P<fn>[A-Za-z0-9_]+))?$")
 _CAP = re.compile(r"^CAP=(?P<w>\d+(?:\.\d+)?)W?$", re.I)

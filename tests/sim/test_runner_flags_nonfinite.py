@@ -31,6 +31,8 @@ def test_non_finite_duration_and_speedup_are_refused(bad, message):
     (["--duration", "600"], dict(sim_duration_s=600.0)),
     (["--duration", "10m"], dict(sim_duration_s=600.0)),
     (["--duration", "1h30m"], dict(sim_duration_s=5400.0)),
+    (["--duration", "1h0m5s"], dict(sim_duration_s=3605.0)),
+    (["--duration", "1.5m"], dict(sim_duration_s=90.0)),
     (["--duration", "90s", "--stagger", "2m"], dict(sim_duration_s=90.0, sim_stagger_s=120.0)),
     (["--cycle", "2m,22m,2m"], dict(sim_cycle=(120.0, 1320.0, 120.0))),
     (["--cycle", "120,1320,120"], dict(sim_cycle=(120.0, 1320.0, 120.0))),
@@ -43,6 +45,8 @@ def test_simulation_durations_take_the_same_units_as_fault_times(flags, expect):
 
 
 @pytest.mark.parametrize("flags", [["--duration", "10x"], ["--duration", "nan"], ["--duration", "-5"],
+                                   ["--duration", "1m1h"], ["--duration", "10m5m"], ["--duration", "1h1h"],
+                                   ["--duration", "\u0661\u0660"], ["--duration", "1h30"],
                                    ["--stagger", "1d"], ["--cycle", "1,2"], ["--cycle", "1m,0,1m"],
                                    ["--cycle", "1,inf,1"]])
 def test_a_malformed_simulation_duration_is_a_usage_error_naming_the_form(flags, capsys):

@@ -9,7 +9,7 @@ def test_durations_people_type(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "-5", "5x", "0", "0s", "1e9999"])
+@pytest.mark.parametrize("text", ["", "abc", "-5", "5x", "0", "0s", "1e9999", "\u0661\u0660m"])
 def test_bad_durations_are_refused_with_examples(text):
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
