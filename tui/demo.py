@@ -5,7 +5,9 @@ directory) after detecting and calibrating the simulated board's fans (``--calib
 fans calibrate`` does: the TUI's fan table shows which pwm drives which fan and their start and stop
 duty), its own temporary state directory, on a private ``dbus-daemon``; it serves Prometheus metrics on
 ``--metrics-listen`` (default 127.0.0.1:8736, as the daemon; ``none`` to serve none; a port already taken,
-say by another demo or the real daemon, is said in one line and the demo runs on without metrics). On exit
+say by another demo or the real daemon, is said in one line and the demo runs on without metrics; the URL
+is printed only once its own daemon listens there). A daemon that refuses the command line (``--cycle``,
+``--policy``) is a usage error: its one line, exit 2. On exit
 (quitting the TUI, Ctrl-C, SIGTERM, SIGHUP) the daemon is stopped, then the bus, then the directory is
 removed; another signal meanwhile or after (a second Ctrl-C, a service manager's SIGTERM after SIGHUP) does
 not cut that short, which takes at most 20 s (SIGKILL after that), and the exit status stays 130.
@@ -91,6 +93,38 @@ async def wait_for_daemon(address: str, daemon: subprocess.Popen[bytes], timeout
         await client.close()
 
 
+def serves_metrics(pid: int, listen: str, log: Path, timeout_s: float = 10.0) -> bool:
+    """Whether the daemon ``pid`` listens on ``listen``'s port: True once it does, False once its ``log``
+    says ``metrics_unavailable`` (another process took the port first: two demos started together), it
+    is gone, or ``timeout_s`` passes."""
+    import psutil
+
+    port = int(listen.rpartition(":")[2])
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            proc = psutil.Process(pid)
+            listening = (getattr(proc, "net_connections", None) or proc.connections)(kind="tcp")  # psutil < 6
+        except psutil.Error:
+            return False
+        if any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in listening):
+            return True
+        with contextlib.suppress(OSError):
+            if "metrics_unavailable" in log.read_text(errors="replace"):
+                return False
+        time.sleep(0.05)
+    return False
+
+
+def _usage_error(log: Path) -> str | None:
+    """The last line of a daemon that refused its command line (exit 2: argparse's ``aithermd run: error:
+    ...`` after its usage, or ``aithermd run: --policy ...: ...``) without its prefixes, else None."""
+    lines = [line for line in _tail(log, 5).splitlines() if line.strip()]
+    if not lines:
+        return None
+    return lines[-1].removeprefix("aithermd run: ").removeprefix("error: ")
+
+
 def stop(proc: subprocess.Popen | None, timeout_s: float = 15.0) -> None:
     """SIGTERM, then SIGKILL after ``timeout_s``."""
     if proc is None or proc.poll() is not None:
@@ -133,11 +167,16 @@ def metrics_unavailable(listen: str) -> str | None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    spawning: list[int] = []  # while the daemon is being started: the signals that came meanwhile
+
     def on_term(signum: int, frame: object) -> None:
+        if spawning:  # raised inside Popen after the fork, the daemon would run on, held by nobody
+            spawning.append(signum)
+            return
         raise KeyboardInterrupt
 
     # SIGHUP too: a closed terminal must not orphan the daemon and the bus (they run in their own sessions)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, on_term)
     tmp = tempfile.mkdtemp(prefix="aithermctl-demo-")
     log = Path(tmp, "aithermd.log")
@@ -153,19 +192,34 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"aithermctl: demo: metrics: {why}: this demo serves none (--metrics-listen HOST:PORT "
                   "picks another)", file=sys.stderr, flush=True)
             metrics_listen = "none"
-        with log.open("wb") as sink:
-            daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
-                                                     args.speedup, metrics_listen,
-                                                     getattr(args, "cycle", None) or DEFAULT_CYCLE),
-                                      stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
-                                      start_new_session=True)
+        spawning.append(0)
+        try:
+            with log.open("wb") as sink:
+                daemon = subprocess.Popen(daemon_command(address, str(Path(tmp, "state")), args.policy,
+                                                         args.speedup, metrics_listen,
+                                                         getattr(args, "cycle", None) or DEFAULT_CYCLE),
+                                          stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                                          start_new_session=True)
+        finally:
+            came = spawning[1:]
+            spawning.clear()
+        if came:  # now that it is held, it is stopped in the clean-up below
+            raise KeyboardInterrupt
         if not asyncio.run(wait_for_daemon(address, daemon)):
+            if daemon.poll() == wire.EXIT_USAGE and (why := _usage_error(log)) is not None:
+                print(f"aithermctl: demo: {why}", file=sys.stderr)  # --cycle 2m, --policy nosuch
+                return wire.EXIT_USAGE
             print(f"aithermctl: demo: the simulated aithermd did not come up; its log:\n{_tail(log)}",
                   file=sys.stderr)
             return wire.EXIT_FAILURE
         if args.no_tui:
-            metrics = ("" if metrics_listen.strip().lower() == "none"
-                       else f"  metrics: http://{metrics_listen}/metrics\n")
+            served = metrics_listen.strip().lower() != "none"
+            picked = metrics_listen.endswith(":0")  # the daemon picks a port: nothing to check it against
+            if served and not picked and not serves_metrics(daemon.pid, metrics_listen, log):
+                print(f"aithermctl: demo: metrics: the daemon could not have {metrics_listen} (taken meanwhile, "
+                      "another demo?): this demo serves none", file=sys.stderr, flush=True)
+                served = False
+            metrics = f"  metrics: http://{metrics_listen}/metrics\n" if served else ""
             print(f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
                   f"{metrics}  log: {log}\nCtrl-C stops it.", flush=True)
             while daemon.poll() is None:

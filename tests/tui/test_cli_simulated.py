@@ -443,3 +443,42 @@ def test_processes_and_the_energy_report_of_the_simulated_workstation(sim_bus):
     assert report[0]["name"] == "org.gnome.Shell@wayland.service" and report[0]["total_j"] > 0
     p = ctl(sim_bus, "energy", "report", "--by", "nonsense")
     assert p.returncode == wire.EXIT_USAGE and "invalid choice" in p.stderr
+
+
+def test_two_demos_started_together_never_both_claim_the_metrics_port(tmp_path):
+    """Both demos' checks passed before either daemon bound the port: both printed the URL, and one
+    pointed at the other's daemon. Now each says the URL only once its own daemon listens there."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "aithermctl", "demo", "--no-tui", "--metrics-listen", f"127.0.0.1:{port}"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = []
+    try:
+        for proc in procs:
+            lines = [proc.stdout.readline()]
+            while lines[-1] not in ("Ctrl-C stops it.\n", ""):
+                lines.append(proc.stdout.readline())
+            outs.append(lines)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        errs = [proc.communicate(timeout=60)[1] for proc in procs]
+    claimed = [any(f"metrics: http://127.0.0.1:{port}/metrics" in line for line in out) for out in outs]
+    assert claimed.count(True) == 1, (outs, errs)
+    loser = claimed.index(False)
+    assert "this demo serves none" in errs[loser]
+
+
+@pytest.mark.parametrize(("args", "said"), [(["--cycle", "2m,22m"], "argument --cycle: '2m,22m'"),
+                                            (["--policy", "nosuch"], "nosuch")])
+def test_a_demo_whose_daemon_refuses_its_arguments_is_a_usage_error_in_one_line(args, said):
+    """`demo --cycle 2m,22m` started the bus and daemon, then printed the daemon's whole usage text as
+    'did not come up', exit 1. Now it is the daemon's one error line, exit 2."""
+    p = subprocess.run([sys.executable, "-m", "aithermctl", "demo", "--no-tui", "--metrics-listen", "none",
+                        *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == wire.EXIT_USAGE, p.stderr
+    assert p.stderr.startswith("aithermctl: demo: ") and said in p.stderr and len(p.stderr.splitlines()) == 1
+    assert p.stdout == ""
