@@ -27,7 +27,7 @@ from aithermd.policy.schema_machine import (DAY_WORDS, Budget, CpuKnobsRule, Hol
                                             TimeZone)
 from aithermd.policy.values import (BUILTIN_MARGIN_C, DAYS, HHMM, Globs, Ints, Model, Name, NonNeg, Pct,
                                     PowerValue, SmoothingS, Source, SourceAgg, SourceInput, WindowS,
-                                    parse_power)
+                                    one_or_list, parse_power)
 
 __all__ = ["BUILTIN_MARGIN_C", "DAYS", "Source", "SourceAgg", "SourceInput", "parse_power"]
 
@@ -356,9 +356,9 @@ class PolicyDocument(Model, kinds.PolicyDocument):
     curves: dict[Name, Curve] = Field(default_factory=dict)
     machines: dict[Name, Machine] = Field(default_factory=dict)
     rules: list[Rule] = Field(default_factory=list)
-    budget: Budget | list[Budget] | None = Field(None, description=(
+    budget: one_or_list(Budget, list[Budget]) | None = Field(None, description=(  # type: ignore[valid-type]
         "a node power budget split by demand (a list: the first whose `when` holds)"))
-    quiet: Quiet | list[Quiet] | None = Field(None, description=(
+    quiet: one_or_list(Quiet, list[Quiet]) | None = Field(None, description=(  # type: ignore[valid-type]
         "noise ceilings met by lowering power first (a list: the first whose `when` holds)"))
     timezone: TimeZone = "local"
     holidays: Holidays = Field(default_factory=list)

@@ -33,7 +33,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from aithermd.policy import kinds
 from aithermd.policy.kinds import parse_holiday
-from aithermd.policy.values import Model, Name, NonNeg, Pct
+from aithermd.policy.values import Model, Name, NonNeg, Pct, one_or_list
 
 __all__ = ["DAY_WORDS", "EPP_NAMES", "PLATFORM_PROFILES", "Budget", "CpuKnobsRule", "FanCeiling", "Holidays", "Quiet", "ScheduleName", "TimeZone", "check_timezone",
            "parse_holiday", "rebuild"]
@@ -72,7 +72,8 @@ class Budget(Model, kinds.Budget):
     when: Condition | None = None  # type: ignore[name-defined]  # noqa: F821 - rebuilt by schema.py
     wall_w: Annotated[float, Field(gt=0, le=100_000, description=(
         "the most the machine may draw at the wall (the circuit, a UPS, the PSU's input), W AC"))] | None = None
-    psu_efficiency: Annotated[float, Field(ge=0.5, le=1.0)] | list[EfficiencyPoint] = Field(0.9, description=(
+    psu_efficiency: one_or_list(  # type: ignore[valid-type]
+        Annotated[float, Field(ge=0.5, le=1.0)], list[EfficiencyPoint]) = Field(0.9, description=(
         "the PSU's efficiency (DC out / AC in): one number, or [[load % of psu_rated_w, efficiency], ...] "
         "as its datasheet or 80 PLUS level gives it (the lowest efficiency at or above the load is used)"))
     psu_rated_w: Annotated[float, Field(gt=0, le=100_000, description=(
@@ -112,6 +113,13 @@ class Budget(Model, kinds.Budget):
                 raise ValueError("the curve's load percentages must increase strictly")
             if self.psu_rated_w is None:
                 raise ValueError("an efficiency curve is in % of the PSU's rated load: give psu_rated_w")
+        if self.wall_w is not None:  # nothing left for the GPUs and CPU even at the PSU's best efficiency
+            best = max(p[1] for p in self.psu_efficiency) if curve else self.psu_efficiency  # type: ignore
+            dc = min(self.wall_w * best, self.psu_rated_w if self.psu_rated_w is not None else float("inf"))
+            if dc - self.other_w <= 0:
+                raise ValueError(f"wall_w {self.wall_w:g} W × efficiency {best:g} less other_w "
+                                 f"{self.other_w:g} W leaves nothing for the GPUs and CPU packages: raise "
+                                 "wall_w or lower other_w")
         return self
 
 

@@ -56,7 +56,7 @@ def _table(title: str, s: dict[str, Any]) -> list[str]:
     for key, prop in s.get("properties", {}).items():
         default = "*required*" if key in required else (
             f"`{json.dumps(prop['default'], ensure_ascii=False)}`" if "default" in prop else "")
-        sub = prop.get("anyOf", [prop])
+        sub = prop.get("anyOf") or prop.get("oneOf") or [prop]
         notes = "; ".join(x for x in (_limits(p) for p in sub) if x)
         desc = prop.get("description", "")
         lines.append(f"| `{key}` | {_type(prop)} | {default} | {' — '.join(x for x in (notes, desc) if x)} |")

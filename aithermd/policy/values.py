@@ -76,6 +76,13 @@ PowerValue = Annotated[float | str, PlainValidator(_check_power, json_schema_inp
                                                              "efficient"]})]
 
 
+def one_or_list(one: Any, many: Any) -> Any:
+    """``one`` or ``many`` (a list type), validated as the one its YAML shape says (a sequence or not): an
+    error then names the field at its line, not both branches of a union."""
+    return Annotated[Annotated[one, Tag("one")] | Annotated[many, Tag("list")],
+                     Discriminator(lambda v: "list" if isinstance(v, list) else "one")]
+
+
 class Model(BaseModel):
     # allow_inf_nan=False: .nan and .inf are refused where a number is expected (a NaN threshold never holds,
     # a NaN curve point or setpoint would drive a NaN duty)

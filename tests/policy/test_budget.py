@@ -210,3 +210,25 @@ def test_a_budget_below_the_devices_lowest_limits_holds_each_at_its_minimum_and_
     assert check_devices(policy("budget: {devices_w: 345}\n" + RAISE), plant.devices) == []
     ample = plant.step(policy("budget: {devices_w: 400}\n" + RAISE))
     assert "short_w" not in ample.budget
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("budget:\n  wall_w: 1440\n  psu_efficiency: [[20, 1.5]]\n",
+     ["b.yaml:3:25: error: budget.psu_efficiency[0][1]: should be less than or equal to 1"]),
+    ("budget:\n  - wall_w: 1440\n    othr_w: 50\n",
+     ["b.yaml:3:5: error: budget[0].othr_w: unknown key (hint: did you mean 'other_w'?)"]),
+    ("budget:\n  wall_w: 100\n  other_w: 500\n",
+     ["b.yaml:2:3: error: budget: wall_w 100 W × efficiency 0.9 less other_w 500 W leaves nothing for the GPUs "
+      "and CPU packages: raise wall_w or lower other_w"]),
+    ("quiet:\n  fans:\n    - {fans: {chip: nct6798}, max_duty_pct: 140}\n",
+     ["b.yaml:3:45: error: quiet.fans[0].max_duty_pct: should be less than or equal to 100"]),
+])
+def test_a_broken_budget_or_quiet_block_is_one_error_at_its_key(text, expected):
+    """`budget` and `quiet` take one block or a list: each error was reported for both shapes, under
+    pydantic's internal names (`budget.function-after[_shape(), Budget]: ...`), all at the block's first
+    line; a budget that leaves the devices nothing passed `check` and held every device at its minimum."""
+    from aithermd.errors import PolicyErrors
+
+    with pytest.raises(PolicyErrors) as info:
+        load_policy_text(text, name="b", path="b.yaml")
+    assert [e.format() for e in info.value.errors] == expected
