@@ -2,12 +2,13 @@
 """The aithermd Grafana dashboard: built from this file, checked before it ships.
 
     dashboard.py build [OUT]            write the dashboard JSON (default: aithermd.json next to this file)
-    dashboard.py check FILE [--metrics-source PY] [--rules OUT]
+    dashboard.py check FILE [--metrics-source PY|DIR] [--rules OUT]
                                         check a dashboard: structure, variables, metric names; with --rules,
                                         write every query as a recording rule for `promtool check rules`
 
 Panels: per node and per GPU temperature, power against limit, energy, clock-event reasons, policy and holds,
-drift, faults and failsafe (issue 11). Only the standard library is used, so CI and admins can run it
+drift, faults and failsafe (issue 11); energy by Slurm job, systemd unit and container, idle and
+unattributed energy, and the node power budget against the draw. Only the standard library is used, so CI and admins can run it
 anywhere.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "aithermd.json"
-DEFAULT_METRICS_SOURCE = HERE.parents[2] / "aithermd" / "publish" / "metrics.py"
+DEFAULT_METRICS_SOURCE = HERE.parents[2] / "aithermd" / "publish"  # every *metrics.py there
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'job="$job", instance=~"$instance"'
 GPU = f'{SEL}, gpu_index=~"$gpu"'
@@ -85,6 +86,16 @@ def stat(title: str, expr: str, unit: str, description: str = "", decimals: int 
             "fieldConfig": {"defaults": defaults, "overrides": []},
             "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                         "colorMode": "value", "graphMode": "area", "textMode": "auto"}}
+
+
+def bargauge(title: str, expr: str, legend: str, unit: str, description: str = "") -> dict[str, Any]:
+    """One bar per series of an instant query, largest first (a top-N over the dashboard's range)."""
+    return {"type": "bargauge", "title": title, "description": description,
+            "targets": [target(expr, legend, instant=True)],
+            "fieldConfig": {"defaults": {"unit": unit, "decimals": 2, "min": 0}, "overrides": []},
+            "options": {"orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
+                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
+            "transformations": [{"id": "sortBy", "options": {"sort": [{"field": "Value", "desc": True}]}}]}
 
 
 def state_timeline(title: str, targets: list[dict[str, Any]], description: str = "") -> dict[str, Any]:
@@ -152,6 +163,35 @@ def build() -> dict[str, Any]:
                "{{instance}} gpu{{gpu_index}} {{reason}}"),
     ], "When NVML reported each clocks-event (throttle) reason: sw_power_cap is a power limit at work; "
        "thermal and hw_slowdown reasons mean heat or the board's power brake."), 24, 8)
+
+    lay.row("Energy by job, unit and container; the power budget")
+    for title, metric, label, what in (
+            ("Energy by Slurm job (range)", "aithermd_slurm_job_energy_joules_total", "hpc_job", "Slurm job"),
+            ("Energy by systemd unit (range)", "aithermd_unit_energy_joules_total", "unit", "systemd unit"),
+            ("Energy by container (range)", "aithermd_container_energy_joules_total", "container_id",
+             "container")):
+        lay.add(bargauge(title, f"topk(10, sum by ({label}) (increase({metric}{{{SEL}}}[$__range]))) / 3.6e6",
+                         f"{{{{{label}}}}}", "kwatth",
+                         f"The ten {what}s that used the most GPU and CPU package energy over the dashboard's "
+                         "range, over the selected nodes (aithermd's accounting: each device's energy shared "
+                         "by its processes' use; the node's top N, then 'other')."), 8, 8)
+    lay.add(timeseries("Idle and unattributed energy", [
+        target(f"sum by (instance) (increase(aithermd_energy_idle_joules_total{{{SEL}}}[$__interval])) / 3.6e6",
+               "{{instance}} idle", interval="5m"),
+        target("sum by (instance) "
+               f"(increase(aithermd_energy_unattributed_joules_total{{{SEL}}}[$__interval])) / 3.6e6",
+               "{{instance}} unattributed", "B", interval="5m"),
+    ], "kwatth", "Energy charged to nobody: the devices' idle floor, and active energy with no process to "
+       "charge (a process aithermd could not see, a GPU lost).", drawStyle="bars", fillOpacity=60), 12, 8)
+    lay.add(timeseries("Power budget against the draw", [
+        target(f'aithermd_power_budget_watts{{{SEL}, scope="wall"}}', "{{instance}} budget at the wall"),
+        target(f"aithermd_power_budget_wall_drawn_watts{{{SEL}}}", "{{instance}} drawn at the wall (est.)", "B"),
+        target(f'aithermd_power_budget_watts{{{SEL}, scope="devices"}}', "{{instance}} budget GPUs+CPU", "C"),
+        target(f"sum by (instance) (aithermd_power_budget_drawn_watts{{{SEL}}})", "{{instance}} drawn GPUs+CPU",
+               "D"),
+    ], "watt", "A policy's node power budget (dashed) and the draw it holds: at the wall (AC, estimated from "
+       "the devices' draw and the PSU's efficiency) and for the GPUs and CPU packages (DC). Empty on nodes "
+       "without a budget.", limit_overrides(".* budget .*")), 12, 8)
 
     lay.row("CPU and board")
     lay.add(timeseries("CPU package power against PL1/PL2", [
@@ -228,9 +268,11 @@ def build() -> dict[str, Any]:
 
 
 def exported_metrics(source: Path) -> set[str]:
-    """Series names the exporter can produce, read from its source: each ``aithermd_*`` name it defines,
-    with the suffixes the exposition format adds to counters (_total) and histograms (_bucket/_sum/_count)."""
-    names = set(re.findall(r'"(aithermd_[a-z0-9_]+)"', source.read_text()))
+    """Series names the exporter can produce, read from its source (a file, or every ``*metrics.py`` of a
+    directory): each ``aithermd_*`` name it defines, with the suffixes the exposition format adds to
+    counters (_total) and histograms (_bucket/_sum/_count)."""
+    files = sorted(source.glob("*metrics.py")) if source.is_dir() else [source]
+    names = {n for f in files for n in re.findall(r'"(aithermd_[a-z0-9_]+)"', f.read_text())}
     suffixes = ("", "_total", "_bucket", "_sum", "_count", "_created")
     return {n + s for n in names for s in suffixes}
 

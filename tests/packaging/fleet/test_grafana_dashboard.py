@@ -47,7 +47,7 @@ def test_every_query_parses(tmp_path: Path) -> None:
 def test_script_check_mode(tmp_path: Path) -> None:
     script = FLEET / "grafana" / "dashboard.py"
     ok = subprocess.run(["python3", str(script), "check", str(DASHBOARD),
-                         "--metrics-source", str(METRICS_SOURCE)],
+                         "--metrics-source", str(METRICS_SOURCE.parent)],
                         capture_output=True, text=True, timeout=60)
     assert (ok.returncode, ok.stderr) == (0, "")
     broken = tmp_path / "broken.json"
@@ -78,3 +78,27 @@ def test_importable_by_grafana() -> None:
     # no hard-coded datasource: every panel uses the ${datasource} variable
     assert {json.dumps(p["datasource"]) for p in doc["panels"] if p["type"] != "row"} == {
         json.dumps(dashboard_module().DS)}
+
+
+def test_energy_by_consumer_panels_group_by_labels_the_exporter_sends() -> None:
+    """The per-job, per-unit and per-container panels sum by the consumer label of the exporter's own
+    families (a misspelt label would draw an empty panel that promtool still parses); the power budget panel
+    reads the budget families; the script's check reads every *metrics.py of aithermd/publish by default."""
+    from aithermd.publish.energy_metrics import _FAMILIES
+
+    panels = {p["title"]: p for p in load()["panels"]}
+    for title, kind in (("Energy by Slurm job (range)", "job"), ("Energy by systemd unit (range)", "unit"),
+                        ("Energy by container (range)", "container")):
+        metric, _, labels = _FAMILIES[kind]
+        (t,) = panels[title]["targets"]
+        assert t["expr"] == (f"topk(10, sum by ({labels[0]}) (increase({metric}_total"
+                             f'{{job="$job", instance=~"$instance"}}[$__range]))) / 3.6e6')
+        assert t["legendFormat"] == f"{{{{{labels[0]}}}}}" and t["instant"] is True
+    budget = " ".join(t["expr"] for t in panels["Power budget against the draw"]["targets"])
+    for metric in ("aithermd_power_budget_watts", "aithermd_power_budget_wall_drawn_watts",
+                   "aithermd_power_budget_drawn_watts"):
+        assert metric in budget
+    mod = dashboard_module()
+    assert mod.DEFAULT_METRICS_SOURCE.is_dir()
+    assert {"aithermd_power_budget_watts", "aithermd_slurm_job_energy_joules_total",
+            "aithermd_gpu_power_watts"} <= mod.exported_metrics(mod.DEFAULT_METRICS_SOURCE)
