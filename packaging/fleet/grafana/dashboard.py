@@ -320,6 +320,24 @@ def check(dashboard: dict[str, Any], metrics: set[str]) -> list[str]:
     return problems
 
 
+def _shape_problem(doc: Any) -> str | None:
+    """What keeps ``doc`` from being checked as a dashboard, or None."""
+    if not isinstance(doc, dict):
+        return f"a JSON {type(doc).__name__}, not an object"
+    for key, kind in (("panels", list), ("templating", dict)):
+        if not isinstance(doc.get(key), kind):
+            return f"no '{key}' {'list' if kind is list else 'object'}"
+    if not isinstance(doc["templating"].get("list"), list):
+        return "no 'templating.list'"
+    for i, p in enumerate(doc["panels"]):
+        if not (isinstance(p, dict) and isinstance(p.get("gridPos"), dict) and "id" in p and "type" in p):
+            return f"panel {i} has no id, type or gridPos"
+        for t in p.get("targets", []):
+            if not (isinstance(t, dict) and isinstance(t.get("expr"), str) and "refId" in t):
+                return f"panel {p['id']} has a target without expr or refId"
+    return None
+
+
 def rules_file(dashboard: dict[str, Any]) -> str:
     """Every query as a recording rule, so `promtool check rules` parses each one."""
     rules = [{"record": f"dashboard:query_{i}", "expr": promql(expr)}
@@ -344,7 +362,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build":
         args.out.write_text(render(build()))
         return 0
-    dashboard = json.loads(args.file.read_text())
+    try:
+        dashboard = json.loads(args.file.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"{args.file}: cannot read it: {exc.strerror if isinstance(exc, OSError) else exc}",
+              file=sys.stderr)
+        return 2
+    except json.JSONDecodeError as exc:
+        print(f"{args.file}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}", file=sys.stderr)
+        return 1
+    shape = _shape_problem(dashboard)
+    if shape is not None:
+        print(f"{args.file}: not a Grafana dashboard: {shape} (`dashboard.py build` writes one)", file=sys.stderr)
+        return 1
     problems = check(dashboard, exported_metrics(args.metrics_source))
     if render(dashboard) != render(build()):
         problems.append(f"{args.file} differs from what `dashboard.py build` writes: rebuild it")
@@ -352,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.file}: {p}", file=sys.stderr)
     if args.rules:
         args.rules.write_text(rules_file(dashboard))
+    if not problems:
+        print(f"{args.file}: ok")
     return 1 if problems else 0
 
 

@@ -102,3 +102,24 @@ def test_energy_by_consumer_panels_group_by_labels_the_exporter_sends() -> None:
     assert mod.DEFAULT_METRICS_SOURCE.is_dir()
     assert {"aithermd_power_budget_watts", "aithermd_slurm_job_energy_joules_total",
             "aithermd_gpu_power_watts"} <= mod.exported_metrics(mod.DEFAULT_METRICS_SOURCE)
+
+
+def test_script_check_says_what_is_wrong_with_a_file_that_is_no_dashboard(tmp_path: Path) -> None:
+    """An empty file, broken JSON, a list, an object without panels, a missing file: a Python traceback
+    each. Now one line naming the file, exit 1 (2: unreadable)."""
+    script = FLEET / "grafana" / "dashboard.py"
+    cases = {"empty.json": ("", 1, "empty.json:1:1: not JSON: Expecting value"),
+             "brace.json": ("{", 1, "brace.json:1:2: not JSON: Expecting property name"),
+             "list.json": ("[]", 1, "list.json: not a Grafana dashboard: a JSON list, not an object"),
+             "obj.json": ("{}", 1, "obj.json: not a Grafana dashboard: no 'panels' list"),
+             "missing.json": (None, 2, "missing.json: cannot read it: No such file or directory")}
+    for name, (text, rc, said) in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        done = subprocess.run(["python3", str(script), "check", str(tmp_path / name)], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == rc and len(done.stderr.splitlines()) == 1, (name, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, (name, done.stderr)
+    ok = subprocess.run(["python3", str(script), "check", str(DASHBOARD)], capture_output=True, text=True,
+                        timeout=60)
+    assert (ok.returncode, ok.stdout) == (0, f"{DASHBOARD}: ok\n")
