@@ -35,9 +35,12 @@ Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``
 steps per second from ``aithermctl run --progress-regex``), GPM tensor activity × SM clock (Hopper and
 newer), utilization × SM clock. The cheap proxy overstates the slowdown of memory-bound jobs (the clock
 falls further than the work): it is read through the job's memory-bound share (:func:`proxy_ratio`),
-measured in the baseline as memory utilization over utilization and counted at :data:`MEM_TRUST` of it,
-since memory traffic overlaps compute on real GPUs (memory busy is an upper bound of the time a job waits
-on memory). The proxy still overstates the slowdown, less: with it the search stops earlier, never later.
+measured in the baseline as memory utilization over utilization. Memory traffic overlaps compute on real
+GPUs, so that share is an upper bound of the time a job waits on memory: :data:`MEM_TRUST` of it counts,
+and up to all of it where the window's own memory utilization confirms it — a job's memory traffic per
+unit of work is fixed, so its memory utilization falls with its throughput, not with its clock
+(:func:`_ratio`). A proxy follows the job's demand, which swings over tens of seconds: its window's
+standard error comes from block means (:meth:`~aithermd.policy.search_window.Acc.spread`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from functools import lru_cache
 from typing import Any
 
 from aithermd.model import Reading, Status
+from aithermd.policy.search_window import Acc
 
 SETTLE_S = 3.0  # seconds after a limit change left out of the measurement (the driver and the job adjust)
 EFF_TOLERANCE = 0.05  # a step whose work per joule falls more than this share below the best is a miss
@@ -59,10 +63,9 @@ PHASE_MOVE = 0.06  # settled: the signal moving this far (or 2 × the budget) fr
 WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled watch read this many
 #                   measurement windows at once: a job's own loader stalls move one window by ±2 %
 HISTORY = 12  # steps kept for explain
-TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
-AWAY, AWAY_SHARE = 0.4, 0.15  # a window with over 15 % of its seconds under 40 % of its own running draw
-#                               (its 90th percentile) saw the job away (ended, paused): no verdict, again
+AWAY_SHARE = 0.15  # a window with over 15 % of its seconds away (search_window.AWAY: under 40 % of its own
+#                    running draw) saw the job away (ended, paused): no verdict, measured again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
 ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
 MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
@@ -92,60 +95,6 @@ CLOCK_SPEC = Spec(budget=0.02, step=0.05, measure_s=60.0, floor=0.1, clocks=True
 
 
 @dataclass(frozen=True, slots=True)
-class Acc:
-    """One measurement window from ``t0`` (after the settle time): each sample's (seconds it covers,
-    signal, power), the peak power, and the last sample time."""
-
-    t0: float
-    last: float | None = None
-    samples: tuple[tuple[float, float, float], ...] = ()
-    peak: float = 0.0
-    span: float = 0.0  # the seconds the samples cover (kept as they come: read every tick)
-
-    def add(self, t: float, signal: float, power: float) -> Acc:
-        if t < self.t0:
-            return self
-        dt = 1.0 if self.last is None else max(0.0, t - self.last)
-        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power), self.span + dt)
-
-    def mean(self, trim: bool = True) -> tuple[float, float]:
-        """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the
-        :data:`TRIM` share with the lowest and with the highest signal: a data-loader stall or a burst
-        of a few seconds is the job's own and the same at any limit, yet moves a 30 s mean of
-        utilization × clock by percents. A progress rate is counted whole (whole steps per second:
-        trimming a two-valued count would bias it)."""
-        ranked = sorted(self.samples, key=lambda x: x[1])
-        cut = int(TRIM * len(ranked)) if trim else 0
-        kept = ranked[cut:len(ranked) - cut] or ranked
-        span = sum(dt for dt, _s, _p in kept)
-        if span <= 0:
-            return 0.0, 0.0
-        return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
-
-    def away(self) -> float:
-        """The share of the window's seconds the job was away: drawing under :data:`AWAY` of the window's
-        running draw (its 90th percentile power). A power cap never does that (a search's floor is 60 % of
-        the own draw): a job that ended or paused does."""
-        powers = sorted(pw for _dt, _s, pw in self.samples)
-        if not powers or self.span <= 0:
-            return 0.0
-        running = powers[min(len(powers) - 1, int(0.9 * len(powers)))]
-        return sum(dt for dt, _s, pw in self.samples if pw < AWAY * running) / self.span
-
-    def spread(self, trim: bool = True) -> float:
-        """The standard error of the window's mean signal, relative to that mean (the same seconds as
-        :meth:`mean`): how far a window of this job reads off its true throughput by chance."""
-        ranked = sorted(self.samples, key=lambda x: x[1])
-        cut = int(TRIM * len(ranked)) if trim else 0
-        kept = [sg for _dt, sg, _p in (ranked[cut:len(ranked) - cut] or ranked)]
-        if len(kept) < 2:
-            return 0.0
-        mean = sum(kept) / len(kept)
-        var = sum((v - mean) ** 2 for v in kept) / (len(kept) - 1)
-        return (var / len(kept)) ** 0.5 / mean if mean > 0 else 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class Search:
     """One GPU's search. ``limit`` (W) is what it asks for now; ``start`` the default limit it returns
     to; ``own``/``peak`` the job's own mean and peak draw (W) from the baseline; ``base``/``base_eff`` the
@@ -169,7 +118,9 @@ class Search:
     backoffs: int = 0
     redos: int = 0  # windows measured again in a row because the job was away
     mem: float = 0.0  # proxy only: the memory-bound share its ratios are corrected for (proxy_ratio)
-    mem_sums: tuple[float, float] = (0.0, 0.0)  # proxy only: the baseline's memory utilization, utilization
+    mem_top: float = 0.0  # proxy only: the whole share measured (the most the memory traffic may confirm)
+    base_mem: float = 0.0  # proxy only: the baseline's mean memory utilization (%)
+    mem_sums: tuple[float, float, int] = (0.0, 0.0, 0)  # proxy only: this window's memory util., util., n
     history: tuple[tuple[float, float, float, str], ...] = ()
     why: str = ""
 
@@ -238,9 +189,7 @@ def _lost(signal: str, power: float | None, util: float | None) -> str:
 
 
 def _move(s: Search, t: float, phase: str, limit: float, why: str, **kw: Any) -> Search:
-    if phase == BASELINE:
-        kw.setdefault("mem_sums", (0.0, 0.0))
-    return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, **kw)
+    return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, mem_sums=(0.0, 0.0, 0), **kw)
 
 
 def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Reading],
@@ -253,7 +202,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     if s.phase != REVERTED and any(r in reasons for r in THERMAL_REASONS):
         return _revert(s, t, "thermal slowdown: back to the default limit")
     if applied_w is not None and abs(applied_w - s.limit) > 1.0:
-        return replace(s, acc=_window(t), mem_sums=(0.0, 0.0))
+        return replace(s, acc=_window(t), mem_sums=(0.0, 0.0, 0))
     value, power = read_signal(s.signal, gpu, readings), _ok(readings.get(f"{gpu}/power"))
     if value is None or power is None:
         if s.phase == REVERTED:
@@ -261,10 +210,11 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return _revert(s, t, _lost(s.signal, power, _ok(readings.get(f"{gpu}/utilization"))))
     acc = s.acc.add(t, value, power)
     s = replace(s, acc=acc)
-    if s.phase == BASELINE and s.signal == "proxy" and t >= acc.t0:
+    if s.signal == "proxy" and t >= acc.t0:
         mem, util = _ok(readings.get(f"{gpu}/memory_utilization")), _ok(readings.get(f"{gpu}/utilization"))
         if mem is not None and util is not None:
-            s = replace(s, mem_sums=(s.mem_sums[0] + mem, s.mem_sums[1] + util))
+            m, u, n = s.mem_sums
+            s = replace(s, mem_sums=(m + mem, u + util, n + 1))
     window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
     if acc.span < window - 1e-9:
         return s
@@ -272,7 +222,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     sig, pw = acc.mean(trim)
     if s.phase != REVERTED and s.redos < AWAY_REDOS and acc.away() > AWAY_SHARE:
         away = round(100 * acc.away())
-        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, mem_sums=(0.0, 0.0),
+        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, mem_sums=(0.0, 0.0, 0),
                        why=f"the job was away {away} % of the window (ended or paused): no verdict, "
                        "measuring again")
     s = replace(s, redos=0)
@@ -282,15 +232,16 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         if sig <= 0 or pw <= 0:
             return _move(s, t, BASELINE, s.start, "no work to measure yet")
         peak = math.ceil(acc.peak)
-        mem_sum, util_sum = s.mem_sums
-        mem = MEM_TRUST * min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 else 0.0
+        mem_sum, util_sum, n = s.mem_sums
+        top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 else 0.0
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
-                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),), mem=mem)
+                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),), mem=MEM_TRUST * top,
+                    mem_top=top, base_mem=mem_sum / n if n else 0.0)
         target = max(peak, lo_w or 0.0)
         if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
             return _step_down(spec, s, t)
         return _move(s, t, SNAP, target, f"snap to the job's peak draw {peak:g} W", steps=1)
-    ratio = proxy_ratio(sig / s.base, s.mem) if s.base > 0 else 0.0
+    ratio = _ratio(s, sig)
     eff = ratio * s.base / pw if pw > 0 else 0.0
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
@@ -321,7 +272,23 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
                         f"{s.limit:g} W limit): search again")
     if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
         return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
-    return replace(s, acc=_window(t - SETTLE_S))
+    return replace(s, acc=_window(t - SETTLE_S), mem_sums=(0.0, 0.0, 0))
+
+
+def _ratio(s: Search, sig: float) -> float:
+    """The window's throughput against the baseline's. The proxy is read through the memory-bound share
+    counted at MEM_TRUST, or up to the whole share measured where the window's memory traffic confirms it:
+    a job's memory traffic per unit of work is fixed, so its memory utilization falls with its throughput,
+    and a memory-stalled job keeps its traffic while its SM clock falls (the whole share is the most it can
+    hide, since overlap makes memory busy time exceed the stalls); an overlapped, compute-bound job's
+    traffic falls with the clock, and the counted share stands."""
+    if s.base <= 0:
+        return 0.0
+    ratio = proxy_ratio(sig / s.base, s.mem)
+    m, _u, n = s.mem_sums
+    if s.mem_top > s.mem and s.base_mem > 0 and n:
+        ratio = max(ratio, min(proxy_ratio(sig / s.base, s.mem_top), m / n / s.base_mem))
+    return ratio
 
 
 def _miss(ratio: float, eff: float, s: Search, spec: Spec) -> str:
@@ -346,7 +313,7 @@ def _step_down(spec: Spec, s: Search, t: float) -> Search:
 
 def _restart(s: Search, t: float, why: str) -> Search:
     return replace(s, phase=BASELINE, limit=s.start, acc=_window(t), why=why, steps=0, backoffs=0,
-                   mem_sums=(0.0, 0.0),
+                   mem_sums=(0.0, 0.0, 0),
                    history=(s.history + ((s.start, 1.0, 0.0, "new phase"),))[-HISTORY:])
 
 

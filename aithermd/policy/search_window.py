@@ -1,0 +1,83 @@
+"""One measurement window of the efficient-limit search (:mod:`aithermd.policy.efficient`). Pure.
+
+The search reads its job's throughput signal and power once a tick over a window of ``measure_s``
+seconds: :class:`Acc` keeps the window's samples and gives their mean (trimmed of a job's own stalls and
+bursts), the share of seconds the job was away, and the chance error of the mean (:meth:`Acc.spread`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
+AWAY = 0.4  # a second drawing under this share of the window's running draw (its 90th percentile) is away
+BLOCK_S = 20.0  # seconds per block of a window whose block means give the proxies' standard error (spread)
+
+
+@dataclass(frozen=True, slots=True)
+class Acc:
+    """One measurement window from ``t0`` (after the settle time): each sample's (seconds it covers,
+    signal, power), the peak power, and the last sample time."""
+
+    t0: float
+    last: float | None = None
+    samples: tuple[tuple[float, float, float], ...] = ()
+    peak: float = 0.0
+    span: float = 0.0  # the seconds the samples cover (kept as they come: read every tick)
+
+    def add(self, t: float, signal: float, power: float) -> Acc:
+        if t < self.t0:
+            return self
+        dt = 1.0 if self.last is None else max(0.0, t - self.last)
+        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power), self.span + dt)
+
+    def mean(self, trim: bool = True) -> tuple[float, float]:
+        """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the
+        :data:`TRIM` share with the lowest and with the highest signal: a data-loader stall or a burst
+        of a few seconds is the job's own and the same at any limit, yet moves a 30 s mean of
+        utilization × clock by percents. A progress rate is counted whole (whole steps per second:
+        trimming a two-valued count would bias it)."""
+        ranked = sorted(self.samples, key=lambda x: x[1])
+        cut = int(TRIM * len(ranked)) if trim else 0
+        kept = ranked[cut:len(ranked) - cut] or ranked
+        span = sum(dt for dt, _s, _p in kept)
+        if span <= 0:
+            return 0.0, 0.0
+        return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
+
+    def away(self) -> float:
+        """The share of the window's seconds the job was away: drawing under :data:`AWAY` of the window's
+        running draw (its 90th percentile power). A power cap never does that (a search's floor is 60 % of
+        the own draw): a job that ended or paused does."""
+        powers = sorted(pw for _dt, _s, pw in self.samples)
+        if not powers or self.span <= 0:
+            return 0.0
+        running = powers[min(len(powers) - 1, int(0.9 * len(powers)))]
+        return sum(dt for dt, _s, pw in self.samples if pw < AWAY * running) / self.span
+
+    def spread(self, trim: bool = True) -> float:
+        """The standard error of the window's mean signal, relative to that mean: how far a window of this
+        job reads off its true throughput by chance. A progress rate (``trim`` False) counts its seconds as
+        independent (the same seconds as :meth:`mean`); the other signals follow the job's demand, which
+        swings over tens of seconds, so consecutive seconds are alike and that count would understate the
+        error several times: their error comes from the means of :data:`BLOCK_S` blocks of the window (the
+        batch-means estimate of a correlated series' error; the trimmed share is left out of neither)."""
+        if trim:
+            blocks, cur, span = [], [], 0.0
+            for dt, sg, _p in self.samples:
+                cur.append(sg)
+                span += dt
+                if span >= BLOCK_S - 1e-9:
+                    blocks.append(sum(cur) / len(cur))
+                    cur, span = [], 0.0
+            return _se(blocks)
+        return _se([sg for _dt, sg, _p in self.samples])
+
+
+def _se(values: list[float]) -> float:
+    """The standard error of the mean of ``values``, relative to that mean (0 for fewer than 2)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return (var / len(values)) ** 0.5 / mean if mean > 0 else 0.0
