@@ -25,7 +25,7 @@ Baselines, side by side:
 Then held-high idle (found, how fast, the watts held and what the lowest-clock lock recovered) and control
 quality on the two real traces (the closed loop driven by their own utilization and power.draw).
 
-What makes it cheap enough to run to the end (about 6 CPU-minutes for the default run, against ~19
+What makes it cheap enough to run to the end (about 8 CPU-minutes for the default run, against ~19
 before): each job's loads and its stock twin are computed once and shared by all its runs
 (:func:`aithermd.sim.loop.prepare`); the engine runs the shipped ``balanced`` without its fan rules and
 curves, which decide nothing here (the loop leaves each card's fans to the card), so every power-limit
