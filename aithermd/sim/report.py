@@ -131,6 +131,19 @@ def held_lines(held: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def not_put_back(data: Mapping[str, Any]) -> list[str]:
+    """The GPUs whose limit after the run is not the one the first change found (a GPU lost for good
+    cannot be restored), by name."""
+    out = []
+    for name, g in data.get("gpus", {}).items():
+        changes = g.get("limit_changes") or ()
+        found = changes[0][1] if changes and changes[0][1] else None
+        final = g.get("final_limit_w")
+        if found is not None and (final is None or abs(final - found) > 0.05):
+            out.append(name)
+    return out
+
+
 def format_summary(data: Mapping[str, Any]) -> str:
     """The summary of one run (the dict of :func:`aithermd.sim.runner.print_summary`) as text."""
     lines = [f"aithermd simulation summary — policy {data.get('policy')}, "
@@ -151,8 +164,10 @@ def format_summary(data: Mapping[str, Any]) -> str:
     lines.append(f"{'CPU package (RAPL)':<38}{data['cpu_energy_j'] / 1000:>10.1f}{'':>18}"
                  f"{data['peak_cpu_c']:>9.1f}")
     lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
+    kept = not_put_back(data)
     lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training; "
-                 "on exit the daemon put every limit back")
+                 + ("on exit the daemon put every limit back" if not kept else
+                    f"on exit the limit of {', '.join(kept)} was not put back (W after exit)"))
     lines.append("changes: each GPU's power-limit and clock changes, listed below")
     lines += stock_lines(data)
     lines += ["", f"power-limit and clock changes ({len(changes)}), each with its reason:"]

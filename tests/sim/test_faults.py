@@ -100,3 +100,15 @@ def test_a_run_shows_its_faults_as_they_happen_and_in_its_summary_and_warns_of_o
     assert lines[at + 1:at + 4] == ["     0:20  on   gpu0:UNKNOWN@20s-40s",
                                     "     0:30  on   hwmon:nct6798-isa-0290/temp2:EIO@30s",
                                     "     0:40  off  gpu0:UNKNOWN@20s-40s"]
+
+
+def test_a_gpu_lost_for_good_is_not_said_to_be_put_back(tmp_path):
+    """gpu1 lost at 2:00 and never back: its limit after exit is the one the daemon set, yet the summary
+    said "on exit the daemon put every limit back". Now it names the GPU whose limit was not put back."""
+    done = subprocess.run([sys.executable, "-m", "aithermd", "run", "--simulate", "--duration", "5m",
+                           "--speedup", "0", "--state-dir", str(tmp_path), "--log-level", "error",
+                           "--fault", "gpu1:GPU_IS_LOST@2m"], capture_output=True, text=True, timeout=300)
+    rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("gpu")}
+    assert "210 (300/300)" in rows["gpu1"] and "450 (450/600)" in rows["gpu0"]
+    (said,) = [line for line in done.stdout.splitlines() if " in all; " in line]
+    assert said.endswith("on exit the limit of gpu1 was not put back (W after exit)")
