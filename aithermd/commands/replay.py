@@ -86,10 +86,13 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
     for (gpu, s), name in zip(doc["summary"]["gpus"].items(), names, strict=False):
         states = ", ".join(f"{k} {v:.0f} s" for k, v in s["time_in_state_s"].items()) or "—"
         mean = "—" if s["mean_power_limit_w"] is None else f"{s['mean_power_limit_w']:.1f} W"
-        out.write(f"  {gpu} {name}: {s['limit_changes']} limit change(s); "
+        out.write(f"  {gpu} {name}: {s['limit_changes']} limit change(s)"
+                  f"{' (searched)' if s.get('searched') else ''}; "
                   f"energy {s['energy_j'] / 1000:.1f} kJ; "
                   f"mean limit {mean}; above the limit {s['energy_above_limit_j']:.0f} J; "
                   f"stale {s['stale_s']:.0f} s; states: {states}\n")
+    if doc["summary"].get("no_search"):
+        out.write(f"  no efficient search: {doc['summary']['no_search']}\n")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,6 +30,9 @@ FIELD_CHANNEL = MappingProxyType({  # trace field → (channel attribute, quanti
     "clocks.mem": ("memory_clock", Quantity.CLOCK, "MHz"),
 })
 CHANGE_EPS = 1e-6
+# what the efficient search's signals need from a trace (efficient.read_signal): progress, GPM activity and
+# a locked-clock search's signals cannot come from nvidia-smi --query-gpu; these can
+SIGNAL_FIELDS = (("utilization.gpu", "clocks.sm"), ("utilization.memory",))
 
 
 def gpu_device(index: int, profile: GpuProfile, fields: Sequence[str]) -> Device:
@@ -72,10 +75,11 @@ class GpuTotals:
     limit_time_s: float = 0.0
     energy_above_limit_j: float = 0.0
     stale_s: float = 0.0
+    searched: bool = False  # an efficient search ran on one of its knobs
 
     def as_dict(self) -> dict[str, Any]:
         mean = self.limit_time_w_s / self.limit_time_s if self.limit_time_s > 0 else None
-        return {"limit_changes": self.limit_changes,
+        return {"limit_changes": self.limit_changes, "searched": self.searched,
                 "time_in_state_s": {k: round(v, 3) for k, v in self.time_in_state_s.items()},
                 "energy_j": round(self.energy_j, 3),
                 "mean_power_limit_w": None if mean is None else round(mean, 3),
@@ -105,7 +109,10 @@ def _readings(trace: Trace, sample: Any, devices: Sequence[Device]) -> dict[str,
 
 def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[str, Any]:
     """Run ``policy`` over ``trace`` with ``profiles[i]`` for trace GPU i. Returns the ``--json`` document:
-    ``{"decisions": [{"t", "device", "knob", "old", "new", "rule", "reason"}], "summary": {...}}``.
+    ``{"decisions": [{"t", "device", "knob", "old", "new", "rule", "reason"}], "summary": {"duration_s",
+    "gpus": {id: {"limit_changes", "searched", "time_in_state_s", "energy_j", "mean_power_limit_w",
+    "energy_above_limit_j", "stale_s"}}, "no_search" (only when the policy searches and a GPU was never
+    searched: why)}}``.
 
     The trace plays as recorded: a limit the policy sets does not change what the trace drew, so an
     efficient-limit search here shows its steps and their timing against the recorded signal, not how a
@@ -133,6 +140,9 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
                           knobs=knobs)
         result = evaluate(policy, (), inp, state)
         state = result.state
+        for ps in state.policies.values():
+            for key in ps.searches:  # "rule|gpuN/knob"
+                totals[int(key.split("|", 1)[1].split("/", 1)[0][3:])].searched = True
         prev_states = dict(result.states.get(policy.name, {}))
         for knob_id, old in list(current.items()):
             dec = result.decisions.get(knob_id)
@@ -148,9 +158,21 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
         prev_t = sample.t
         prev_rows = list(sample.gpus)
     duration = trace.samples[-1].t - trace.samples[0].t if trace.samples else 0.0
-    return {"decisions": decisions,
-            "summary": {"duration_s": round(duration, 3),
-                        "gpus": {d.id: t.as_dict() for d, t in zip(devices, totals, strict=True)}}}
+    summary: dict[str, Any] = {"duration_s": round(duration, 3),
+                               "gpus": {d.id: t.as_dict() for d, t in zip(devices, totals, strict=True)}}
+    if _searches(policy) and not all(t.searched for t in totals):
+        missing = [f for f in SIGNAL_FIELDS[0] if f not in trace.fields]
+        summary["no_search"] = (f"the trace has no {' or '.join(missing)} column: the efficient search's "
+                                "signal (utilization × SM clock) cannot be read, so it does not run"
+                                if missing else "no GPU was busy long enough for the efficient search to start")
+    return {"decisions": decisions, "summary": summary}
+
+
+def _searches(policy: Any) -> bool:
+    """Whether ``policy`` has a rule with ``limit: efficient`` (or an efficient clock search)."""
+    doc = getattr(policy, "document", None)
+    return any("efficient" in (getattr(r, "limit", None), getattr(r, "max_mhz", None))
+               for r in getattr(doc, "rules", ()) or ())
 
 
 def _account(tot: GpuTotals, row: Any, prev_row: Any, dt: float, limit: float | None,

@@ -91,7 +91,8 @@ def test_replay_json_shape(capsys):
     assert first["reason"].startswith("gpu0 in load.")
     assert set(doc["summary"]) == {"duration_s", "gpus"}
     assert set(doc["summary"]["gpus"]["gpu0"]) == {"limit_changes", "time_in_state_s", "energy_j",
-                                                   "mean_power_limit_w", "energy_above_limit_j", "stale_s"}
+                                                   "mean_power_limit_w", "energy_above_limit_j", "stale_s",
+                                                   "searched"}
 
 
 def test_replay_text_timeline(capsys):
@@ -104,6 +105,20 @@ def test_replay_text_timeline(capsys):
     fan = next(i for i, row in enumerate(rows) if "safety/failed-source" in row)
     assert "gpu0    fan0         0 % → 100 %" in rows[fan]
     assert rows[fan + 1].strip() == "source gpu0/temperature is missing: fan to full"
+    # nor has it clocks.sm: balanced's search cannot read its signal, and the summary says why none ran
+    assert rows[-1] == ("  no efficient search: the trace has no clocks.sm column: the efficient search's signal "
+                        "(utilization × SM clock) cannot be read, so it does not run")
+
+
+def test_replay_marks_the_gpus_whose_limit_was_searched(capsys):
+    assert main(["replay", "--trace", str(TRACE_WIN), "--policy", "balanced", "--gpu-profile", str(DUMP_4090),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["gpus"]["gpu0"]["searched"] is True and "no_search" not in summary
+    assert main(["replay", "--trace", str(TRACE_WIN), "--policy", "ai-training", "--gpu-profile",
+                 str(DUMP_4090), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["gpus"]["gpu0"]["searched"] is False and "no_search" not in summary  # nothing to search
 
 
 def test_replay_without_name_column_or_profile_exits_2(capsys):
