@@ -61,6 +61,9 @@ def _profiles(args: argparse.Namespace, trace: Any) -> list[Any] | str:
     return out
 
 
+FAN_STEP_SHOWN_PCT = 5.0  # a fan row is printed when its duty moved this much from the last one printed
+
+
 def _watts(v: float | None) -> str:
     return "—" if v is None else f"{v:g} W"
 
@@ -70,9 +73,19 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
     out.write(f"policy {policy} over {trace_path}: {len(doc['summary']['gpus'])} GPU(s), "
               f"{doc['summary']['duration_s']:.0f} s\n\n")
     out.write(f"{'t (s)':>9}  {'device':<7} {'knob':<12} {'old → new':<21} rule\n")
+    shown: dict[str, tuple[float | None, str]] = {}  # fan knob → (duty, rule) as last printed
+    hidden = 0
     for d in doc["decisions"]:
+        if d["knob"] != "power_limit":  # a fan curve moves a little every sample: print the steps that count
+            key = f"{d['device']}/{d['knob']}"
+            last, rule = shown.get(key, (None, ""))
+            if (last is not None and d["new"] is not None and abs(d["new"] - last) < FAN_STEP_SHOWN_PCT
+                    and rule == d["rule"]):
+                hidden += 1
+                continue
+            shown[key] = (d["new"], d["rule"])
         unit = (_watts(d["old"]), _watts(d["new"])) if d["knob"] == "power_limit" else \
-            (f"{d['old']:g} %" if d["old"] is not None else "—", f"{d['new']:g} %")
+            (f"{round(d['old'], 1):g} %" if d["old"] is not None else "—", f"{round(d['new'], 1):g} %")
         out.write(f"{d['t']:>9.1f}  {d['device']:<7} {d['knob']:<12} {unit[0] + ' → ' + unit[1]:<21} "
                   f"{d['rule']}\n")
         why = d.get("reason") or ""
@@ -82,6 +95,9 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
             out.write(f"{'':>11}{why.split(': ', 1)[-1]}\n")
     if not doc["decisions"]:
         out.write("        (no change)\n")
+    if hidden:
+        out.write(f"        ({hidden} fan change(s) of less than {FAN_STEP_SHOWN_PCT:g} % from the last shown, "
+                  "by the same rule, not shown: --json lists every one)\n")
     out.write("\nsummary\n")
     for (gpu, s), name in zip(doc["summary"]["gpus"].items(), names, strict=False):
         states = ", ".join(f"{k} {v:.0f} s" for k, v in s["time_in_state_s"].items()) or "—"

@@ -110,6 +110,20 @@ def test_replay_text_timeline(capsys):
                         "(utilization × SM clock) cannot be read, so it does not run")
 
 
+def test_replay_text_shows_the_fan_steps_that_count_and_says_how_many_it_left_out(capsys):
+    """About 190 rows of 0.1 % fan moves buried 13 limit changes: a fan row is printed when its duty
+    moved 5 % from the last one printed (or its rule changed); the rest are counted, and --json has all."""
+    args = ["replay", "--trace", str(TRACE_WIN), "--policy", "balanced", "--gpu-profile", str(DUMP_4090)]
+    assert main([*args, "--json"]) == 0
+    fans = [d for d in json.loads(capsys.readouterr().out)["decisions"] if d["knob"] == "fan0"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    rows = [r for r in out.splitlines() if " fan0 " in r]
+    assert 1 <= len(rows) < len(fans) / 10
+    assert (f"({len(fans) - len(rows)} fan change(s) of less than 5 % from the last shown, by the same rule, "
+            "not shown: --json lists every one)") in out
+
+
 def test_replay_marks_the_gpus_whose_limit_was_searched(capsys):
     assert main(["replay", "--trace", str(TRACE_WIN), "--policy", "balanced", "--gpu-profile", str(DUMP_4090),
                  "--json"]) == 0
