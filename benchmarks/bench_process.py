@@ -20,7 +20,9 @@ machine falls on all peers alike. CPU per tick is the
 window's CPU / ticks in it; the figure is the median over windows (range in brackets). Ratios are to the
 lean loop of the same scenario in the same run. Marginal costs: (500 − 100 channels) / 400 and (8 − 2
 GPUs) / 6. Then ``/metrics`` is scraped round-robin over loopback as Prometheus does (one connection per
-scrape) and its p50 reported. Start-up: CPU of the process when it sends ``READY=1`` (after its first tick) to
+scrape, rounds ``--scrape-interval`` apart: each scrape sees a tick its exporter has not rendered yet, as
+one every 15 s would; back to back, the exporter's per-tick cache would answer most of them) and its p50
+reported. Start-up: CPU of the process when it sends ``READY=1`` (after its first tick) to
 ``$NOTIFY_SOCKET``, median of ``--startups`` starts, each a first start on a fresh state directory and a
 restart on the same one (the policies' parsed documents then come from it). aithermctl: wall time of ``--help`` and of ``status``
 against the real daemon on a private ``dbus-daemon``.
@@ -175,6 +177,7 @@ def run_windows(args: argparse.Namespace, work: Path, scenarios: list[str]) -> d
             for _ in range(args.scrapes):
                 for p in served:
                     p.scrape()
+                time.sleep(args.scrape_interval)  # a scrape a tick at most, as Prometheus's are
             for p in served:  # every peer ticked and controlled its fans
                 want = {"after": b"aithermd_fan_duty_ratio{", "before": b"aithermd_fan_duty_ratio{",
                         "lean": b"lean_fan_duty_ratio{"}.get(p.kind, b"")
@@ -353,7 +356,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, metavar="DIR", help="checkout of an older aithermd to run beside")
     parser.add_argument("--fan2go", type=Path, default=os.environ.get("FAN2GO") or None, metavar="BIN")
     parser.add_argument("--startups", type=int, default=5)
-    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--scrapes", type=int, default=60)
+    parser.add_argument("--scrape-interval", type=float, default=1.1, metavar="S",
+                        help="s between rounds of scrapes (default 1.1: each scrape sees a new tick, as a "
+                             "Prometheus scraping every 15 s does; 0: back to back, mostly cached renders)")
     parser.add_argument("--ctl-runs", type=int, default=15)
     parser.add_argument("--without-after", action="store_true",
                         help="run only --before and the peers (to record figures of an older checkout)")
@@ -362,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.warmup, args.windows, args.window, args.startups, args.scrapes, args.ctl_runs = 2, 2, 2.0, 1, 3, 1
+        args.scrape_interval = 0.0
         args.scenarios = args.scenarios or "reference"
     args.kinds = ([] if args.without_after and args.before else ["after"]) + ["lean"] + (
         ["before"] if args.before else []) + (["fan2go"] if args.fan2go else [])
