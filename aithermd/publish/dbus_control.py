@@ -76,7 +76,8 @@ def _finite(name: str, value: float, *, minimum: float | None = None) -> None:
 def _duration(name: str, value: float) -> None:
     _finite(name, value, minimum=0.0)
     if value > MAX_DURATION_S:
-        raise errors.InvalidArgument(f"{name} {value:g} s exceeds {MAX_DURATION_S:g} s (a year; 0: no end)")
+        raise errors.InvalidArgument(f"{name} {value:g} s is more than a year ({MAX_DURATION_S:.0f} s); give "
+                                     "less, or 0 for no end")
 
 
 def _text(name: str, value: str, *, empty_ok: bool = True) -> None:
