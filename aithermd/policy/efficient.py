@@ -333,7 +333,7 @@ def _explain(spec: Spec, phase: str, signal: str, why: str, history: tuple, own:
                                                   if verdict in ("keep", "miss") else "")
                       for lim, r, g, verdict in history)
     inputs: dict[str, Any] = {"search": phase, "signal": signal,
-                              "budget_pct": round(100 * spec.budget, 2), "steps": steps}
+                              "budget_pct": round(100 * spec.budget, 2), "steps": steps or "none yet"}
     if own:
         inputs.update(own_draw_w=round(own, 1), peak_draw_w=peak,
                       slowdown_pct=round(100 * (1 - best_ratio), 2),

@@ -110,6 +110,15 @@ def test_a_search_snaps_steps_down_backs_off_once_and_settles():
     assert inputs["steps"].count("miss") == 1
 
 
+def test_before_its_first_verdict_the_search_says_it_has_no_steps_yet():
+    """explain showed "steps ." while the search measured its baseline."""
+    spec = Spec(budget=0.03, step=0.04, measure_s=30.0)
+    s = efficient.start(spec, "gpu0", 0.0, 450.0, readings())
+    text, inputs = efficient.explain(s, spec)
+    assert s.phase == BASELINE and inputs["steps"] == "none yet"
+    assert text == "efficient limit (baseline, signal proxy): measuring the job at the default"
+
+
 def test_thermal_slowdown_and_an_unreadable_signal_revert_to_the_default():
     spec = Spec(measure_s=30.0)
     s, _ = drive(spec, Job1(), 200)
