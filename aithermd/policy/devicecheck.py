@@ -31,6 +31,7 @@ from aithermd.policy.kinds import (
     GpuPowerLimitRule,
     MetricCondition,
     MixCurve,
+    parse_clock,
     parse_power,
 )
 from aithermd.policy.references import all_conditions
@@ -176,13 +177,16 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
                 and not any(_exact(p) for p in (rule.fans.id, rule.fans.chip, rule.fans.label)):
             problems.append(((*loc, "fans"), "selects no fan on this machine, so this rule does nothing "
                                              f"here (fans: {have})"))
-        elif isinstance(rule, GpuPowerLimitRule):
-            how, value = parse_power(rule.limit)
-            if how in ("w", "pct"):
+        elif isinstance(rule, GpuPowerLimitRule | GpuClocksRule):
+            power = isinstance(rule, GpuPowerLimitRule)
+            how, value = parse_power(rule.limit) if power else parse_clock(rule.max_mhz)
+            if how in ("w", "pct"):  # as the engine works it out (plan.power_value): % of the default
+                kind = KnobKind.POWER_LIMIT if power else KnobKind.SM_CLOCK_LOCK
                 knobs = [k for d in selectors.select_gpus(rule.gpus, devices)
-                         if (k := selectors.knob_of(d, KnobKind.POWER_LIMIT)) is not None]
+                         if (k := selectors.knob_of(d, kind)) is not None]
                 asked = {k.id: value if how == "w" else (k.default or math.nan) * value / 100 for k in knobs}
-                problems += _clamped((*loc, "limit"), knobs, asked)
+                problems += _clamped((*loc, "limit" if power else "max_mhz"), knobs, asked,
+                                     "W" if power else "MHz")
         elif isinstance(rule, CpuPowerLimitRule):
             for key, kind in (("pl1_w", KnobKind.PL1), ("pl2_w", KnobKind.PL2)):
                 if (value := getattr(rule, key)) is not None:
@@ -231,9 +235,11 @@ def _placed(policy: Any, where: str, problems: Sequence[tuple[tuple[Any, ...], s
     return [error_at(tree, where, loc, msg) for loc, msg in problems]
 
 
-def _clamped(loc: tuple[Any, ...], knobs: Sequence[Knob], asked: dict[str, float]) -> list[tuple[Any, str]]:
-    """One warning for the ``knobs`` that clamp the watts ``asked`` of them to their own constraints."""
-    out = [f"{k.id} {asked[k.id]:.0f} W → {k.clamp(asked[k.id]):.0f} W" for k in knobs
+def _clamped(loc: tuple[Any, ...], knobs: Sequence[Knob], asked: dict[str, float],
+             unit: str = "W") -> list[tuple[Any, str]]:
+    """One warning for the ``knobs`` that clamp the values ``asked`` of them (in ``unit``) to their own
+    constraints."""
+    out = [f"{k.id} {asked[k.id]:.0f} {unit} → {k.clamp(asked[k.id]):.0f} {unit}" for k in knobs
            if math.isfinite(asked[k.id]) and abs(k.clamp(asked[k.id]) - asked[k.id]) > 0.5]
     if not out:
         return []

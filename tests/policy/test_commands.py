@@ -357,3 +357,18 @@ def test_check_warns_about_what_this_machine_will_not_do_as_written(tmp_path, ca
         "powercap:package-0/pl1 5000 W → 95 W"]
     assert main(["check", str(p)]) == 0  # without a machine: nothing to compare with
     assert capsys.readouterr().err == ""
+
+
+def test_check_warns_about_a_locked_clock_the_cards_clamp(tmp_path, capsys):
+    """`max_mhz: 99999` passed `check --simulate` silently, though a clamped power limit was warned about."""
+    p = tmp_path / "clocks.yaml"
+    p.write_text("rules:\n"
+                 "  - {name: fast, kind: gpu_clocks, max_mhz: 99999}\n"
+                 "  - {name: fits, kind: gpu_clocks, gpus: 0, max_mhz: 1500}\n"
+                 "  - {name: low, kind: gpu_clocks, max_mhz: min}\n")
+    assert main(["check", "--simulate", str(p)]) == 0
+    out = capsys.readouterr()
+    assert out.out == f"{p}: ok\n"
+    assert out.err.splitlines() == [
+        f"{p}:2:45: warning: rules[0].max_mhz: clamped to the devices' own constraints: "
+        "gpu0/sm_clock_lock 99999 MHz → 3120 MHz, gpu1/sm_clock_lock 99999 MHz → 3105 MHz"]
