@@ -113,13 +113,13 @@ class Budget(Model, kinds.Budget):
                 raise ValueError("the curve's load percentages must increase strictly")
             if self.psu_rated_w is None:
                 raise ValueError("an efficiency curve is in % of the PSU's rated load: give psu_rated_w")
-        if self.wall_w is not None:  # nothing left for the GPUs and CPU even at the PSU's best efficiency
-            best = max(p[1] for p in self.psu_efficiency) if curve else self.psu_efficiency  # type: ignore
-            dc = min(self.wall_w * best, self.psu_rated_w if self.psu_rated_w is not None else float("inf"))
-            if dc - self.other_w <= 0:
-                raise ValueError(f"wall_w {self.wall_w:g} W × efficiency {best:g} less other_w "
-                                 f"{self.other_w:g} W leaves nothing for the GPUs and CPU packages: raise "
-                                 "wall_w or lower other_w")
+        if self.wall_w is not None:  # worked out as the engine splits it: nothing left is a policy error
+            from aithermd.policy.power_budget import devices_budget_w
+
+            total, how = devices_budget_w(self)
+            if total <= 0:
+                raise ValueError(f"{how}: nothing is left for the GPUs and CPU packages; raise wall_w or "
+                                 "lower other_w")
         return self
 
 

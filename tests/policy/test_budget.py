@@ -218,8 +218,8 @@ def test_a_budget_below_the_devices_lowest_limits_holds_each_at_its_minimum_and_
     ("budget:\n  - wall_w: 1440\n    othr_w: 50\n",
      ["b.yaml:3:5: error: budget[0].othr_w: unknown key (hint: did you mean 'other_w'?)"]),
     ("budget:\n  wall_w: 100\n  other_w: 500\n",
-     ["b.yaml:2:3: error: budget: wall_w 100 W × efficiency 0.9 less other_w 500 W leaves nothing for the GPUs "
-      "and CPU packages: raise wall_w or lower other_w"]),
+     ["b.yaml:2:3: error: budget: 100 W at the wall × 0.9 efficiency − 500 W for the rest of the machine = 0 W: "
+      "nothing is left for the GPUs and CPU packages; raise wall_w or lower other_w"]),
     ("quiet:\n  fans:\n    - {fans: {chip: nct6798}, max_duty_pct: 140}\n",
      ["b.yaml:3:45: error: quiet.fans[0].max_duty_pct: should be less than or equal to 100"]),
 ])
