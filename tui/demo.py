@@ -99,7 +99,9 @@ def serves_metrics(pid: int, listen: str, log: Path, timeout_s: float = 10.0) ->
     is gone, or ``timeout_s`` passes."""
     import psutil
 
-    port = int(listen.rpartition(":")[2])
+    port = int(listen.rpartition(":")[2])  # checked by metrics_unavailable first
+    if port == 0:  # the daemon picks one: nothing to check it against
+        return True
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -214,8 +216,7 @@ def run_demo(args: argparse.Namespace) -> int:
             return wire.EXIT_FAILURE
         if args.no_tui:
             served = metrics_listen.strip().lower() != "none"
-            picked = metrics_listen.endswith(":0")  # the daemon picks a port: nothing to check it against
-            if served and not picked and not serves_metrics(daemon.pid, metrics_listen, log):
+            if served and not serves_metrics(daemon.pid, metrics_listen, log):
                 print(f"aithermctl: demo: metrics: the daemon could not have {metrics_listen} (taken meanwhile, "
                       "another demo?): this demo serves none", file=sys.stderr, flush=True)
                 served = False
