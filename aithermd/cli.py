@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from aithermd import __version__
@@ -36,8 +37,25 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+NEGATIVE = re.compile(r"-\.?\d")  # "-5m", "-0.5": a value, since no option of aithermd starts with a digit
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--opt -5m`` → ``--opt=-5m``: argparse takes a token that starts with ``-`` and is not a plain number
+    for an option and answers "expected one argument"; joined, the option's own check words the error."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":  # what follows is not aithermd's
+            return out + argv[i:]
+        if out and NEGATIVE.match(arg) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = join_negative_values(list(sys.argv[1:] if argv is None else argv))
     command = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(command if command in COMMANDS else None)
     args = parser.parse_args(argv)

@@ -57,3 +57,23 @@ def test_a_malformed_simulation_duration_is_a_usage_error_naming_the_form(flags,
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flags[0]}" in err and ("10m" in err or "2m,22m,2m" in err)
+
+
+@pytest.mark.parametrize("flags", [["--duration", "-5m"], ["--stagger", "-1m"], ["--cycle", "-1,2,3"],
+                                   ["--duration", "-.5"]])
+def test_a_negative_duration_is_refused_by_its_own_check_not_taken_for_an_option(flags, capsys):
+    from aithermd.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--simulate", *flags])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flags[0]}: '{flags[1]}'" in err and "expected one argument" not in err
+
+
+def test_tokens_after_a_double_dash_are_not_joined():
+    from aithermd.cli import join_negative_values
+
+    assert join_negative_values(["run", "--duration", "-5m", "--", "--x", "-1"]) == \
+        ["run", "--duration=-5m", "--", "--x", "-1"]
+    assert join_negative_values(["--duration=-5m", "-5"]) == ["--duration=-5m", "-5"]
