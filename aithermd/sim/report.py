@@ -98,7 +98,9 @@ def stock_lines(data: Mapping[str, Any]) -> list[str]:
     if "work_per_j_gain_pct" not in data:
         return []
     per = "; ".join(f"{name} {g['work_per_j_gain_pct']:+.1f} % work/J, {g['slowdown_pct']:.1f} % slower"
-                    for name, g in data.get("gpus", {}).items() if "work_per_j_gain_pct" in g)
+                    if "lost_at_s" not in g else f"{name} lost at {clock(g['lost_at_s'])}, not scored"
+                    for name, g in data.get("gpus", {}).items()
+                    if "work_per_j_gain_pct" in g or "lost_at_s" in g)
     return ["", f"against stock (the same seed and jobs, every limit at its default): work per joule "
                 f"{data['work_per_j_gain_pct']:+.1f} %, slowdown {data['slowdown_pct']:.1f} %",
             f"  {per}" if per else ""][:3 if per else 2]
@@ -142,6 +144,40 @@ def not_put_back(data: Mapping[str, Any]) -> list[str]:
         if found is not None and (final is None or abs(final - found) > 0.05):
             out.append(name)
     return out
+
+
+def leave_out_lost(data: dict[str, Any]) -> None:
+    """A GPU lost for good (``gpuN:GPU_IS_LOST`` or ``gpuN:ABSENT`` with no end) is left out of the score:
+    the simulated card runs on at its last limit, which no daemon on a real machine could have kept and no
+    job on a card off the bus would use. Its entry gets ``lost_at_s`` in place of its gain and slowdown, and
+    the run's gain and slowdown are worked out again over the other GPUs (from their own totals)."""
+    from aithermd.sim.faults import parse
+
+    lost: dict[str, float] = {}
+    for f in data.get("faults", ()):
+        spec = parse(f["spec"])
+        name = f"gpu{spec.gpu}"
+        if spec.target != "gpu" or spec.function or spec.end is not None:
+            continue
+        if (spec.kind == "absent" or (spec.kind == "code" and int(spec.value) == 15)) and f["fault"] == "on":
+            lost.setdefault(name, f["t_s"])
+    gpus = data.get("gpus", {})
+    for name, t_s in lost.items():
+        if name in gpus:
+            g = gpus[name]
+            g.pop("work_per_j_gain_pct", None)
+            g.pop("slowdown_pct", None)
+            g["lost_at_s"] = t_s
+    if not any(name in gpus for name in lost) or "work_per_j_gain_pct" not in data:
+        return
+    kept = [g for g in gpus.values() if "lost_at_s" not in g]
+    work, energy = sum(g["work"] for g in kept), sum(g["energy_j"] for g in kept)
+    stock_work, stock_energy = sum(g["stock_work"] for g in kept), sum(g["stock_energy_j"] for g in kept)
+    wpk = work / energy if energy else 0.0
+    stock_wpk = stock_work / stock_energy if stock_energy else 0.0
+    data["work_per_j_gain_pct"] = round(100.0 * (wpk / stock_wpk - 1.0), 2) if stock_wpk else 0.0
+    data["slowdown_pct"] = round(100.0 * (1.0 - work / stock_work), 2) if stock_work > 0 else 0.0
+    data["scored_gpus"] = [name for name, g in gpus.items() if "lost_at_s" not in g]
 
 
 def format_summary(data: Mapping[str, Any]) -> str:

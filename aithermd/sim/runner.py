@@ -307,6 +307,7 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
             data = summary_data(machine, recorder, policy)
             if plan is not None:
                 data["faults"] = [{"t_s": t, "fault": what, "spec": spec} for t, what, spec in plan.log]
+                report.leave_out_lost(data)
             if watch.ticks:
                 data["budget"] = watch.summary()
             if out is not None:

@@ -112,3 +112,40 @@ def test_a_gpu_lost_for_good_is_not_said_to_be_put_back(tmp_path):
     assert "210 (300/300)" in rows["gpu1"] and "450 (450/600)" in rows["gpu0"]
     (said,) = [line for line in done.stdout.splitlines() if " in all; " in line]
     assert said.endswith("on exit the limit of gpu1 was not put back (W after exit)")
+    (scored,) = [line for line in done.stdout.splitlines() if line.startswith("  gpu0 ") and "work/J" in line]
+    assert scored.endswith("; gpu1 lost at 2:00, not scored")
+
+
+def test_a_gpu_lost_for_good_is_left_out_of_the_score_and_the_total_is_the_others(tmp_path):
+    """The card lost at 2:00 ran on in the simulation at its last limit and was scored as if managed; its
+    entry now says when it was lost, and the run's gain is gpu0's own (the only GPU scored)."""
+    import asyncio
+
+    from conftest import NOON, SEED
+
+    from aithermd.settings import DaemonSettings
+    from aithermd.sim.faults import parse_all
+    from aithermd.sim.runner import SimOptions, simulate
+    from aithermd.sim.workload import CycleWorkload
+
+    settings = DaemonSettings(policy="balanced", policy_pinned=True, bus="none", metrics_listen="none",
+                              log_level="error")
+    opts = SimOptions(duration_s=300.0, speedup=0, seed=SEED, wall_start=NOON,
+                      workload=CycleWorkload(seed=SEED), state_dir=tmp_path / "state",
+                      faults=parse_all(["gpu1:GPU_IS_LOST@2m"]))
+    result = asyncio.run(simulate(settings, opts, None))
+    assert result.code == 1, "gpu1's limit cannot be put back: the daemon's exit says so"
+    data = result.data
+    gpu0, gpu1 = data["gpus"]["gpu0"], data["gpus"]["gpu1"]
+    assert gpu1["lost_at_s"] == 120.0 and "work_per_j_gain_pct" not in gpu1 and "slowdown_pct" not in gpu1
+    assert data["scored_gpus"] == ["gpu0"]
+    assert (data["work_per_j_gain_pct"], data["slowdown_pct"]) == (gpu0["work_per_j_gain_pct"],
+                                                                   gpu0["slowdown_pct"])
+
+
+def test_a_gpu_lost_for_a_while_is_still_scored(tmp_path):
+    from aithermd.sim.faults import parse_all
+
+    data = run_daemon(tmp_path, "balanced", 300.0, faults=parse_all(["gpu1:GPU_IS_LOST@1m-2m"])).data
+    assert "lost_at_s" not in data["gpus"]["gpu1"] and "work_per_j_gain_pct" in data["gpus"]["gpu1"]
+    assert "scored_gpus" not in data
