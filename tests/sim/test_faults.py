@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import run_daemon
+from conftest import NOON, SEED, run_daemon
 
 from aithermd.sim.faults import FaultSpecError, parse
 
@@ -120,8 +120,6 @@ def test_a_gpu_lost_for_good_is_left_out_of_the_score_and_the_total_is_the_other
     """The card lost at 2:00 ran on in the simulation at its last limit and was scored as if managed; its
     entry now says when it was lost, and the run's gain is gpu0's own (the only GPU scored)."""
     import asyncio
-
-    from conftest import NOON, SEED
 
     from aithermd.settings import DaemonSettings
     from aithermd.sim.faults import parse_all
