@@ -71,6 +71,7 @@ class PolicyState:
     curves: Mapping[str, CurveState] = field(default_factory=_empty)
     searches: Mapping[str, Any] = field(default_factory=_empty)  # efficient-limit searches (efficient.py)
     quiet: quiet.QuietState | None = None
+    memo: Mapping[str, Any] = field(default_factory=_empty)  # fan decisions kept while steady (memo.py)
 
 
 @dataclass(frozen=True)
@@ -168,15 +169,16 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
     curve_states: dict[str, CurveState] = {}
     fan_sources: dict[str, tuple[str, ...]] = {}
     pending: dict[str, dict[str, Any]] = {}
+    kept: dict[str, Any] = {}
     for rule in plan.rules:
         run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
-                 fan_sources, fan_failed, pending)
+                 fan_sources, fan_failed, pending, ps.memo, kept)
     calm = quiet.choose(plan.quiet, ctx) if plan.quiet else None
     quiet_state = quiet.apply(calm, name, layer, decisions, ctx, inp, ps.quiet) if calm is not None else None
     budget = power_budget.choose(plan.budgets, ctx) if plan.budgets else None
     return decisions, PolicyState(MappingProxyType(machines), MappingProxyType(ctx.held_new),
                                   MappingProxyType(curve_states), MappingProxyType(ctx.searches_new),
-                                  quiet_state), states_out, fan_sources, budget
+                                  quiet_state, MappingProxyType(kept)), states_out, fan_sources, budget
 
 
 def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineState,
@@ -186,19 +188,20 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     policies = [p for p in (active, *holds) if p is not None]
     plans = tuple(_plan(p, inp.devices, state.plans) for p in dict.fromkeys(policies))
     by_policy = {p.policy: p for p in plans}
-    sampler = state.sampler if state.sampler is not None and state.sampler.matches(plans) \
-        else sampling.build(plans)
+    same = state.sampler is not None and state.sampler.matches(plans)  # the very plans of the last tick
+    sampler = state.sampler if same else sampling.build(plans)  # type: ignore[assignment]
     idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
     derived = held.derived_readings(inp.devices, held_now)
     readings = {**inp.readings, **derived} if derived else inp.readings
     windows, ok = sampling.update(sampler, inp.t_mono, readings, inp.knobs, state.windows)
-    params = safety.SafetyParams(
-        margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
-        gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
-                              if p.document.safety.gpu_temp_limit_c is not None), default=None))
-    sp = state.safety if state.safety is not None and state.safety.params == params and \
-        (state.safety.devices is inp.devices or state.safety.devices == inp.devices) \
-        else safety.plan(inp.devices, params)
+    sp = state.safety
+    if not same or sp is None or not (sp.devices is inp.devices or sp.devices == inp.devices):
+        params = safety.SafetyParams(  # the same plans: the same policies, so the same parameters
+            margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
+            gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
+                                  if p.document.safety.gpu_temp_limit_c is not None), default=None))
+        if sp is None or sp.params != params or not (sp.devices is inp.devices or sp.devices == inp.devices):
+            sp = safety.plan(inp.devices, params)
     knobs = sp.knobs  # every knob of inp.devices by id
     layers: list[dict[str, Decision]] = []
     new_policies: dict[str, PolicyState] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, Knob, KnobKind
@@ -61,6 +62,17 @@ class CRule:
     inputs: dict[str, tuple[sources.Input, ...]] = field(default_factory=dict)  # leaf curve → its inputs
     smooth: dict[str, tuple[str, float]] = field(default_factory=dict)  # leaf → (window key, smoothing_s)
     search: Any = None  # limit: efficient — the search's efficient.Spec
+
+    @cached_property
+    def channels(self) -> tuple[str, ...]:
+        """Every channel its curves may read, in order (the safety layer's fan sources)."""
+        return tuple(c for chans in self.sources.values() for c in chans)
+
+    @cached_property
+    def keepable(self) -> bool:
+        """A fan rule whose decision may be kept while its inputs do not move (:mod:`aithermd.policy.memo`):
+        no curve it reaches depends on time (a PID's integral and derivative do)."""
+        return self.kind == "fan" and not any(isinstance(c, PidCurve) for c in self.curves.values())
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from aithermd.model import Decision, Layer, Status
+from aithermd.model import EMPTY, Decision, Layer, Status
 from aithermd.policy import curves as fc
-from aithermd.policy import efficient, sources
+from aithermd.policy import efficient, memo, sources
 from aithermd.policy.conditions import Ctx
+from aithermd.policy.explain import Lazy
 from aithermd.policy.plan import CRule, Target, power_value
 
 _TEXT = MappingProxyType({"default": "the default", "min": "the minimum", "max": "the maximum"})
@@ -63,13 +64,13 @@ def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | N
 
 
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
-               raw: dict[str, float], used: dict[str, str], prev_curves: Mapping[str, fc.CurveState],
-               out_curves: dict[str, fc.CurveState],
-               fans: Mapping[str, fc.FanState]) -> tuple[float | None, dict[str, Any]]:
+               prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
+               fans: Mapping[str, fc.FanState]) -> tuple[float | None, float | None, bool]:
+    """The duty (%) to send to ``t``'s fan (None: its curve has no temperature), the curve's own duty
+    before shaping (None for a fixed duty), and whether it is steady: the duty the fan already has, with
+    no ramp holding it back (shaped without the ramp limits it is the same), so time cannot move it."""
     model = rule.model
-    inputs: dict[str, Any] = {f"source:{k}": round(v, 2) for k, v in temps.items()}
-    inputs.update({f"raw:{k}": round(v, 2) for k, v in raw.items()})
-    inputs.update({f"used:{k}": v for k, v in used.items()})
+    curve_pct: float | None = None
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
@@ -81,18 +82,39 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
         for k, v in new_states.items():
             out_curves[prefix + k] = v
         if duty is None:
-            return None, inputs
-        inputs["curve_pct"] = round(duty, 2)
+            return None, None, False
+        curve_pct = duty
     prev = fans.get(t.knob.id)
     if prev is None:
         kv = inp.knobs.get(t.knob.id)
         prev = fc.FanState(kv.value if kv is not None and kv.status == Status.OK else None, None)
     low, start, stop = fan_limits(model, t.knob)
+    ramp_up, ramp_down = model.ramp_up_pct_s, model.ramp_down_pct_s
     value = fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
-                     stop_below_c=model.stop_below_c, ramp_up_pct_s=model.ramp_up_pct_s,
-                     ramp_down_pct_s=model.ramp_down_pct_s, stop_pct=stop,
-                     stop_hysteresis_pct=model.stop_hysteresis_pct)
-    return value, inputs
+                     stop_below_c=model.stop_below_c, ramp_up_pct_s=ramp_up, ramp_down_pct_s=ramp_down,
+                     stop_pct=stop, stop_hysteresis_pct=model.stop_hysteresis_pct)
+    steady = value == prev.duty_pct and rule.keepable and (
+        (ramp_up is None and ramp_down is None)
+        or fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
+                    stop_below_c=model.stop_below_c, stop_pct=stop,
+                    stop_hysteresis_pct=model.stop_hysteresis_pct) == value)
+    return value, curve_pct, steady
+
+
+def _fan_inputs(before: tuple[Mapping[str, Any], ...], temps: Mapping[str, float], raw: Mapping[str, float],
+                used: Mapping[str, str], curve_pct: float | None) -> dict[str, Any]:
+    """A fan decision's inputs, built when read (:mod:`aithermd.policy.explain`): the machines' and the
+    rule's statistics and the earlier rules' progress (``before``), then per leaf curve its source
+    temperature, its raw value where smoothed and the channels it used, then the curve's duty."""
+    inputs: dict[str, Any] = {}
+    for part in before:
+        inputs.update(part)
+    inputs.update({f"source:{k}": round(v, 2) for k, v in temps.items()})
+    inputs.update({f"raw:{k}": round(v, 2) for k, v in raw.items()})
+    inputs.update({f"used:{k}": v for k, v in used.items()})
+    if curve_pct is not None:
+        inputs["curve_pct"] = round(curve_pct, 2)
+    return inputs
 
 
 START_MARGIN_PCT = 5.0  # a start duty found once is not one forever (temperature, wear: FanControl #3855)
@@ -144,17 +166,20 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
              out_curves: dict[str, fc.CurveState], fans: Mapping[str, fc.FanState],
              decisions: dict[str, Decision], fan_sources: dict[str, tuple[str, ...]],
              fan_failed: dict[str, tuple[str, str]] | None = None,
-             pending: dict[str, dict[str, Any]] | None = None) -> None:
+             pending: dict[str, dict[str, Any]] | None = None, prev_memo: Mapping[str, memo.FanMemo] = EMPTY,
+             memo_out: dict[str, memo.FanMemo] | None = None) -> None:
     """Decide the knobs ``rule`` targets (into ``decisions``, first rule wins); record fan curve sources
     (every channel a fan's curve may read) and, in ``fan_failed``, the fans whose source failed this tick
     with the first failed input (channel, status). ``pending``: knob id → the ``{"elapsed_s", "need_s"}``
     progress of earlier rules that did not hold yet (``"<rule>: <condition>"``), added to the inputs of
     the rule that decides the knob."""
     pending = {} if pending is None else pending
+    memo_out = {} if memo_out is None else memo_out
     temps: dict[str, float] | None = None
     hottest: float | None = None
     raw: dict[str, float] = {}
     used: dict[str, str] = {}
+    eager: Mapping[str, Any] = EMPTY
     failed: tuple[str, str] | None = None
     for t in rule.targets:
         ctx.scope = t.scope
@@ -167,22 +192,43 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             if waiting:
                 pending.setdefault(t.knob.id, {}).update(waiting)
             continue
-        inputs: dict[str, Any] = {**machine_stats.get(t.scope, {}), **ctx.stats, **pending.get(t.knob.id, {})}
+        before = (machine_stats.get(t.scope, EMPTY), ctx.stats, pending.get(t.knob.id, EMPTY))
         if rule.kind == "fan":
             if temps is None:
                 temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
+                eager = {f"used:{k}": v for k, v in used.items()}
             if rule.curve_name is not None:
-                fan_sources[t.knob.id] = tuple(c for chans in rule.sources.values() for c in chans)
+                fan_sources[t.knob.id] = rule.channels
                 if failed is not None and fan_failed is not None:
                     fan_failed[t.knob.id] = failed
-            value, extra = _fan_value(rule, t, ctx, inp, temps, hottest, raw, used, prev_curves, out_curves,
-                                      fans)
-            inputs.update(extra)
+            if rule.keepable:  # no work for unchanged inputs (aithermd.policy.memo)
+                key = f"{rule.name}|{t.knob.id}"
+                last = memo.last_duty(t, inp, fans)
+                states = memo.states_in(rule, key + "|", prev_curves)
+                kept = prev_memo.get(key)
+                if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before,
+                                                   states, last):
+                    decisions[t.knob.id] = kept.decision
+                    out_curves.update(kept.out)
+                    memo_out[key] = kept
+                    continue
+            value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,
+                                                  fans)
             if value is None:
                 continue
-            what = f"curve {rule.curve_name}" if rule.curve_name else "fixed duty"
-            reason = f"{what} → {value:.0f} %"
+            inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
+            reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
+            if rule.keepable and steady:
+                dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
+                               rule=f"{policy}/{rule.name}", reason=reason, requested=value, inputs=inputs)
+                decisions[t.knob.id] = dec
+                left = tuple((key + "|" + n, out_curves[key + "|" + n]) for n in rule.curves
+                             if key + "|" + n in out_curves)
+                memo_out[key] = memo.FanMemo(rule, layer, policy, temps, raw, used, before, states, last, dec,
+                                             left)
+                continue
         else:
+            inputs = {**before[0], **before[1], **before[2]}
             target = t.scope or t.knob.device_id
             where = ", ".join(f"{k[6:]}.{v}" for k, v in inputs.items() if k.startswith("state:"))
             if rule.search is not None:

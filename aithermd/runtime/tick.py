@@ -34,7 +34,8 @@ from aithermd.actuate.applier import Applier
 from aithermd.actuate.caps import PowerCaps
 from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
-from aithermd.model import Alarm, Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
+from aithermd.model import EMPTY, Alarm, Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
+from aithermd.policy.explain import eager_items
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
 from aithermd.runtime.fanwatch import FanWatch
@@ -167,13 +168,17 @@ class Tick:
         return True
 
     def _log_sources(self, old: Mapping[str, Decision], new: Mapping[str, Decision]) -> None:
-        """Log each fan curve whose source channels (``used:<curve>`` of its decision) changed."""
+        """Log each fan curve whose source channels (``used:<curve>`` of its decision) changed. Reads only
+        what is there without building a decision's inputs (:func:`aithermd.policy.explain.eager_items`)."""
         for knob_id, d in new.items():
             prev = old.get(knob_id)
-            for k, v in d.inputs.items():
-                if k.startswith("used:") and (prev is None or prev.inputs.get(k) != v):
+            if prev is d:
+                continue
+            before = eager_items(prev.inputs) if prev is not None else EMPTY
+            for k, v in eager_items(d.inputs).items():
+                if k.startswith("used:") and before.get(k) != v:
                     self._log.info("source_in_use", knob=knob_id, curve=k[5:], channels=v,
-                                   before=prev.inputs.get(k) if prev is not None else None)
+                                   before=before.get(k) if prev is not None else None)
 
     # -- arbitrate and actuate -------------------------------------------------------------------------
     def arbitrate(self, world: World, lost: set[str]) -> tuple[list[tuple[str, Decision]], list[str]]:

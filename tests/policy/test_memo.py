@@ -1,0 +1,187 @@
+"""No work for unchanged inputs (aithermd.policy.memo): a fan rule's decision is given back as the same object
+while nothing it depends on moves, and it still reacts to every kind of change: a reading, a failed reading,
+a window that fills (a state machine), an override, a hold, a reload, a ramp still under way, a critical
+temperature. A decision's inputs are built when read (aithermd.policy.explain). Each tick is also checked
+against the same tick worked out with the memory cleared: keeping a decision never changes one."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+
+from aithermd.model import EMPTY, Layer, Status
+from aithermd.policy import engine
+from aithermd.policy.explain import Lazy, eager_items
+from aithermd.policy.loader import load_policy_text
+
+from .machines import K10, NCT, k10temp, nct, tick
+
+PWM1, PWM2 = f"{NCT}/pwm1", f"{NCT}/pwm2"
+TCTL, SYSTIN = f"{K10}/temp1", f"{NCT}/temp1"
+POLICY = """
+machines:
+  thermal:
+    per: machine
+    states:
+      - name: cool
+      - name: hot
+        enter: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 10, above: 70}
+        exit: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 10, below: 60}
+curves:
+  cpu: {kind: points, source: Tctl, points: [[40, 30], [80, 100]], hysteresis_c: 3}
+rules:
+  - {name: hot, kind: fan, fans: {id: ["*/pwm1"]}, when: {state: thermal.hot}, duty_pct: 90}
+  - {name: cpu-fan, kind: fan, fans: {id: ["*/pwm1"]}, curve: cpu}
+  - {name: case, kind: fan, fans: {id: ["*/pwm2"]}, curve: cpu, ramp_up_pct_s: 5, ramp_down_pct_s: 5}
+"""
+HOLD = """
+rules:
+  - {name: loud, kind: fan, fans: {id: ["*/pwm1"]}, duty_pct: 70}
+"""
+DEVICES = (nct(), k10temp(crit=100.0))
+
+
+def view(decisions):
+    return {k: (d.value, d.layer, d.rule, d.reason, d.requested, dict(d.inputs))
+            for k, d in decisions.items()}
+
+
+def forgetful(state: engine.EngineState) -> engine.EngineState:
+    kept = {n: replace(ps, memo=EMPTY) for n, ps in state.policies.items()}
+    return replace(state, policies=MappingProxyType(kept))
+
+
+class Run:
+    """Ticks the engine once a second; each tick is checked against the same tick without the memory."""
+
+    def __init__(self, policy=None) -> None:
+        self.policy = policy or load_policy_text(POLICY, name="p")
+        self.state = engine.initial_state()
+        self.t = 0.0
+        self.values = {TCTL: 50.0, SYSTIN: 40.0}
+
+    def step(self, holds=(), overrides=EMPTY, **values):
+        self.values.update(values)
+        self.t += 1.0
+        inp = tick(DEVICES, self.t, dict(self.values), knobs={PWM2: 30.0})
+        res = engine.evaluate(self.policy, list(holds), inp, self.state, overrides)
+        fresh = engine.evaluate(self.policy, list(holds), inp, forgetful(self.state), overrides)
+        assert view(res.decisions) == view(fresh.decisions)
+        assert res.state.policies["p"].curves == fresh.state.policies["p"].curves
+        assert res.state.fans == fresh.state.fans
+        self.state = res.state
+        return res
+
+    def settle(self, n=40, **kw):
+        for _ in range(n):
+            res = self.step(**kw)
+        return res
+
+
+def test_unchanged_inputs_give_back_the_same_decision_object():
+    run = Run()
+    first = run.settle()
+    again = run.step()
+    assert again.decisions[PWM1] is first.decisions[PWM1]
+    assert again.decisions[PWM2] is first.decisions[PWM2]  # its ramp is done: steady
+    assert first.decisions[PWM1].value == pytest.approx(47.5)
+    assert first.decisions[PWM1].inputs["source:cpu"] == 50.0
+    assert first.decisions[PWM1].inputs["state:thermal"] == "cool"
+
+
+def test_a_reading_that_moves_is_followed_at_once():
+    run = Run()
+    kept = run.settle().decisions[PWM1]
+    moved = run.step(**{TCTL: 60.0}).decisions[PWM1]
+    assert moved is not kept and moved.value == pytest.approx(65.0)
+    # within the hysteresis the reference temperature stays: the same value, worked out again once
+    down = run.step(**{TCTL: 58.5}).decisions[PWM1]
+    assert down.value == pytest.approx(65.0) and down.inputs["source:cpu"] == 58.5
+
+
+def test_a_failed_reading_sends_the_fans_to_full_and_its_return_gives_them_back():
+    run = Run()
+    run.settle()
+    res = run.step(**{TCTL: Status.FAILED})
+    assert res.decisions[PWM1].layer is Layer.SAFETY and res.decisions[PWM1].value == 100.0
+    assert PWM1 not in res.layers["p"]
+    res = run.step(**{TCTL: 50.0})
+    assert res.decisions[PWM1].rule == "p/cpu-fan" and res.decisions[PWM1].value == pytest.approx(47.5)
+
+
+def test_a_window_that_fills_changes_the_state_while_the_rules_inputs_stand_still():
+    run = Run()
+    run.settle()
+    rules = []
+    for _ in range(12):
+        rules.append(run.step(**{SYSTIN: 80.0}).decisions[PWM1].rule)
+    assert rules[0] == "p/cpu-fan" and rules[-1] == "p/hot"  # the 10 s mean passed 70 °C on its own time
+    assert run.step().decisions[PWM1].value == 90.0
+
+
+def test_an_override_wins_and_its_end_ramps_from_where_it_left_the_fan():
+    run = Run()
+    steady = run.settle().decisions[PWM2]
+    assert steady.value == pytest.approx(47.5)
+    res = run.step(overrides={PWM2: 20.0})
+    assert res.decisions[PWM2].layer is Layer.OVERRIDE and res.decisions[PWM2].value == 20.0
+    back = [run.step().decisions[PWM2].value for _ in range(3)]
+    assert back == pytest.approx([25.0, 30.0, 35.0])  # ramping up again at 5 %/s, not the kept 47.5
+
+
+def test_a_hold_wins_and_its_release_gives_the_rule_back():
+    run = Run()
+    run.settle()
+    hold = load_policy_text(HOLD, name="loud")
+    res = run.step(holds=[hold])
+    assert res.decisions[PWM1].layer is Layer.HOLD and res.decisions[PWM1].value == 70.0
+    res = run.step()
+    assert res.decisions[PWM1].rule == "p/cpu-fan" and res.decisions[PWM1].value == pytest.approx(47.5)
+
+
+def test_a_reload_decides_again_with_the_same_inputs():
+    run = Run()
+    kept = run.settle().decisions[PWM1]
+    run.policy = load_policy_text(POLICY.replace("[80, 100]", "[60, 100]"), name="p")
+    res = run.step()
+    assert res.decisions[PWM1] is not kept and res.decisions[PWM1].value == pytest.approx(65.0)
+
+
+def test_a_ramp_under_way_moves_every_tick_with_inputs_that_stand_still():
+    run = Run()
+    values = [run.step().decisions[PWM2].value for _ in range(5)]
+    assert values == pytest.approx([30.0, 35.0, 40.0, 45.0, 47.5])
+
+
+def test_a_critical_temperature_overrides_a_kept_decision_every_tick():
+    run = Run()
+    run.settle(**{TCTL: 97.0})
+    for _ in range(3):
+        res = run.step()
+        assert res.decisions[PWM1].layer is Layer.SAFETY and res.decisions[PWM1].value == 100.0
+        assert res.decisions[PWM1].rule == "safety/critical-temperature"
+
+
+def test_random_inputs_decide_as_without_the_memory():
+    rng = random.Random(7)
+    run, hold = Run(), load_policy_text(HOLD, name="loud")
+    for _ in range(400):
+        holds = [hold] if rng.random() < 0.05 else []
+        overrides = {PWM2: 10.0} if rng.random() < 0.05 else EMPTY
+        values = {}
+        if rng.random() < 0.3:
+            values[TCTL] = rng.choice([45.0, 50.0, 55.0, 70.0, 96.0, Status.FAILED])
+        if rng.random() < 0.1:
+            values[SYSTIN] = rng.choice([40.0, 80.0, Status.FAILED])
+        run.step(holds=holds, overrides=overrides, **values)
+
+
+def test_inputs_are_built_when_read_and_the_used_channels_are_there_before():
+    run = Run()
+    d = run.settle().decisions[PWM1]
+    assert isinstance(d.inputs, Lazy)
+    assert eager_items(d.inputs) == {"used:cpu": TCTL}
+    assert d.inputs == dict(d.inputs) and "curve_pct" in d.inputs and len(d.inputs) == len(dict(d.inputs))
