@@ -71,6 +71,21 @@ def pid_step(curve: PidCurve, temp_c: float, now: float, st: CurveState) -> tupl
     return min(max(duty, 0.0), 100.0), CurveState(integral=integral, prev_err=err, t=now)
 
 
+def pid_pinned(curve: PidCurve, st: CurveState) -> bool:
+    """Whether the PID left at ``st`` gives the same duty and state (but its time) for the same temperature
+    after any time step: no error, or the integral at its anti-windup bound with the error pushing against
+    it (the derivative is zero: the error does not change)."""
+    err = st.prev_err
+    if err is None:
+        return False
+    if err == 0.0:
+        return True
+    if not curve.ki:
+        return False
+    lo, hi = sorted(((0.0 - curve.base_pct) / curve.ki, (100.0 - curve.base_pct) / curve.ki))
+    return (st.integral == lo and err < 0.0) or (st.integral == hi and err > 0.0)
+
+
 def evaluate(name: str, curve: PointsCurve | PidCurve | MixCurve, curves: Mapping[str, object],
              temps: Mapping[str, float], now: float, states: Mapping[str, CurveState],
              out_states: dict[str, CurveState], depth: int = 0) -> float | None:

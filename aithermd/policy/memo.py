@@ -8,11 +8,14 @@ elsewhere changes that), and for its explanation the machines' statistics, the r
 statistics and the earlier rules' progress. :class:`FanMemo` keeps those inputs with the decision and the
 curve states it left; :func:`reuse` gives the same Decision object back when every one is equal.
 
-Time enters a fan's duty only through a PID curve (its integral and derivative) and the ramps; so a rule
-that reaches a PID curve is never kept, and a decision is kept only when it is *steady*: the duty it asks
-is the one the fan already had and shaping without ramps gives the same (a fan still ramping, or kicked
-to start, is worked out again each tick). The ``when`` condition, the safety layer, overrides and
-arbitration are evaluated every tick as before; only the curve, the shaping and the explanation are saved.
+Time enters a fan's duty only through a PID curve (its integral and derivative) and the ramps, so a
+decision is kept only when it is *steady*: the duty it asks is the one the fan already has and shaping
+without ramps gives the same (a fan still ramping, or kicked to start, is worked out again each tick), and
+every curve state it left is the one it came from (:func:`left`): a points curve's reference temperature,
+a PID's error and integral with the integral pinned at its anti-windup bound by an error that pushes
+against it (or no error at all), so that no time step moves it; such a PID state is carried with this
+tick's time (:func:`carry`). The ``when`` conditions, the safety layer, overrides and arbitration are
+evaluated every tick as before; only the curve, the shaping and the explanation are saved.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aithermd.model import Decision, Layer, Status
-from aithermd.policy.curves import CurveState, FanState
+from aithermd.policy.curves import CurveState, FanState, pid_pinned
+from aithermd.policy.kinds import PidCurve
 from aithermd.policy.plan import CRule, Target
 
 
@@ -35,7 +39,7 @@ class FanMemo:
     raw: Mapping[str, float]
     used: Mapping[str, str]
     before: tuple[Mapping[str, Any], ...]
-    states: tuple[CurveState | None, ...]  # the curve states it was worked out from, in rule.curves order
+    states: tuple[Any, ...]  # the curve states it was worked out from, without their times (states_in)
     last: float | None
     decision: Decision
     out: tuple[tuple[str, CurveState], ...]  # the curve states it left (key in the policy's curves, state)
@@ -50,16 +54,47 @@ def last_duty(t: Target, inp: Any, fans: Mapping[str, FanState]) -> float | None
     return kv.value if kv is not None and kv.status == Status.OK else None
 
 
-def states_in(rule: CRule, prefix: str,
-              prev_curves: Mapping[str, CurveState]) -> tuple[CurveState | None, ...]:
-    """One target's previous curve states (``prefix``: ``<rule>|<knob id>|``), in ``rule.curves`` order."""
+def _bare(st: CurveState | None) -> tuple[float | None, float, float | None] | None:
+    """A curve state without its time (a pinned PID's time does not change what it gives)."""
+    return None if st is None else (st.ref_c, st.integral, st.prev_err)
+
+
+def states_in(keys: Mapping[str, str], prev_curves: Mapping[str, CurveState]) -> tuple[Any, ...]:
+    """One target's previous curve states without their times (``keys``: curve name → its key in the
+    policy's curve states), in the rule's curve order."""
     get = prev_curves.get
-    return tuple(get(prefix + n) for n in rule.curves)
+    return tuple(_bare(get(k)) for k in keys.values())
+
+
+def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curves: Mapping[str, CurveState],
+         now: float) -> tuple[tuple[str, CurveState], ...] | None:
+    """The curve states a decision left, when each is the one it came from (``states``) and no time step
+    can move it (see the module doc); None when one is not, and the decision is not kept."""
+    out = []
+    for (name, key), before in zip(keys.items(), states, strict=True):
+        st = out_curves.get(key)
+        if st is None:
+            if before is not None:
+                return None
+            continue
+        if _bare(st) != before:
+            return None
+        curve = rule.curves[name]
+        if isinstance(curve, PidCurve) and not (st.t == now and pid_pinned(curve, st)):
+            return None
+        out.append((key, st))
+    return tuple(out)
+
+
+def carry(memo: FanMemo, now: float, out_curves: dict[str, CurveState]) -> None:
+    """The curve states of a kept decision into this tick's, a PID's with this tick's time."""
+    for key, st in memo.out:
+        out_curves[key] = st if st.t is None else CurveState(st.ref_c, st.integral, st.prev_err, now)
 
 
 def reuse(memo: FanMemo, rule: CRule, layer: Layer, policy: str, temps: Mapping[str, float],
           raw: Mapping[str, float], used: Mapping[str, str], before: tuple[Mapping[str, Any], ...],
-          states: tuple[CurveState | None, ...], last: float | None) -> bool:
+          states: tuple[Any, ...], last: float | None) -> bool:
     """Whether ``memo`` holds this tick's decision: every input equal (the rule the same object)."""
     return (memo.rule is rule and memo.last == last and memo.layer is layer
             and memo.policy == policy and memo.temps == temps and memo.states == states

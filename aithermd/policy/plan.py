@@ -69,10 +69,9 @@ class CRule:
         return tuple(c for chans in self.sources.values() for c in chans)
 
     @cached_property
-    def keepable(self) -> bool:
-        """A fan rule whose decision may be kept while its inputs do not move (:mod:`aithermd.policy.memo`):
-        no curve it reaches depends on time (a PID's integral and derivative do)."""
-        return self.kind == "fan" and not any(isinstance(c, PidCurve) for c in self.curves.values())
+    def curve_keys(self) -> dict[str, dict[str, str]]:
+        """Per target knob id: each curve's name → its key in the policy's curve states."""
+        return {t.knob.id: {n: f"{self.name}|{t.knob.id}|{n}" for n in self.curves} for t in self.targets}
 
 
 @dataclass(frozen=True)

@@ -65,22 +65,23 @@ def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | N
 
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
                prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
-               fans: Mapping[str, fc.FanState]) -> tuple[float | None, float | None, bool]:
+               fans: Mapping[str, fc.FanState],
+               keys: Mapping[str, str]) -> tuple[float | None, float | None, bool]:
     """The duty (%) to send to ``t``'s fan (None: its curve has no temperature), the curve's own duty
     before shaping (None for a fixed duty), and whether it is steady: the duty the fan already has, with
-    no ramp holding it back (shaped without the ramp limits it is the same), so time cannot move it."""
+    no ramp holding it back (shaped without the ramp limits it is the same). ``keys``: each curve's name →
+    its key in the policy's curve states."""
     model = rule.model
     curve_pct: float | None = None
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
-        prefix = f"{rule.name}|{t.knob.id}|"
-        states = {n: prev_curves[prefix + n] for n in rule.curves if prefix + n in prev_curves}
+        states = {n: prev_curves[k] for n, k in keys.items() if k in prev_curves}
         new_states: dict[str, fc.CurveState] = {}
         duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
                            states, new_states) if rule.curve_name in rule.curves else None
-        for k, v in new_states.items():
-            out_curves[prefix + k] = v
+        for n, v in new_states.items():
+            out_curves[keys[n]] = v
         if duty is None:
             return None, None, False
         curve_pct = duty
@@ -93,7 +94,7 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
     value = fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
                      stop_below_c=model.stop_below_c, ramp_up_pct_s=ramp_up, ramp_down_pct_s=ramp_down,
                      stop_pct=stop, stop_hysteresis_pct=model.stop_hysteresis_pct)
-    steady = value == prev.duty_pct and rule.keepable and (
+    steady = value == prev.duty_pct and (
         (ramp_up is None and ramp_down is None)
         or fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
                     stop_below_c=model.stop_below_c, stop_pct=stop,
@@ -201,31 +202,29 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 fan_sources[t.knob.id] = rule.channels
                 if failed is not None and fan_failed is not None:
                     fan_failed[t.knob.id] = failed
-            if rule.keepable:  # no work for unchanged inputs (aithermd.policy.memo)
-                key = f"{rule.name}|{t.knob.id}"
-                last = memo.last_duty(t, inp, fans)
-                states = memo.states_in(rule, key + "|", prev_curves)
-                kept = prev_memo.get(key)
-                if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before,
-                                                   states, last):
-                    decisions[t.knob.id] = kept.decision
-                    out_curves.update(kept.out)
-                    memo_out[key] = kept
-                    continue
+            key, keys = f"{rule.name}|{t.knob.id}", rule.curve_keys[t.knob.id]
+            last = memo.last_duty(t, inp, fans)
+            states = memo.states_in(keys, prev_curves)
+            kept = prev_memo.get(key)
+            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before, states,
+                                               last):  # no work for unchanged inputs (aithermd.policy.memo)
+                decisions[t.knob.id] = kept.decision
+                memo.carry(kept, ctx.now, out_curves)
+                memo_out[key] = kept
+                continue
             value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,
-                                                  fans)
+                                                  fans, keys)
             if value is None:
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
             reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
-            if rule.keepable and steady:
+            carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
+            if carried is not None:
                 dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
                                rule=f"{policy}/{rule.name}", reason=reason, requested=value, inputs=inputs)
                 decisions[t.knob.id] = dec
-                left = tuple((key + "|" + n, out_curves[key + "|" + n]) for n in rule.curves
-                             if key + "|" + n in out_curves)
                 memo_out[key] = memo.FanMemo(rule, layer, policy, temps, raw, used, before, states, last, dec,
-                                             left)
+                                             carried)
                 continue
         else:
             inputs = {**before[0], **before[1], **before[2]}

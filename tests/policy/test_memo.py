@@ -13,9 +13,11 @@ from types import MappingProxyType
 import pytest
 
 from aithermd.model import EMPTY, Layer, Status
-from aithermd.policy import engine
+from aithermd.policy import engine, memo
+from aithermd.policy.curves import CurveState, pid_pinned
 from aithermd.policy.explain import Lazy, eager_items
 from aithermd.policy.loader import load_policy_text
+from aithermd.policy.plan import compile_plan
 
 from .machines import K10, NCT, k10temp, nct, tick
 
@@ -32,10 +34,12 @@ machines:
         exit: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 10, below: 60}
 curves:
   cpu: {kind: points, source: Tctl, points: [[40, 30], [80, 100]], hysteresis_c: 3}
+  case: {kind: pid, source: SYSTIN, setpoint_c: 45, kp: 2, ki: 1}
+  both: {kind: mix, fn: max, curves: [cpu, case]}
 rules:
   - {name: hot, kind: fan, fans: {id: ["*/pwm1"]}, when: {state: thermal.hot}, duty_pct: 90}
   - {name: cpu-fan, kind: fan, fans: {id: ["*/pwm1"]}, curve: cpu}
-  - {name: case, kind: fan, fans: {id: ["*/pwm2"]}, curve: cpu, ramp_up_pct_s: 5, ramp_down_pct_s: 5}
+  - {name: case, kind: fan, fans: {id: ["*/pwm2"]}, curve: both, ramp_up_pct_s: 5, ramp_down_pct_s: 5}
 """
 HOLD = """
 rules:
@@ -63,9 +67,9 @@ class Run:
         self.t = 0.0
         self.values = {TCTL: 50.0, SYSTIN: 40.0}
 
-    def step(self, holds=(), overrides=EMPTY, **values):
+    def step(self, holds=(), overrides=EMPTY, dt=1.0, **values):
         self.values.update(values)
-        self.t += 1.0
+        self.t += dt
         inp = tick(DEVICES, self.t, dict(self.values), knobs={PWM2: 30.0})
         res = engine.evaluate(self.policy, list(holds), inp, self.state, overrides)
         fresh = engine.evaluate(self.policy, list(holds), inp, forgetful(self.state), overrides)
@@ -86,7 +90,7 @@ def test_unchanged_inputs_give_back_the_same_decision_object():
     first = run.settle()
     again = run.step()
     assert again.decisions[PWM1] is first.decisions[PWM1]
-    assert again.decisions[PWM2] is first.decisions[PWM2]  # its ramp is done: steady
+    assert again.decisions[PWM2] is first.decisions[PWM2]  # its ramp done, its PID pinned at its bound
     assert first.decisions[PWM1].value == pytest.approx(47.5)
     assert first.decisions[PWM1].inputs["source:cpu"] == 50.0
     assert first.decisions[PWM1].inputs["state:thermal"] == "cool"
@@ -130,6 +134,42 @@ def test_an_override_wins_and_its_end_ramps_from_where_it_left_the_fan():
     assert res.decisions[PWM2].layer is Layer.OVERRIDE and res.decisions[PWM2].value == 20.0
     back = [run.step().decisions[PWM2].value for _ in range(3)]
     assert back == pytest.approx([25.0, 30.0, 35.0])  # ramping up again at 5 %/s, not the kept 47.5
+
+
+def test_a_pid_pinned_at_its_bound_is_kept_with_this_ticks_time_and_unpinned_by_a_new_error():
+    run = Run()
+    kept = run.settle().decisions[PWM2]
+    res = run.step()
+    assert res.decisions[PWM2] is kept
+    pid = res.state.policies["p"].curves[f"case|{PWM2}|case"]
+    assert (pid.integral, pid.prev_err, pid.t) == (-30.0, -5.0, run.t)  # ki 1, base 30: bound −30
+    integrals = [run.step(**{SYSTIN: 50.0}).state.policies["p"].curves[f"case|{PWM2}|case"].integral
+                 for _ in range(4)]
+    assert integrals == pytest.approx([-25.0, -20.0, -15.0, -10.0])  # off its bound at once
+    values = [run.step().decisions[PWM2].value for _ in range(12)]
+    assert values[-4:] == pytest.approx([75.0, 80.0, 85.0, 90.0])  # 40 % + its integral, past the cpu curve
+
+
+def test_a_pid_state_is_kept_only_pinned_at_its_bound_or_without_error():
+    """A PID state equal to the one it came from is kept only where no time step can move it: a tick at the
+    same time (no step) leaves an integrating PID as it was, and that is no reason to keep it."""
+    policy = load_policy_text(POLICY, name="p")
+    rule = next(r for r in compile_plan(policy, DEVICES).rules if r.name == "case")
+    keys = rule.curve_keys[PWM2]
+    pid = rule.curves["case"]
+    assert pid_pinned(pid, CurveState(integral=-30.0, prev_err=-5.0, t=3.0))  # at the bound, pushing on it
+    assert pid_pinned(pid, CurveState(integral=12.0, prev_err=0.0, t=3.0))  # no error
+    assert not pid_pinned(pid, CurveState(integral=-30.0, prev_err=5.0, t=3.0))  # leaving the bound
+    assert not pid_pinned(pid, CurveState(integral=-10.0, prev_err=-5.0, t=3.0))  # integrating
+    cpu = CurveState(ref_c=50.0)
+    for integral, err, kept in ((-30.0, -5.0, True), (-10.0, -5.0, False), (12.0, 0.0, True)):
+        st = CurveState(integral=integral, prev_err=err, t=3.0)
+        out = {keys["cpu"]: cpu, keys["case"]: st}
+        states = memo.states_in(keys, out)
+        assert (memo.left(rule, keys, states, out, 3.0) is not None) is kept
+    out = {keys["cpu"]: CurveState(ref_c=52.0),
+           keys["case"]: CurveState(integral=-30.0, prev_err=-5.0, t=3.0)}
+    assert memo.left(rule, keys, memo.states_in(keys, {**out, keys["cpu"]: cpu}), out, 3.0) is None  # moved
 
 
 def test_a_hold_wins_and_its_release_gives_the_rule_back():
