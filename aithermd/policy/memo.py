@@ -94,8 +94,9 @@ def carry(memo: FanMemo, now: float, out_curves: dict[str, CurveState]) -> None:
 
 def reuse(memo: FanMemo, rule: CRule, layer: Layer, policy: str, temps: Mapping[str, float],
           raw: Mapping[str, float], used: Mapping[str, str], before: tuple[Mapping[str, Any], ...],
-          states: tuple[Any, ...], last: float | None) -> bool:
-    """Whether ``memo`` holds this tick's decision: every input equal (the rule the same object)."""
-    return (memo.rule is rule and memo.last == last and memo.layer is layer
-            and memo.policy == policy and memo.temps == temps and memo.states == states
-            and memo.before == before and memo.raw == raw and memo.used == used)
+          keys: Mapping[str, str], prev_curves: Mapping[str, CurveState], last: float | None) -> bool:
+    """Whether ``memo`` holds this tick's decision: every input equal (the rule the same object; ``keys``
+    and ``prev_curves`` give the previous curve states, compared last)."""
+    return (memo.rule is rule and memo.temps == temps and memo.last == last and memo.layer is layer
+            and memo.policy == policy and memo.raw == raw and memo.used == used and memo.before == before
+            and memo.states == states_in(keys, prev_curves))

@@ -204,10 +204,9 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                     fan_failed[t.knob.id] = failed
             key, keys = f"{rule.name}|{t.knob.id}", rule.curve_keys[t.knob.id]
             last = memo.last_duty(t, inp, fans)
-            states = memo.states_in(keys, prev_curves)
             kept = prev_memo.get(key)
-            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before, states,
-                                               last):  # no work for unchanged inputs (aithermd.policy.memo)
+            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before, keys,
+                                               prev_curves, last):  # no work for unchanged inputs (memo.py)
                 decisions[t.knob.id] = kept.decision
                 memo.carry(kept, ctx.now, out_curves)
                 memo_out[key] = kept
@@ -218,6 +217,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
             reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
+            states = memo.states_in(keys, prev_curves) if steady else ()
             carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
             if carried is not None:
                 dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
