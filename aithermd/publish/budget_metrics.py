@@ -15,41 +15,37 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from aithermd.publish.textfam import PROM, TextCollector
 
 
-class BudgetCollector(Collector):
+class BudgetCollector(TextCollector):
     """Renders ``hub.latest.budget`` (see the module doc)."""
 
     def __init__(self, hub: Any) -> None:
         self._hub = hub
 
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def collect(self, f: Any = PROM) -> Iterator[Any]:
         snapshot = self._hub.latest
         report = getattr(snapshot, "budget", None) if snapshot is not None else None
         if not report:
             return
-        budget = GaugeMetricFamily("aithermd_power_budget_watts", "Node power budget in force (W): scope "
-                                   "devices = GPUs and CPU packages (DC), wall = at the wall (AC).",
-                                   labels=["policy", "scope"])
+        budget = f.gauge("aithermd_power_budget_watts", "Node power budget in force (W): scope "
+                         "devices = GPUs and CPU packages (DC), wall = at the wall (AC).",
+                         labels=["policy", "scope"])
         budget.add_metric([str(report["policy"]), "devices"], float(report["budget_w"]))
         if report.get("wall_w") is not None:
             budget.add_metric([str(report["policy"]), "wall"], float(report["wall_w"]))
-        allotted = GaugeMetricFamily("aithermd_power_budget_allotted_watts",
-                                     "Power limit the budget allots each device (W).", labels=["device"])
-        drawn = GaugeMetricFamily("aithermd_power_budget_drawn_watts",
-                                  "Mean draw of each device the budget split used (W).", labels=["device"])
+        allotted = f.gauge("aithermd_power_budget_allotted_watts",
+                           "Power limit the budget allots each device (W).", labels=["device"])
+        drawn = f.gauge("aithermd_power_budget_drawn_watts",
+                        "Mean draw of each device the budget split used (W).", labels=["device"])
         for device, entry in report.get("devices", {}).items():
             allotted.add_metric([device], float(entry["allotted_w"]))
             if entry.get("drawn_w") is not None:
                 drawn.add_metric([device], float(entry["drawn_w"]))
         yield from (budget, allotted, drawn)
         if report.get("wall_drawn_w") is not None:
-            wall = GaugeMetricFamily("aithermd_power_budget_wall_drawn_watts",
-                                     "Estimated draw at the wall: (devices' draw + other_w) / PSU efficiency (W).")
+            wall = f.gauge("aithermd_power_budget_wall_drawn_watts",
+                           "Estimated draw at the wall: (devices' draw + other_w) / PSU efficiency (W).")
             wall.add_metric([], float(report["wall_drawn_w"]))
             yield wall

@@ -16,11 +16,10 @@ time from the service's frozen export, never from hardware.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import Any
 
 from aithermd.accounting.export import EnergyExport
+from aithermd.publish.textfam import PROM, TextCollector
 
 _FAMILIES = {  # kind → (metric, help, consumer labels)
     "unit": ("aithermd_unit_energy_joules", "Energy attributed to a systemd unit (top N, then other).",
@@ -34,37 +33,34 @@ _FAMILIES = {  # kind → (metric, help, consumer labels)
 }
 
 
-class EnergyCollector(Collector):
+class EnergyCollector(TextCollector):
     """``export()`` returns the service's latest :class:`EnergyExport`."""
 
     def __init__(self, export: Callable[[], EnergyExport]) -> None:
         self._export = export
 
-    def describe(self) -> list[Metric]:
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def collect(self, f: Any = PROM) -> Iterator[Any]:
         e = self._export()
-        total = CounterMetricFamily("aithermd_energy_joules", "Energy the accounting measured per device.",
-                                    labels=["device"])
-        idle = CounterMetricFamily("aithermd_energy_idle_joules", "Idle-floor energy charged to nobody.",
-                                   labels=["device"])
-        unattributed = CounterMetricFamily("aithermd_energy_unattributed_joules",
-                                           "Active energy with no process to charge.", labels=["device"])
+        total = f.counter("aithermd_energy_joules", "Energy the accounting measured per device.",
+                          labels=["device"])
+        idle = f.counter("aithermd_energy_idle_joules", "Idle-floor energy charged to nobody.",
+                         labels=["device"])
+        unattributed = f.counter("aithermd_energy_unattributed_joules",
+                                 "Active energy with no process to charge.", labels=["device"])
         for device, t, i, u in e.devices:
             total.add_metric([device], t)
             idle.add_metric([device], i)
             unattributed.add_metric([device], u)
         yield from (total, idle, unattributed)
         for kind, (name, help_, labels) in _FAMILIES.items():
-            family = CounterMetricFamily(name, help_, labels=[*labels, "device"])
+            family = f.counter(name, help_, labels=[*labels, "device"])
             for values, device, joules in e.families.get(kind, ()):
                 family.add_metric([*values, device], joules)
             yield family
         gl = ["gpu_index", "gpu_uuid"]
-        used = GaugeMetricFamily("aithermd_gpu_memory_used_bytes", "GPU memory in use (NVML).", labels=gl)
-        size = GaugeMetricFamily("aithermd_gpu_memory_total_bytes", "GPU memory in all (NVML).", labels=gl)
-        procs = GaugeMetricFamily("aithermd_gpu_processes", "Processes holding the GPU (NVML).", labels=gl)
+        used = f.gauge("aithermd_gpu_memory_used_bytes", "GPU memory in use (NVML).", labels=gl)
+        size = f.gauge("aithermd_gpu_memory_total_bytes", "GPU memory in all (NVML).", labels=gl)
+        procs = f.gauge("aithermd_gpu_processes", "Processes holding the GPU (NVML).", labels=gl)
         for device, uuid, u, t, n in e.gpus:
             labels = [device.removeprefix("gpu"), uuid]
             if u is not None:

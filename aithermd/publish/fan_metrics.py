@@ -13,12 +13,11 @@ Every series exists from the moment its fan or knob is known, at 0, so an alert 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import Any
 
 from aithermd.model import DeviceKind, Event, KnobKind, Quantity, Snapshot
 from aithermd.publish.hub import StateHub
+from aithermd.publish.textfam import PROM, TextCollector
 
 _FAN_LABELS = ["chip", "node_chip", "sensor", "label"]
 
@@ -46,30 +45,32 @@ class StallCounter:
             self.stalls = {f: self.stalls.get(f, 0) for f in fans}
 
 
-class FanCollector(Collector):
+class FanCollector(TextCollector):
     """Renders the alarms of ``hub.latest`` and the :class:`StallCounter` (see the module doc)."""
 
     def __init__(self, hub: StateHub, counter: StallCounter) -> None:
         self._hub, self._counter = hub, counter
 
-    def describe(self) -> list[Metric]:
-        return []
+    def inputs(self) -> tuple[Any, ...]:
+        """What the text is made of, compared by value: the devices, the alarms, the stall counts."""
+        s = self._hub.latest
+        return (None,) if s is None else (s.devices, s.alarms, self._counter.stalls)
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self, f: Any = PROM) -> Iterator[Any]:
         from aithermd.publish.metrics import node_exporter_chip
 
         s = self._hub.latest
         if s is None:
             return
-        stalled = GaugeMetricFamily("aithermd_fan_stalled", "1 while the fan input is stalled (no speed "
-                                    "under duty after a kick-start).", labels=_FAN_LABELS)
-        stalls = CounterMetricFamily("aithermd_fan_stalls", "Stalls called per fan input.",
-                                     labels=_FAN_LABELS)
-        conflict = GaugeMetricFamily("aithermd_knob_conflict", "1 while another program keeps rewriting the "
-                                     "knob (policy decisions step back; safety ones are still written).",
-                                     labels=["knob"])
-        uncontrollable = GaugeMetricFamily("aithermd_fan_uncontrollable", "1 while the fan's driver refuses "
-                                           "both its mode and its duty.", labels=["knob"])
+        stalled = f.gauge("aithermd_fan_stalled", "1 while the fan input is stalled (no speed "
+                          "under duty after a kick-start).", labels=_FAN_LABELS)
+        stalls = f.counter("aithermd_fan_stalls", "Stalls called per fan input.",
+                           labels=_FAN_LABELS)
+        conflict = f.gauge("aithermd_knob_conflict", "1 while another program keeps rewriting the "
+                           "knob (policy decisions step back; safety ones are still written).",
+                           labels=["knob"])
+        uncontrollable = f.gauge("aithermd_fan_uncontrollable", "1 while the fan's driver refuses "
+                                 "both its mode and its duty.", labels=["knob"])
         alarms = s.alarms
         counts = self._counter.stalls
         for dev in s.devices:

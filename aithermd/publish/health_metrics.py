@@ -25,10 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
 from aithermd.model import DeviceKind, Event, KnobKind, Quantity, Snapshot, Status
+from aithermd.publish.textfam import PROM, TextCollector
 
 GPU_LABELS = ["gpu", "uuid", "pci_bus_id"]
 
@@ -55,35 +53,43 @@ class AboveLimitCounter:
             self.counts = counts
 
 
-class HealthCollector(Collector):
+class HealthCollector(TextCollector):
     """The families of the module doc, from ``hub.latest`` and ``hub.status``."""
 
     def __init__(self, hub: Any, above: AboveLimitCounter) -> None:
         self._hub = hub
         self._above = above
 
-    def describe(self) -> list[Metric]:
-        return []
+    def inputs(self) -> tuple[Any, ...]:
+        """What the text is made of, compared by value: the snapshot's devices, health and degraded ids,
+        its RAPL energy readings' status, the above-limit counts, the services' status entries."""
+        s = self._hub.latest
+        status = [x for kv in list(getattr(self._hub, "status", {}).items()) for x in kv]
+        if s is None:
+            return (None, self._above.counts, *status)
+        rapl = [getattr(s.readings.get(f"{d.id}/energy"), "status", None) for d in s.devices
+                if d.kind is DeviceKind.POWERCAP]
+        return (s.devices, s.health, s.degraded, tuple(rapl), self._above.counts, *status)
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self, f: Any = PROM) -> Iterator[Any]:
         snapshot = self._hub.latest
         if snapshot is not None:
-            yield from self._gpus(snapshot)
-            yield from self._limits(snapshot)
-            yield from self._rapl(snapshot)
-        yield from self._services(getattr(self._hub, "status", {}))
+            yield from self._gpus(snapshot, f)
+            yield from self._limits(snapshot, f)
+            yield from self._rapl(snapshot, f)
+        yield from self._services(getattr(self._hub, "status", {}), f)
 
-    def _gpus(self, s: Snapshot) -> Iterator[Metric]:
+    def _gpus(self, s: Snapshot, f: Any) -> Iterator[Any]:
         nvml = s.health.get("nvml")
         gpus = [d for d in s.devices if d.kind is DeviceKind.GPU]
         if nvml is None and not gpus:
             return
         states = (nvml or {}).get("gpus", {})
-        up = GaugeMetricFamily("aithermd_gpu_up", "1 while the GPU answers NVML; 0 while lost, down or hung.",
-                               labels=GPU_LABELS)
-        estimated = GaugeMetricFamily("aithermd_gpu_energy_estimated", "1 when the GPU has no energy counter "
-                                      "(pre-Volta) and its energy is integrated from its power.",
-                                      labels=GPU_LABELS)
+        up = f.gauge("aithermd_gpu_up", "1 while the GPU answers NVML; 0 while lost, down or hung.",
+                     labels=GPU_LABELS)
+        estimated = f.gauge("aithermd_gpu_energy_estimated", "1 when the GPU has no energy counter "
+                            "(pre-Volta) and its energy is integrated from its power.",
+                            labels=GPU_LABELS)
         degraded = set(s.degraded)
         for d in gpus:
             info = d.info
@@ -103,34 +109,34 @@ class HealthCollector(Collector):
                 ("aithermd_gpus_present", "GPUs answering NVML now.", nvml.get("present", 0)),
                 ("aithermd_nvml_up", "1 while NVML is initialised.",
                  1.0 if nvml.get("library") == "up" else 0.0)):
-            g = GaugeMetricFamily(name, help_)
+            g = f.gauge(name, help_)
             g.add_metric([], float(value))
             yield g
         for name, help_, key in (("aithermd_nvml_reinits", "Times NVML was initialised again after it broke.",
                                   "reinits"),
                                  ("aithermd_nvml_init_failures", "nvmlInit calls that failed.",
                                   "init_failures")):
-            c = CounterMetricFamily(name, help_)
+            c = f.counter(name, help_)
             c.add_metric([], float(nvml.get(key, 0)))
             yield c
 
-    def _limits(self, s: Snapshot) -> Iterator[Metric]:
-        capped = GaugeMetricFamily("aithermd_gpu_power_capped", "1 while the enforced power limit is below "
-                                   "the requested one; by: its likely cause.", labels=["knob", "by"])
+    def _limits(self, s: Snapshot, f: Any) -> Iterator[Any]:
+        capped = f.gauge("aithermd_gpu_power_capped", "1 while the enforced power limit is below "
+                         "the requested one; by: its likely cause.", labels=["knob", "by"])
         for knob, st in (s.health.get("power_limits") or {}).items():
             if st.get("capped_by"):
                 capped.add_metric([knob, str(st["capped_by"])], 1.0)
         yield capped
-        above = CounterMetricFamily("aithermd_gpu_power_above_limit", "Draws above the enforced power limit "
-                                    "for 30 s (each one also rewrites the requested limit once).",
-                                    labels=["knob"])
+        above = f.counter("aithermd_gpu_power_above_limit", "Draws above the enforced power limit "
+                          "for 30 s (each one also rewrites the requested limit once).",
+                          labels=["knob"])
         for knob, n in self._above.counts.items():
             above.add_metric([knob], float(n))
         yield above
 
-    def _rapl(self, s: Snapshot) -> Iterator[Metric]:
-        available = GaugeMetricFamily("aithermd_rapl_energy_available", "1 while the zone's energy_uj can be "
-                                      "read (it is root-only since CVE-2020-8694).", labels=["zone"])
+    def _rapl(self, s: Snapshot, f: Any) -> Iterator[Any]:
+        available = f.gauge("aithermd_rapl_energy_available", "1 while the zone's energy_uj can be "
+                            "read (it is root-only since CVE-2020-8694).", labels=["zone"])
         found = False
         for d in s.devices:
             if d.kind is not DeviceKind.POWERCAP:
@@ -143,7 +149,7 @@ class HealthCollector(Collector):
             yield available
 
     @staticmethod
-    def _services(status: dict[str, dict[str, Any]]) -> Iterator[Metric]:
+    def _services(status: dict[str, dict[str, Any]], f: Any) -> Iterator[Any]:
         udev = status.get("udev")
         if udev is not None:
             for name, help_, key in (
@@ -151,15 +157,15 @@ class HealthCollector(Collector):
                      "restarts"),
                     ("aithermd_udev_rescans", "Rescans of every device family (periodic, and after a monitor "
                      "restart).", "rescans")):
-                c = CounterMetricFamily(name, help_)
+                c = f.counter(name, help_)
                 c.add_metric([], float(udev.get(key, 0)))
                 yield c
         dbus = status.get("dbus")
         if dbus is not None:
-            g = GaugeMetricFamily("aithermd_dbus_connected", "1 while the daemon holds its D-Bus name.")
+            g = f.gauge("aithermd_dbus_connected", "1 while the daemon holds its D-Bus name.")
             g.add_metric([], 1.0 if dbus.get("connected") else 0.0)
             yield g
-            c = CounterMetricFamily("aithermd_dbus_reconnects", "Times the D-Bus connection was made again "
-                                    "after the bus dropped it (dbus-daemon restarted).")
+            c = f.counter("aithermd_dbus_reconnects", "Times the D-Bus connection was made again "
+                          "after the bus dropped it (dbus-daemon restarted).")
             c.add_metric([], float(dbus.get("reconnects", 0)))
             yield c

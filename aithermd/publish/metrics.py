@@ -16,22 +16,21 @@ the same name, so twin chips are two series.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, PlatformCollector, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, PlatformCollector
 
 from aithermd import __version__
 from aithermd.backends.nvml_probe import REASONS
-from aithermd.model import Device, DeviceKind, Event, KnobKind, Layer, Quantity, Snapshot, Status
+from aithermd.model import Device, DeviceKind, KnobKind, Layer, Quantity, Snapshot, Status
 from aithermd.publish.budget_metrics import BudgetCollector
-from aithermd.publish.document import decision_changes
+from aithermd.publish.event_counters import EventCounters
 from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
-from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Exposition, ScrapeServer
+from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Exposition, ScrapeServer, parse_listen
+from aithermd.publish.textfam import PROM, ProcessFigures, TextCollector, TickHistogram
 
 # Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
 DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"
@@ -47,6 +46,8 @@ _GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name", "gpu", "UUID"]
 # else the sensor name.
 _HWMON_LABELS = ["chip", "node_chip", "sensor", "label"]
 _NODE_CHIP_INVALID = re.compile(r"[^a-z0-9:_]")
+_node_chips: dict[int, tuple[Device, Any]] = {}
+_rows: dict[int, tuple[Device, Any]] = {}
 _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "temperature": ("aithermd_gpu_temperature_celsius", "GPU core temperature (NVML).", 1.0),
     "memory_temperature": ("aithermd_gpu_memory_temperature_celsius", "GPU memory temperature (NVML).", 1.0),
@@ -61,7 +62,54 @@ def node_exporter_chip(dev: Device) -> str:
     """node_exporter's hwmon ``chip`` label for ``dev`` (collector/hwmon_linux.go, hwmonName): the device's
     bus directory and name, each lower-cased with characters outside ``[a-z0-9:_]`` made ``_``
     (``devices/platform/nct6775.656`` → ``platform_nct6775_656``); for a chip with no device link, its
-    name."""
+    name. Kept per device object (a scrape asks for each chip's twice)."""
+    return _kept(_node_chips, dev, _node_chip)
+
+
+def _kept(cache: dict[int, tuple[Device, Any]], dev: Device, make: Callable[[Device], Any]) -> Any:
+    """``make(dev)``, kept while ``dev`` is the same object (devices are frozen; a hotplug or reload
+    replaces them); at most 1024 kept."""
+    kept = cache.get(id(dev))
+    if kept is not None and kept[0] is dev:
+        return kept[1]
+    if len(cache) > 1024:
+        cache.clear()
+    value = make(dev)
+    cache[id(dev)] = (dev, value)
+    return value
+
+
+_Row = tuple[int, str, tuple[str, ...]]
+
+
+def _hwmon_rows(dev: Device) -> tuple[list[_Row], list[tuple[str, tuple[str, ...]]]]:
+    """The series of one device in the hwmon families: (family 0 temperature, 1 thermal zone, 2 fan speed;
+    channel id; label values) and the fan duties (knob id; label values)."""
+    hwmon = dev.kind is DeviceKind.HWMON
+    # the unique id's chip part: twin chips (two acpitz-acpi-0) are chip and chip#2, so Prometheus never sees
+    # two series with the same labels
+    chip = dev.id.removeprefix("hwmon:") if hwmon else dev.id
+    node_chip = node_exporter_chip(dev) if hwmon else ""
+    rows: list[_Row] = []
+    for ch in dev.channels:
+        if hwmon and ch.quantity in (Quantity.TEMPERATURE, Quantity.FAN):
+            rows.append((0 if ch.quantity is Quantity.TEMPERATURE else 2, ch.id,
+                         (chip, node_chip, ch.attribute, ch.label or ch.attribute)))
+        elif dev.kind is DeviceKind.THERMAL:
+            rows.append((1, ch.id, (dev.id.removeprefix("thermal:"), dev.name)))
+    channels = {ch.id: ch for ch in dev.channels}
+    duties = []
+    for knob in dev.knobs:
+        if knob.kind in (KnobKind.PWM, KnobKind.FAN):
+            # the fan's own labels (chip, node_chip, sensor fanN, label), so duty and RPM join on them
+            fan = channels.get(knob.fan_channel or "")
+            sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
+            label = knob.label or (fan.label if fan is not None else None) or sensor
+            duties.append((knob.id, (knob.id, chip, node_chip, sensor, label)))
+    return rows, duties
+
+
+def _node_chip(dev: Device) -> str:
     def clean(text: str) -> str:
         return _NODE_CHIP_INVALID.sub("_", text.strip().lower()).strip("_")
 
@@ -84,97 +132,71 @@ def _ok(snapshot: Snapshot, channel_id: str) -> float | None:
     return r.value if r is not None and r.status is Status.OK else None
 
 
-class EventCounters:
-    """Decision, drift and fault counters, fed by a hub listener (event-loop thread).
+class SnapshotCollector(TextCollector):
+    """Renders ``hub.latest`` and the :class:`EventCounters` as metric families (see the module doc).
 
-    ``decisions``: {(knob, rule): n} counts changes of a knob's winning decision (rule or value);
-    ``drift``: {knob: n} counts ``drift``/``conflict`` events; ``faults``: {device: n} counts ``fault``
-    events.
-    ``drift`` and ``faults`` hold every knob and device of the snapshot from the first one it appears in
-    (start or hotplug), at 0 until its first event, so ``increase()`` and ``rate()`` see that first event
-    (a series born at 1 increases by nothing). Entries of knobs and devices no longer in the snapshot are
-    dropped. Each dict is replaced, never mutated,
-    once published, so the scrape thread reads a consistent copy without a lock.
-    """
+    ``part`` (one of :data:`PARTS`, or all of them): the readings (with the build info), the policy and
+    safety state, the snapshot's time, the event counters. The exporter registers each part on its own with
+    its own ``inputs()``, so a scrape renders again only those whose inputs changed since the last one (the
+    readings and the time, at each tick) and keeps the others' text."""
 
-    def __init__(self) -> None:
-        self.decisions: dict[tuple[str, str], int] = {}
-        self.drift: dict[str, int] = {}
-        self.faults: dict[str, int] = {}
-        self._previous: Snapshot | None = None
+    PARTS = ("readings", "policy", "stamp", "events")
 
-    def on_publish(self, snapshot: Snapshot, events: Sequence[Event]) -> None:
-        changed = decision_changes(self._previous, snapshot)
-        if changed:
-            decisions = dict(self.decisions)
-            for d in changed:
-                decisions[(d.knob_id, d.rule)] = decisions.get((d.knob_id, d.rule), 0) + 1
-            self.decisions = decisions
-        drift, faults = None, None
-        for e in events:
-            if e.kind in ("drift", "conflict"):
-                drift = dict(self.drift) if drift is None else drift
-                drift[e.subject] = drift.get(e.subject, 0) + 1
-            elif e.kind == "fault":
-                device = str(e.data.get("device") or e.subject.split("/", 1)[0])
-                faults = dict(self.faults) if faults is None else faults
-                faults[device] = faults.get(device, 0) + 1
-        if drift is not None:
-            self.drift = drift
-        if faults is not None:
-            self.faults = faults
-        if self._previous is None or self._previous.devices is not snapshot.devices:
-            self._follow_devices(snapshot)
-        self._previous = snapshot
-
-    def _follow_devices(self, snapshot: Snapshot) -> None:
-        """Counters for exactly the snapshot's devices and knobs: new ones at 0, vanished ones dropped."""
-        devices = [d.id for d in snapshot.devices]
-        knobs = [k.id for d in snapshot.devices for k in d.knobs]
-        self.decisions = {k: v for k, v in self.decisions.items() if k[0] in set(knobs)}
-        self.drift = {k: self.drift.get(k, 0) for k in knobs}
-        self.faults = {d: self.faults.get(d, 0) for d in devices}
-
-
-class SnapshotCollector(Collector):
-    """Renders ``hub.latest`` and the :class:`EventCounters` as metric families (see the module doc)."""
-
-    def __init__(self, hub: StateHub, counters: EventCounters) -> None:
+    def __init__(self, hub: StateHub, counters: EventCounters, part: str = "all") -> None:
         self._hub = hub
         self._counters = counters
+        self.part = part
 
-    def describe(self) -> list[Metric]:
-        return []  # families depend on the snapshot: never collect at registration time
+    def inputs(self) -> tuple[Any, ...]:
+        """What the part's text is made of, compared by value (``Exposition.add(..., equal=True)``)."""
+        s, part, c = self._hub.latest, self.part, self._counters
+        if part == "events":
+            return (s is None, c.decisions, c.drift, c.faults)
+        if s is None or part != "policy":
+            return (s,)
+        return (s.policy.active, s.policy.holds, s.degraded, tuple(s.decisions),
+                tuple([d.layer is Layer.SAFETY for d in s.decisions.values()]))
 
-    def collect(self) -> Iterator[Metric]:
-        build = GaugeMetricFamily("aithermd_build_info", "aithermd build information.", labels=["version"])
-        build.add_metric([__version__], 1.0)
-        yield build
+    def collect(self, f: Any = PROM) -> Iterator[Any]:
+        part = self.part
+        whole = part == "all"
+        if whole or part == "readings":
+            build = f.gauge("aithermd_build_info", "aithermd build information.", labels=["version"])
+            build.add_metric([__version__], 1.0)
+            yield build
         snapshot = self._hub.latest
         if snapshot is None:
             return
-        yield from self._gpu(snapshot)
-        yield from self._hwmon(snapshot)
-        yield from self._powercap(snapshot)
-        yield from self._policy(snapshot)
-        yield from self._events(snapshot)
+        if whole or part == "readings":
+            yield from self._gpu(snapshot, f)
+            yield from self._hwmon(snapshot, f)
+            yield from self._powercap(snapshot, f)
+        if whole or part == "policy":
+            yield from self._policy(snapshot, f)
+        if whole or part == "stamp":
+            stamp = f.gauge("aithermd_snapshot_timestamp_seconds",
+                            "Wall-clock time of the snapshot these metrics render.")
+            stamp.add_metric([], snapshot.t_wall)
+            yield stamp
+        if whole or part == "events":
+            yield from self._events(snapshot, f)
 
-    def _gpu(self, s: Snapshot) -> Iterator[Metric]:
-        gauges = {attr: GaugeMetricFamily(name, help_, labels=_GPU_LABELS)
+    def _gpu(self, s: Snapshot, f: Any) -> Iterator[Any]:
+        gauges = {attr: f.gauge(name, help_, labels=_GPU_LABELS)
                   for attr, (name, help_, _) in _GPU_GAUGES.items()}
-        limit = GaugeMetricFamily("aithermd_gpu_power_limit_watts", "GPU power management limit (NVML).",
-                                  labels=_GPU_LABELS)
-        enforced = GaugeMetricFamily("aithermd_gpu_enforced_power_limit_watts",
-                                     "GPU enforced power limit (NVML).", labels=_GPU_LABELS)
-        energy = CounterMetricFamily("aithermd_gpu_energy_joules", "GPU energy since driver load (NVML).",
-                                     labels=_GPU_LABELS)
-        reasons = GaugeMetricFamily("aithermd_gpu_clock_event_reason",
-                                    "1 while NVML reports this clocks-event (throttle) reason.",
-                                    labels=[*_GPU_LABELS, "reason"])
-        held = GaugeMetricFamily("aithermd_gpu_held_idle_excess_watts",
-                                 "Power a GPU with no work draws above its idle floor while held high for a "
-                                 "minute (a process holding a context, a stuck P-state); 0 otherwise.",
-                                 labels=_GPU_LABELS)
+        limit = f.gauge("aithermd_gpu_power_limit_watts", "GPU power management limit (NVML).",
+                        labels=_GPU_LABELS)
+        enforced = f.gauge("aithermd_gpu_enforced_power_limit_watts",
+                           "GPU enforced power limit (NVML).", labels=_GPU_LABELS)
+        energy = f.counter("aithermd_gpu_energy_joules", "GPU energy since driver load (NVML).",
+                           labels=_GPU_LABELS)
+        reasons = f.gauge("aithermd_gpu_clock_event_reason",
+                          "1 while NVML reports this clocks-event (throttle) reason.",
+                          labels=[*_GPU_LABELS, "reason"])
+        held = f.gauge("aithermd_gpu_held_idle_excess_watts",
+                       "Power a GPU with no work draws above its idle floor while held high for a "
+                       "minute (a process holding a context, a stuck P-state); 0 otherwise.",
+                       labels=_GPU_LABELS)
         for dev in s.devices:
             if dev.kind is not DeviceKind.GPU:
                 continue
@@ -202,55 +224,38 @@ class SnapshotCollector(Collector):
         yield from gauges.values()
         yield from (limit, enforced, energy, reasons, held)
 
-    def _hwmon(self, s: Snapshot) -> Iterator[Metric]:
-        temps = GaugeMetricFamily("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",
-                                  labels=_HWMON_LABELS)
-        zones = GaugeMetricFamily("aithermd_thermal_zone_temperature_celsius",
-                                  "Thermal zone temperature (class/thermal thermal_zoneN/temp).",
-                                  labels=["zone", "type"])
-        fans = GaugeMetricFamily("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
-                                 labels=_HWMON_LABELS)
-        # the fan's own labels (chip, node_chip, sensor fanN, label), so duty and RPM join on them
-        duty = GaugeMetricFamily("aithermd_fan_duty_ratio", "Fan duty, 0–1 (hwmon pwmN/255, NVML fan "
-                                 "speed).", labels=["knob", *_HWMON_LABELS])
+    def _hwmon(self, s: Snapshot, f: Any) -> Iterator[Any]:
+        temps = f.gauge("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",
+                        labels=_HWMON_LABELS)
+        zones = f.gauge("aithermd_thermal_zone_temperature_celsius",
+                        "Thermal zone temperature (class/thermal thermal_zoneN/temp).",
+                        labels=["zone", "type"])
+        fans = f.gauge("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
+                       labels=_HWMON_LABELS)
+        duty = f.gauge("aithermd_fan_duty_ratio", "Fan duty, 0–1 (hwmon pwmN/255, NVML fan "
+                       "speed).", labels=["knob", *_HWMON_LABELS])
+        families, readings, knobs, ok = (temps, zones, fans), s.readings, s.knobs, Status.OK
         for dev in s.devices:
-            hwmon = dev.kind is DeviceKind.HWMON
-            # the unique id's chip part: twin chips (two acpitz-acpi-0) are chip and chip#2, so Prometheus
-            # never sees two series with the same labels
-            chip = dev.id.removeprefix("hwmon:") if hwmon else dev.id
-            node_chip = node_exporter_chip(dev) if hwmon else ""
-            channels = {ch.id: ch for ch in dev.channels}
-            if hwmon:
-                for ch in dev.channels:
-                    family = (temps if ch.quantity is Quantity.TEMPERATURE
-                              else fans if ch.quantity is Quantity.FAN else None)
-                    value = _ok(s, ch.id) if family is not None else None
-                    if value is not None:
-                        family.add_metric([chip, node_chip, ch.attribute, ch.label or ch.attribute], value)
-            elif dev.kind is DeviceKind.THERMAL:
-                for ch in dev.channels:
-                    value = _ok(s, ch.id)
-                    if value is not None:
-                        zones.add_metric([dev.id.removeprefix("thermal:"), dev.name], value)
-            for knob in dev.knobs:
-                if knob.kind in (KnobKind.PWM, KnobKind.FAN):
-                    kv = s.knobs.get(knob.id)
-                    if kv is not None and kv.value is not None:
-                        fan = channels.get(knob.fan_channel or "")
-                        sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
-                        label = knob.label or (fan.label if fan is not None else None) or sensor
-                        duty.add_metric([knob.id, chip, node_chip, sensor, label], kv.value / 100.0)
+            rows, duties = _kept(_rows, dev, _hwmon_rows)
+            for i, cid, labels in rows:
+                r = readings.get(cid)
+                if r is not None and r.status is ok and r.value is not None:
+                    families[i].add_metric(labels, r.value)
+            for kid, labels in duties:
+                kv = knobs.get(kid)
+                if kv is not None and kv.value is not None:
+                    duty.add_metric(labels, kv.value / 100.0)
         yield from (temps, zones, fans, duty)
 
-    def _powercap(self, s: Snapshot) -> Iterator[Metric]:
+    def _powercap(self, s: Snapshot, f: Any) -> Iterator[Any]:
         # One series per zone: CPU package power is aithermd_rapl_power_watts{zone=~"package-.*"} (core,
         # uncore, dram and psys are not packages); no second family repeats it.
-        power = GaugeMetricFamily("aithermd_rapl_power_watts",
-                                  "RAPL zone power over the last tick (powercap energy_uj).", labels=["zone"])
-        energy = CounterMetricFamily("aithermd_rapl_energy_joules", "RAPL zone energy counter (powercap).",
-                                     labels=["zone"])
-        limits = GaugeMetricFamily("aithermd_rapl_power_limit_watts", "RAPL power cap (PL1 long_term, PL2 "
-                                   "short_term).", labels=["zone", "constraint"])
+        power = f.gauge("aithermd_rapl_power_watts",
+                        "RAPL zone power over the last tick (powercap energy_uj).", labels=["zone"])
+        energy = f.counter("aithermd_rapl_energy_joules", "RAPL zone energy counter (powercap).",
+                           labels=["zone"])
+        limits = f.gauge("aithermd_rapl_power_limit_watts", "RAPL power cap (PL1 long_term, PL2 "
+                         "short_term).", labels=["zone", "constraint"])
         for dev in s.devices:
             if dev.kind is not DeviceKind.POWERCAP:
                 continue
@@ -268,53 +273,40 @@ class SnapshotCollector(Collector):
                     limits.add_metric([zone, str(knob.kind)], kv.value)
         yield from (power, energy, limits)
 
-    def _policy(self, s: Snapshot) -> Iterator[Metric]:
-        active = GaugeMetricFamily("aithermd_policy_active", "1 for the active policy.", labels=["policy"])
+    def _policy(self, s: Snapshot, f: Any) -> Iterator[Any]:
+        active = f.gauge("aithermd_policy_active", "1 for the active policy.", labels=["policy"])
         if s.policy.active:
             active.add_metric([s.policy.active], 1.0)
-        holds = GaugeMetricFamily("aithermd_policy_holds", "Holds on top of the active policy.",
-                                  labels=["policy"])
+        holds = f.gauge("aithermd_policy_holds", "Holds on top of the active policy.",
+                        labels=["policy"])
         per_policy: dict[str, int] = {}
         for h in s.policy.holds:
             per_policy[h.policy] = per_policy.get(h.policy, 0) + 1
         for policy, n in sorted(per_policy.items()):
             holds.add_metric([policy], float(n))
-        failsafe = GaugeMetricFamily("aithermd_failsafe_active", "1 while the safety layer drives this knob.",
-                                     labels=["knob"])
+        failsafe = f.gauge("aithermd_failsafe_active", "1 while the safety layer drives this knob.",
+                           labels=["knob"])
         for knob_id, d in s.decisions.items():
             failsafe.add_metric([knob_id], 1.0 if d.layer is Layer.SAFETY else 0.0)
-        degraded = GaugeMetricFamily("aithermd_degraded", "1 for each device, channel or knob in trouble.",
-                                     labels=["id"])
+        degraded = f.gauge("aithermd_degraded", "1 for each device, channel or knob in trouble.",
+                           labels=["id"])
         for item in s.degraded:
             degraded.add_metric([item], 1.0)
-        stamp = GaugeMetricFamily("aithermd_snapshot_timestamp_seconds",
-                                  "Wall-clock time of the snapshot these metrics render.")
-        stamp.add_metric([], s.t_wall)
-        yield from (active, holds, failsafe, degraded, stamp)
+        yield from (active, holds, failsafe, degraded)
 
-    def _events(self, s: Snapshot) -> Iterator[Metric]:
+    def _events(self, s: Snapshot, f: Any) -> Iterator[Any]:
         c = self._counters
-        decisions = CounterMetricFamily("aithermd_decisions", "Changes of a knob's winning decision.",
-                                        labels=["knob", "rule"])
+        decisions = f.counter("aithermd_decisions", "Changes of a knob's winning decision.",
+                              labels=["knob", "rule"])
         for (knob, rule), n in c.decisions.items():
             decisions.add_metric([knob, rule], float(n))
-        drift = CounterMetricFamily("aithermd_drift", "Drift and conflict events per knob.", labels=["knob"])
+        drift = f.counter("aithermd_drift", "Drift and conflict events per knob.", labels=["knob"])
         for knob, n in c.drift.items():
             drift.add_metric([knob], float(n))
-        faults = CounterMetricFamily("aithermd_faults", "Fault events per device.", labels=["device"])
+        faults = f.counter("aithermd_faults", "Fault events per device.", labels=["device"])
         for device, n in c.faults.items():
             faults.add_metric([device], float(n))
         yield from (decisions, drift, faults)
-
-
-def parse_listen(listen: str) -> tuple[str, int] | None:
-    """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
-    if listen.strip().lower() in ("none", ""):
-        return None
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"metrics listen address {listen!r}: expected HOST:PORT or 'none'")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class MetricsHandle:
@@ -325,32 +317,33 @@ class MetricsHandle:
         self.registry = CollectorRegistry(auto_describe=False)
         self.exposition = out = Exposition(self.registry)  # a collector's text kept while its inputs hold
         self.counters = c = EventCounters()
-        self.collector = out.add(SnapshotCollector(hub, c),
-                                 lambda: (hub.latest, c.decisions, c.drift, c.faults))
+        self.collector = SnapshotCollector(hub, c)  # the whole, as one collector; registered in parts:
+        for part in SnapshotCollector.PARTS:
+            one = SnapshotCollector(hub, c, part)
+            out.add(one, one.inputs, equal=part in ("policy", "events"))
         out.add(BudgetCollector(hub), lambda: (hub.latest,))
         # process_* (CPU seconds, resident memory, fds, start time) and python_info, as every client has them
-        out.add(ProcessCollector(registry=None))
+        out.add(ProcessFigures())
         out.add(PlatformCollector(registry=None), tuple)  # the interpreter's version: never changes
         self.above_limit = above = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
-        out.add(HealthCollector(hub, above),  # hub.status: each service replaces its entry, never mutates it
-                lambda: (hub.latest, above.counts, *(x for kv in list(hub.status.items()) for x in kv)))
-        self._tick = out.add(Histogram("aithermd_tick_duration_seconds", "Duration of one control-loop tick.",
-                                       buckets=TICK_BUCKETS_S, registry=None), lambda: (self.ticks,))
+        health = HealthCollector(hub, above)
+        out.add(health, health.inputs, equal=True)
+        self._tick = out.add(TickHistogram("aithermd_tick_duration_seconds", "Duration of one control-loop "
+                                           "tick.", TICK_BUCKETS_S), lambda: (self._tick.state,))
         from aithermd.publish.fan_metrics import FanCollector, StallCounter
 
         stalls = StallCounter()
-        out.add(FanCollector(hub, stalls), lambda: (hub.latest, stalls.stalls))
+        fans = FanCollector(hub, stalls)
+        out.add(fans, fans.inputs, equal=True)
         self._remove_listeners = (hub.add_listener(self.counters.on_publish),
                                   hub.add_listener(self.above_limit.on_publish),
                                   hub.add_listener(stalls.on_publish))
         self._server: ScrapeServer | None = None
         self.address: tuple[str, int] | None = None
-        self.ticks = 0  # ticks observed (a new int object at each: the histogram's text is kept until then)
 
     def observe_tick(self, seconds: float) -> None:
         """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``."""
-        self._tick.observe(seconds)
-        self.ticks += 1
+        self._tick.observe(seconds)  # a new state tuple: the histogram's text is kept until then
 
     def serve(self, host: str, port: int) -> None:
         """Serve ``/metrics`` (:class:`~aithermd.publish.scrape.ScrapeServer`: one thread, asleep until a

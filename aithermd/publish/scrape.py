@@ -95,6 +95,16 @@ def exposition(families: Iterable[Any]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
+def parse_listen(listen: str) -> tuple[str, int] | None:
+    """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
+    if listen.strip().lower() in ("none", ""):
+        return None
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"metrics listen address {listen!r}: expected HOST:PORT or 'none'")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 class Exposition:
     """The text exposition of a registry's collectors, in the order they were added (the order
     ``generate_latest`` renders them in), each collector's text kept while its inputs are unchanged.
@@ -107,27 +117,30 @@ class Exposition:
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        self._parts: list[tuple[Any, Callable[[], tuple[Any, ...]] | None]] = []
+        self._parts: list[tuple[Any, Callable[[], tuple[Any, ...]] | None, bool]] = []
         self._kept: dict[int, tuple[tuple[Any, ...], bytes]] = {}
         self.renders = 0  # collectors rendered (not taken from what was kept): for tests and benchmarks
 
-    def add(self, collector: Any, inputs: Callable[[], tuple[Any, ...]] | None = None) -> Any:
-        """Register ``collector`` in the registry and here; returns it."""
+    def add(self, collector: Any, inputs: Callable[[], tuple[Any, ...]] | None = None, *,
+            equal: bool = False) -> Any:
+        """Register ``collector`` in the registry and here; returns it. ``equal``: an input that is not the
+        same object as at the last render but equal to it also keeps the text (inputs made anew at each tick
+        with the same values: the alarms, the health report, the policy's state)."""
         self.registry.register(collector)
-        self._parts.append((collector, inputs))
+        self._parts.append((collector, inputs, equal))
         return collector
 
     def render(self) -> bytes:
         out = []
-        for i, (collector, inputs) in enumerate(self._parts):
+        for i, (collector, inputs, equal) in enumerate(self._parts):
             key = inputs() if inputs is not None else None
             kept = self._kept.get(i)
             if key is not None and kept is not None and len(kept[0]) == len(key) \
-                    and all(a is b for a, b in zip(kept[0], key, strict=True)):
+                    and all(a is b or (equal and a == b) for a, b in zip(kept[0], key, strict=True)):
                 out.append(kept[1])
                 continue
             self.renders += 1
-            text = exposition(collector.collect())
+            text = collector.text() if hasattr(collector, "text") else exposition(collector.collect())
             if key is not None:
                 self._kept[i] = (key, text)
             out.append(text)
