@@ -17,6 +17,7 @@ from typing import Any
 
 from aithermd.model import DeviceKind, Event, KnobKind, Quantity, Snapshot
 from aithermd.publish.hub import StateHub
+from aithermd.publish.series_labels import node_exporter_chip
 from aithermd.publish.textfam import PROM, TextCollector
 
 _FAN_LABELS = ["chip", "node_chip", "sensor", "label"]
@@ -57,8 +58,6 @@ class FanCollector(TextCollector):
         return (None,) if s is None else (s.devices, s.alarms, self._counter.stalls)
 
     def collect(self, f: Any = PROM) -> Iterator[Any]:
-        from aithermd.publish.metrics import node_exporter_chip
-
         s = self._hub.latest
         if s is None:
             return

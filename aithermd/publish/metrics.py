@@ -15,8 +15,7 @@ the same name, so twin chips are two series.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -30,6 +29,7 @@ from aithermd.publish.event_counters import EventCounters
 from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
 from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Exposition, ScrapeServer, parse_listen
+from aithermd.publish.series_labels import HWMON_LABELS, hwmon_rows, node_exporter_chip
 from aithermd.publish.textfam import PROM, ProcessFigures, TextCollector, TickHistogram
 
 # Loopback, outside the 9090–9999 range Prometheus allocates to its own components and to exporters.
@@ -41,13 +41,6 @@ CLOCK_EVENT_REASONS = tuple(name for _, name in REASONS)
 # GPU series also carry dcgm-exporter's own names for the index and UUID (``gpu``, ``UUID``), so
 # `aithermd_gpu_power_watts * on (UUID) group_left DCGM_FI_DEV_GPU_UTIL` joins without label_replace.
 _GPU_LABELS = ["gpu_index", "gpu_uuid", "gpu_name", "gpu", "UUID"]
-# hwmon series: the lm-sensors chip name (with #2 for a twin), node_exporter's hwmon chip name (``node_chip``, its ``chip`` label:
-# bus type and device, e.g. platform_nct6775_656) and sensor (tempN, fanN, the same in both), the label or
-# else the sensor name.
-_HWMON_LABELS = ["chip", "node_chip", "sensor", "label"]
-_NODE_CHIP_INVALID = re.compile(r"[^a-z0-9:_]")
-_node_chips: dict[int, tuple[Device, Any]] = {}
-_rows: dict[int, tuple[Device, Any]] = {}
 _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "temperature": ("aithermd_gpu_temperature_celsius", "GPU core temperature (NVML).", 1.0),
     "memory_temperature": ("aithermd_gpu_memory_temperature_celsius", "GPU memory temperature (NVML).", 1.0),
@@ -56,69 +49,6 @@ _GPU_GAUGES = {  # channel attribute → (metric, help, scale)
     "sm_clock": ("aithermd_gpu_sm_clock_hertz", "GPU SM clock (NVML).", 1e6),
     "memory_clock": ("aithermd_gpu_memory_clock_hertz", "GPU memory clock (NVML).", 1e6),
 }
-
-
-def node_exporter_chip(dev: Device) -> str:
-    """node_exporter's hwmon ``chip`` label for ``dev`` (collector/hwmon_linux.go, hwmonName): the device's
-    bus directory and name, each lower-cased with characters outside ``[a-z0-9:_]`` made ``_``
-    (``devices/platform/nct6775.656`` → ``platform_nct6775_656``); for a chip with no device link, its
-    name. Kept per device object (a scrape asks for each chip's twice)."""
-    return _kept(_node_chips, dev, _node_chip)
-
-
-def _kept(cache: dict[int, tuple[Device, Any]], dev: Device, make: Callable[[Device], Any]) -> Any:
-    """``make(dev)``, kept while ``dev`` is the same object (devices are frozen; a hotplug or reload
-    replaces them); at most 1024 kept."""
-    kept = cache.get(id(dev))
-    if kept is not None and kept[0] is dev:
-        return kept[1]
-    if len(cache) > 1024:
-        cache.clear()
-    value = make(dev)
-    cache[id(dev)] = (dev, value)
-    return value
-
-
-_Row = tuple[int, str, tuple[str, ...]]
-
-
-def _hwmon_rows(dev: Device) -> tuple[list[_Row], list[tuple[str, tuple[str, ...]]]]:
-    """The series of one device in the hwmon families: (family 0 temperature, 1 thermal zone, 2 fan speed;
-    channel id; label values) and the fan duties (knob id; label values)."""
-    hwmon = dev.kind is DeviceKind.HWMON
-    # the unique id's chip part: twin chips (two acpitz-acpi-0) are chip and chip#2, so Prometheus never sees
-    # two series with the same labels
-    chip = dev.id.removeprefix("hwmon:") if hwmon else dev.id
-    node_chip = node_exporter_chip(dev) if hwmon else ""
-    rows: list[_Row] = []
-    for ch in dev.channels:
-        if hwmon and ch.quantity in (Quantity.TEMPERATURE, Quantity.FAN):
-            rows.append((0 if ch.quantity is Quantity.TEMPERATURE else 2, ch.id,
-                         (chip, node_chip, ch.attribute, ch.label or ch.attribute)))
-        elif dev.kind is DeviceKind.THERMAL:
-            rows.append((1, ch.id, (dev.id.removeprefix("thermal:"), dev.name)))
-    channels = {ch.id: ch for ch in dev.channels}
-    duties = []
-    for knob in dev.knobs:
-        if knob.kind in (KnobKind.PWM, KnobKind.FAN):
-            # the fan's own labels (chip, node_chip, sensor fanN, label), so duty and RPM join on them
-            fan = channels.get(knob.fan_channel or "")
-            sensor = fan.attribute if fan is not None else knob.id.rsplit("/", 1)[-1]
-            label = knob.label or (fan.label if fan is not None else None) or sensor
-            duties.append((knob.id, (knob.id, chip, node_chip, sensor, label)))
-    return rows, duties
-
-
-def _node_chip(dev: Device) -> str:
-    def clean(text: str) -> str:
-        return _NODE_CHIP_INVALID.sub("_", text.strip().lower()).strip("_")
-
-    parts = str(dev.info.get("bus_path", "")).split("/")
-    if len(parts) >= 2 and not parts[-1].startswith("hwmon") and parts[:2] != ["devices", "virtual"]:
-        kind, name = clean(parts[-2]), clean(parts[-1])
-        if kind and name:
-            return f"{kind}_{name}"
-    return clean(dev.name)
 
 
 def _gpu_labels(dev: Device) -> list[str]:
@@ -135,41 +65,56 @@ def _ok(snapshot: Snapshot, channel_id: str) -> float | None:
 class SnapshotCollector(TextCollector):
     """Renders ``hub.latest`` and the :class:`EventCounters` as metric families (see the module doc).
 
-    ``part`` (one of :data:`PARTS`, or all of them): the readings (with the build info), the policy and
-    safety state, the snapshot's time, the event counters. The exporter registers each part on its own with
-    its own ``inputs()``, so a scrape renders again only those whose inputs changed since the last one (the
-    readings and the time, at each tick) and keeps the others' text."""
+    ``part`` (one of :data:`PARTS`, or all of them): the build info and GPUs, hwmon and thermal zones, RAPL,
+    the policy and safety state, the snapshot's time, the event counters. The exporter registers each part
+    on its own with its own ``inputs()``, so a scrape renders again only those whose inputs changed since
+    the last one (the readings and the time at each tick; the GPU and RAPL families only where there are
+    such devices: without, their text is their headers) and keeps the others' text."""
 
-    PARTS = ("readings", "policy", "stamp", "events")
+    PARTS = ("gpu", "hwmon", "powercap", "policy", "stamp", "events")
+    _KINDS = {"gpu": DeviceKind.GPU, "powercap": DeviceKind.POWERCAP}
 
     def __init__(self, hub: StateHub, counters: EventCounters, part: str = "all") -> None:
         self._hub = hub
         self._counters = counters
         self.part = part
+        self._devices: Any = None
+        self._none = False  # no device of the part's kind in self._devices
 
     def inputs(self) -> tuple[Any, ...]:
-        """What the part's text is made of, compared by value (``Exposition.add(..., equal=True)``)."""
+        """What the part's text is made of (compared by value: see :class:`~aithermd.publish.scrape.
+        Exposition`)."""
         s, part, c = self._hub.latest, self.part, self._counters
         if part == "events":
             return (s is None, c.decisions, c.drift, c.faults)
-        if s is None or part != "policy":
-            return (s,)
-        return (s.policy.active, s.policy.holds, s.degraded, tuple(s.decisions),
-                tuple([d.layer is Layer.SAFETY for d in s.decisions.values()]))
+        if s is None:
+            return (None,)
+        if part == "policy":
+            return (s.policy.active, s.policy.holds, s.degraded, tuple(s.decisions),
+                    tuple([d.layer is Layer.SAFETY for d in s.decisions.values()]))
+        kind = self._KINDS.get(part)
+        if kind is not None:
+            if s.devices is not self._devices:
+                self._devices, self._none = s.devices, all(d.kind is not kind for d in s.devices)
+            if self._none:
+                return ("none",)
+        return (s,)
 
     def collect(self, f: Any = PROM) -> Iterator[Any]:
         part = self.part
         whole = part == "all"
-        if whole or part == "readings":
+        if whole or part == "gpu":
             build = f.gauge("aithermd_build_info", "aithermd build information.", labels=["version"])
             build.add_metric([__version__], 1.0)
             yield build
         snapshot = self._hub.latest
         if snapshot is None:
             return
-        if whole or part == "readings":
+        if whole or part == "gpu":
             yield from self._gpu(snapshot, f)
+        if whole or part == "hwmon":
             yield from self._hwmon(snapshot, f)
+        if whole or part == "powercap":
             yield from self._powercap(snapshot, f)
         if whole or part == "policy":
             yield from self._policy(snapshot, f)
@@ -226,17 +171,17 @@ class SnapshotCollector(TextCollector):
 
     def _hwmon(self, s: Snapshot, f: Any) -> Iterator[Any]:
         temps = f.gauge("aithermd_temperature_celsius", "hwmon temperature (tempN_input).",
-                        labels=_HWMON_LABELS)
+                        labels=HWMON_LABELS)
         zones = f.gauge("aithermd_thermal_zone_temperature_celsius",
                         "Thermal zone temperature (class/thermal thermal_zoneN/temp).",
                         labels=["zone", "type"])
         fans = f.gauge("aithermd_fan_speed_rpm", "hwmon fan speed (fanN_input).",
-                       labels=_HWMON_LABELS)
+                       labels=HWMON_LABELS)
         duty = f.gauge("aithermd_fan_duty_ratio", "Fan duty, 0–1 (hwmon pwmN/255, NVML fan "
-                       "speed).", labels=["knob", *_HWMON_LABELS])
+                       "speed).", labels=["knob", *HWMON_LABELS])
         families, readings, knobs, ok = (temps, zones, fans), s.readings, s.knobs, Status.OK
         for dev in s.devices:
-            rows, duties = _kept(_rows, dev, _hwmon_rows)
+            rows, duties = hwmon_rows(dev)
             for i, cid, labels in rows:
                 r = readings.get(cid)
                 if r is not None and r.status is ok and r.value is not None:
@@ -320,21 +265,21 @@ class MetricsHandle:
         self.collector = SnapshotCollector(hub, c)  # the whole, as one collector; registered in parts:
         for part in SnapshotCollector.PARTS:
             one = SnapshotCollector(hub, c, part)
-            out.add(one, one.inputs, equal=part in ("policy", "events"))
-        out.add(BudgetCollector(hub), lambda: (hub.latest,))
+            out.add(one, one.inputs)
+        out.add(BudgetCollector(hub), lambda: (getattr(hub.latest, "budget", None),))
         # process_* (CPU seconds, resident memory, fds, start time) and python_info, as every client has them
         out.add(ProcessFigures())
         out.add(PlatformCollector(registry=None), tuple)  # the interpreter's version: never changes
         self.above_limit = above = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
         health = HealthCollector(hub, above)
-        out.add(health, health.inputs, equal=True)
+        out.add(health, health.inputs)
         self._tick = out.add(TickHistogram("aithermd_tick_duration_seconds", "Duration of one control-loop "
                                            "tick.", TICK_BUCKETS_S), lambda: (self._tick.state,))
         from aithermd.publish.fan_metrics import FanCollector, StallCounter
 
         stalls = StallCounter()
         fans = FanCollector(hub, stalls)
-        out.add(fans, fans.inputs, equal=True)
+        out.add(fans, fans.inputs)
         self._remove_listeners = (hub.add_listener(self.counters.on_publish),
                                   hub.add_listener(self.above_limit.on_publish),
                                   hub.add_listener(stalls.on_publish))
@@ -390,4 +335,4 @@ def render(handle: MetricsHandle) -> bytes:
 
 
 __all__: Sequence[Any] = ("CLIENT_TIMEOUT_S", "DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",
-                          "parse_listen", "render", "start")
+                          "parse_listen", "render", "start", "node_exporter_chip")

@@ -109,34 +109,33 @@ class Exposition:
     """The text exposition of a registry's collectors, in the order they were added (the order
     ``generate_latest`` renders them in), each collector's text kept while its inputs are unchanged.
 
-    A collector added with ``inputs`` (a function returning the objects its families are made from: the
-    published snapshot, a counter's dict that is replaced, never mutated, on each change) is rendered again
-    only when one of them is not the very object it was at its last render; its text is the same bytes
-    otherwise. One added without ``inputs`` (the process's CPU seconds and memory, the tick histogram) is
-    rendered at every scrape. Render from one thread at a time (the scrape thread)."""
+    A collector added with ``inputs`` (a function returning what its families are made from: the published
+    snapshot or parts of it, a counter's dict that is replaced, never mutated, on each change) is rendered
+    again only when one of them is neither the very object it was at its last render nor equal to it (the
+    tuples are compared with ``==``, which tries identity first: alarms or a health report made anew at
+    each tick with the same values keep the text); its text is the same bytes otherwise. What is kept is
+    never mutated by the daemon once published (a snapshot is frozen), so an equal key means equal text.
+    One added without ``inputs`` (the process's CPU seconds and memory) is rendered at every scrape.
+    Render from one thread at a time (the scrape thread)."""
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        self._parts: list[tuple[Any, Callable[[], tuple[Any, ...]] | None, bool]] = []
+        self._parts: list[tuple[Any, Callable[[], tuple[Any, ...]] | None]] = []
         self._kept: dict[int, tuple[tuple[Any, ...], bytes]] = {}
         self.renders = 0  # collectors rendered (not taken from what was kept): for tests and benchmarks
 
-    def add(self, collector: Any, inputs: Callable[[], tuple[Any, ...]] | None = None, *,
-            equal: bool = False) -> Any:
-        """Register ``collector`` in the registry and here; returns it. ``equal``: an input that is not the
-        same object as at the last render but equal to it also keeps the text (inputs made anew at each tick
-        with the same values: the alarms, the health report, the policy's state)."""
+    def add(self, collector: Any, inputs: Callable[[], tuple[Any, ...]] | None = None) -> Any:
+        """Register ``collector`` in the registry and here; returns it."""
         self.registry.register(collector)
-        self._parts.append((collector, inputs, equal))
+        self._parts.append((collector, inputs))
         return collector
 
     def render(self) -> bytes:
         out = []
-        for i, (collector, inputs, equal) in enumerate(self._parts):
+        for i, (collector, inputs) in enumerate(self._parts):
             key = inputs() if inputs is not None else None
             kept = self._kept.get(i)
-            if key is not None and kept is not None and len(kept[0]) == len(key) \
-                    and all(a is b or (equal and a == b) for a, b in zip(kept[0], key, strict=True)):
+            if key is not None and kept is not None and kept[0] == key:  # each item: the same object, or equal
                 out.append(kept[1])
                 continue
             self.renders += 1

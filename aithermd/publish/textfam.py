@@ -228,8 +228,11 @@ class ProcessFigures(ProcessCollector):
         try:
             if not self._btime or self._start is None or soft == resource.RLIM_INFINITY:
                 raise OSError("not the common case")
-            with open("/proc/self/statm", "rb") as statm:
-                size, resident = statm.read().split()[:2]
+            fd = os.open("/proc/self/statm", os.O_RDONLY)  # no buffered file object: half the cost
+            try:
+                size, resident = os.read(fd, 256).split()[:2]
+            finally:
+                os.close(fd)
             fds = len(os.listdir("/proc/self/fd"))
         except OSError:
             from aithermd.publish.scrape import exposition

@@ -55,12 +55,12 @@ def test_text_kept_while_inputs_are_equal_and_rendered_again_when_they_change():
         hub.publish(reference_snapshot(1, gpus=2))
         metrics.render(handle)
         before = handle.exposition.renders
-        # a new tick with new readings, its alarms and health made anew but equal: readings, time and the
-        # process figures are rendered again (and the decision counters: the GPU fans' duties moved);
-        # fans, health and policy are kept
+        # a new tick with new readings, its alarms, health and budget made anew but equal: the GPU, hwmon and
+        # RAPL readings, the time and the process figures are rendered again (and the decision counters: the
+        # GPU fans' duties moved); fans, health, policy and budget are kept
         hub.publish(reference_snapshot(2, gpus=2))
         metrics.render(handle)
-        assert handle.exposition.renders - before == 5  # readings, stamp, events, budget, process_*
+        assert handle.exposition.renders - before == 6
         fan = "hwmon:nct6798-isa-0290/fan2"
         stalled = replace(reference_snapshot(3, gpus=2), alarms={fan: Alarm("stalled", "no speed", 1.0)},
                           degraded=(fan,))
@@ -69,5 +69,26 @@ def test_text_kept_while_inputs_are_equal_and_rendered_again_when_they_change():
         assert 'aithermd_fan_stalled{chip="nct6798-isa-0290",label="CPU fan",node_chip="nct6798",' \
                'sensor="fan2"} 1.0' in text
         assert f'aithermd_degraded{{id="{fan}"}} 1.0' in text
+    finally:
+        handle.stop()
+
+
+def test_without_gpus_or_rapl_their_families_are_kept_as_headers():
+    hub = StateHub()
+    handle = metrics.start("none", hub)
+    try:
+        def bare(seq: int):
+            snap = reference_snapshot(seq, gpus=0)
+            return replace(snap, devices=tuple(d for d in snap.devices if not d.id.startswith("powercap:")))
+
+        hub.publish(bare(1))
+        first = metrics.render(handle)
+        before = handle.exposition.renders
+        hub.publish(bare(2))
+        text = metrics.render(handle)
+        assert handle.exposition.renders - before == 3  # hwmon readings, time, process_*
+        assert b"# TYPE aithermd_gpu_power_watts gauge\n" in text and b"aithermd_gpu_power_watts{" not in text
+        assert b"# TYPE aithermd_rapl_power_watts gauge\n" in text
+        assert text != first
     finally:
         handle.stop()
