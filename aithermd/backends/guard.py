@@ -20,11 +20,18 @@ hung device is skipped, and a SIGTERM that came meanwhile is handled as soon as 
 
 A backend takes part through :class:`Quarantine` (hwmon and thermal zones do): it records the device it is
 reading (``reading``) and skips quarantined ones. A backend without it is quarantined whole while hung.
+
+The same pass reads the threaded backends (NVML) after the inline ones, so a tick hands its reads to
+another thread once, not once here and again to the loop's worker (an asyncio hop that woke the loop
+through its self-pipe). Such a backend guards its own calls (NVML: a deadline per GPU on its worker, a hung
+GPU left out and the others read on), so its part of the pass gets a ``budget`` of its own, counted from
+when it begins; past it, it is held whole, as above, until its sample returns.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -95,30 +102,42 @@ class ReadGuard:
         self._log = structlog.get_logger("aithermd.guard")
 
     async def sample(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
-                     channels: Callable[[Any], Sequence[str]], now: Callable[[], float]) -> list[Sample]:
+                     channels: Callable[[Any], Sequence[str]], now: Callable[[], float],
+                     budget: Callable[[Any], float | None] | None = None) -> list[Sample]:
         """One pass of ``sample(backend)`` over ``backends``; every backend gets a sample, hung or not (see
-        the module doc). ``channels(backend)``: its channel ids, for the samples of backends not read."""
+        the module doc). ``channels(backend)``: its channel ids, for the samples of backends not read.
+        ``budget(backend)``: for a backend that guards its own calls (NVML: a deadline per GPU on its
+        worker), how long its part of the pass may take from when it begins (s); None (and for every
+        backend without ``budget``): the pass's ``deadline_s``."""
         if not backends:
             return []
         if self._reader is None:
             self._reader = _Reader()
         done: dict[int, Sample] = {}
         order = [b for b in backends if id(b) not in self._busy]
-        state: dict[str, Any] = {}
+        state: dict[str, Any] = {"end": time.monotonic() + self.deadline_s}
 
         def one_pass() -> None:
             for b in order:
                 state["backend"] = b
+                extra = budget(b) if budget is not None else None
+                if extra is not None:
+                    state["end"] = max(state["end"], time.monotonic() + extra)
                 done[id(b)] = sample(b)
             state["backend"] = None
 
         future = self._reader.submit(one_pass)
-        try:
-            # a plain wait, not an asyncio hop: the pass takes microseconds, and waking the loop from the
-            # thread (call_soon_threadsafe, the self-pipe) cost more than the reads themselves
-            future.result(timeout=self.deadline_s)
-        except FutureTimeout:
-            self._hung(state.get("backend"), future)
+        while True:
+            try:
+                # a plain wait, not an asyncio hop: the pass takes microseconds, and waking the loop from the
+                # thread (call_soon_threadsafe, the self-pipe) cost more than the reads themselves
+                future.result(timeout=max(0.0, state["end"] - time.monotonic()))
+                break
+            except FutureTimeout:
+                if time.monotonic() < state["end"]:
+                    continue  # the pass moved on to a backend with a budget of its own meanwhile
+                self._hung(state.get("backend"), future)
+                break
         t = now()
         return [done.get(id(b)) or self._unread(b, channels(b), t) for b in backends]
 

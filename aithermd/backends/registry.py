@@ -75,7 +75,7 @@ class Inventory:
     def __post_init__(self) -> None:
         object.__setattr__(self, "inline", tuple(b for b in self.backends if not is_threaded(b)))
         # a threaded backend that found nothing (NVML on a machine without a GPU) has nothing to read: no
-        # worker hop for it every tick; a rediscovery that finds a device makes a new inventory
+        # NVML pass for it every tick; a rediscovery that finds a device makes a new inventory
         owners = {id(b) for b in self.device_owner.values()}
         object.__setattr__(self, "threaded",
                            tuple(b for b in self.backends if is_threaded(b) and id(b) in owners))

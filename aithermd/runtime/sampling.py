@@ -1,17 +1,20 @@
 """Sampling: one read of every backend of the world, and of the process list when a policy needs it.
 
-Inline backends (hwmon, powercap, thermal zones, cpu, the slow lane's cached samples) are read in the read
-guard's thread under its deadline (:mod:`aithermd.backends.guard`: a read that hangs quarantines its
-device, whose channels go stale, and never holds the loop); the threaded ones (NVML) and the process list
-together in one hop to the loop's worker thread, awaited under the worker's budget
-(:class:`~aithermd.actuate.worker.Worker`). A backend whose ``sample()`` raises gets
-every channel marked failed (its fans then go to full through the engine's safety layer) and one fault
-event; threaded backends that did not answer within the budget are marked failed the same way.
+Every backend is read in one pass in the read guard's thread (:mod:`aithermd.backends.guard`): the inline
+ones (hwmon, powercap, thermal zones, cpu, the slow lane's cached samples) under its deadline (a read that
+hangs quarantines its device, whose channels go stale, and never holds the loop), then the threaded ones
+(NVML, which hands its GPUs to its own worker under a deadline per GPU) under the worker's budget
+(:class:`~aithermd.actuate.worker.Worker`). One hand-off per tick, with or without GPUs: NVML used to take
+a second one, an asyncio hop to the loop's worker thread. The process list (only when a policy needs it: a
+scan of /proc takes milliseconds) is the one job still awaited on the worker. A backend whose ``sample()``
+raises gets every channel marked failed (its fans then go to full through the engine's safety layer) and
+one fault event; threaded backends that did not answer within the budget are marked failed the same way,
+and their knobs are not written that tick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,22 +91,34 @@ class Sampler:
         channels = self._channels_of(world)
         events: list[Event] = []
         reads: list[Event] = []  # filled by the guard's thread; copied once the pass is over or cut short
-        samples = await self.guard.sample(world.inline, lambda b: self._one(b, channels, t_wall, reads),
-                                          lambda b: channels.get(id(b), ()), self.clock.monotonic)
+        inline, threaded = world.inline, world.threaded
+        made: dict[int, Sample] = {}  # what each backend's sample() returned (a threaded one may be late)
+        mine = {id(b) for b in threaded}
+        budget = self.worker.budget_s
+
+        def one(b: Backend) -> Sample:
+            made[id(b)] = sample = self._one(b, channels, t_wall, reads)
+            return sample
+
+        samples = await self.guard.sample((*inline, *threaded) if threaded else inline, one,
+                                          lambda b: channels.get(id(b), ()), self.clock.monotonic,
+                                          (lambda b: budget if id(b) in mine else None) if threaded else None)
         events += list(reads)
-        threaded = world.threaded
-        procs: Any = frozenset()
         hop_ok = True
-        if threaded or world.needs_processes:
-            result = await self.worker.hop(self._off_loop, threaded, channels, t_wall, world.needs_processes)
-            if result is None:
+        if threaded:
+            first = len(inline)
+            late = [b for i, b in enumerate(threaded, first) if samples[i] is not made.get(id(b))]
+            if late:
                 hop_ok = False
-                samples += self._unanswered(threaded, channels, t_wall, events)
+                failed = iter(self._unanswered(tuple(late), channels, t_wall, events))
+                samples[first:] = [next(failed) if b in late else samples[i]
+                                   for i, b in enumerate(threaded, first)]
             else:
-                more, ev, procs = result
-                samples += more
-                events += ev
                 self._hop_faulted = False
+        procs: Any = frozenset()
+        if world.needs_processes:
+            procs = await self.worker.hop(self._list_processes)
+            procs = frozenset() if procs is None else procs
         out = Sampled(processes=procs, hop_ok=hop_ok, events=events)
         for s in samples:
             out.readings.update(s.readings)
@@ -131,17 +146,13 @@ class Sampler:
         """Let the read guard's thread end (a thread stuck in a hung read ends when the read returns)."""
         self.guard.close()
 
-    def _off_loop(self, threaded: Iterable[Backend], channels: Mapping[int, tuple[str, ...]], t_wall: float,
-                  want_procs: bool) -> tuple[list[Sample], list[Event], Any]:
-        events: list[Event] = []
-        samples = [self._one(b, channels, t_wall, events) for b in threaded]
-        procs: Any = frozenset()
-        if want_procs:
-            try:
-                procs = self.processes()
-            except Exception as exc:  # noqa: BLE001
-                self._log.warning("process_list_failed", error=str(exc))
-        return samples, events, procs
+    def _list_processes(self) -> Any:
+        """The process list, in the worker thread; empty when the scan fails."""
+        try:
+            return self.processes()
+        except Exception as exc:  # noqa: BLE001
+            self._log.warning("process_list_failed", error=str(exc))
+            return frozenset()
 
     def _unanswered(self, threaded: tuple[Backend, ...], channels: Mapping[int, tuple[str, ...]],
                     t_wall: float, events: list[Event]) -> list[Sample]:

@@ -3,8 +3,9 @@
 - **Changes** (:mod:`aithermd.runtime.changes`): what was posted to the inbox since the last tick — a
   reload, rediscovered devices, a resume — is applied first, under the tick lock.
 
-- **Sample** (:mod:`aithermd.runtime.sampling`): inline backends in the read guard's thread under a
-  deadline (a hung read quarantines its device), threaded ones (NVML) in one hop to the worker thread.
+- **Sample** (:mod:`aithermd.runtime.sampling`): every backend in one pass in the read guard's thread:
+  the inline ones under its deadline (a hung read quarantines its device), then the threaded ones (NVML,
+  a deadline per GPU on its own worker) under the worker's budget.
 - **Health** (:mod:`aithermd.runtime.health`): each reading judged by the sensor trust (a transient fault
   or a spike held for one reading within 3 s); failed, implausible and stale readings and lost devices are
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.

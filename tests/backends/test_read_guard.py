@@ -10,7 +10,7 @@ import time
 from aithermd.backends.guard import ReadGuard
 from aithermd.backends.hwmon import HwmonBackend
 from aithermd.backends.thermal import ThermalBackend
-from aithermd.model import Status
+from aithermd.model import Reading, Sample, Status
 from aithermd.sim import ttar
 
 from .faults import FaultIO
@@ -96,5 +96,55 @@ def test_one_hung_zone_never_blanks_the_others(tmp_path):
         assert later[0].readings["thermal:acpitz/temp"].value == -44.0
     finally:
         io.release.set()
+        guard.close()
+        zones.close()
+
+
+class Gated:
+    """A backend without Quarantine whose sample waits for ``gate`` (a threaded one: NVML guards its own
+    calls, and gets a budget of its own in the pass)."""
+
+    kind = "nvml"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def sample(self):
+        self.gate.wait(30)
+        return Sample(0.0, {"gpu0/temperature": Reading("gpu0/temperature", 50.0)})
+
+
+def test_a_backend_with_a_budget_of_its_own_is_waited_for_past_the_pass_deadline(tmp_path):
+    ttar.extract(TTAR / "prometheus-procfs-sys-class-thermal-powercap-hwmon.ttar", tmp_path)
+    zones = ThermalBackend(str(tmp_path / "fixtures" / "sys"))
+    gpu = Gated()
+    guard = ReadGuard(deadline_s=0.05)
+    chans = {id(zones): [c.id for d in zones.discover() for c in d.channels], id(gpu): ["gpu0/temperature"]}
+
+    def one(budget_s):
+        return asyncio.run(guard.sample([zones, gpu], lambda b: b.sample(), lambda b: chans[id(b)],
+                                        time.monotonic, lambda b: budget_s if b is gpu else None))
+    try:
+        gpu.gate.clear()
+        threading.Timer(0.3, gpu.gate.set).start()  # slower than the pass's deadline, within the budget
+        zone, read = one(30.0)
+        assert read.readings["gpu0/temperature"].value == 50.0 and guard.hangs == 0
+        assert zone.readings["thermal:acpitz/temp"].value == -44.0
+        gpu.gate.clear()  # now past its budget: held whole until its sample returns, the zones read on
+        _, cut = one(0.1)
+        assert guard.hangs == 1 and cut.readings["gpu0/temperature"].status == Status.STALE
+        zone, held = one(0.1)
+        assert held.readings["gpu0/temperature"].status == Status.STALE and guard.hangs == 1
+        assert zone.readings["thermal:acpitz/temp"].value == -44.0
+        gpu.gate.set()
+        for _ in range(100):
+            if not guard._busy:
+                break
+            time.sleep(0.02)
+        _, back = one(30.0)
+        assert back.readings["gpu0/temperature"].value == 50.0
+    finally:
+        gpu.gate.set()
         guard.close()
         zones.close()

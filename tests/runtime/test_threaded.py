@@ -1,4 +1,5 @@
-"""Blocking backends (NVML) run in the worker thread, one hop per tick; a hung one never stalls the loop."""
+"""Blocking backends (NVML) are read off the loop in the read guard's pass (the one hand-off of a tick) and
+written in the worker thread; a hung one never stalls the loop."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ async def test_blocking_backends_are_sampled_and_written_off_the_loop(settings, 
     board = FakeBackend("board")
     d = Daemon(settings, clock=clock, backends=[board, gpu], sleep=clock.sleep, engine=STUB_ENGINE)
     assert await d.run(max_ticks=2) == 0
-    assert gpu.threads == {"aithermd-worker_0"}
+    assert gpu.threads == {"aithermd-reads", "aithermd-worker_0"}  # read in the guard's pass, written on the worker
     assert len(gpu.writes) == 2 and len(board.writes) == 2
     assert gpu.pwm == {"pwm1": 100, "pwm2": 100}  # restored
 
