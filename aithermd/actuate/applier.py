@@ -167,6 +167,26 @@ class Applier:
         return events
 
     # -- one write -----------------------------------------------------------------------------------
+    def unchanged(self, backend: Backend, knob: Knob, decision: Decision, value: float,
+                  current: KnobValue | None, force: bool = False) -> bool:
+        """True when :meth:`apply` leaves ``knob`` as it is without a backend call (stepped back from, not
+        writable, paused, already at ``value``, or asked already without sticking), its bookkeeping
+        done; the executor then has no worker hop to make for it."""
+        safety = decision.layer == Layer.SAFETY
+        if (knob.id in self.stepped_back and not safety) or not knob.writable or self.paused:
+            return True
+        own = self._owned.get(knob.id)
+        if force and own is not None and not self.dry_run:
+            return False  # written again whatever the read-back says
+        holds = settles_at(backend, knob, value)
+        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None):
+            if own is not None:
+                own.requested, own.after = value, current
+            return True
+        # asked already; it did not stick and was reported
+        return (not safety and own is not None and own.after is not None and current == own.after
+                and abs(own.requested - value) <= tolerance(knob, value))
+
     def apply(self, backend: Backend, knob: Knob, device_id: str, decision: Decision, value: float,
               current: KnobValue | None, t_wall: float,
               force: bool = False) -> tuple[KnobValue | None, list[Event]]:
@@ -174,20 +194,12 @@ class Applier:
         tick's read-back; ``force`` writes even a value that reads as in place (a limit the driver reports
         but does not enforce). Returns the knob's state afterwards and the events. A safety decision is
         written even to a knob stepped back from, and again every tick it does not hold."""
-        safety = decision.layer == Layer.SAFETY
-        if (knob.id in self.stepped_back and not safety) or not knob.writable or self.paused:
+        if self.unchanged(backend, knob, decision, value, current, force):
             return current, []
+        safety = decision.layer == Layer.SAFETY
         own = self._owned.get(knob.id)
         if force and own is not None and not self.dry_run:
             current = None  # write it again whatever the read-back says
-        holds = settles_at(backend, knob, value)
-        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None):
-            if own is not None:
-                own.requested, own.after = value, current
-            return current, []
-        if (not safety and own is not None and own.after is not None and current == own.after
-                and abs(own.requested - value) <= tolerance(knob, value)):
-            return current, []  # asked already; it did not stick and was reported
         old = current.value if current is not None else None
         if self.dry_run:
             if own is not None and abs(own.requested - value) <= tolerance(knob, value):

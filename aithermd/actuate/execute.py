@@ -113,6 +113,8 @@ class Executor:
         back_here = [k for k in back if owner[k] in inline]
         back_there = [k for k in back if owner[k] not in inline]
         self._batch(world, here, back_here, current, t_wall, None, out, force)
+        if there and current is not None and threaded:
+            there = self._in_place(world, there, current, out, force)  # no worker hop for those
         if not (there or back_there) or not threaded:
             return out
         now = None if current is None else {**current, **out.after}
@@ -124,6 +126,25 @@ class Executor:
         else:
             self._merge(out, result)
         return out
+
+    def _in_place(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
+                  current: Mapping[str, KnobValue], out: Applied,
+                  force: frozenset[str] | set[str]) -> list[tuple[str, Decision]]:
+        """The decisions of ``wanted`` whose knob this tick's read-back does not show in place (the others
+        are applied here, as the applier would have in the worker: a limit decided every tick, unchanged,
+        costs no thread hop)."""
+        left = []
+        for knob_id, decision in wanted:
+            backend, knob = world.owner[knob_id], world.knobs[knob_id]
+            value = knob.clamp(float(decision.value))
+            before = current.get(knob_id)
+            if self.applier.unchanged(backend, knob, decision, value, before, knob_id in force):
+                if before is not None:
+                    out.after[knob_id] = before
+                out.results.append(Result(knob_id, value, before, before))
+            else:
+                left.append((knob_id, decision))
+        return left
 
     @staticmethod
     def _merge(out: Applied, part: Applied) -> None:

@@ -37,8 +37,31 @@ async def test_blocking_backends_are_sampled_and_written_off_the_loop(settings, 
     board = FakeBackend("board")
     d = Daemon(settings, clock=clock, backends=[board, gpu], sleep=clock.sleep, engine=STUB_ENGINE)
     assert await d.run(max_ticks=2) == 0
-    assert gpu.threads == {"aithermd-reads", "aithermd-worker_0"}  # read in the guard's pass, written on the worker
+    assert gpu.threads == {"aithermd-reads", "aithermd-worker_0"}  # read in the guard's pass, written after
     assert len(gpu.writes) == 2 and len(board.writes) == 2
+    assert gpu.pwm == {"pwm1": 100, "pwm2": 100}  # restored
+
+
+async def test_a_threaded_knob_decided_again_at_the_value_it_holds_costs_no_worker_hop(settings, clock,
+                                                                                          monkeypatch):
+    """The stub engine decides every fan every tick; after the first tick's writes the read-back shows them
+    in place, and the loop does not hand the GPU's knobs to the worker thread only to find that out."""
+    from aithermd.actuate.worker import Worker
+
+    hops = []
+    real = Worker.hop
+
+    async def counted(self, fn, *args, **kw):
+        hops.append(getattr(fn, "__name__", "?"))
+        return await real(self, fn, *args, **kw)
+
+    monkeypatch.setattr(Worker, "hop", counted)
+    gpu = BlockingBackend("gpu")
+    board = FakeBackend("board")
+    d = Daemon(settings, clock=clock, backends=[board, gpu], sleep=clock.sleep, engine=STUB_ENGINE)
+    assert await d.run(max_ticks=5) == 0
+    assert hops == ["_batch"]  # the first tick's writes; nothing for the four ticks that change nothing
+    assert [k for k, _ in gpu.writes] == [gpu.kid("pwm1"), gpu.kid("pwm2")]
     assert gpu.pwm == {"pwm1": 100, "pwm2": 100}  # restored
 
 
