@@ -47,8 +47,8 @@ def list_processes() -> frozenset[str]:
 class Sampled:
     """One tick's reads merged: ``readings`` by channel id, ``knobs`` by knob id (values in daemon units),
     ``attrs`` by device id, ``lost`` device ids, ``health`` by source family, ``processes`` (empty unless a
-    policy needs them), ``hop_ok`` (False when the worker did not answer: its knobs are not written this
-    tick) and the ``events`` of new faults."""
+    policy needs them), ``hop_ok`` (False when a threaded backend's read did not answer within the worker's
+    budget: its knobs are not written this tick) and the ``events`` of new faults."""
 
     readings: dict[str, Reading] = field(default_factory=dict)
     knobs: dict[str, KnobValue] = field(default_factory=dict)
