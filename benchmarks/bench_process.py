@@ -21,8 +21,8 @@ window's CPU / ticks in it; the figure is the median over windows (range in brac
 lean loop of the same scenario in the same run. Marginal costs: (500 − 100 channels) / 400 and (8 − 2
 GPUs) / 6. Then ``/metrics`` is scraped round-robin over loopback as Prometheus does (one connection per
 scrape, rounds ``--scrape-interval`` apart: each scrape sees a tick its exporter has not rendered yet, as
-one every 15 s would; back to back, the exporter's per-tick cache would answer most of them) and its p50
-reported. Start-up: CPU of the process when it sends ``READY=1`` (after its first tick) to
+one every 15 s would; back to back, the exporter's per-tick cache would answer most of them; the order
+rotates from round to round, as the first scrape after the pause is the dearest) and its p50 reported. Start-up: CPU of the process when it sends ``READY=1`` (after its first tick) to
 ``$NOTIFY_SOCKET``, median of ``--startups`` starts, each a first start on a fresh state directory and a
 restart on the same one (the policies' parsed documents then come from it). aithermctl: wall time of ``--help`` and of ``status``
 against the real daemon on a private ``dbus-daemon``.
@@ -174,8 +174,10 @@ def run_windows(args: argparse.Namespace, work: Path, scenarios: list[str]) -> d
             p.check_alive()
         for name, peers in by_scenario.items():
             served = [p for p in peers.values() if p.port]
-            for _ in range(args.scrapes):
-                for p in served:
+            for r in range(args.scrapes):
+                # the first scrape after the pause pays the scraper's own cold start (0.15-0.4 ms here):
+                # each peer takes each place in turn
+                for p in served[r % len(served):] + served[:r % len(served)]:
                     p.scrape()
                 time.sleep(args.scrape_interval)  # a scrape a tick at most, as Prometheus's are
             for p in served:  # every peer ticked and controlled its fans
