@@ -121,6 +121,7 @@ class Daemon:
         self.logind: Any = None
         self.fastlane: FastLane | None = None
         self._last_tick_done: float | None = None
+        self.not_restored: dict[str, str] = {}  # knob id → why it was not put back by the stop's restore
 
     # -- requests (safe from signal handlers: they only set an event or post) ----------------------------
     def request_stop(self) -> None:
@@ -334,6 +335,8 @@ class Daemon:
             else:
                 if not report.ok or report.kept:
                     code = 1
+                self.not_restored = {**report.failed,
+                                     **{k: "a write to it may still land" for k in report.kept}}
                 _guard(self._log.info, "stop", restored=len(report.restored), failed=dict(report.failed))
         assert self.notifier is not None
         _guard(self.notifier.stopping)

@@ -180,6 +180,20 @@ def leave_out_lost(data: dict[str, Any]) -> None:
     data["scored_gpus"] = [name for name, g in gpus.items() if "lost_at_s" not in g]
 
 
+def exit_reason(data: Mapping[str, Any]) -> str:
+    """Why a simulation's daemon exited non-zero, for its one stderr line: the knobs its restore could not
+    put back (an injected fault that lasts to the end loses a GPU for good, and a real daemon exits 1 when
+    a knob stays changed), or "" when that was not the reason."""
+    failed = data.get("not_restored") or {}
+    if not failed:
+        return ""
+    lasting = [f["spec"] for f in data.get("faults", ()) if f["fault"] == "on"
+               and not any(g["spec"] == f["spec"] and g["fault"] == "off" for g in data.get("faults", ()))]
+    whys = sorted({why.rsplit(": ", 1)[-1] for why in failed.values()})  # "gpu1 is lost (NVML_ERROR_...)"
+    cause = f" (the fault {', '.join(lasting)} lasts to the end of the run)" if lasting else ""
+    return f": {', '.join(sorted(failed))} could not be put back: {'; '.join(whys)}{cause}"
+
+
 def format_summary(data: Mapping[str, Any]) -> str:
     """The summary of one run (the dict of :func:`aithermd.sim.runner.print_summary`) as text."""
     lines = [f"aithermd simulation summary — policy {data.get('policy')}, "
@@ -200,10 +214,10 @@ def format_summary(data: Mapping[str, Any]) -> str:
     lines.append(f"{'CPU package (RAPL)':<38}{data['cpu_energy_j'] / 1000:>10.1f}{'':>18}"
                  f"{data['peak_cpu_c']:>9.1f}")
     lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
-    kept = not_put_back(data)
+    left = sorted({f"{g}/power_limit" for g in not_put_back(data)} | set(data.get("not_restored", {})))
     lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training; "
-                 + ("on exit the daemon put every limit back" if not kept else
-                    f"on exit the limit of {', '.join(kept)} was not put back (W after exit)"))
+                 + (f"on exit {', '.join(left)} could not be put back" if left else
+                    "on exit the daemon put every knob back"))
     lines.append("changes: each GPU's power-limit and clock changes, listed below")
     lines += stock_lines(data)
     lines += ["", f"power-limit and clock changes ({len(changes)}), each with its reason:"]

@@ -305,6 +305,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
         if daemon.tick is not None:
             policy = daemon.control.active if daemon.control else settings.policy
             data = summary_data(machine, recorder, policy)
+            if daemon.not_restored:
+                data["not_restored"] = dict(daemon.not_restored)
             if plan is not None:
                 data["faults"] = [{"t_s": t, "fault": what, "spec": spec} for t, what, spec in plan.log]
                 report.leave_out_lost(data)
@@ -359,7 +361,8 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
     if result.code != 0 and result.places.state_dir.exists():
-        print(f"aithermd run --simulate: the daemon stopped with {result.code}; its files stay in "
+        why = report.exit_reason(result.data)
+        print(f"aithermd run --simulate: the daemon stopped with {result.code}{why}; its files stay in "
               f"{result.places.state_dir} and {result.places.machine_dir}", file=sys.stderr)
     elif result.code != 0:
         print(f"aithermd run --simulate: the daemon stopped with {result.code} before its first tick "

@@ -111,7 +111,11 @@ def test_a_gpu_lost_for_good_is_not_said_to_be_put_back(tmp_path):
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("gpu")}
     assert "210 (300/300)" in rows["gpu1"] and "450 (450/600)" in rows["gpu0"]
     (said,) = [line for line in done.stdout.splitlines() if " in all; " in line]
-    assert said.endswith("on exit the limit of gpu1 was not put back (W after exit)")
+    assert said.endswith("on exit gpu1/fan0, gpu1/power_limit could not be put back")
+    assert done.returncode == 1 and done.stderr.splitlines()[-1].startswith(
+        "aithermd run --simulate: the daemon stopped with 1: gpu1/fan0, gpu1/power_limit could not be put "
+        "back: gpu1 is lost (NVML_ERROR_GPU_IS_LOST) (the fault gpu1:GPU_IS_LOST@2m lasts to the end of the run); "
+        "its files stay in ")
     (scored,) = [line for line in done.stdout.splitlines() if line.startswith("  gpu0 ") and "work/J" in line]
     assert scored.endswith("; gpu1 lost at 2:00, not scored")
 
