@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 
 
 class NotRegularFile(OSError):
@@ -28,3 +29,20 @@ def read_regular(path: str | os.PathLike[str], limit: int | None = None) -> byte
             return fh.read() if limit is None else fh.read(limit + 1)
     finally:
         os.close(fd)
+
+
+
+def path_arg(text: str) -> Path:
+    """argparse ``type=`` of a path on the command line: an empty one is refused (``Path("")`` is the
+    current directory, so ``--state-dir ""`` wrote the daemon's files where it was started). Raises
+    argparse.ArgumentTypeError, which argparse reports as a usage error (exit 2)."""
+    return Path(nonempty_arg(text))
+
+
+def nonempty_arg(text: str) -> str:
+    """argparse ``type=`` of a name or path kept as text (``--policy NAME|FILE``): not empty or blank."""
+    if not text.strip():
+        import argparse
+        raise argparse.ArgumentTypeError("is empty: give a path or a name (an empty path would mean the "
+                                         "current directory)")
+    return text

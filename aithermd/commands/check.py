@@ -21,15 +21,16 @@ from pathlib import Path
 
 from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
+from aithermd.files import nonempty_arg
 from aithermd.model import Device
 
 HELP = "validate policy files"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="policy files (YAML)")
+    parser.add_argument("files", nargs="+", type=nonempty_arg, metavar="FILE", help="policy files (YAML)")
     machine = parser.add_mutually_exclusive_group()
-    machine.add_argument("--sysfs-root", metavar="DIR",
+    machine.add_argument("--sysfs-root", type=nonempty_arg, metavar="DIR",
                          help="also check device references against this sysfs tree")
     machine.add_argument("--simulate", action="store_true",
                          help="also check device references against the simulated workstation")

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from aithermd.files import path_arg
 
 HELP = "find which fan follows which pwm (detect), measure start/stop duty (calibrate), show them"
 
@@ -31,15 +32,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "show": "print what detection and calibration stored"}
     for verb, text in verbs.items():
         p = sub.add_parser(verb, help=text, description=text)
-        p.add_argument("--state-dir", type=Path, metavar="DIR",
+        p.add_argument("--state-dir", type=path_arg, metavar="DIR",
                        help="state directory (default: the config's, else /var/lib/aithermd)")
-        p.add_argument("--config", type=Path, metavar="FILE", help="settings file, for its state_dir and "
-                       "sysfs_root")
+        p.add_argument("--config", type=path_arg, metavar="FILE",
+                       help="settings file, for its state_dir and sysfs_root")
         p.add_argument("--json", action="store_true", help="print the result as JSON")
         if verb == "show":
             continue
-        p.add_argument("--sysfs-root", type=Path, metavar="DIR", help="sysfs root (default: the config's, "
-                       "else /sys)")
+        p.add_argument("--sysfs-root", type=path_arg, metavar="DIR",
+                       help="sysfs root (default: the config's, else /sys)")
         p.add_argument("--pwm", action="append", default=[], metavar="ID",
                        help="only this pwm knob (repeatable; default: every writable one)")
         p.add_argument("--time-limit", type=float, default=None, metavar="S",

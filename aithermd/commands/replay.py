@@ -18,15 +18,18 @@ import sys
 from typing import Any
 
 from aithermd import log
+from aithermd.files import nonempty_arg
 
 HELP = "run the policy engine over a recorded nvidia-smi trace"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", required=True, metavar="FILE", help="nvidia-smi --query-gpu CSV log")
-    parser.add_argument("--policy", required=True, metavar="NAME|FILE", help="a policy name or a policy file")
+    parser.add_argument("--trace", required=True, type=nonempty_arg, metavar="FILE",
+                        help="nvidia-smi --query-gpu CSV log")
+    parser.add_argument("--policy", required=True, type=nonempty_arg, metavar="NAME|FILE",
+                        help="a policy name or a policy file")
     parser.add_argument("--gpu-profile", metavar="DUMP", help="nvidia-smi -q dump (text or XML) for limits")
-    parser.add_argument("--policy-dir", action="append", metavar="DIR", default=None,
+    parser.add_argument("--policy-dir", action="append", type=nonempty_arg, metavar="DIR", default=None,
                         help="where to look names up (default: shipped, then /etc/aithermd/policies.d)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 

@@ -17,16 +17,18 @@ import argparse
 import sys
 from pathlib import Path
 
+from aithermd.files import path_arg
+
 HELP = "put every journaled knob back to what was found, then clear the journal"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+    parser.add_argument("--state-dir", type=path_arg, metavar="DIR",
                         help="state directory holding the journal "
                         "(default: the config's, else /var/lib/aithermd)")
-    parser.add_argument("--sysfs-root", type=Path, metavar="DIR",
+    parser.add_argument("--sysfs-root", type=path_arg, metavar="DIR",
                         help="use this sysfs root instead of the one each journal entry names")
-    parser.add_argument("--config", type=Path, metavar="FILE", help="settings file, for its state_dir")
+    parser.add_argument("--config", type=path_arg, metavar="FILE", help="settings file, for its state_dir")
 
 
 def _state_dir(args: argparse.Namespace) -> Path:
@@ -49,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
     log.setup("info", "auto")
     state_dir = _state_dir(args)
+    if state_dir.exists() and not state_dir.is_dir():  # a typo in ExecStopPost= must not pass for success
+        print(f"aithermd restore: error: {state_dir}: not a directory (give the --state-dir the daemon "
+              "ran with)", file=sys.stderr)
+        return 2
     if not state_dir.is_dir():  # exit 0 still: ExecStopPost= runs this after a daemon that never started
         print(f"aithermd restore: warning: {state_dir}: no such state directory, so nothing to restore "
               "(give the --state-dir the daemon ran with)", file=sys.stderr)

@@ -18,21 +18,22 @@ from pathlib import Path
 from typing import Any
 
 import aithermd.log  # noqa: F401 - first, so structlog is imported without rich (see aithermd.log)
+from aithermd.files import nonempty_arg, path_arg
 
 HELP = "run the daemon (the control loop)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, metavar="FILE",
+    parser.add_argument("--config", type=path_arg, metavar="FILE",
                         help="settings file (default /etc/aithermd/aithermd.yaml when it exists)")
-    parser.add_argument("--policy", metavar="NAME|FILE",
+    parser.add_argument("--policy", type=nonempty_arg, metavar="NAME|FILE",
                         help="the active policy (a name, or a policy file); wins over the choice kept in the "
                              "state directory")
-    parser.add_argument("--policy-dir", dest="policy_dirs", action="append", metavar="DIR",
+    parser.add_argument("--policy-dir", dest="policy_dirs", action="append", type=path_arg, metavar="DIR",
                         help="another policy directory, after the shipped and admin ones (repeatable)")
-    parser.add_argument("--state-dir", type=Path, metavar="DIR",
+    parser.add_argument("--state-dir", type=path_arg, metavar="DIR",
                         help="journal, kept policy and overrides (default /var/lib/aithermd)")
-    parser.add_argument("--sysfs-root", type=Path, metavar="DIR", help="sysfs tree to use (default /sys)")
+    parser.add_argument("--sysfs-root", type=path_arg, metavar="DIR", help="sysfs tree to use (default /sys)")
     parser.add_argument("--tick", dest="tick_s", type=float, metavar="S",
                         help="control period in s (default 1)")
     parser.add_argument("--dry-run", action="store_true", default=None,

@@ -31,6 +31,7 @@ from aithermd.backends.base import Backend
 from aithermd.backends.registry import discover, open_backends
 from aithermd.backends.trust import SensorTrust
 from aithermd.errors import AithermError
+from aithermd.files import nonempty_arg
 from aithermd.model import KnobValue, Reading
 from aithermd.publish.sensors import render_table, sensors_document
 
@@ -38,7 +39,7 @@ HELP = "discover and read every device once, like lm-sensors"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sysfs-root", metavar="DIR", default=None,
+    parser.add_argument("--sysfs-root", type=nonempty_arg, metavar="DIR", default=None,
                         help="read this sysfs tree instead of the live one (a recorded machine's sys/)")
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     parser.add_argument("--interval", type=float, default=0.2, metavar="S",

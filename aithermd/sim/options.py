@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aithermd.files import path_arg
 from aithermd.model import Event, Snapshot
 
 if TYPE_CHECKING:
@@ -58,10 +59,10 @@ def add_arguments(parser: Any) -> None:
                        help="stop after S simulated seconds (600, 600s, 10m, 1h30m) and print a summary (default: until stopped)")
     group.add_argument("--speedup", dest="sim_speedup", type=float, default=1.0, metavar="K",
                        help="simulated time runs K times faster than wall time (0: as fast as possible)")
-    group.add_argument("--trace", dest="sim_trace", type=Path, metavar="FILE",
+    group.add_argument("--trace", dest="sim_trace", type=path_arg, metavar="FILE",
                        help="GPU utilization from an nvidia-smi --query-gpu CSV log instead of the default "
                             "idle → training → idle cycle")
-    group.add_argument("--gpu-profile", dest="sim_gpu_profiles", action="append", type=Path, default=[],
+    group.add_argument("--gpu-profile", dest="sim_gpu_profiles", action="append", type=path_arg, default=[],
                        metavar="DUMP", help="simulate the GPUs of this nvidia-smi -q dump instead of the "
                                             "default RTX 4090 + RTX 6000 Ada (repeatable)")
     group.add_argument("--gpus", dest="sim_gpus", type=int, metavar="N",

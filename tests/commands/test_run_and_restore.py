@@ -178,3 +178,31 @@ def test_a_rule_that_selects_nothing_here_is_warned_about_at_start(tmp_path, cap
               if '"policy_selects_nothing"' in line]
     assert len(warned) == 1 and warned[0]["level"] == "warning" and warned[0]["policy"] == "lab"
     assert "lab.yaml:67:" in warned[0]["error"] and "selects no fan on this machine" in warned[0]["error"]
+
+
+def test_restore_refuses_a_state_dir_that_is_a_file_with_exit_2(tmp_path, capsys):
+    """The unit's ExecStopPost= runs restore: a --state-dir naming a file (a typo) passed for "nothing to
+    restore" with exit 0. A missing directory still is (the daemon may never have started)."""
+    not_dir = tmp_path / "journal.json"
+    not_dir.write_text("{}")
+    assert main(["restore", "--state-dir", str(not_dir)]) == 2
+    assert capsys.readouterr().err == (f"aithermd restore: error: {not_dir}: not a directory (give the "
+                                       "--state-dir the daemon ran with)\n")
+    assert main(["restore", "--state-dir", str(tmp_path / "missing")]) == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--state-dir", ""], ["run", "--policy-dir", " "], ["run", "--config", ""], ["run", "--policy", ""],
+    ["run", "--simulate", "--trace", ""], ["run", "--simulate", "--gpu-profile", ""],
+    ["restore", "--state-dir", ""], ["fans", "show", "--state-dir", ""], ["check", ""],
+    ["replay", "--trace", "", "--policy", "balanced"], ["sensors", "--sysfs-root", ""],
+])
+def test_an_empty_path_is_a_usage_error_not_the_current_directory(argv, tmp_path, monkeypatch, capsys):
+    """``--state-dir ""`` wrote the lock, energy and parsed-policy files into the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    flag = next(a for a in argv if a.startswith("--") and a != "--simulate") if argv[0] != "check" else "FILE"
+    assert f"error: argument {flag}: is empty: give a path or a name" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
