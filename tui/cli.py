@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                     ).add_argument("gpu", metavar="GPU")
 
     p = sub.add_parser("explain", help="why each knob has its value (one paragraph per knob)")
-    p.add_argument("knob", nargs="?", default="", metavar="KNOB")
+    p.add_argument("knob", nargs="?", default="", type=_knob, metavar="KNOB")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("energy", help="joules per GPU and RAPL zone while CMD runs; the energy report",
@@ -259,9 +259,42 @@ def _status(args: argparse.Namespace) -> int | None:
     return 0
 
 
+_NEGATIVE = re.compile(r"-\.?\d")  # "-5m", "-300W": a value (no option of aithermctl starts with a digit)
+_VALUED = ("--for", "--timeout", "--reason")  # the options of hold and override that take a value
+
+
+def _knob(text: str) -> str:
+    """A knob id given on the command line: not empty (``explain ''`` explained every knob)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: give a knob id (gpu0/power_limit), or none for every "
+                                         "knob")
+    return text
+
+
+def _negative_values(argv: list[str]) -> list[str]:
+    """argparse takes a token like ``-5m`` or ``-300W`` for an option ("expected one argument",
+    "unrecognized arguments"), so the value never reaches its own check. For ``hold`` and ``override`` only
+    (they run no command of the user's, whose arguments must pass through untouched): each option is
+    joined to its value (``--for=-5m``) and put first, then ``--`` and the words, when a word is negative."""
+    verb = 2 if argv[:1] == ["--bus"] else 1 if argv[:1] and argv[0].startswith("--bus=") else 0
+    if verb >= len(argv) or argv[verb] not in ("hold", "override") or "--" in argv:
+        return argv
+    rest, opts, words = argv[verb + 1:], [], []
+    while rest:
+        arg = rest.pop(0)
+        if arg in _VALUED and rest:
+            opts.append(f"{arg}={rest.pop(0)}")
+        elif arg.startswith("-") and not _NEGATIVE.match(arg):
+            opts.append(arg)
+        else:
+            words.append(arg)
+    dashes = ["--"] if any(_NEGATIVE.match(w) for w in words) else []
+    return [*argv[:verb + 1], *opts, *dashes, *words]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(_negative_values(list(sys.argv[1:] if argv is None else argv)))
     verb = args.verb or "top"
     if verb == "energy" and args.command[:1] == ["report"]:
         _report(args, parser)

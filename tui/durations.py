@@ -47,6 +47,8 @@ def parse_value(text: str) -> float:
     value = float(match.group(1))
     if not math.isfinite(value):
         raise ValueError(f"not a finite value: {text!r}")
+    if value < 0:  # W, %, MHz: no knob takes a negative value
+        raise ValueError(f"a negative value: {text!r} (a knob's value is 0 or more: 250, 250W, 60%, 1500MHz)")
     return value
 
 

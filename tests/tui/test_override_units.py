@@ -34,3 +34,41 @@ async def test_override_with_the_wrong_unit_sends_nothing(fake_daemon, private_b
     assert err == "aithermctl: '50W' is in W, but this knob is set in %: give a value in %\n"
     rc, _, _ = await ctl(private_bus, "override", "gpu0/power_limit", "400W")
     assert rc == 0 and fake_daemon.overrides == {"gpu0/power_limit": (400.0, 0.0)}
+
+
+async def test_a_negative_value_or_duration_gets_its_own_message_and_sends_nothing(fake_daemon, private_bus):
+    """argparse took '-300W' and '-5m' for options ("unrecognized arguments", "expected one argument")."""
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "-300W")
+    assert rc == wire.EXIT_USAGE and fake_daemon.overrides == {}
+    assert err == ("aithermctl: a negative value: '-300W' (a knob's value is 0 or more: 250, 250W, 60%, "
+                   "1500MHz)\n")
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "300W", "--for", "-5m")
+    assert rc == wire.EXIT_USAGE and fake_daemon.overrides == {}
+    assert "argument --for: not a duration: '-5m'" in err
+    rc, _, err = await ctl(private_bus, "override", "gpu0/power_limit", "-300W", "--for", "5m")
+    assert rc == wire.EXIT_USAGE and "a negative value: '-300W'" in err and fake_daemon.overrides == {}
+
+
+def test_only_hold_and_override_arguments_are_rearranged():
+    from aithermctl.cli import _negative_values
+
+    assert _negative_values(["override", "gpu0/fan0", "-5", "--for", "1m"]) == [
+        "override", "--for=1m", "--", "gpu0/fan0", "-5"]
+    assert _negative_values(["hold", "quiet", "--reason", "x", "--timeout", "-1h"]) == [
+        "hold", "--reason=x", "--timeout=-1h", "quiet"]
+    user = ["run", "--policy", "quiet", "python", "train.py", "--lr", "-5"]
+    assert _negative_values(user) == user
+    assert _negative_values(["override", "--", "gpu0/fan0", "-5"]) == ["override", "--", "gpu0/fan0", "-5"]
+    assert _negative_values(["run", "--policy", "p", "python", "override", "-5"]) == [
+        "run", "--policy", "p", "python", "override", "-5"]
+    assert _negative_values(["--bus", "session", "override", "k/x", "-5"]) == [
+        "--bus", "session", "override", "--", "k/x", "-5"]
+
+
+def test_explain_of_an_empty_knob_is_a_usage_error(capsys):
+    from aithermctl.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["explain", ""])
+    assert info.value.code == wire.EXIT_USAGE
+    assert "argument KNOB: is empty: give a knob id" in capsys.readouterr().err
