@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                     ).add_argument("gpu", metavar="GPU")
 
     p = sub.add_parser("explain", help="why each knob has its value (one paragraph per knob)")
-    p.add_argument("knob", nargs="?", default="", type=_knob, metavar="KNOB")
+    p.add_argument("knob", nargs="?", default=None, type=_knob, metavar="KNOB")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("energy", help="joules per GPU and RAPL zone while CMD runs; the energy report",

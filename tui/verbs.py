@@ -236,11 +236,11 @@ async def gpu(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def explain(client: DaemonClient, args: argparse.Namespace) -> int:
-    explained = await client.explain(args.knob)
+    explained = await client.explain(args.knob or "")
     if args.json:
         _print(json.dumps(explained, indent=1, ensure_ascii=False) + "\n")
         return wire.EXIT_OK
-    _print(render.explain_text(explained, await client.get_snapshot(), args.knob))
+    _print(render.explain_text(explained, await client.get_snapshot(), args.knob or ""))
     return wire.EXIT_OK
 
 
