@@ -42,7 +42,7 @@ _DURATION = rf"{_NUM}h(?:{_NUM}m)?(?:{_NUM}s)?|{_NUM}m(?:{_NUM}s)?|{_NUM}s|{_NUM
 _WHEN = re.compile(rf"^(?P<a>{_DURATION})(?:-(?P<b>{_DURATION}))?$")
 _PART = re.compile(rf"({_NUM})([smh]?)")
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
-_GPU = re.compile(r"^gpu(?P<n>\d+)(?:/(?P<fn>[A-Za-z0-9_]+))?$")
+_GPU = re.compile(r"^gpu(?P<n>[0-9]+)(?:/(?P<fn>[A-Za-z0-9_]+))?$")  # ASCII: 'gpu٠' is no GPU
 _CAP = re.compile(r"^CAP=(?P<w>\d+(?:\.\d+)?)W?$", re.I)
 SPECIAL = ("HANG", "ABSENT")
 
@@ -113,8 +113,10 @@ def parse(spec: str) -> Fault:
                              "(90s, 1m30s, 2h30m)")
     start, unit = _seconds(m["a"])
     end = _seconds(m["b"], unit)[0] if m["b"] is not None else None  # @1-2m: a bare end in the start's unit
-    if end is not None and end <= start:
+    if end is not None and end < start:
         raise FaultSpecError(f"{spec}: the fault ends ({end:g} s) before it starts ({start:g} s)")
+    if end is not None and end == start:
+        raise FaultSpecError(f"{spec}: the fault ends as it starts ({start:g} s): give an end after the start")
     target, colon, fault = body.rpartition(":")
     if not colon or not target or not fault:
         raise FaultSpecError(f"{spec}: expected TARGET:FAULT@WHEN")
@@ -148,6 +150,11 @@ def parse(spec: str) -> Fault:
             raise FaultSpecError(f"{spec}: {fault.upper()} is about the whole GPU, not one call")
         return Fault(text, "gpu", fault.lower(), 0.0, start, end, gpu=gpu)
     function = None if fn is None else (fn if fn.startswith("nvml") else "nvml" + fn)
+    if function is not None:
+        import pynvml
+        if not function.startswith("nvmlDevice") or not callable(getattr(pynvml, function, None)):
+            raise FaultSpecError(f"{spec}: {fn!r} is no NVML device function (e.g. DeviceGetPowerUsage, "
+                                 "DeviceGetTemperature, DeviceSetPowerManagementLimit)")
     return Fault(text, "gpu", "code", float(_nvml_code(fault, spec)), start, end, gpu=gpu, function=function)
 
 
