@@ -75,6 +75,13 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
     from aithermd.errors import EXIT_CONFIG, PolicyErrors
     from aithermd.runtime.daemon import Daemon
 
+    if getattr(args, "simulate", False):
+        ignored = [flag for flag, given in (("--sysfs-root", args.sysfs_root is not None),
+                                             ("--no-nvml", args.nvml is False)) if given]
+        if ignored:  # they were ignored without a word: the simulated board and GPUs are always there
+            print(f"aithermd run: {' and '.join(ignored)} cannot go with --simulate, which makes its own "
+                  "board (sysfs tree) and GPUs (use --gpus N for fewer GPUs)", file=sys.stderr)
+            return 2
     if args.config is not None and not args.config.is_file():
         print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
         return EXIT_CONFIG

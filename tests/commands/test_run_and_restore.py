@@ -206,3 +206,12 @@ def test_an_empty_path_is_a_usage_error_not_the_current_directory(argv, tmp_path
     flag = next(a for a in argv if a.startswith("--") and a != "--simulate") if argv[0] != "check" else "FILE"
     assert f"error: argument {flag}: is empty: give a path or a name" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("flags", "named"), [(["--sysfs-root", "/nonexistent"], "--sysfs-root"),
+                                              (["--no-nvml"], "--no-nvml")])
+def test_a_simulated_run_refuses_flags_it_would_ignore(flags, named, tmp_path, capsys):
+    """--simulate makes its own board and GPUs: --sysfs-root and --no-nvml were silently ignored."""
+    assert main(["run", "--simulate", "--duration", "5", "--state-dir", str(tmp_path / "s"), *flags]) == 2
+    assert capsys.readouterr().err.startswith(f"aithermd run: {named} cannot go with --simulate")
+    assert not (tmp_path / "s").exists()
