@@ -117,10 +117,21 @@ class Journal:
             raise JournalError(f"{self.path}: cannot read the journal: {exc.strerror or exc}") from exc
         try:
             doc = json.loads(raw)
-            return {e["knob_id"]: JournalEntry.from_json(e) for e in doc["entries"]}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise JournalError(f"{self.path}: not a journal ({exc}); move it aside and restore the "
+        except ValueError as exc:  # UnicodeDecodeError too
+            raise JournalError(f"{self.path}: not a journal (not JSON: {exc}); move it aside and restore the "
                                "knobs by hand") from exc
+        entries = doc.get("entries") if isinstance(doc, dict) else None
+        keys = ("knob_id", "locator", "saved")
+        problem = "not a JSON object with a list of 'entries'" if not isinstance(entries, list) else next(
+            (f"entry {i} is not an object with {', '.join(keys)}" for i, e in enumerate(entries)
+             if not isinstance(e, dict) or not all(k in e for k in keys)), None)
+        try:
+            if problem is None:
+                return {e["knob_id"]: JournalEntry.from_json(e) for e in entries}
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"an entry does not decode: {exc}"  # a locator or saved state of the wrong shape
+        raise JournalError(f"{self.path}: not a journal ({problem}); move it aside and restore the knobs by "
+                           "hand")
 
     def _remove_leftovers(self) -> None:
         if not self.state_dir.is_dir():

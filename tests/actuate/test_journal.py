@@ -55,6 +55,23 @@ def test_a_corrupt_journal_is_an_error_not_an_empty_journal(tmp_path):
         Journal(tmp_path)
 
 
+@pytest.mark.parametrize(("text", "why"), [
+    ("[]", "not a JSON object with a list of 'entries'"),
+    ('{"entries": {"a": 1}}', "not a JSON object with a list of 'entries'"),
+    ('{"entries": [1]}', "entry 0 is not an object with knob_id, locator, saved"),
+    ('{"entries": [{"knob_id": "k", "locator": {}, "saved": {}}, {"knob_id": "j"}]}',
+     "entry 1 is not an object with knob_id, locator, saved"),
+    ("\xff", "not JSON: "),
+])
+def test_a_journal_of_the_wrong_shape_says_what_is_wrong_not_a_python_error(tmp_path, text, why):
+    """'[]' said "not a journal (list indices must be integers or slices, not str)"."""
+    (tmp_path / JOURNAL_FILE).write_text(text, encoding="latin-1")
+    with pytest.raises(JournalError) as info:
+        Journal(tmp_path)
+    assert str(info.value).startswith(f"{tmp_path / JOURNAL_FILE}: not a journal ({why}")
+    assert str(info.value).endswith("; move it aside and restore the knobs by hand")
+
+
 def test_unwritable_state_dir_raises_journal_error(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root writes anywhere")
