@@ -72,7 +72,7 @@ def fault_lines(faults: Sequence[Mapping[str, Any]]) -> list[str]:
     """The summary's list of the faults turned on and off during the run."""
     if not faults:
         return []
-    return ["", f"faults injected ({len(faults)} changes):",
+    return ["", f"faults injected ({len(faults)} change{'' if len(faults) == 1 else 's'}):",
             *(f"{clock(float(f['t_s'])):>9}  {f['fault']:<3}  {f['spec']}" for f in faults)]
 
 
@@ -194,6 +194,12 @@ def exit_reason(data: Mapping[str, Any]) -> str:
     return f": {', '.join(sorted(failed))} could not be put back: {'; '.join(whys)}{cause}"
 
 
+def _no_op(actuation: Mapping[str, Any]) -> bool:
+    """An actuation that left its knob where it was (``450 → 450 W``): not a change."""
+    old, new = actuation.get("old"), actuation.get("new")
+    return isinstance(old, int | float) and isinstance(new, int | float) and abs(new - old) < 0.05
+
+
 def format_summary(data: Mapping[str, Any]) -> str:
     """The summary of one run (the dict of :func:`aithermd.sim.runner.print_summary`) as text."""
     lines = [f"aithermd simulation summary — policy {data.get('policy')}, "
@@ -201,7 +207,9 @@ def format_summary(data: Mapping[str, Any]) -> str:
              "workload: " + ", ".join(f"{k} {clock(v)}" for k, v in data.get("phase_s", {}).items()), ""]
     lines.append(f"{'':6}{'model':<32}{'energy kJ':>10}{'work':>9}{'work/kJ':>9}{'peak °C':>9}"
                  f"{'slowdown °C':>13}{'W after exit (default/max)':>28}{'changes':>9}")
-    changes = [a for a in data.get("actuations", ()) if str(a.get("knob", "")).endswith(LIMIT_KNOBS)
+    dry = bool(data.get("dry_run"))
+    actuations = [a for a in data.get("actuations", ()) if not _no_op(a)]
+    changes = [a for a in actuations if str(a.get("knob", "")).endswith(LIMIT_KNOBS)
                or "/pl" in str(a.get("knob", ""))]
     for name, g in data.get("gpus", {}).items():
         limits = (f"{_num(g.get('final_limit_w'))} "
@@ -216,11 +224,14 @@ def format_summary(data: Mapping[str, Any]) -> str:
     lines.append(f"{'case air':<38}{'':>10}{'':>18}{data['peak_case_c']:>9.1f}")
     left = sorted({f"{g}/power_limit" for g in not_put_back(data)} | set(data.get("not_restored", {})))
     lines.append(f"energy {data['energy_j'] / 1000:.1f} kJ in all; work = seconds of full-speed training; "
-                 + (f"on exit {', '.join(left)} could not be put back" if left else
+                 + ("a dry run: the daemon wrote nothing, so it had nothing to put back" if dry else
+                    f"on exit {', '.join(left)} could not be put back" if left else
                     "on exit the daemon put every knob back"))
-    lines.append("changes: each GPU's power-limit and clock changes, listed below")
+    lines.append("changes: each GPU's power-limit and clock changes" + (" the daemon decided, none of them "
+                 "written (dry run)" if dry else "") + ", listed below")
     lines += stock_lines(data)
-    lines += ["", f"power-limit and clock changes ({len(changes)}), each with its reason:"]
+    lines += ["", f"power-limit and clock changes ({len(changes)}){' decided, not written' if dry else ''}, "
+                  "each with its reason:"]
     for a in changes[:MAX_LISTED]:
         lines.append(actuation_line(a))
         if a.get("reason"):
@@ -239,7 +250,7 @@ def format_summary(data: Mapping[str, Any]) -> str:
     if data.get("budget"):
         from aithermd.sim.budget_watch import summary_lines
         lines += summary_lines(data["budget"])
-    fans = [a for a in data.get("actuations", ()) if a not in changes]
-    lines += ["", f"fan and other knob changes: {len(fans)} "
+    fans = [a for a in actuations if a not in changes]
+    lines += ["", f"fan and other knob changes{' decided, not written' if dry else ''}: {len(fans)} "
               f"(board pwm changes seen by the machine: {data.get('fan_changes', 0)})"]
     return "\n".join(lines) + "\n"

@@ -305,6 +305,8 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
         if daemon.tick is not None:
             policy = daemon.control.active if daemon.control else settings.policy
             data = summary_data(machine, recorder, policy)
+            if settings.dry_run:
+                data["dry_run"] = True
             if daemon.not_restored:
                 data["not_restored"] = dict(daemon.not_restored)
             if plan is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import pytest
+from conftest import NOON, SEED
 
 from aithermd.model import Event, PolicyStatus, Reading, Snapshot
 from aithermd.policy import efficient
@@ -72,3 +73,31 @@ def test_a_clock_lock_handed_back_is_listed_with_why_and_counted():
     assert "power-limit and clock changes (3), each with its reason:" in text
     assert "     3:01  gpu0/sm_clock_lock           210 → 3120 MHz" in text
     assert "no rule decides it now (balanced: gpu0 idle): handed back as found (original restored)" in text
+
+
+def test_a_dry_run_summary_says_nothing_was_written_and_no_op_changes_are_not_counted(tmp_path):
+    """--dry-run listed '450 → 282 W' as changes and said the daemon 'put every limit back'; an actuation
+    that left its knob where it was ('450 → 450 W') was listed and counted as a change."""
+    import asyncio
+
+    from aithermd.settings import DaemonSettings
+    from aithermd.sim.runner import SimOptions, simulate
+    from aithermd.sim.workload import CycleWorkload
+
+    settings = DaemonSettings(policy="balanced", policy_pinned=True, bus="none", metrics_listen="none",
+                              log_level="error", dry_run=True)
+    opts = SimOptions(duration_s=600.0, speedup=0, seed=SEED, wall_start=NOON,
+                      workload=CycleWorkload(seed=SEED), state_dir=tmp_path / "state")
+    result = asyncio.run(simulate(settings, opts, None))
+    assert result.code == 0 and result.data["dry_run"] is True
+    assert all(g["limit_changes"] == [] for g in result.data["gpus"].values()), "nothing reached the cards"
+    text = report.format_summary(result.data)
+    assert "a dry run: the daemon wrote nothing, so it had nothing to put back" in text
+    assert "power-limit and clock changes (" in text
+    assert ") decided, not written, each with its reason:" in text
+    data = {**result.data, "actuations": [
+        {"t_s": 1.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 450.0, "unit": "W", "rule": "r"},
+        {"t_s": 2.0, "knob": "gpu0/power_limit", "old": 450.0, "new": 300.0, "unit": "W", "rule": "r"}]}
+    lines = report.format_summary(data).splitlines()
+    at = lines.index("power-limit and clock changes (1) decided, not written, each with its reason:")
+    assert lines[at + 1] == "     0:02  gpu0/power_limit             450 → 300 W  r"
