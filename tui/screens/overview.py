@@ -18,7 +18,7 @@ from aithermctl.processes import processes_of
 from aithermctl.screens.base import DataScreen
 from aithermctl.screens.plots import plot_specs, show_plots
 from aithermctl.state import TuiState
-from aithermctl.widgets.fans import BoardFans
+from aithermctl.widgets.fans import BoardFans, compact_layout
 from aithermctl.widgets.gpu_card import GpuCard
 from aithermctl.widgets.packages import CpuPackages
 
@@ -32,9 +32,9 @@ def rows_needed(ov: Overview, wide: bool, compact: bool, width: int) -> int:
     per_row = 2 if wide else 1
     cards = math.ceil(len(ov.gpus) / per_row) * (COMPACT_CARD_ROWS if compact else CARD_ROWS) or 1
     packages = 2 + max(1, len(ov.packages))
-    if compact:
-        cell = max((len(f.label) for f in ov.fans), default=0) + 12
-        fans = 2 + math.ceil(len(ov.fans) / max(1, (width - 4 + 3) // (cell + 3)))
+    if compact and ov.fans:
+        entries, widths = compact_layout(ov.fans, width - 4)  # the panel's border and padding
+        fans = 2 + math.ceil(len(entries) / len(widths))
     else:
         fans = 3 + len(ov.fans)
     return 2 + cards + packages + max(3, fans)

@@ -51,6 +51,26 @@ def fans_text(fans: Sequence[BoardFanView], width: int, compact: bool) -> Text:
             text.append(f"{_speed(f):<{ws}}", style="" if f.status == "ok" else "bold red")
             text.append(f"  {fmt(f.duty_pct, '%'):<4}  {f.source}" + ("\n" if i < len(fans) - 1 else ""))
         return text
+    entries, widths = compact_layout(fans, width)
+    per_line = len(widths)
+    for i, (label, speed, rest, ok) in enumerate(entries):
+        col = i % per_line
+        if i and col == 0:
+            text.append("\n")
+        elif i:
+            text.append(" " * GAP)
+        text.append(label)
+        text.append(speed, style="" if ok else "bold red")
+        last = col == per_line - 1 or i == len(entries) - 1
+        text.append(rest if last else rest.ljust(widths[col] - len(label) - len(speed)))
+    return text
+
+
+def compact_layout(fans: Sequence[BoardFanView], width: int) -> tuple[list[tuple[str, str, str, bool]],
+                                                                         list[int]]:
+    """The compact entries (label, speed, the rest, speed ok) and the width of each column: as many columns
+    as fit ``width``, each as wide as its own widest entry (one fan whose source is spelled out, such as
+    ``firmware (no pwm)``, widens its column only). Lines: ``ceil(len(entries) / len(widths))``."""
     fans = [f for f in fans if not f.id.startswith("gpu")] or fans  # compact: on the GPU cards already
     common = common_source(fans)
     wl = max(len(short_label(f.label)) for f in fans)
@@ -60,17 +80,12 @@ def fans_text(fans: Sequence[BoardFanView], width: int, compact: bool) -> Text:
         tail = f" {f.source}" if f.source and f.source != common else ""
         entries.append((f"{short_label(f.label):<{wl}} ", f"{_speed(f):>{ws}}",
                         f" {fmt(f.duty_pct, '%'):>4}{tail}", f.status == "ok"))
-    cell = max(len(a) + len(b) + len(c) for a, b, c, _ in entries)
-    per_line = max(1, (width + GAP) // (cell + GAP))
-    for i, (label, speed, rest, ok) in enumerate(entries):
-        if i and i % per_line == 0:
-            text.append("\n")
-        elif i:
-            text.append(" " * GAP)
-        text.append(label)
-        text.append(speed, style="" if ok else "bold red")
-        text.append(rest.ljust(cell - len(label) - len(speed)) if (i + 1) % per_line else rest)
-    return text
+    sizes = [len(a) + len(b) + len(c) for a, b, c, _ in entries]
+    for per_line in range(len(entries), 1, -1):
+        widths = [max(sizes[j::per_line]) for j in range(per_line)]
+        if sum(widths) + GAP * (per_line - 1) <= width:
+            return entries, widths
+    return entries, [max(sizes)]
 
 
 class BoardFans(Widget):
