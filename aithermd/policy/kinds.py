@@ -139,7 +139,7 @@ def from_json(data: Any) -> Any:
 
 
 # ----- value forms -----------------------------------------------------------------------------------
-_POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$")
+_POWER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|W)?\s*$", re.ASCII)  # '٣٠٠' is no number here
 
 
 def parse_power(value: float | str) -> tuple[str, float]:
@@ -172,7 +172,7 @@ def parse_power(value: float | str) -> tuple[str, float]:
     return ("w", number)
 
 
-_CLOCK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|MHz)?\s*$")
+_CLOCK = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|MHz)?\s*$", re.ASCII)
 
 
 def parse_clock(value: float | str) -> tuple[str, float]:

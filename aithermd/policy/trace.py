@@ -131,8 +131,8 @@ def parse_time(text: str, line: int, cache: dict[str, float] | None = None) -> f
 def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
     """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker, and for a
     number no nvidia-smi field can hold (negative where only temperatures may be, or beyond MAX_VALUE)."""
-    try:
-        value = float(raw.split(None, 1)[0])
+    try:  # ASCII digits only, as nvidia-smi writes them (float() also takes other scripts' digits)
+        value = float(raw.split(None, 1)[0]) if raw.isascii() else math.nan
     except (ValueError, IndexError):
         value = math.nan
     if value - value != 0.0:  # not a plain finite number: an unknown marker, 50%, or garbage
@@ -142,6 +142,8 @@ def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
             return None, low in FAILED
         head = text.split(" ", 1)[0].rstrip("%")
         try:
+            if not head.isascii():
+                raise ValueError(head)
             value = float(head)
         except ValueError:
             raise TraceError(line, f"{column}: '{text}' is not a number") from None
