@@ -142,7 +142,7 @@ def _confirm(args: argparse.Namespace) -> bool:
             f"restored afterwards (abort: Ctrl-C; a temperature {args.margin:g} °C above its start aborts)")
     if not sys.stdin.isatty():
         print(f"{text}.\naithermd fans: not a terminal: give --yes to go ahead", file=sys.stderr)
-        return False
+        raise SystemExit(2)  # a usage error: the flag the command needs here is missing
     print(text + ".")
     return input("continue? [y/N] ").strip().lower() in ("y", "yes")
 

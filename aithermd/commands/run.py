@@ -83,7 +83,8 @@ def _run(args: argparse.Namespace, signals: Any) -> int:
                   "board (sysfs tree) and GPUs (use --gpus N for fewer GPUs)", file=sys.stderr)
             return 2
     if args.config is not None and not args.config.is_file():
-        print(f"{args.config}: error: cannot read the config file", file=sys.stderr)
+        why = "no such file" if not args.config.exists() else "not a regular file"
+        print(f"{args.config}: error: cannot read the config file: {why}", file=sys.stderr)
         return EXIT_CONFIG
     for directory in getattr(args, "policy_dirs", None) or ():
         if not Path(directory).is_dir():

@@ -93,7 +93,7 @@ def test_usage_errors_exit_2(args):
 
 def test_without_a_terminal_it_asks_for_yes_before_stopping_real_fans(tmp_path):
     out = aithermd("fans", "detect", "--sysfs-root", str(tmp_path), "--state-dir", str(tmp_path / "s"))
-    assert out.returncode == 1 and "give --yes" in out.stderr
+    assert out.returncode == 2 and "give --yes" in out.stderr  # a usage error, as the other flags
 
 
 def test_a_sigkill_in_the_middle_of_a_detection_is_put_right_by_aithermd_restore(tmp_path):

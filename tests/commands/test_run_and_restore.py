@@ -73,8 +73,11 @@ def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):
 
 
 def test_run_with_an_unreadable_config_exits_78(tmp_path, capsys):
+    said = "error: cannot read the config file"
     assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == EXIT_CONFIG
-    assert "cannot read" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"{tmp_path / 'missing.yaml'}: {said}: no such file\n"
+    assert main(["run", "--config", str(tmp_path)]) == EXIT_CONFIG
+    assert capsys.readouterr().err == f"{tmp_path}: {said}: not a regular file\n"
 
 
 def test_run_with_an_unknown_policy_flag_is_a_usage_error_and_touches_nothing(tmp_path, capsys):
