@@ -8,6 +8,11 @@ conditions, CPU PL1/PL2, fan curves as points, PID and mix). After a warm-up tha
 times 2000 evaluations with changing readings and prints mean, median and 99th percentile; exit status 1
 when the median exceeds the target (the median, because a shared CI machine adds scheduler outliers to the
 mean; both are printed).
+
+Then, not judged, the reference policy (``reference-policy.yaml``: a state machine over a window, a points
+curve with hysteresis, a PID and a mix; three fans) on the reference chip, with its temperatures moved
+once per evaluation by the random walk of ``bench_process.py`` and standing still: the cost of a tick
+whose inputs changed, and of one whose fan decisions are kept (:mod:`aithermd.policy.memo`).
 """
 
 from __future__ import annotations
@@ -148,7 +153,55 @@ def main() -> int:
     print(f"engine: {sum(1 for d in devices if d.kind == DeviceKind.GPU)} GPUs, {n_sensors} sensors, "
           f"{n_rules} rules, {len(result.decisions)} knobs decided: mean {mean:.3f} ms, median {median:.3f} ms, "
           f"p99 {p99:.3f} ms per evaluation; target ≤ {TARGET_MS} ms")
+    moving, still = reference()
+    print(f"reference policy on the reference chip (not judged): median {moving * 1e3:.1f} µs per evaluation "
+          f"with its temperatures moving, {still * 1e3:.1f} µs standing still")
     return 0 if median <= TARGET_MS else 1
+
+
+def reference(n: int = 1000, rounds: int = 5) -> tuple[float, float]:
+    """Medians (ms) of ``n`` evaluations of the reference policy with the temperatures moving by the random
+    walk of bench_process.py and standing still, the best of ``rounds`` alternating rounds of each."""
+    import random
+    from pathlib import Path
+
+    labels = ["Tctl", "Tccd1", "SYSTIN", "AUXTIN0", "AUXTIN1", "PCH_CHIP_TEMP"]
+    chans = [Channel(f"{NCT}/temp{i}", NCT, f"temp{i}", Quantity.TEMPERATURE, "°C", label=lab,
+                     thresholds={"crit": 100.0}) for i, lab in enumerate(labels, 1)]
+    chans += [Channel(f"{NCT}/fan{i}", NCT, f"fan{i}", Quantity.FAN, "RPM") for i in range(1, 4)]
+    pwms = tuple(Knob(f"{NCT}/pwm{i}", NCT, KnobKind.PWM, "%", 0.0, 100.0, None, True,
+                      fan_channel=f"{NCT}/fan{i}") for i in range(1, 4))
+    devices = (Device(NCT, DeviceKind.HWMON, "nct6798", tuple(chans), pwms, chip="nct6798-isa-0290"),)
+    policy = load_policy_text((Path(__file__).parent / "reference-policy.yaml").read_text(), name="reference")
+    rng, temps = random.Random(1), [52.0, 49.5, 36.0, 38.5, 33.0, 45.0]
+    knobs = {k.id: KnobValue(k.id, 50.0, mode="manual") for k in pwms}
+    state, t = initial_state(), 0.0
+
+    def run(count: int, move: bool) -> float:
+        nonlocal state, t
+        durations = []
+        for _ in range(count):
+            if move:
+                for i in range(len(temps)):
+                    lo, hi = (30.0, 88.0) if i < 2 else (25.0, 60.0)
+                    temps[i] = min(hi, max(lo, temps[i] + rng.choice((-1.5, -0.5, 0.0, 0.5, 1.5))))
+            readings = {c.id: Reading(c.id, temps[i] if i < len(temps) else 900.0)
+                        for i, c in enumerate(chans)}
+            t += 1.0
+            inp = EngineInput(t_mono=t, t_wall=1.76e9 + t, devices=devices, readings=readings, knobs=knobs)
+            t0 = time.perf_counter()
+            result = evaluate(policy, (), inp, state)
+            durations.append(time.perf_counter() - t0)
+            state = result.state
+            knobs.update((k, KnobValue(k, d.value, mode="manual")) for k, d in result.decisions.items())
+        return statistics.median(durations) * 1e3
+
+    run(200, True)
+    moving, still = [], []
+    for _ in range(rounds):
+        moving.append(run(n, True))
+        still.append(run(n, False))
+    return min(moving), min(still)
 
 
 if __name__ == "__main__":
