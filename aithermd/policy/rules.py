@@ -65,21 +65,29 @@ def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | N
 
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
                prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
-               fans: Mapping[str, fc.FanState],
-               keys: Mapping[str, str]) -> tuple[float | None, float | None, bool]:
+               fans: Mapping[str, fc.FanState], keys: Mapping[str, str],
+               shared: dict[tuple[Any, ...], tuple[float | None, dict[str, fc.CurveState]]]
+               ) -> tuple[float | None, float | None, bool]:
     """The duty (%) to send to ``t``'s fan (None: its curve has no temperature), the curve's own duty
     before shaping (None for a fixed duty), and whether it is steady: the duty the fan already has, with
     no ramp holding it back (shaped without the ramp limits it is the same). ``keys``: each curve's name →
-    its key in the policy's curve states."""
+    its key in the policy's curve states; ``shared``: the rule's curves worked out this tick by their
+    previous states (the temperatures and the time are the rule's own this tick, so equal states give
+    equal results: the fans of one rule that moved together are worked out once)."""
     model = rule.model
     curve_pct: float | None = None
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
-        states = {n: prev_curves[k] for n, k in keys.items() if k in prev_curves}
-        new_states: dict[str, fc.CurveState] = {}
-        duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
-                           states, new_states) if rule.curve_name in rule.curves else None
+        before = tuple(prev_curves.get(k) for k in keys.values())
+        done = shared.get(before)  # another fan of this rule worked out the same curves from the same states
+        if done is None:
+            states = {n: st for n, st in zip(keys, before, strict=True) if st is not None}
+            new_states: dict[str, fc.CurveState] = {}
+            duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
+                               states, new_states) if rule.curve_name in rule.curves else None
+            done = shared[before] = (duty, new_states)
+        duty, new_states = done
         for n, v in new_states.items():
             out_curves[keys[n]] = v
         if duty is None:
@@ -182,6 +190,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
     used: dict[str, str] = {}
     eager: Mapping[str, Any] = EMPTY
     failed: tuple[str, str] | None = None
+    shared: dict[tuple[Any, ...], tuple[float | None, dict[str, fc.CurveState]]] = {}
     for t in rule.targets:
         ctx.scope = t.scope
         ctx.stats = {}
@@ -212,7 +221,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 memo_out[key] = kept
                 continue
             value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,
-                                                  fans, keys)
+                                                  fans, keys, shared)
             if value is None:
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)

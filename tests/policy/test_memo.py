@@ -225,3 +225,36 @@ def test_inputs_are_built_when_read_and_the_used_channels_are_there_before():
     assert isinstance(d.inputs, Lazy)
     assert eager_items(d.inputs) == {"used:cpu": TCTL}
     assert d.inputs == dict(d.inputs) and "curve_pct" in d.inputs and len(d.inputs) == len(dict(d.inputs))
+
+
+SHARED = """
+machines:
+  thermal:
+    per: machine
+    states:
+      - name: cool
+      - name: hot
+        enter: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 5, above: 70}
+        exit: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 5, below: 60}
+curves:
+  cpu: {kind: points, source: Tctl, points: [[40, 30], [80, 100]], hysteresis_c: 3}
+rules:
+  - {name: hot, kind: fan, fans: {id: ["*/pwm1"]}, when: {state: thermal.hot}, duty_pct: 90}
+  - {name: both, kind: fan, fans: {id: ["*/pwm1", "*/pwm2"]}, curve: cpu}
+"""
+
+
+def test_fans_of_one_rule_share_a_curve_only_from_equal_states():
+    """Two fans of one rule are worked out once while their curve states are equal; a fan whose state went
+    another way (taken by an earlier rule meanwhile) gets its own."""
+    run = Run(load_policy_text(SHARED, name="p"))
+    res = run.settle(n=10, **{TCTL: 60.0})
+    assert res.decisions[PWM1].value == res.decisions[PWM2].value == pytest.approx(65.0)
+    res = run.settle(n=10, **{SYSTIN: 80.0})
+    assert res.decisions[PWM1].rule == "p/hot"
+    res = run.settle(n=3, **{TCTL: 58.0})  # within the hysteresis: pwm2 keeps its reference of 60 °C
+    assert res.decisions[PWM2].value == pytest.approx(65.0)
+    res = run.settle(n=10, **{SYSTIN: 40.0})
+    assert res.decisions[PWM1].rule == "p/both"
+    assert res.decisions[PWM1].value == pytest.approx(61.5)  # back with no reference: 58 °C
+    assert res.decisions[PWM2].value == pytest.approx(65.0)
