@@ -4,10 +4,12 @@ No clock reads, no I/O: times come in :class:`EngineInput`, history lives in :cl
 
 1. update the time-weighted windows the policies need (:mod:`aithermd.policy.windows`);
 2. per policy (the active one, then the holds): step its state machines, then run its rules in order — for
-   each knob the first rule whose ``when`` holds decides it (fans through :mod:`aithermd.policy.curves`);
+   each knob the first rule whose ``when`` holds decides it (fans through :mod:`aithermd.policy.curves`; a
+   steady fan decision whose inputs did not move is kept, :mod:`aithermd.policy.memo`);
    then its quiet mode (:mod:`aithermd.policy.quiet`: fans held to their noise ceilings, power lowered first);
 3. the built-in safety layer (:mod:`aithermd.policy.safety`) and operator overrides;
-4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob;
+4. arbitration (:mod:`aithermd.policy.arbiter`): safety > override > hold > policy, clamped to each knob
+   (the very decisions of the last tick: its result again);
 5. the node power budget of the strongest policy that has one (:mod:`aithermd.policy.power_budget`): the
    power limits the policies decided, split so that those in force never add up to more than the budget.
 
@@ -88,6 +90,7 @@ class EngineState:
     t_mono: float | None = None
     budget: power_budget.BudgetState | None = None
     idle: Mapping[str, held.GpuIdle] = field(default_factory=_empty)  # held-high idle memory (held.py)
+    arbitrated: tuple[Any, ...] | None = None  # (the layers, the knobs, what arbitration made of them)
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,19 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
                                   quiet_state, MappingProxyType(kept)), states_out, fan_sources, budget
 
 
+def _same(before: Sequence[Mapping[str, Decision]], now: Sequence[Mapping[str, Decision]]) -> bool:
+    """Whether every layer holds the very Decision objects it held before, for the same knobs."""
+    if len(before) != len(now):
+        return False
+    for a, b in zip(before, now, strict=True):
+        if len(a) != len(b):
+            return False
+        for k, d in b.items():
+            if a.get(k) is not d:
+                return False
+    return True
+
+
 def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineState,
              overrides: Mapping[str, float] = EMPTY) -> EngineResult:
     """Decide every knob for this tick. ``active``: the active Policy (or None); ``holds``: held policies,
@@ -224,7 +240,13 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
                                     fan_failed=fan_failed, fans=inp.fan_alarms)
     override = arbiter.override_decisions(overrides, knobs)
-    merged = arbiter.merge([*layers, override, safe], knobs)
+    decided = (*layers, override, safe)
+    last = state.arbitrated
+    if last is not None and last[1] is knobs and _same(last[0], decided):
+        merged = last[2]  # the very decisions of the last tick: the same winners (not changed below)
+    else:
+        merged = arbiter.merge(decided, knobs)
+    arbitrated = (decided, knobs, merged)
     report: Mapping[str, Any] = EMPTY
     budget_state = state.budget
     if budget is not None:
@@ -239,7 +261,7 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
                             fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
                             safety=sp, t_mono=inp.t_mono, budget=budget_state,
-                            idle=MappingProxyType(idle))
+                            idle=MappingProxyType(idle), arbitrated=arbitrated)
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs

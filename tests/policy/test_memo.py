@@ -1,8 +1,9 @@
 """No work for unchanged inputs (aithermd.policy.memo): a fan rule's decision is given back as the same object
-while nothing it depends on moves, and it still reacts to every kind of change: a reading, a failed reading,
-a window that fills (a state machine), an override, a hold, a reload, a ramp still under way, a critical
-temperature. A decision's inputs are built when read (aithermd.policy.explain). Each tick is also checked
-against the same tick worked out with the memory cleared: keeping a decision never changes one."""
+while nothing it depends on moves (and the same decisions are not arbitrated again), and it still reacts to
+every kind of change: a reading, a failed reading, a window that fills (a state machine), an override, a
+hold, a reload, a ramp still under way, a critical temperature. A decision's inputs are built when read
+(aithermd.policy.explain). Each tick is also checked against the same tick worked out with the memory
+cleared: keeping a decision never changes one."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def view(decisions):
 
 def forgetful(state: engine.EngineState) -> engine.EngineState:
     kept = {n: replace(ps, memo=EMPTY) for n, ps in state.policies.items()}
-    return replace(state, policies=MappingProxyType(kept))
+    return replace(state, policies=MappingProxyType(kept), arbitrated=None)
 
 
 class Run:
@@ -91,6 +92,7 @@ def test_unchanged_inputs_give_back_the_same_decision_object():
     again = run.step()
     assert again.decisions[PWM1] is first.decisions[PWM1]
     assert again.decisions[PWM2] is first.decisions[PWM2]  # its ramp done, its PID pinned at its bound
+    assert again.state.arbitrated[2] is first.state.arbitrated[2]  # the same decisions: not arbitrated again
     assert first.decisions[PWM1].value == pytest.approx(47.5)
     assert first.decisions[PWM1].inputs["source:cpu"] == 50.0
     assert first.decisions[PWM1].inputs["state:thermal"] == "cool"
