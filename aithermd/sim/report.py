@@ -146,21 +146,30 @@ def not_put_back(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def lasting_faults(data: Mapping[str, Any]) -> dict[str, float]:
+    """The faults of a run's log (``data["faults"]``) that were on at its end: spec → when it came on (s)."""
+    on: dict[str, float] = {}
+    for f in data.get("faults", ()):
+        if f["fault"] == "on":
+            on[f["spec"]] = f["t_s"]
+        else:
+            on.pop(f["spec"], None)
+    return on
+
+
 def leave_out_lost(data: dict[str, Any]) -> None:
-    """A GPU lost for good (``gpuN:GPU_IS_LOST`` or ``gpuN:ABSENT`` with no end) is left out of the score:
-    the simulated card runs on at its last limit, which no daemon on a real machine could have kept and no
-    job on a card off the bus would use. Its entry gets ``lost_at_s`` in place of its gain and slowdown, and
-    the run's gain and slowdown are worked out again over the other GPUs (from their own totals)."""
+    """A GPU lost until the run's end (``gpuN:GPU_IS_LOST`` or ``gpuN:ABSENT`` still on) is left out of the
+    score: the simulated card runs on at its last limit, which no daemon on a real machine could have kept
+    and no job on a card off the bus would use. Its entry gets ``lost_at_s`` in place of its gain and
+    slowdown, and the run's gain and slowdown are worked out again over the other GPUs (their own totals)."""
     from aithermd.sim.faults import parse
 
     lost: dict[str, float] = {}
-    for f in data.get("faults", ()):
-        spec = parse(f["spec"])
-        name = f"gpu{spec.gpu}"
-        if spec.target != "gpu" or spec.function or spec.end is not None:
-            continue
-        if (spec.kind == "absent" or (spec.kind == "code" and int(spec.value) == 15)) and f["fault"] == "on":
-            lost.setdefault(name, f["t_s"])
+    for spec_text, t_s in lasting_faults(data).items():
+        spec = parse(spec_text)
+        if spec.target == "gpu" and not spec.function and (
+                spec.kind == "absent" or (spec.kind == "code" and int(spec.value) == 15)):
+            lost.setdefault(f"gpu{spec.gpu}", t_s)
     gpus = data.get("gpus", {})
     for name, t_s in lost.items():
         if name in gpus:
@@ -187,8 +196,7 @@ def exit_reason(data: Mapping[str, Any]) -> str:
     failed = data.get("not_restored") or {}
     if not failed:
         return ""
-    lasting = [f["spec"] for f in data.get("faults", ()) if f["fault"] == "on"
-               and not any(g["spec"] == f["spec"] and g["fault"] == "off" for g in data.get("faults", ()))]
+    lasting = list(lasting_faults(data))
     whys = sorted({why.rsplit(": ", 1)[-1] for why in failed.values()})  # "gpu1 is lost (NVML_ERROR_...)"
     cause = f" (the fault {', '.join(lasting)} lasts to the end of the run)" if lasting else ""
     return f": {', '.join(sorted(failed))} could not be put back: {'; '.join(whys)}{cause}"

@@ -101,3 +101,13 @@ def test_a_dry_run_summary_says_nothing_was_written_and_no_op_changes_are_not_co
     lines = report.format_summary(data).splitlines()
     at = lines.index("power-limit and clock changes (1) decided, not written, each with its reason:")
     assert lines[at + 1] == "     0:02  gpu0/power_limit             450 → 300 W  r"
+
+
+def test_a_fault_lasts_to_the_end_when_its_last_change_is_on():
+    data = {"faults": [{"t_s": 10.0, "fault": "on", "spec": "gpu0:UNKNOWN@10s-20s"},
+                       {"t_s": 20.0, "fault": "off", "spec": "gpu0:UNKNOWN@10s-20s"},
+                       {"t_s": 30.0, "fault": "on", "spec": "gpu1:GPU_IS_LOST@30s-99h"}]}
+    assert report.lasting_faults(data) == {"gpu1:GPU_IS_LOST@30s-99h": 30.0}
+    data["gpus"] = {"gpu1": {"work_per_j_gain_pct": 1.0, "slowdown_pct": 0.5}}
+    report.leave_out_lost(data)
+    assert data["gpus"]["gpu1"] == {"lost_at_s": 30.0}, "lost until the run ended, though the spec has an end"
