@@ -95,11 +95,12 @@ def process_lines(proc: Mapping[str, Any], width: int = 60) -> list[str]:
                          key=lambda ng: -float(ng[1].get("total_j") or 0.0))[:5]
         if entries:
             lines.append(f"  energy by {title} (top {len(entries)}):")
+            name_w = max(28, *(len(n) for n, _ in entries))  # a long unit name widens the column, not one row
             for name, g in entries:
                 parts = " ".join(f"{d}={float(j) / 1000:.1f}kJ" for d, j in sorted(g.items())
                                  if d not in ("total_j", "users"))
                 kwh = float(g.get("total_j") or 0) / J_PER_KWH
-                lines.append(f"        {name:<28} {kwh:9.4f} kWh  {parts}")
+                lines.append(f"        {name:<{name_w}} {kwh:9.4f} kWh  {parts}")
     return lines
 
 

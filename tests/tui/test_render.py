@@ -211,3 +211,21 @@ def test_the_energy_report_by_day_lists_idle_under_the_total_not_as_days():
         "2026-12-01", "2026-12-02", "-" * 60, "total", "of", "(idle)", "(unattributed)", "(idle):",
         "(unattributed):"]
     assert lines[6] == "  of which"
+
+
+def test_energy_by_unit_keeps_its_kwh_column_aligned_past_28_characters():
+    from aithermctl.processes import process_lines
+
+    long = "ollama-inference-server-for-the-lab.service"  # 43 characters
+    from aithermd.accounting.ledger import Group, Ledger
+
+    ledger = Ledger()  # the producer of status's "groups"
+    ledger.groups["unit"] = {long: Group({"gpu0": 7_200_000.0}, users={"lab"}),
+                             "sshd.service": Group({"gpu0": 3_600_000.0})}
+    proc = {"groups": ledger.group_document()}
+    lines = process_lines(proc)
+    assert lines[0] == "  energy by units (top 2):"
+    rows = lines[1:]
+    assert [r.index(" kWh") for r in rows] == [rows[0].index(" kWh")] * 2
+    assert rows[0].split() == [long, "2.0000", "kWh", "gpu0=7200.0kJ"]
+    assert rows[1].split() == ["sshd.service", "1.0000", "kWh", "gpu0=3600.0kJ"]
