@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from aithermd.errors import PolicyErrors
     from aithermd.policy.loader import ADMIN_POLICY_DIR, resolve_policy, shipped_policy_dir
     from aithermd.policy.replay import replay
-    from aithermd.policy.trace import TraceError, parse_trace, read_trace_text
+    from aithermd.policy.trace import TraceError, parse_trace, read_trace_text, span_text
 
     try:
         text = read_trace_text(args.trace)
@@ -152,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
         _err(profiles)
         return 2
     doc = replay(trace, profiles, policy)
+    for gap in doc["summary"].get("gaps", ()):
+        _err(f"warning: {args.trace}:{gap['line']}: {span_text(gap['seconds'])} since the sample of line "
+             f"{gap['after_line']}: the log stopped; that time is left out of the energy and state totals")
     if args.json:
         sys.stdout.write(json.dumps(doc) + "\n")
     else:

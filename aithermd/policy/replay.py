@@ -3,7 +3,9 @@
 Each trace GPU becomes ``gpu<N>`` (N = its order in the trace) with the profile's limits and thresholds; its
 power limit starts at the profile's current limit. Every sample is one engine tick. A knob the policy stops
 deciding goes back to where it started (as the daemon hands it back). Energy integrates the trace's power
-over time (each sample's power covers the interval since the previous sample); ``energy_above_limit_j`` is
+over time (each sample's power covers the interval since the previous sample, except across a gap: an
+interval longer than :func:`aithermd.policy.trace.gap_s`, where the logger stopped, is reported and left out
+of every total, since nothing is known of it); ``energy_above_limit_j`` is
 the part above the limit the policy had set for that interval — what capping would have cut; ``stale_s`` the
 time a GPU repeated identical samples (a stuck logger).
 """
@@ -17,7 +19,7 @@ from typing import Any
 
 from aithermd.model import Channel, Device, DeviceKind, Knob, KnobKind, KnobValue, Quantity, Reading, Status
 from aithermd.policy.engine import EngineInput, evaluate, initial_state
-from aithermd.policy.trace import Trace
+from aithermd.policy.trace import Trace, gap_s
 from aithermd.sim.gpu_profile import GpuProfile
 
 FIELD_CHANNEL = MappingProxyType({  # trace field → (channel attribute, quantity, unit)
@@ -33,7 +35,6 @@ CHANGE_EPS = 1e-6
 # what the efficient search's signals need from a trace (efficient.read_signal): progress, GPM activity and
 # a locked-clock search's signals cannot come from nvidia-smi --query-gpu; these can
 SIGNAL_FIELDS = (("utilization.gpu", "clocks.sm"), ("utilization.memory",))
-
 
 def gpu_device(index: int, profile: GpuProfile, fields: Sequence[str]) -> Device:
     """``gpu<index>`` as the NVML backend would describe it, from a profile and the trace's fields."""
@@ -116,7 +117,11 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
 
     The trace plays as recorded: a limit the policy sets does not change what the trace drew, so an
     efficient-limit search here shows its steps and their timing against the recorded signal, not how a
-    job answers a cap (``aithermd run --simulate --trace`` does that, on the calibrated card)."""
+    job answers a cap (``aithermd run --simulate --trace`` does that, on the calibrated card).
+
+    A gap (:func:`aithermd.policy.trace.gaps`) is listed in ``summary["gaps"]`` as
+    ``{"after_line", "line", "seconds"}`` and its time is in no total: ``duration_s`` is the recorded time,
+    the sum of the intervals that are not gaps (the engine still sees the samples' own times)."""
     devices = tuple(gpu_device(i, p, trace.fields) for i, p in enumerate(profiles))
     start: dict[str, float | None] = {}
     for p, d in zip(profiles, devices, strict=True):
@@ -128,10 +133,15 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
     prev_states: dict[str, str] = {}
     prev_t: float | None = None
     prev_rows: list[Any] = [None] * len(devices)
+    longest, gaps, recorded_s, prev_line = gap_s(trace.period_s), [], 0.0, 0
     for sample in trace.samples:
         readings = _readings(trace, sample, devices)
-        if prev_t is not None:
+        if prev_t is not None and sample.t - prev_t > longest:
+            gaps.append({"after_line": prev_line, "line": sample.line,
+                         "seconds": round(sample.t - prev_t, 3)})
+        elif prev_t is not None:
             dt = sample.t - prev_t
+            recorded_s += max(0.0, dt)
             for i, d in enumerate(devices):
                 _account(totals[i], sample.gpus[i], prev_rows[i], dt, current.get(f"{d.id}/power_limit"),
                          prev_states.get(d.id))
@@ -155,11 +165,12 @@ def replay(trace: Trace, profiles: Sequence[GpuProfile], policy: Any) -> dict[st
                               "rule": rule, "reason": dec.reason if dec is not None else ""})
             if knob == "power_limit":
                 totals[int(dev[3:])].limit_changes += 1
-        prev_t = sample.t
+        prev_t, prev_line = sample.t, sample.line
         prev_rows = list(sample.gpus)
-    duration = trace.samples[-1].t - trace.samples[0].t if trace.samples else 0.0
-    summary: dict[str, Any] = {"duration_s": round(duration, 3),
+    summary: dict[str, Any] = {"duration_s": round(recorded_s, 3),
                                "gpus": {d.id: t.as_dict() for d, t in zip(devices, totals, strict=True)}}
+    if gaps:
+        summary["gaps"] = gaps
     if _searches(policy) and not all(t.searched for t in totals):
         missing = [f for f in SIGNAL_FIELDS[0] if f not in trace.fields]
         summary["no_search"] = (f"the trace has no {' or '.join(missing)} column: the efficient search's "

@@ -278,3 +278,29 @@ def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool, frac
         name = next((s.gpus[i].text.get("name") for s in samples if s.gpus[i] is not None), None)
         names.append(name or None)
     return Trace(fields, ids, tuple(names), samples, period)
+
+
+GAP_MIN_S = 60.0  # an interval this long is a gap whatever the period (nvidia-smi -l logs every 1-60 s)
+GAP_PERIODS = 10  # ... or this many of the trace's own sampling periods
+
+
+def gap_s(period_s: float) -> float:
+    """The longest interval (s) between two samples that still counts as recorded: ``GAP_PERIODS`` of the
+    trace's period ``period_s`` (s), at least ``GAP_MIN_S``. Longer, the logger stopped."""
+    return max(GAP_MIN_S, GAP_PERIODS * period_s)
+
+
+def gaps(trace: Trace) -> list[dict[str, float]]:
+    """The intervals over :func:`gap_s` of ``trace``'s period, as ``{"after_line", "line", "seconds"}``
+    (the 1-based lines of the samples on either side, and the interval in s)."""
+    longest = gap_s(trace.period_s)
+    return [{"after_line": a.line, "line": b.line, "seconds": round(b.t - a.t, 3)}
+            for a, b in zip(trace.samples, trace.samples[1:], strict=False) if b.t - a.t > longest]
+
+
+def span_text(seconds: float) -> str:
+    """``seconds`` in the largest unit that fits twice: 90 s, 3.5 h, 365 d."""
+    for unit, size in (("d", 86_400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.0f} s"

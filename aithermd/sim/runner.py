@@ -329,14 +329,13 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
     (an unreadable trace or dump, a bad flag), each with one line on stderr saying what to do."""
     import sys
 
-    from aithermd.policy.trace import TraceError
+    from aithermd.policy.trace import TraceError, span_text
     from aithermd.sim.smi_dump import DumpError
 
     out = out or sys.stdout
     try:
         opts = options_from_args(args)
-        if opts.trace is not None:
-            make_workload(opts)  # fail before anything starts
+        load = make_workload(opts) if opts.trace is not None else None  # fail before anything starts
         machine_profiles(opts.gpu_profiles, opts.gpus)
     except DumpError as exc:  # its text is FILE[:LINE]: error: message
         print(f"aithermd run --simulate: --gpu-profile {exc}", file=sys.stderr)
@@ -350,6 +349,10 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
     except (ValueError, TraceError) as exc:
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
+    for gap in getattr(load, "gaps", ()):
+        print(f"aithermd run --simulate: warning: {opts.trace}:{gap['line']}: {span_text(gap['seconds'])} "
+              f"since the sample of line {gap['after_line']}: the log stopped; the simulated GPUs hold that "
+              "sample's load for the whole gap", file=sys.stderr)
     for line in report.faults_too_late(opts.faults, opts.duration_s):
         print(f"aithermd run --simulate: warning: {line}", file=sys.stderr)
     update: dict[str, Any] = {}

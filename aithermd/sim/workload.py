@@ -27,6 +27,7 @@ Two workloads:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -162,6 +163,7 @@ class TraceWorkload:
     source: str = ""
     powers_w: tuple[tuple[float | None, ...], ...] | None = None  # per sample, per GPU power.draw (W)
     seed: int = 0
+    gaps: tuple[dict[str, float], ...] = ()  # where the log stopped (aithermd.policy.trace.gaps)
 
     def __post_init__(self) -> None:
         if not self.times_s or len(self.times_s) != len(self.utils_pct):
@@ -265,7 +267,7 @@ def load_trace(path: str | Path, seed: int = 0) -> TraceWorkload:
     wrong) for a malformed trace, and one naming the file when the trace has no ``utilization.gpu`` column;
     ``OSError`` when the file cannot be read.
     """
-    from aithermd.policy.trace import TraceError, parse_trace, read_trace_text
+    from aithermd.policy.trace import TraceError, gaps, parse_trace, read_trace_text
 
     text = read_trace_text(path, errors="replace")
     trace = parse_trace(text, str(path))
@@ -280,4 +282,5 @@ def load_trace(path: str | Path, seed: int = 0) -> TraceWorkload:
     if "power.draw" in trace.fields:
         powers = [[None if row is None else row.values.get("power.draw") for row in sample.gpus]
                   for sample in trace.samples]
-    return TraceWorkload.from_rows(rows, source=str(path), powers=powers, seed=seed)
+    load = TraceWorkload.from_rows(rows, source=str(path), powers=powers, seed=seed)
+    return dataclasses.replace(load, gaps=tuple(gaps(trace)))

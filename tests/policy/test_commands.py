@@ -372,3 +372,28 @@ def test_check_warns_about_a_locked_clock_the_cards_clamp(tmp_path, capsys):
     assert out.err.splitlines() == [
         f"{p}:2:45: warning: rules[0].max_mhz: clamped to the devices' own constraints: "
         "gpu0/sm_clock_lock 99999 MHz → 3120 MHz, gpu1/sm_clock_lock 99999 MHz → 3105 MHz"]
+
+
+def test_replay_leaves_a_gap_in_the_log_out_of_the_totals_and_says_where(tmp_path, capsys):
+    """The recorded Windows trace with its samples from line 102 on moved a year later (a logger stopped
+    and restarted): the year is not integrated as power × time, and the warning names the lines."""
+    lines = TRACE_WIN.read_text().splitlines()
+    gapped = tmp_path / "gap.csv"
+    later = [str(int(line[:4]) + 1) + line[4:] for line in lines[101:]]
+    gapped.write_text("\n".join(lines[:101] + later) + "\n")
+    args = ["replay", "--policy", "balanced", "--gpu-profile", str(DUMP_4090), "--json"]
+    assert main([*args, "--trace", str(TRACE_WIN)]) == 0
+    whole = json.loads(capsys.readouterr().out)["summary"]
+    assert main([*args, "--trace", str(gapped)]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)["summary"]
+    (gap,) = summary["gaps"]
+    assert (gap["after_line"], gap["line"]) == (101, 102) and gap["seconds"] > 365 * 86_400 - 10
+    assert err == (f"aithermd replay: warning: {gapped}:102: 365 d since the sample of line 101: the log "
+                   "stopped; that time is left out of the energy and state totals\n")
+    # one interval of ~1 s is missing from the totals, nothing else: no year of idle power, no year idle
+    assert summary["duration_s"] == pytest.approx(whole["duration_s"] - 1.0, abs=0.05)
+    gpu, ref = summary["gpus"]["gpu0"], whole["gpus"]["gpu0"]
+    assert gpu["energy_j"] == pytest.approx(ref["energy_j"], abs=25.0)
+    assert sum(gpu["time_in_state_s"].values()) == pytest.approx(summary["duration_s"], abs=0.01)
+    assert "gaps" not in whole

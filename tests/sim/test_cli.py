@@ -165,6 +165,22 @@ def test_a_malformed_trace_is_refused_with_its_line(tmp, tmp_path):
     assert list(tmp.iterdir()) == []  # nothing was started
 
 
+def test_a_gap_in_the_trace_is_warned_about_with_its_lines(tmp, tmp_path):
+    """A logger that stopped for a year: the run goes on (the load before the gap holds), and says so."""
+    lines = TRACE.read_text().splitlines()
+    gapped = tmp_path / "gap.csv"
+    gapped.write_text("\n".join(lines[:51] + [str(int(row[:4]) + 1) + row[4:] for row in lines[51:]]) + "\n")
+    p = aithermd("run", "--simulate", "--trace", str(gapped), "--duration", "10", "--speedup", "0",
+                 "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.splitlines()[0] == (
+        f"aithermd run --simulate: warning: {gapped}:52: 365 d since the sample of line 51: the log stopped; "
+        "the simulated GPUs hold that sample's load for the whole gap")
+    p = aithermd("run", "--simulate", "--trace", str(TRACE), "--duration", "10", "--speedup", "0",
+                 "--log-level", "error", tmp=tmp)
+    assert p.returncode == 0 and "warning" not in p.stderr
+
+
 def test_a_trace_without_utilization_is_refused(tmp, tmp_path):
     bad = tmp_path / "power.csv"
     bad.write_text("timestamp, power.draw [W]\n2026/01/03 15:36:53.507, 30 W\n")
