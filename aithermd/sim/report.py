@@ -84,8 +84,10 @@ def faults_too_late(faults: Sequence[Any], duration_s: float | None) -> list[str
 
 
 def progress_line(t_s: float, phase: str, gpus: Mapping[str, Mapping[str, Any]]) -> str:
-    """A status line: time, workload phase, then per GPU limit, draw and temperature."""
-    parts = [f"{name} {_num(g.get('limit_w'), '.0f')} W limit, {_num(g.get('power_w'), '.0f')} W, "
+    """A status line: time, workload phase, then per GPU limit, draw and temperature; a GPU whose ``gone``
+    says why (``lost``: off the bus, ``removed``: unplugged) shows that alone, as no reading of it exists."""
+    parts = [f"{name} {g['gone']}" if g.get("gone") else
+             f"{name} {_num(g.get('limit_w'), '.0f')} W limit, {_num(g.get('power_w'), '.0f')} W, "
              f"{_num(g.get('temp_c'), '.0f')} °C" for name, g in gpus.items()]
     return f"[{clock(t_s):>7}] {phase:<8} | " + " | ".join(parts)
 

@@ -88,6 +88,11 @@ def machine_profiles(paths: Sequence[Path], gpus: int | None = None) -> list[Any
     return profiles
 
 
+def _gone(gpu: Any) -> str | None:
+    """``"lost"`` (off the bus: GPU_IS_LOST), ``"removed"`` (not enumerated) or None, for a progress line."""
+    return "removed" if gpu.removed else "lost" if gpu.lost else None
+
+
 def make_workload(opts: SimOptions, gpus: int = 1) -> Workload:
     """The trace's utilization (``--trace``), else the default idle → training → idle cycle; shifted per
     GPU by ``stagger_s`` when given (:mod:`aithermd.sim.staggered`)."""
@@ -199,7 +204,8 @@ class Stepper:
             self._next_progress += self.progress_s
             m = self.machine
             gpus = {f"gpu{i}": {"limit_w": m.nvml.power_limit_w(i), "temp_c": g.temp_c,
-                                "power_w": m.nvml.gpu(i).power_mw / 1000.0} for i, g in enumerate(m.gpus)}
+                                "power_w": m.nvml.gpu(i).power_mw / 1000.0, "gone": _gone(m.nvml.gpu(i))}
+                    for i, g in enumerate(m.gpus)}
             self.out.write(report.progress_line(m.t_s, m.workload.phase(m.t_s), gpus) + "\n")
             self.out.flush()
 

@@ -122,6 +122,11 @@ def test_a_gpu_lost_for_good_is_not_said_to_be_put_back(tmp_path):
         "its files stay in ")
     (scored,) = [line for line in done.stdout.splitlines() if line.startswith("  gpu0 ") and "work/J" in line]
     assert scored.endswith("; gpu1 lost at 2:00, not scored")
+    # the progress lines stop showing readings of a GPU that is gone (they showed its last ones)
+    progress = {line[1:8].strip(): line for line in done.stdout.splitlines()
+                if line.startswith("[") and " | " in line}
+    assert " | gpu1 " in progress["1:30"] and "°C" in progress["1:30"].split(" | gpu1 ")[1]
+    assert progress["2:30"].endswith(" | gpu1 lost") and progress["4:30"].endswith(" | gpu1 lost")
 
 
 def test_a_gpu_lost_for_good_is_left_out_of_the_score_and_the_total_is_the_others(tmp_path):

@@ -201,3 +201,6 @@ def test_report_text():
     assert "2:09" in line and "360 → 600 W" in line and line.endswith("ai-training/training-limit")
     prog = report.progress_line(150, "training", {"gpu0": {"limit_w": 600, "power_w": 540.2, "temp_c": 66.6}})
     assert prog == "[   2:30] training | gpu0 600 W limit, 540 W, 67 °C"
+    prog = report.progress_line(150, "training", {"gpu0": {"limit_w": 600, "power_w": 540.2, "temp_c": 66.6},
+                                                  "gpu1": {"limit_w": 300, "power_w": 0, "gone": "removed"}})
+    assert prog == "[   2:30] training | gpu0 600 W limit, 540 W, 67 °C | gpu1 removed"
