@@ -22,6 +22,17 @@ faster jump is a spike to be confirmed by the next reading (:mod:`aithermd.backe
 generous on purpose: a CPU die under a load step moves tens of °C within a second (Zen's Tctl rises about
 30 °C in under a second at a load step), a GPU die about 10 °C/s; a board thermistor, an NVMe drive or an
 ACPI zone move a few °C per second at most.
+
+The fast lane (:mod:`aithermd.watchers.fastlane`) paces its polls by how fast a watched temperature can
+*rise* (:func:`rise_rate`): the rate limits above, except for an NVIDIA GPU's NVML temperature
+(``temperature.gpu``), paced by :data:`RISE_C_S_NVML`. Its source: the one real trace of that reading,
+``nvidia-smi`` at 1 Hz through a training job's load step (realdata/gpu-traces/unknown-nvidia-gpu-windows-
+training-1hz-*.csv), rises at most 10 °C in one second (46 → 56 °C at the step), 12 °C in two, 16 °C in
+five; the simulator's calibration sees the same step (+14 K within 3 s at +280 W, sim/CALIBRATION.md).
+The pacing rate is twice that fastest one-second rise: a rise that fell within half of the sampled second
+still keeps under it. The 30 °C/s trust limit stays for spike detection, where generous means fewer real
+moves taken for spikes; amdgpu/i915 hwmon dies keep it for pacing too (AMD's junction sensor is spikier
+than NVML's, and no trace of it is at hand).
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ CPU_DRIVERS = frozenset({"coretemp", "k10temp", "zenpower", "cpu_thermal", "x86_
 GPU_DRIVERS = frozenset({"amdgpu", "nouveau", "radeon", "i915", "xe"})
 RATE_C_S_CPU = 80.0  # CPU dies: tens of °C within a second at a load step
 RATE_C_S_GPU = 30.0  # GPU dies and their memory (hwmon and NVML)
+RISE_C_S_NVML = 20.0  # fast-lane pacing of an NVML GPU temperature: 2 × its fastest 1 s rise (module doc)
 RATE_C_S_OTHER = 15.0  # board thermistors, drives, NICs, ACPI zones, PSUs
 RATE_RPM_S = 10_000.0  # a fan spins from stop to full (≤ 10 000 RPM) in about a second at most
 MIN_DT_S = 0.5  # rates are applied over at least this long: two close reads may differ by sensor noise
@@ -96,3 +108,9 @@ def rate_limit(quantity: Quantity, driver: str | None) -> float | None:
     if driver in GPU_DRIVERS or driver == "nvml":
         return RATE_C_S_GPU
     return RATE_C_S_OTHER
+
+
+def rise_rate(driver: str | None) -> float:
+    """The fastest rise (°C/s) the fast lane paces a temperature of ``driver`` by (``nvml``: an NVIDIA GPU
+    read through NVML): :data:`RISE_C_S_NVML` for NVML, else the temperature rate limit (module doc)."""
+    return RISE_C_S_NVML if driver == "nvml" else rate_limit(Quantity.TEMPERATURE, driver) or math.inf

@@ -13,25 +13,25 @@ watching from the published snapshot:
 Between ticks :meth:`FastLane.poll_once` reads only those inputs — one ``pread`` per hwmon file through a
 descriptor of its own, one temperature call per GPU on the NVML worker (:mod:`aithermd.backends.readers`) —
 every ``1 / rate_hz`` s, from one period before the first moment a watched input could be at its trigger:
-its headroom at the tick (trigger − reading) over the fastest rise its sensor shows (the sensor trust's rate
-limits, :mod:`aithermd.backends.plausible`: 80 °C/s for CPU dies, 30 °C/s for GPUs, 15 °C/s for board
-sensors). Until then nothing is read, and the polling thread starts that quiet time again from each
-poll's own readings: a board sensor 9 °C under its trigger is read about twice a second instead of 12.5
-times, and a crossing is still seen within a period of becoming possible. A crossing that left the
-tick's reading faster than the sensor can move (the same rate limits) is a suspected spike: the lane acts
-only when the next poll still reads it at its trigger (one poll period later), as the tick's trust would;
-a plausible rise is acted on at once. When one reaches its trigger the lane applies the safety layer's own
-decisions for it (power limits to their minimum, the device's fans and the fans whose curve reads it to
-full) through the one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under
-the loop's tick lock so it never interleaves with a tick. The next main tick sees the same temperature,
-its safety layer latches and takes over. A channel acted on is not acted on again until the next tick
-re-arms the lane. With nothing to watch the lane sleeps until the next re-arm (no cost).
+its headroom at the tick (trigger − reading) over the fastest rise its sensor shows (:func:`rise_rate
+<aithermd.backends.plausible.rise_rate>`: 80 °C/s for CPU dies, 20 °C/s for an NVIDIA GPU through NVML,
+30 °C/s for hwmon GPUs, 15 °C/s for board sensors). Until then nothing is read, and the polling thread
+starts that quiet time again from each poll's own readings: a board sensor 9 °C under its trigger is read
+about twice a second instead of 12.5 times, and a crossing is still seen within a period of becoming
+possible. A crossing that left the tick's reading faster than the sensor can move (the sensor trust's rate
+limits, :mod:`aithermd.backends.plausible`) is a suspected spike: the lane acts only when the next poll
+still reads it at its trigger (one poll period later), as the tick's trust would; a plausible rise is
+acted on at once. When one reaches its trigger the lane applies the safety layer's own decisions for it
+(power limits to their minimum, the device's fans and the fans whose curve reads it to full) through the
+one apply path (:mod:`aithermd.actuate.execute`: journal first, write, read back), under the loop's tick
+lock so it never interleaves with a tick. The next main tick sees the same temperature, its safety layer
+latches and takes over. A channel acted on is not acted on again until the next tick re-arms the lane.
+With nothing to watch the lane sleeps until the next re-arm (no cost).
 
-In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own: a thread's timed
-wait costs well under an event-loop wake-up (about 0.07–0.11 % against 0.18 % of a core at 10 Hz on the
-build VM; benchmarks/bench_fastlane.py). It reads the watched hwmon files and GPU temperatures (one job on
-their NVML worker) and paces itself by their headroom; only a crossing hands one :meth:`FastLane.poll_once`
-to the event loop, which acts under the tick lock as above.
+In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own (a timed wait costs
+well under an event-loop wake-up; benchmarks/bench_fastlane.py), one wait per poll: it reads the watched
+hwmon files and GPU temperatures (one job on their NVML worker), paces itself by their headroom, and
+hands only a crossing to the event loop (one :meth:`FastLane.poll_once`, acting under the tick lock).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import Any
 
 import structlog
 
-from aithermd.backends.plausible import MIN_DT_S, rate_limit
+from aithermd.backends.plausible import MIN_DT_S, rate_limit, rise_rate
 from aithermd.backends.readers import gpu_temperatures
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
@@ -117,6 +117,7 @@ class FastLane:
         self.quiet_until = 0.0  # clock.monotonic() before which no watched input can reach its trigger
         self._quiet_rt = 0.0  # the same on the polling thread's clock (time.monotonic())
         self._jump: dict[str, float] = {}  # channel → its rate limit (°C/s): a faster crossing is confirmed
+        self._pace: dict[str, float] = {}  # channel → the fastest rise (°C/s) its polls are paced by
         self._pending: set[str] = set()  # crossings seen once that moved faster than their rate limit
         self._plan: Any = None
         self._devices: Any = None
@@ -165,9 +166,10 @@ class FastLane:
             for cid in [c for c in self._nvml if c not in watch]:
                 del self._nvml[cid]
             self.watch = watch
-            self._jump = {cid: rate_limit(Quantity.TEMPERATURE, _driver(by_id.get(cid.rsplit("/", 1)[0])))
-                          or float("inf") for cid in watch}
-            first = min((self._headroom_s(snapshot.readings.get(cid), trig, self._jump[cid])
+            drivers = {cid: _driver(by_id.get(cid.rsplit("/", 1)[0])) for cid in watch}
+            self._jump = {c: rate_limit(Quantity.TEMPERATURE, d) or math.inf for c, d in drivers.items()}
+            self._pace = {c: rise_rate(d) for c, d in drivers.items()}
+            first = min((self._headroom_s(snapshot.readings.get(cid), trig, self._pace[cid])
                          for cid, trig in watch.items()), default=0.0)
             self.quiet_until = snapshot.t_mono + first - self.period_s
             self._quiet_rt = time.monotonic() + (self.quiet_until - self.clock.monotonic())
@@ -186,8 +188,7 @@ class FastLane:
 
     @staticmethod
     def _headroom_s(reading: Reading | None, trigger_c: float, rate_c_s: float) -> float:
-        """The shortest time (s) in which ``reading`` can rise to ``trigger_c`` at ``rate_c_s`` °C/s; 0 when
-        that is not known (no good reading, no rate limit)."""
+        """Shortest time (s) for ``reading`` to rise to ``trigger_c`` at ``rate_c_s`` °C/s (0: unknown)."""
         if reading is None or reading.status != Status.OK or reading.value is None or math.isinf(rate_c_s):
             return 0.0
         return max(0.0, (trigger_c - reading.value) / rate_c_s)
@@ -251,12 +252,12 @@ class FastLane:
                 self._wake.wait()
                 self._wake.clear()
                 continue
-            quiet = self._quiet_rt - time.monotonic()
+            started = time.monotonic()
+            quiet = self._quiet_rt - started
             if quiet > 0:  # no watched input can be at its trigger yet: wait for that, a re-arm or a stop
                 if self._wake.wait(quiet):
                     self._wake.clear()
                 continue
-            started = time.monotonic()
             if self._crossed():
                 try:
                     asyncio.run_coroutine_threadsafe(self.poll_once(), loop).result(
@@ -265,7 +266,8 @@ class FastLane:
                     if self._stopped:
                         return
                     self._log.warning("fastlane_handoff_failed", exc_info=True)
-            if self._wake.wait(max(0.0, started + self.period_s - time.monotonic())):
+            wake_at = max(started + self.period_s, self._quiet_rt)  # one wait to the next poll
+            if self._wake.wait(max(0.0, wake_at - time.monotonic())):
                 self._wake.clear()
 
     def _crossed(self) -> bool:
@@ -273,7 +275,7 @@ class FastLane:
         ``nvml_timeout_s``) is at its trigger or above; else the quiet time restarts from these readings."""
         temps = gpu_temperatures(self._nvml.copy(), self.options.nvml_timeout_s)  # copy(): atomic
         with self._readers_lock:
-            watch, acted, jump = self.watch, self.acted, self._jump
+            watch, acted, pace = self.watch, self.acted, self._pace
             first = math.inf
             for cid, value in [*((c, quick.read()) for c, quick in self._hwmon.items()), *temps.items()]:
                 trig = watch.get(cid, math.inf)
@@ -283,7 +285,7 @@ class FastLane:
                     if cid not in acted:
                         return True
                 else:
-                    first = min(first, (trig - value) / jump.get(cid, math.inf))
+                    first = min(first, (trig - value) / pace.get(cid, math.inf))
             if math.isfinite(first):
                 self._quiet_rt = max(self._quiet_rt, time.monotonic() + first - self.period_s)
         return False
@@ -317,8 +319,7 @@ class FastLane:
         return True
 
     def _spike(self, cid: str, value: float) -> bool:
-        """True when ``value`` left the tick's reading faster than the channel's rate limit and was not seen
-        by the previous poll already (:mod:`aithermd.backends.plausible`, the sensor trust's rule)."""
+        """True when ``value`` left the tick's reading faster than its rate limit, unseen by the last poll."""
         if cid in self._pending:
             return False
         base = self._base.get(cid)
@@ -367,8 +368,7 @@ class FastLane:
             self._task = asyncio.create_task(self.run())
 
     async def stop(self) -> None:
-        """Stop polling and acting; the thread only waits on the loop for a hand-off, so it is gone within a
-        period."""
+        """Stop polling and acting (the thread waits on the loop for a hand-off only: gone in a period)."""
         self._stopped = True
         self._armed.set()
         self._wake.set()

@@ -301,8 +301,9 @@ def test_each_poll_of_the_thread_starts_the_quiet_time_again_from_its_readings(b
 
 def test_the_thread_reads_a_watched_gpu_itself_and_waits_out_its_headroom(gpus, clock):
     """A GPU drawing more than its limit is watched whatever its temperature; the polling thread reads it
-    (one job on the NVML worker, no hand-off to the loop) and, 30 °C under its 90 °C trigger (30 °C/s at
-    most for a GPU), polls it again only 1 s less a period later; at its trigger it hands over at once."""
+    (one job on the NVML worker, no hand-off to the loop) and, 30 °C under its 90 °C trigger (an NVML GPU
+    rises 20 °C/s at most), polls it again only 1.5 s less a period later; at its trigger it hands over at
+    once."""
     import time
 
     fake, tick = gpus
@@ -315,7 +316,82 @@ def test_the_thread_reads_a_watched_gpu_itself_and_waits_out_its_headroom(gpus, 
     fake.set_dynamic(0, temp_c=60.0)  # cooler since the tick
     before = time.monotonic()
     assert lane._crossed() is False
-    assert before + 30.0 / 30.0 - 0.08 <= lane._quiet_rt <= time.monotonic() + 30.0 / 30.0 - 0.08
+    assert before + 30.0 / 20.0 - 0.08 <= lane._quiet_rt <= time.monotonic() + 30.0 / 20.0 - 0.08
     assert lane.polls == 0  # nothing handed to the loop
     fake.set_dynamic(0, temp_c=90.0)
     assert lane._crossed() is True
+
+
+async def test_an_nvml_gpu_5_c_under_its_trigger_is_not_read_for_170_ms_then_read_at_12_5_hz(gpus, clock):
+    """An NVML GPU is paced by its own rise rate (20 °C/s, plausible.RISE_C_S_NVML), not the 30 °C/s spike
+    limit: 85 °C under a 90 °C trigger cannot be there before 0.25 s, so the first read comes one period
+    (80 ms) before that, at 0.17 s, then one every period (12.5 Hz); the spike check still uses 30 °C/s."""
+    fake, tick = gpus
+    lane = lane_for(tick, [], clock)
+    await tick.run(1)
+    fake.set_dynamic(0, power_draw_w=fake.power_limit_w(0) + 40.0, temp_c=85.0)
+    clock.advance(2.0)
+    snap = await tick.run(2)
+    lane.rearm(snap)
+    assert lane.watch == {"gpu0/temperature": 90.0}
+    assert lane._pace == {"gpu0/temperature": 20.0} and lane._jump == {"gpu0/temperature": 30.0}
+    assert lane.quiet_until == pytest.approx(snap.t_mono + 5.0 / 20.0 - 0.08)
+    polled_at = []
+    real_poll = lane.poll_once
+
+    async def poll_once():
+        polled_at.append(clock.monotonic() - snap.t_mono)
+        return await real_poll()
+
+    async def sleep(seconds):
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    lane.poll_once, lane.sleep = poll_once, sleep
+    task = asyncio.create_task(lane.run())
+    while len(polled_at) < 3:
+        await asyncio.sleep(0)
+    await lane.stop()
+    await task
+    assert polled_at[:3] == pytest.approx([0.17, 0.25, 0.33])
+
+
+def test_the_thread_waits_once_per_poll_until_its_headroom_allows_a_read(board, clock, root, monkeypatch):
+    """80 °C under an 86 °C amdgpu trigger (30 °C/s): each poll of the thread is followed by one wait of
+    0.2 s less a period (0.12 s) straight to the next poll, not a period and then the rest (a wake-up saved
+    per poll). Fake time: the thread's clock moves only by its waits."""
+    from aithermd.watchers import fastlane
+
+    class FakeTime:
+        t = 5000.0
+
+        def monotonic(self):
+            return self.t
+
+    fake_time = FakeTime()
+    monkeypatch.setattr(fastlane, "time", fake_time)
+    tick, io = board
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    lane = lane_for(tick, [], clock, threaded=True)
+    lane.rearm(asyncio.run(tick.run(1)))
+    waits, reads = [], []
+
+    class Wake:
+        def wait(self, timeout=None):
+            waits.append(timeout)
+            reads.append(io.preads)
+            fake_time.t += timeout
+            lane._stopped = len(waits) >= 4
+            return False
+
+        def set(self):
+            pass
+
+        def clear(self):
+            pass
+
+    lane._wake = Wake()
+    start = io.preads
+    lane._thread_main(None)
+    assert waits == pytest.approx([0.12, 0.12, 0.12, 0.12])
+    assert reads[0] == start and all(b > a for a, b in zip(reads, reads[1:], strict=False))  # a read a wait
