@@ -54,6 +54,7 @@ from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Statu
 from aithermd.policy import safety
 
 CRITICAL_RULE = "safety/critical-temperature"
+IDLE_S = 3600.0  # the polling thread's quiet time with nothing left to pace by (a re-arm wakes it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,12 +254,8 @@ class FastLane:
                 self._wake.clear()
                 continue
             started = time.monotonic()
-            quiet = self._quiet_rt - started
-            if quiet > 0:  # no watched input can be at its trigger yet: wait for that, a re-arm or a stop
-                if self._wake.wait(quiet):
-                    self._wake.clear()
-                continue
-            if self._crossed():
+            polled = self._quiet_rt <= started  # before it no watched input can be at its trigger
+            if polled and self._crossed():
                 try:
                     asyncio.run_coroutine_threadsafe(self.poll_once(), loop).result(
                         self.options.apply_timeout_s + self.period_s)
@@ -266,28 +263,29 @@ class FastLane:
                     if self._stopped:
                         return
                     self._log.warning("fastlane_handoff_failed", exc_info=True)
-            wake_at = max(started + self.period_s, self._quiet_rt)  # one wait to the next poll
-            if self._wake.wait(max(0.0, wake_at - time.monotonic())):
+            wake_at = max(started + self.period_s, self._quiet_rt) if polled else self._quiet_rt
+            if self._wake.wait(max(0.0, wake_at - time.monotonic())):  # the next poll, a re-arm or a stop
                 self._wake.clear()
 
     def _crossed(self) -> bool:
-        """True when a watched input (GPUs: one job on their worker, unknown unless read within
-        ``nvml_timeout_s``) is at its trigger or above; else the quiet time restarts from these readings."""
-        temps = gpu_temperatures(self._nvml.copy(), self.options.nvml_timeout_s)  # copy(): atomic
+        """True when a watched input not acted on since the re-arm (GPUs: one job on their worker, unknown
+        unless read within ``nvml_timeout_s``) is at its trigger or above; else the quiet time restarts from
+        these readings (with none left, one acted on cannot be again: until the next re-arm)."""
+        acted = self.acted
+        gpus = {cid: r for cid, r in self._nvml.copy().items() if cid not in acted}  # copy(): atomic
+        temps = gpu_temperatures(gpus, self.options.nvml_timeout_s) if gpus else {}
         with self._readers_lock:
-            watch, acted, pace = self.watch, self.acted, self._pace
-            first = math.inf
-            for cid, value in [*((c, quick.read()) for c, quick in self._hwmon.items()), *temps.items()]:
+            watch, pace, first = self.watch, self._pace, math.inf
+            hwmon = ((c, quick.read()) for c, quick in self._hwmon.items() if c not in acted)
+            for cid, value in [*hwmon, *temps.items()]:
                 trig = watch.get(cid, math.inf)
                 if value is None:
                     first = 0.0  # unknown: keep polling
                 elif value >= trig:
-                    if cid not in acted:
-                        return True
+                    return True
                 else:
                     first = min(first, (trig - value) / pace.get(cid, math.inf))
-            if math.isfinite(first):
-                self._quiet_rt = max(self._quiet_rt, time.monotonic() + first - self.period_s)
+            self._quiet_rt = max(self._quiet_rt, time.monotonic() + min(first, IDLE_S) - self.period_s)
         return False
 
     async def poll_once(self) -> bool:

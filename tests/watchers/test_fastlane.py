@@ -395,3 +395,28 @@ def test_the_thread_waits_once_per_poll_until_its_headroom_allows_a_read(board, 
     lane._thread_main(None)
     assert waits == pytest.approx([0.12, 0.12, 0.12, 0.12])
     assert reads[0] == start and all(b > a for a, b in zip(reads, reads[1:], strict=False))  # a read a wait
+
+
+def test_the_thread_neither_reads_nor_paces_by_an_input_already_acted_on(board, clock, root):
+    """At its trigger in the tick, the tick's safety layer acted and the lane will not act on it again
+    before the next re-arm: the thread does not read it, and with nothing else watched it waits for the
+    re-arm (IDLE_S) instead of polling it at 12.5 Hz; the re-arm after it cooled paces it again."""
+    import time
+
+    from aithermd.watchers.fastlane import IDLE_S
+
+    tick, io = board
+    write(root, f"{AMDGPU}/temp1_input", 86000)  # the amdgpu trigger: 91 − 5 °C
+    lane = lane_for(tick, [], clock, threaded=True)
+    lane.rearm(asyncio.run(tick.run(1)))
+    assert lane.acted == {EDGE} and set(lane.watch) == {EDGE}
+    reads = io.preads
+    assert lane._crossed() is False
+    assert io.preads == reads
+    assert lane._quiet_rt >= time.monotonic() + IDLE_S - 0.08 - 1.0
+    write(root, f"{AMDGPU}/temp1_input", 80000)
+    clock.advance(2.0)
+    lane.rearm(asyncio.run(tick.run(2)))
+    assert lane.acted == set()
+    assert lane._crossed() is False and io.preads > reads
+    assert lane._quiet_rt <= time.monotonic() + 6.0 / 30.0
