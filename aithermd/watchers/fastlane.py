@@ -52,6 +52,7 @@ from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
 from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Status
 from aithermd.policy import safety
+from aithermd.watchers.alarm import Alarm
 
 CRITICAL_RULE = "safety/critical-temperature"
 IDLE_S = 3600.0  # the polling thread's quiet time with nothing left to pace by (a re-arm wakes it)
@@ -123,7 +124,7 @@ class FastLane:
         self._plan: Any = None
         self._devices: Any = None
         self._armed = asyncio.Event()
-        self._wake = threading.Event()  # the polling thread's alarm: re-armed or stopped
+        self._wake = Alarm()  # the polling thread's wake-up: re-armed or stopped
         self._readers_lock = threading.Lock()  # no reader is closed while the thread reads through it
         self._stopped = False
         self._thread: threading.Thread | None = None
