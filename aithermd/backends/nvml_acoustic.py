@@ -32,7 +32,7 @@ def probe(p: Any) -> None:
     if not p.probe_writes and os.geteuid() != 0:
         why = p.why(nv.NVML_ERROR_NO_PERMISSION, "setting the target temperature needs root")
     elif p.probe_writes:  # writing the threshold in force changes nothing
-        wcode = p.attempt(SET, nv.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR, cur)[1]
+        wcode = p.probe_write(SET, nv.NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR, cur)
         why = None if wcode is None else p.why(wcode, "the target temperature cannot be set")
     p.knobs[ATTR] = Knob(f"{p.id}/{ATTR}", p.id, KnobKind.TARGET_TEMPERATURE, UNITS[Quantity.TEMPERATURE],
                          min=float(lo), max=float(hi), writable=why is None, why_not=why)

@@ -6,6 +6,14 @@ A mixin of :class:`~aithermd.backends.nvml.NvmlBackend` (which provides ``nvml``
 that is lost, down or hung refuses at once. ``NVML_ERROR_NO_PERMISSION`` on a write (as root: a container
 without CAP_SYS_ADMIN) makes the knob read-only with that reason, once: it is not tried again, and the
 runtime learns of it through ``take_changes()``.
+
+Any other failed write (``NVML_ERROR_UNKNOWN`` from one set call broken on one board or driver branch, a
+``TIMEOUT``) is a fault of that knob, not of the GPU (its reads go on; see
+:mod:`aithermd.backends.nvml_probe`): said once (``knob_write_failed``), the knob's writes are then refused
+without an NVML call and tried again with backoff (:data:`WRITE_BACKOFF_S`), until one succeeds
+(``knob_write_back``). The restore at the stop is tried whatever the GPU's or the knob's state, each knob on
+its own: a write that fails leaves the knob restored when it reads back as its original, and a fan whose
+manual duty cannot be put back is handed to the driver's automatic curve instead (the restore's note).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from aithermd.errors import (
 )
 from aithermd.model import KnobValue, Status
 
+WRITE_BACKOFF_S = (2.0, 60.0)  # a knob whose writes fail: tried again 2 s later, doubling up to 60 s apart
 NO_PERMISSION_WHY = ("NVML_ERROR_NO_PERMISSION: NVML refused the write although the daemon runs as root "
                      "(a container without CAP_SYS_ADMIN, or the GPU's settings are locked)")
 
@@ -44,12 +53,12 @@ class NvmlKnobs:
     _names: dict[int, str]
     _log: Any
 
-    def _knob(self, knob_id: str) -> tuple[Slot, str]:
+    def _knob(self, knob_id: str, any_state: bool = False) -> tuple[Slot, str]:
         dev_id, _, attr = knob_id.partition("/")
         slot = self.life.slots.get(dev_id)
         if slot is None or attr not in slot.reader.knobs:
             raise UnknownKnob(knob_id)
-        if slot.state != "ok":
+        if slot.state != "ok" and not any_state:
             raise DeviceLost(f"{knob_id}: {dev_id} is {slot.state} ({slot.why})")
         return slot, attr
 
@@ -85,6 +94,26 @@ class NvmlKnobs:
         self._on(knob_id, self._write, value)
 
     def _write(self, knob_id: str, value: float) -> None:
+        faults: dict[str, list[Any]] = self.__dict__.setdefault("_write_faults", {})  # id → [why, at, delay]
+        fault, now = faults.get(knob_id), self.clock.monotonic()
+        if fault is not None and now < fault[1]:
+            raise BackendError(fault[0])  # the same words as the write that failed: reported once
+        try:
+            self._write_now(knob_id, value)
+        except BackendError as exc:
+            if type(exc) not in (BackendError, BackendTimeout):
+                raise  # out of range, read-only, not supported, lost: not a write that failed
+            delay = WRITE_BACKOFF_S[0] if fault is None else min(fault[2] * 2, WRITE_BACKOFF_S[1])
+            why = f"{knob_id}: writes fail with {str(exc).rpartition(': ')[2] or type(exc).__name__}; " \
+                  f"tried again with backoff (up to {WRITE_BACKOFF_S[1]:g} s)"
+            if fault is None or fault[0] != why:
+                self._log.error("knob_write_failed", knob=knob_id, value=value, error=str(exc), message=why)
+            faults[knob_id] = [why, now + delay, delay]
+            raise BackendError(why) from exc
+        if faults.pop(knob_id, None) is not None:
+            self._log.warning("knob_write_back", knob=knob_id, value=value)
+
+    def _write_now(self, knob_id: str, value: float) -> None:
         slot, attr = self._knob(knob_id)
         knob = slot.reader.knobs[attr]
         if not knob.writable:
@@ -180,39 +209,78 @@ class NvmlKnobs:
             raise BackendError(f"{knob_id}: cannot read the original fan state")
         return {"speed_pct": int(round(kv.value)), "mode": kv.mode, "uuid": slot.reader.uuid}
 
-    def _saved_slot(self, knob_id: str, saved: dict[str, Any]) -> tuple[Slot, str]:
+    def _saved_slot(self, knob_id: str, saved: dict[str, Any], any_state: bool = False) -> tuple[Slot, str]:
         """The GPU the original was saved from: by its UUID when the journal has one (the index in the knob
         id may now name another board); raises UnknownKnob when that GPU is not here."""
         uuid = saved.get("uuid")
         here = self.life.slots.get(knob_id.partition("/")[0])
         if uuid is None or (here is not None and here.reader.uuid == uuid):
-            return self._knob(knob_id)  # an older journal without a UUID, or the same board at the index
+            return self._knob(knob_id, any_state)  # an older journal without a UUID, or the same board
         attr = knob_id.partition("/")[2]
         for other in self.life.slots.values():
             if other.reader.uuid == uuid and attr in other.reader.knobs:
-                return self._knob(f"{other.id}/{attr}")
+                return self._knob(f"{other.id}/{attr}", any_state)
         raise UnknownKnob(f"{knob_id}: GPU {uuid} is not here (its NVML index now names another board)")
 
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        """Put back what :meth:`save_knob` returned; a fan that was automatic goes back to automatic."""
-        self._on(knob_id, self._restore, saved)
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> str | None:
+        """Put back what :meth:`save_knob` returned; a fan that was automatic goes back to automatic. Tried
+        whatever the GPU's state (see the module doc); returns a note when the knob was left safe instead
+        of as found (a manual fan handed to the driver's curve). Raises DeviceLost, BackendError,
+        BackendTimeout, UnknownKnob."""
+        return self._on(knob_id, self._restore, saved)
 
-    def _restore(self, knob_id: str, saved: dict[str, Any]) -> None:
+    def _restore(self, knob_id: str, saved: dict[str, Any]) -> str | None:
         here = self.life.slots.get(knob_id.partition("/")[0])
         if here is not None:  # lost or down: asked again now, not after its backoff (the stop cannot wait)
             self.life.recheck(here, self.clock.monotonic())
-        slot, attr = self._saved_slot(knob_id, saved)
-        if attr == KNOB:
-            slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
-        elif attr == "power_limit":
-            self._do(slot, f"{knob_id}: restore {saved['limit_mw']} mW", "nvmlDeviceSetPowerManagementLimit",
-                     int(saved["limit_mw"]))
-        elif attr == nvml_acoustic.ATTR:
-            self._do(slot, f"{knob_id}: restore {saved['target_c']} °C",
-                     *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
-        elif saved.get("mode") == "manual" or (saved.get("mode") is None and not slot.reader.fan_policy):
-            self._do(slot, f"{knob_id}: restore {saved['speed_pct']} %", "nvmlDeviceSetFanSpeed_v2",
-                     int(attr[3:]), int(saved["speed_pct"]))
-        else:
-            self._do(slot, f"{knob_id}: restore auto", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
+        slot, attr = self._saved_slot(knob_id, saved, any_state=True)  # down still: the call is tried
 
+        def do(what: str, fname: str, *args: Any) -> Any:
+            return self._do(slot, f"{knob_id}: {what}", fname, *args)
+
+        manual = attr.startswith("fan") and (
+            saved.get("mode") == "manual" or (saved.get("mode") is None and not slot.reader.fan_policy))
+        try:
+            if attr == KNOB:
+                slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
+            elif attr == "power_limit":
+                mw = int(saved["limit_mw"])
+                do(f"restore {mw} mW", "nvmlDeviceSetPowerManagementLimit", mw)
+            elif attr == nvml_acoustic.ATTR:
+                do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
+            elif manual:
+                do(f"restore {saved['speed_pct']} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
+                   int(saved["speed_pct"]))
+            else:
+                do("restore auto", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
+        except BackendError as exc:
+            if slot.state != "ok":  # tried on a GPU lost or down, and failed: said as before
+                raise DeviceLost(f"{knob_id}: {slot.id} is {slot.state} ({slot.why})") from exc
+            if isinstance(exc, DeviceLost):
+                raise
+            if self._in_place(slot, attr, saved, manual):
+                return None  # the write failed, but the knob holds its original: nothing to put back
+            if not manual:
+                raise
+            try:  # safe instead of as found: the driver's own curve
+                do("auto instead", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
+            except BackendError:
+                raise exc from None
+            return f"{exc}; handed to the driver's automatic curve instead of {saved['speed_pct']} % manual"
+        return None
+
+    def _in_place(self, slot: Slot, attr: str, saved: dict[str, Any], manual: bool) -> bool:
+        """Whether ``attr`` of ``slot`` reads back as ``saved`` (False when it cannot be read)."""
+        reader = slot.reader
+        try:
+            if attr == "power_limit":
+                return int(reader.call("nvmlDeviceGetPowerManagementLimit")) == int(saved["limit_mw"])
+            if attr == nvml_acoustic.ATTR:
+                return nvml_acoustic.value(reader).value == float(saved["target_c"])
+            if attr.startswith("fan"):
+                kv = reader.fan_value(int(attr[3:]))
+                return kv.mode == ("manual" if manual else "auto") and (
+                    not manual or kv.value == float(saved["speed_pct"]))
+        except (reader.nv.NVMLError, Lost, Down):
+            pass
+        return False

@@ -10,8 +10,11 @@ Error classes are kept apart: ``NOT_SUPPORTED`` at discovery = the capability is
 knob), and on an informational query (name, PCI info, thresholds) a fallback, never a dropped GPU;
 ``NO_PERMISSION`` = the knob is read-only with the reason; ``GPU_IS_LOST`` = this GPU is lost
 (:class:`Lost`: the caller reports it in ``Sample.lost``); ``UNKNOWN``, ``UNINITIALIZED``,
-``LIB_RM_VERSION_MISMATCH`` and ``DRIVER_NOT_LOADED`` = NVML itself needs initialising again (:class:`Down`);
-anything else = that reading failed.
+``LIB_RM_VERSION_MISMATCH`` and ``DRIVER_NOT_LOADED`` on a read = NVML itself needs initialising again
+(:class:`Down`); anything else = that reading failed. A *write* (``nvmlDeviceSet*``/``Reset*``) that fails
+with anything but ``GPU_IS_LOST`` is a fault of that knob, never of the GPU: the reads tell whether the GPU
+or NVML is down (one set call broken on one board or driver branch must not take the GPU down with it), and
+a probe write (:meth:`GpuProbe.probe_write`) only tells whether the knob may be written.
 
 GPUs without an energy counter (``nvmlDeviceGetTotalEnergyConsumption`` is "for Volta or newer": Pascal
 and older answer ``NOT_SUPPORTED``) get an ``energy`` channel integrated from power, marked
@@ -104,6 +107,8 @@ class Down(Exception):
 # UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, UNKNOWN
 REINIT_CODES = frozenset({1, 9, 18, 999})
 NOT_SUPPORTED_CODES = frozenset({3, 13})  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
+DENIED_CODES = frozenset({3, 4, 13})  # ... and NO_PERMISSION: what a probe write can say of its knob
+WRITES = ("nvmlDeviceSet", "nvmlDeviceReset")  # function name prefixes of the calls that change a setting
 
 
 def error_names(nv: Any) -> dict[int, str]:
@@ -157,8 +162,8 @@ class GpuProbe:
 
     def call(self, name: str, *args: Any) -> Any:
         """``nv.<name>(handle, *args)``; GPU_IS_LOST raises :class:`Lost`, the codes of
-        :data:`REINIT_CODES` raise :class:`Down`; a function this pynvml lacks raises
-        NVMLError(FUNCTION_NOT_FOUND) like a driver that lacks it."""
+        :data:`REINIT_CODES` raise :class:`Down` from a read (from a write: NVMLError, the knob's fault); a
+        function this pynvml lacks raises NVMLError(FUNCTION_NOT_FOUND) like a driver that lacks it."""
         fn = getattr(self.nv, name, None)
         if fn is None:
             raise self.nv.NVMLError(self.nv.NVML_ERROR_FUNCTION_NOT_FOUND)
@@ -169,7 +174,7 @@ class GpuProbe:
         except self.nv.NVMLError as exc:
             if exc.value == self.nv.NVML_ERROR_GPU_IS_LOST:
                 raise Lost(self.id) from exc
-            if exc.value in REINIT_CODES:
+            if exc.value in REINIT_CODES and not name.startswith(WRITES):
                 raise Down(self.names.get(exc.value, f"NVML_ERROR_{exc.value}")) from exc
             raise
 
@@ -179,6 +184,16 @@ class GpuProbe:
             return self.call(name, *args), None
         except self.nv.NVMLError as exc:
             return None, exc.value
+
+    def probe_write(self, name: str, *args: Any) -> int | None:
+        """A write that changes nothing, asked at discovery: the NVML code when it says this process may not
+        write the knob (:data:`DENIED_CODES`), else None: any other failure (UNKNOWN, GPU_IS_LOST) is the
+        write's, met again and reported when the daemon writes, never a verdict on the knob or the GPU."""
+        try:
+            code = self.attempt(name, *args)[1]
+        except Lost:
+            return None
+        return code if code in DENIED_CODES else None
 
     def why(self, code: int, what: str) -> str:
         return f"{self.names.get(code, f'NVML_ERROR_{code}')}: {what}"
@@ -245,14 +260,9 @@ class GpuProbe:
             self.channels[CHANNEL] = self.extra.channel
         order = {a: i for i, a in enumerate(CHANNEL_ORDER)}
         self.channels = dict(sorted(self.channels.items(), key=lambda kv: (order.get(kv[0], 99), kv[0])))
-        return Device(
-            id=self.id,
-            kind=DeviceKind.GPU,
-            name=name,
-            channels=tuple(self.channels.values()),
-            knobs=tuple(self.knobs.values()),
-            info={"uuid": uuid, "pci_bus_id": bus, "name": name, "index": self.index},
-        )
+        return Device(id=self.id, kind=DeviceKind.GPU, name=name, channels=tuple(self.channels.values()),
+                      knobs=tuple(self.knobs.values()),
+                      info={"uuid": uuid, "pci_bus_id": bus, "name": name, "index": self.index})
 
     def _probe_temperature(self) -> None:
         nv = self.nv
@@ -323,8 +333,8 @@ class GpuProbe:
             why = self.why(nv.NVML_ERROR_NO_PERMISSION, "setting the power limit needs root")
         if why is None and self.probe_writes and limit_mw is not None:
             # writing the limit in force changes nothing and tells whether NVML lets this process write
-            wcode = self.attempt("nvmlDeviceSetPowerManagementLimit", limit_mw)[1]
-            if wcode not in (None, nv.NVML_ERROR_INVALID_ARGUMENT):
+            wcode = self.probe_write("nvmlDeviceSetPowerManagementLimit", limit_mw)
+            if wcode is not None:
                 why = self.why(
                     wcode,
                     "setting the power limit needs root"
@@ -333,15 +343,8 @@ class GpuProbe:
                 )
         kid = f"{self.id}/power_limit"
         self.knobs["power_limit"] = Knob(
-            kid,
-            self.id,
-            KnobKind.POWER_LIMIT,
-            UNITS[Quantity.POWER],
-            min=lo,
-            max=hi,
-            default=None if default is None else units.mw_to_w(default),
-            writable=why is None,
-            why_not=why,
+            kid, self.id, KnobKind.POWER_LIMIT, UNITS[Quantity.POWER], min=lo, max=hi,
+            default=None if default is None else units.mw_to_w(default), writable=why is None, why_not=why,
         )
 
     def _probe_fans(self) -> None:
@@ -361,15 +364,8 @@ class GpuProbe:
             self._channel(f"fan{i}", Quantity.DUTY)
             why = self._probe_fan_write(i)
             self.knobs[f"fan{i}"] = Knob(
-                f"{self.id}/fan{i}",
-                self.id,
-                KnobKind.FAN,
-                UNITS[Quantity.DUTY],
-                min=lo,
-                max=hi,
-                writable=why is None,
-                why_not=why,
-                fan_channel=f"{self.id}/fan{i}",
+                f"{self.id}/fan{i}", self.id, KnobKind.FAN, UNITS[Quantity.DUTY], min=lo, max=hi,
+                writable=why is None, why_not=why, fan_channel=f"{self.id}/fan{i}",
             )
 
     def _probe_fan_write(self, fan: int) -> str | None:
@@ -387,9 +383,9 @@ class GpuProbe:
         if policy == nv.NVML_FAN_POLICY_MANUAL:  # re-assert the manual target: no change
             target = self.attempt("nvmlDeviceGetTargetFanSpeed", fan)[0] if self.fan_target else None
             target = self.attempt("nvmlDeviceGetFanSpeed_v2", fan)[0] if target is None else target
-            code = self.attempt("nvmlDeviceSetFanSpeed_v2", fan, target)[1]
+            code = self.probe_write("nvmlDeviceSetFanSpeed_v2", fan, target)
         else:  # already automatic: handing it back to the driver changes nothing
-            code = self.attempt("nvmlDeviceSetDefaultFanSpeed_v2", fan)[1]
+            code = self.probe_write("nvmlDeviceSetDefaultFanSpeed_v2", fan)
         if code is None:
             return None
         return self.why(

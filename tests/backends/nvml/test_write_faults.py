@@ -1,0 +1,160 @@
+"""A write that fails is a fault of its knob, not the loss of its GPU (attack report F1): through the real
+pynvml bindings over the fake NVML, one set call answering NVML_ERROR_UNKNOWN for good while every read
+answers. The GPU is still read (its temperature keeps feeding the fans), the knob's writes back off, probe
+writes decide nothing about the GPU, and the restore at the stop tries every knob on its own."""
+
+from __future__ import annotations
+
+import pynvml as E
+import pytest
+import structlog
+
+from aithermd.backends.nvml import NvmlBackend
+from aithermd.clock import FakeClock
+from aithermd.errors import BackendError, DeviceLost
+from aithermd.model import Status
+from aithermd.sim.fake_nvml import FakeNvml
+from tests.backends.nvml.conftest import H100, RTX4090, profile
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def make(clock):
+    made: list[NvmlBackend] = []
+
+    def build(fake: FakeNvml) -> NvmlBackend:
+        backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+        made.append(backend)
+        backend.discover()
+        return backend
+
+    yield build
+    for b in made:
+        b.close()
+
+
+def two() -> FakeNvml:
+    return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[1, None], driver_version="590.48.01")
+
+
+def inits(fake: FakeNvml) -> int:
+    return fake.calls.get("nvmlInitWithFlags", 0) + fake.calls.get("nvmlInit_v2", 0)
+
+
+def test_a_set_call_failing_for_good_is_a_knob_fault_and_the_gpu_is_still_read(make, clock):
+    fake = two()
+    backend = make(fake)
+    n = inits(fake)
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN)
+    with structlog.testing.capture_logs() as logs, pytest.raises(BackendError) as err:
+        backend.write_knob("gpu0/power_limit", 282.0)
+    assert type(err.value) is BackendError and "NVML_ERROR_UNKNOWN" in str(err.value)
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["knob_write_failed"]
+    for _ in range(180):  # three minutes: gpu0 stays read, its temperature a reading like any other
+        clock.advance(1.0)
+        s = backend.sample()
+        assert s.lost == frozenset() and s.readings["gpu0/temperature"].status is Status.OK
+    assert s.readings["gpu0/temperature"].value == 28.0 and s.knobs["gpu0/power_limit"].value == 450.0
+    assert s.health["nvml"]["gpus"]["gpu0"]["state"] == "ok" and inits(fake) == n, "no nvmlInit again"
+    backend.write_knob("gpu0/fan0", 60.0)  # the GPU's other knobs are written as usual
+    assert fake.fan_target_pct(0, 0) == 60 and not fake.fan_auto(0, 0)
+
+
+def test_a_failing_knob_is_tried_again_with_backoff_and_comes_back(make, clock):
+    fake = two()
+    backend = make(fake)
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN)
+    asked = []
+    for _ in range(20):  # one write a second, as a safety decision that does not hold would be
+        before = fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0)
+        with pytest.raises(BackendError, match="NVML_ERROR_UNKNOWN"):
+            backend.write_knob("gpu0/power_limit", 300.0)
+        asked.append(fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) - before)
+        clock.advance(1.0)
+    assert [i for i, a in enumerate(asked) if a] == [0, 2, 6, 14], "2, 4, 8 s apart, not every tick"
+    fake.clear_injections()
+    clock.advance(16.0)
+    with structlog.testing.capture_logs() as logs:
+        backend.write_knob("gpu0/power_limit", 300.0)
+    assert fake.power_limit_w(0) == 300.0 and [e["event"] for e in logs] == ["knob_write_back"]
+    backend.write_knob("gpu0/power_limit", 310.0)  # no backoff left
+    assert fake.power_limit_w(0) == 310.0
+
+
+def test_probe_writes_that_fail_never_keep_a_gpu_down(make, clock):
+    """The F1 trap: a read's Unknown Error re-handles the GPU, whose probe wrote the limit and the fan
+    again, failed again, and kept the GPU down for good."""
+    fake = two()
+    backend = make(fake)
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN)
+    fake.inject("nvmlDeviceSetFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
+    fake.inject("nvmlDeviceSetDefaultFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
+    fake.inject("nvmlDeviceGetFieldValues", 0, E.NVML_ERROR_UNKNOWN, count=1)  # one read: NVML breaks
+    assert backend.sample().lost == {"gpu0"}
+    clock.advance(1.0)
+    s = backend.sample()  # initialised again, looked up and probed again: back, the knobs still writable
+    assert s.lost == frozenset() and s.readings["gpu0/temperature"].status is Status.OK
+    (gpu0, _) = backend.discover()
+    assert [k.id for k in gpu0.knobs if k.writable][:2] == ["gpu0/power_limit", "gpu0/fan0"]
+    fresh = make(fake)  # found with the set calls already broken: the GPU and its knobs are there
+    assert [k.id for k in fresh.discover()[0].knobs if k.writable][:2] == ["gpu0/power_limit", "gpu0/fan0"]
+
+
+def test_the_restore_tries_each_knob_whatever_one_set_call_does(make, clock):
+    fake = two()
+    backend = make(fake)
+    limit, fan = backend.save_knob("gpu0/power_limit"), backend.save_knob("gpu0/fan0")
+    assert fan["mode"] == "auto"
+    backend.write_knob("gpu0/power_limit", 300.0)
+    backend.write_knob("gpu0/fan0", 50.0)
+    fake.inject("nvmlDeviceSetFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN)
+    with pytest.raises(BackendError):
+        backend.write_knob("gpu0/fan0", 70.0)
+    clock.advance(1.0)
+    assert backend.restore_knob("gpu0/fan0", fan) is None  # back to auto: another call, it works
+    assert fake.fan_auto(0, 0)
+    with pytest.raises(BackendError, match="NVML_ERROR_UNKNOWN") as err:
+        backend.restore_knob("gpu0/power_limit", limit)  # really broken: said so, and it is tried
+    assert not isinstance(err.value, DeviceLost) and fake.power_limit_w(0) == 300.0
+    fake.clear_injections("nvmlDeviceSetPowerManagementLimit", 0)
+    backend.restore_knob("gpu0/power_limit", limit)
+    assert fake.power_limit_w(0) == limit["limit_mw"] / 1000 == 450.0
+
+
+def test_a_manual_fan_whose_duty_cannot_be_put_back_is_handed_to_the_driver(make):
+    fake = two()
+    backend = make(fake)
+    backend.write_knob("gpu0/fan0", 40.0)  # found manual at 40 % (another tool left it so)
+    fan = backend.save_knob("gpu0/fan0")
+    backend.write_knob("gpu0/fan0", 80.0)
+    fake.inject("nvmlDeviceSetFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
+    note = backend.restore_knob("gpu0/fan0", fan)
+    assert fake.fan_auto(0, 0) and "automatic curve instead of 40 % manual" in note
+
+
+def test_a_restore_whose_write_fails_but_finds_the_original_in_place_is_done(make):
+    fake = two()
+    backend = make(fake)
+    limit = backend.save_knob("gpu0/power_limit")  # never changed: the write failed from the start
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN)
+    with pytest.raises(BackendError):
+        backend.write_knob("gpu0/power_limit", 282.0)
+    assert backend.restore_knob("gpu0/power_limit", limit) is None and fake.power_limit_w(0) == 450.0
+
+
+def test_a_lost_gpu_still_refuses_writes_and_its_restore_says_so(make, clock):
+    fake = two()
+    backend = make(fake)
+    limit = backend.save_knob("gpu1/power_limit")
+    fake.inject("nvmlDeviceGetFieldValues", 1, E.NVML_ERROR_GPU_IS_LOST)
+    assert backend.sample().lost == {"gpu1"}
+    with pytest.raises(DeviceLost):
+        backend.write_knob("gpu1/power_limit", 500.0)
+    fake.lose_gpu(1)
+    with pytest.raises(DeviceLost, match="GPU_IS_LOST"):
+        backend.restore_knob("gpu1/power_limit", limit)
