@@ -9,7 +9,11 @@ time, in order, on one thread; a call made from the worker thread itself runs at
 **A hung GPU.** A call made for a GPU (``gpu="gpu1"``) that misses its deadline marks that GPU *hung* and
 leaves the stuck thread behind: later calls run on a fresh thread, so the other GPUs go on being read and
 written; calls for the hung GPU fail at once with :class:`~aithermd.errors.BackendTimeout` until the stuck
-call returns (then the GPU is free again and its abandoned thread ends). :meth:`NvmlWorker.each` reads
+call returns (then the GPU is free again and its abandoned thread ends). The calls queued behind the stuck
+one move to the fresh thread: none is cancelled (a restore of a healthy GPU queued behind a hung one is
+made, not dropped), and those for the hung GPU fail with BackendTimeout. A call still queued when its
+deadline passes is not blamed on its own GPU: it waits behind another caller's call, which is left behind
+(and the queue moved) once the worker has begun no NVML call for that deadline. :meth:`NvmlWorker.each` reads
 many GPUs in one pass on the thread (one hand-off per tick in the normal case): a GPU whose read makes no
 progress within the deadline (no NVML call began: :meth:`NvmlWorker.beat`) is marked hung and the pass goes
 on with the GPUs after it on a fresh thread. :meth:`NvmlWorker.poll` is the same pass for a watcher that
@@ -32,6 +36,7 @@ import structlog
 from aithermd.errors import BackendTimeout
 
 T = TypeVar("T")
+HUNG = "{gpu}: an earlier NVML call has not returned (the GPU is hung)"
 DEADLINE_S = 2.0  # an NVML query answers in µs to ms; nvmlInit attaching every GPU can take ~1 s
 
 
@@ -42,35 +47,44 @@ class _Thread:
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.running: Future[Any] | None = None  # the future of the call running now
         self._thread.start()
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+    def submit(self, fn: Callable[..., T], *args: Any, gpu: str | None = None) -> Future[T]:
         future: Future[T] = Future()
-        self._jobs.put((fn, args, future))
+        self._jobs.put((fn, args, future, gpu))
         return future
+
+    def put(self, job: tuple[Any, ...]) -> None:
+        self._jobs.put(job)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Every job still queued (fn, args, future, gpu), taken off the queue."""
+        jobs = []
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return jobs
+            if job is not None:
+                jobs.append(job)
 
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
                 return
-            fn, args, future = job
+            fn, args, future, _gpu = job
             if not future.set_running_or_notify_cancel():
                 continue
+            self.running = future
             try:
                 future.set_result(fn(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
+            self.running = None
 
-    def shutdown(self, *, wait: bool = False, cancel_futures: bool = False) -> None:
-        if cancel_futures:
-            while True:
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if job is not None:
-                    job[2].cancel()
+    def shutdown(self, *, wait: bool = False) -> None:
         self._jobs.put(None)
         if wait and self._thread is not threading.current_thread():
             self._thread.join()
@@ -105,11 +119,37 @@ class NvmlWorker:
             return self._executor
 
     def _abandon(self, executor: _Thread) -> None:
-        """Leave ``executor``'s stuck thread behind (it ends once its call returns)."""
+        """Leave ``executor``'s stuck thread behind (it ends once its call returns); the calls queued on it
+        move to a fresh thread, those for a GPU hung now fail with BackendTimeout."""
         with self._lock:
             if self._executor is executor:
                 self._executor = None
-        executor.shutdown(wait=False, cancel_futures=True)
+        queued = executor.take()
+        executor.shutdown(wait=False)
+        for fn, args, future, gpu in queued:
+            try:
+                if gpu is not None and gpu in self._hung:
+                    raise BackendTimeout(HUNG.format(gpu=gpu))
+                self._current().put((fn, args, future, gpu))
+            except (BackendTimeout, RuntimeError) as exc:  # RuntimeError: the worker closed meanwhile
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+
+    def _behind(self, future: Future[Any], deadline: float) -> bool:
+        """Whether ``future``'s call, past its deadline, has not begun: it waits behind another caller's
+        call. That call is left behind (:meth:`_abandon`, the queue moved to a fresh thread) once the
+        worker has begun no NVML call for ``deadline`` s; it is not blamed on ``future``'s GPU."""
+        if future.running() or future.done():
+            return False
+        executor = self._executor
+        if executor is not None and time.monotonic() - self._beat >= deadline:
+            self._abandon(executor)
+        return True
+
+    def _holder(self, future: Future[Any], executor: _Thread) -> _Thread:
+        """The thread running ``future`` (the one it was submitted to, or the fresh one it moved to)."""
+        current = self._executor
+        return current if current is not None and current.running is future else executor
 
     def _enter(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         self._local.inside = True
@@ -149,7 +189,7 @@ class NvmlWorker:
 
     def _refuse_hung(self, gpu: str | None) -> None:
         if gpu is not None and gpu in self._hung:
-            raise BackendTimeout(f"{gpu}: an earlier NVML call has not returned (the GPU is hung)")
+            raise BackendTimeout(HUNG.format(gpu=gpu))
 
     # -- calls -----------------------------------------------------------------------------------------
     def run(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None,
@@ -161,12 +201,14 @@ class NvmlWorker:
             return fn(*args)
         self._refuse_hung(gpu)
         executor = self._current()
-        future = executor.submit(self._enter, fn, args)
+        future = executor.submit(self._enter, fn, args, gpu=gpu)
         deadline = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            return future.result(timeout=deadline)
-        except FutureTimeout:
-            raise self._timed_out(executor, future, fn, deadline, gpu) from None
+        while True:
+            try:
+                return future.result(timeout=deadline)
+            except FutureTimeout:
+                if not self._behind(future, deadline):
+                    raise self._timed_out(self._holder(future, executor), future, fn, deadline, gpu) from None
 
     async def call(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None,
                    gpu: str | None = None) -> T:
@@ -175,12 +217,15 @@ class NvmlWorker:
             return fn(*args)
         self._refuse_hung(gpu)
         executor = self._current()
-        cf = executor.submit(self._enter, fn, args)
+        cf = executor.submit(self._enter, fn, args, gpu=gpu)
+        waiter = asyncio.wrap_future(cf)
         deadline = self.timeout_s if timeout_s is None else timeout_s
-        try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(cf)), deadline)
-        except TimeoutError:
-            raise self._timed_out(executor, cf, fn, deadline, gpu) from None
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter), deadline)
+            except TimeoutError:
+                if not self._behind(cf, deadline):
+                    raise self._timed_out(self._holder(cf, executor), cf, fn, deadline, gpu) from None
 
     def _timed_out(self, executor: _Thread, future: Future[Any], fn: Callable[..., Any],
                    deadline: float, gpu: str | None) -> BackendTimeout:
@@ -210,6 +255,8 @@ class NvmlWorker:
                 for g, it in todo:
                     if state["stop"]:
                         return
+                    if g in self._hung:  # hung since (this pass moved to a fresh thread): not asked
+                        continue
                     state["gpu"], state["since"] = g, time.monotonic()
                     value = fn(it)
                     if not state["stop"]:
@@ -268,6 +315,8 @@ class NvmlWorker:
             for g, it in todo:
                 if state["stop"]:
                     break
+                if g in self._hung:  # hung since (this job moved to a fresh thread): not asked
+                    continue
                 state["gpu"], state["since"] = g, time.monotonic()
                 done[g] = fn(it)
             state["gpu"] = None

@@ -126,10 +126,10 @@ def test_a_gpu_that_hangs_in_a_poll_is_marked_hung_and_the_others_are_read_on_a_
     assert _until(lambda: worker.hung("gpu0") is None)
 
 
-def test_a_poll_queued_behind_a_pass_that_is_left_behind_answers_nothing_and_the_next_one_reads(worker):
-    """The tick's pass hangs and its thread is left behind (the GPU marked hung): a poll waiting behind it
-    is cancelled with it; the poll answers None (no exception reaches the fast lane's thread) and the next
-    one runs on the fresh thread."""
+def test_a_poll_queued_behind_a_call_that_is_left_behind_moves_to_the_fresh_thread(worker):
+    """A call on gpu0 hangs and its thread is left behind (the GPU marked hung): a poll waiting behind it
+    is not cancelled (it was, and answered None) but moves to the fresh thread and reads gpu1; the next
+    one leaves the hung GPU out."""
     gate = threading.Event()
     busy = threading.Thread(target=lambda: pytest.raises(BackendTimeout, worker.run, gate.wait, timeout_s=0.3,
                                                          gpu="gpu0"))
@@ -141,7 +141,7 @@ def test_a_poll_queued_behind_a_pass_that_is_left_behind_answers_nothing_and_the
         poller.start()
         poller.join(10.0)
         busy.join(10.0)
-        assert answers == [None] and worker.hung("gpu0") is not None
+        assert answers == [{"gpu1": "1"}] and worker.hung("gpu0") is not None
         assert worker.poll([("gpu0", 0), ("gpu1", 1)], str, wait_s=5.0) == {"gpu1": "1"}
     finally:
         gate.set()
