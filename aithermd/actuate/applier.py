@@ -17,6 +17,10 @@
 - **Quantised knobs**: a pwm knob's ``settles_at(value)`` (hwmon's ``pwm_knob``: the driver's level at or
   above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
   nor a reason to write again.
+- **Power limits the driver keeps its own way** (:func:`limit_kept`): for a safety cut, a limit read back
+  at or below the target holds (a driver that quantises the limit, to 25 W steps, keeps it under: at
+  least as safe); for any decision, the limit the driver kept after the same value was written, still in
+  place, is not written again (a floor above the reported minimum, a coarser step above the target).
 - **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver that refuses
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
@@ -87,6 +91,20 @@ def mode_refused(backend: Backend, knob: Knob) -> str | None:
     ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
     pwm = _pwm_knob(backend, knob)
     return pwm.mode_refused if pwm is not None else None
+
+
+def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue | None,
+               own: _Owned | None) -> bool:
+    """Whether power limit ``knob``, read back as ``current``, already holds what its driver keeps of
+    ``value`` (W): at or below it for a safety cut, or what the driver kept after ``own``'s last write of
+    the same value, unchanged since (writing it again would change nothing). False for other knobs."""
+    if knob.kind != KnobKind.POWER_LIMIT or current is None or current.status != Status.OK \
+            or current.value is None:
+        return False
+    if decision.layer == Layer.SAFETY and current.value <= value + tolerance(knob, value):
+        return True
+    return (own is not None and own.after is not None and current == own.after
+            and abs(own.requested - value) <= tolerance(knob, value))
 
 
 @dataclass
@@ -179,7 +197,8 @@ class Applier:
         if force and own is not None and not self.dry_run:
             return False  # written again whatever the read-back says
         holds = settles_at(backend, knob, value)
-        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None):
+        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None) \
+                or limit_kept(knob, decision, value, current, own):
             if own is not None:
                 own.requested, own.after = value, current
             return True

@@ -311,6 +311,8 @@ class NvmlFunctions:
         self._write_allowed()
         if not lo <= mw <= hi:
             raise NvmlReturn(INVALID_ARGUMENT)
-        gpu.limit_mw = mw
+        if gpu.limit_step_mw:
+            mw = min(hi, max(lo, int(round(mw / gpu.limit_step_mw)) * gpu.limit_step_mw))
+        gpu.limit_mw = max(mw, gpu.limit_floor_mw or mw)
         self._persist()
         return SUCCESS

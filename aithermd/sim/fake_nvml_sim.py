@@ -144,6 +144,15 @@ class SimulatorControls:
             mw = self.gpus[index].limit_mw
             return None if mw is None else mw_to_w(mw)
 
+    def quantise_power(self, index: int, step_w: float | None = None, floor_w: float | None = None) -> None:
+        """GPU ``index``'s driver keeps a power limit it is set to only in ``step_w`` steps (the nearest,
+        within the constraints) and not under ``floor_w`` (above the minimum it reports): the set call
+        succeeds, and the limit read back is what it kept. None: as asked."""
+        with self._lock:
+            gpu = self.gpus[index]
+            gpu.limit_step_mw = None if step_w is None else w_to_mw(step_w)
+            gpu.limit_floor_mw = None if floor_w is None else w_to_mw(floor_w)
+
     def enforced_power_limit_w(self, index: int) -> float | None:
         with self._lock:
             self._sync()

@@ -135,6 +135,10 @@ class FakeGpu:
     gpm_busy_s: float = 0.0
     gpm_tensor_s: float = 0.0
     cap_mw: int | None = None  # an out-of-band cap (BMC, nvidia-powerd): the enforced limit stays under it
+    # a driver that keeps a management limit only in steps of limit_step_mw (the nearest), and not under
+    # limit_floor_mw (a floor above the minimum it reports): the set call succeeds, the read-back differs
+    limit_step_mw: int | None = None
+    limit_floor_mw: int | None = None
     epoch: int = 0  # incremented when the GPU comes back from a reset: older handles are stale
     # the acoustic threshold (nvidia-smi's GPU Target Temperature) as set, None: the dump's; its range, as
     # NVML's ACOUSTIC_MIN/MAX report it: no recorded dump has one, so only a test gives it (else

@@ -120,6 +120,18 @@ def test_power_limit_within_constraints_and_refused_outside(nv, workstation):
         nv.nvmlDeviceSetPowerManagementLimit(h, 300.5)  # ctypes refuses a float, as with the real library
 
 
+def test_a_driver_that_quantises_or_floors_the_limit_keeps_its_own_value(nv, workstation):
+    h = nv.nvmlDeviceGetHandleByIndex(0)  # RTX 4090: 150–450 W
+    workstation.quantise_power(0, step_w=25.0)
+    nv.nvmlDeviceSetPowerManagementLimit(h, 229110)  # succeeds; the nearest step is kept
+    assert nv.nvmlDeviceGetPowerManagementLimit(h) == 225000 == nv.nvmlDeviceGetEnforcedPowerLimit(h)
+    workstation.quantise_power(0, floor_w=250.0)
+    nv.nvmlDeviceSetPowerManagementLimit(h, 150000)  # the reported minimum: accepted, kept at the floor
+    assert workstation.power_limit_w(0) == 250.0
+    with pytest.raises(nv.NVMLError_InvalidArgument):
+        nv.nvmlDeviceSetPowerManagementLimit(h, 149999)  # outside the constraints: refused as before
+
+
 def test_enforced_limit_follows_another_cap():
     (gh200,) = [profile(DUMPS / "gh200-nvidia-smi-q.txt")]
     fake = FakeNvml([gh200])
