@@ -14,9 +14,10 @@ newer).
 ``Sample.health["nvml"]``: the library's and each GPU's health (:meth:`NvmlLife.health
 <aithermd.backends.nvml_life.NvmlLife.health>`).
 
-Every NVML call runs on the backend's :class:`~aithermd.backends.nvml_worker.NvmlWorker`, under a deadline
-per GPU: a GPU whose call hangs is left out (its readings stale, its knobs refused) while the others are
-read and written on. NVML that fails to initialise or breaks later, GPUs lost or not ready, are handled by
+Every NVML call runs on the backend's :class:`~aithermd.backends.nvml_worker.NvmlWorker` (but the fast
+lane's temperature reads, on its own thread: :mod:`aithermd.watchers.lanegpus`), under a deadline per GPU:
+a GPU whose call hangs is left out (its readings stale, its knobs refused) while the others are read and
+written on. NVML that fails to initialise or breaks later, GPUs lost or not ready, are handled by
 :mod:`aithermd.backends.nvml_life` (backoff, re-initialisation, adoption); :meth:`NvmlBackend.take_changes`
 tells the runtime when the devices changed. No driver means zero GPUs for now (the reason in
 :attr:`NvmlBackend.unavailable`), not an error.
@@ -25,9 +26,10 @@ tells the runtime when the devices changed. No driver means zero GPUs for now (t
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -37,11 +39,12 @@ from aithermd.backends.nvml_knobs import NvmlKnobs
 from aithermd.backends.nvml_life import NvmlLife, Slot
 from aithermd.backends.nvml_procs import ProcessReader
 from aithermd.backends.nvml_worker import NvmlWorker
-from aithermd.backends.readers import NvmlReader
+from aithermd.backends.readers import HandleGuard, NvmlReader
 from aithermd.clock import Clock, RealClock
 from aithermd.errors import BackendTimeout, UnknownKnob
 from aithermd.model import Device, GpuUsage, KnobValue, Reading, Sample, Status
 
+T = TypeVar("T")
 READ_DEADLINE_S = 0.5  # one GPU's read is a dozen NVML calls of µs to ms: half a second is a hang
 
 
@@ -80,6 +83,9 @@ class NvmlBackend(NvmlKnobs):
         self._names = error_names(nvml)
         self.life = NvmlLife(nvml, self._make_reader, self._names, self._base)
         self._procs: dict[str, ProcessReader] = {}
+        # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's
+        # own reads (NvmlReader.temperature_now) skip a poll meanwhile instead of using a dropped handle
+        self.handles = HandleGuard()
         self._log = structlog.get_logger("aithermd.nvml")
 
     def _base(self) -> int:
@@ -90,6 +96,17 @@ class NvmlBackend(NvmlKnobs):
                            device_index=device_index)
         reader.beat = self.worker.beat
         return reader
+
+    def _exclusive(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` (same name) run with :attr:`handles` held exclusively (the fast lane's reads in flight
+        waited for :attr:`read_deadline_s` at most: one stuck in a hung GPU never holds the worker up)."""
+
+        @functools.wraps(fn)
+        def exclusively(*args: Any) -> T:
+            with self.handles.exclusive(self.read_deadline_s):
+                return fn(*args)
+
+        return exclusively
 
     @property
     def worker(self) -> NvmlWorker:
@@ -107,10 +124,10 @@ class NvmlBackend(NvmlKnobs):
         """Every GPU NVML hands out now, its capabilities probed once; [] without a driver. Called again
         (hotplug, :meth:`take_changes`), it keeps the GPUs it knows and their ids, adopts new ones and
         drops those no longer enumerated."""
-        return self.worker.run(self._discover)
+        return self.worker.run(self._exclusive(self._discover))
 
     async def adiscover(self) -> list[Device]:
-        return await self.worker.call(self._discover)
+        return await self.worker.call(self._exclusive(self._discover))
 
     def _discover(self) -> list[Device]:
         life, now = self.life, self.clock.monotonic()
@@ -143,7 +160,7 @@ class NvmlBackend(NvmlKnobs):
         slot = self.life.slots.get(device_id)
         if slot is None or name != "temperature":
             return None
-        return NvmlReader(slot.reader, self.worker, device_id, self.read_deadline_s)
+        return NvmlReader(slot.reader, self.worker, device_id, self.read_deadline_s, self.handles)
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:
@@ -154,7 +171,7 @@ class NvmlBackend(NvmlKnobs):
         t = self.clock.monotonic()
         try:
             if self.life.due(t):  # most ticks nothing is: no hop for it
-                self.worker.run(self.life.maintain, t)
+                self.worker.run(self._exclusive(self.life.maintain), t)
         except BackendTimeout as exc:
             self._log.error("nvml_maintenance_hung", error=str(exc))
         except Exception as exc:  # noqa: BLE001 - an NVML fault never ends the sample
@@ -232,7 +249,7 @@ class NvmlBackend(NvmlKnobs):
         if down:
             answered = self.worker.each(down, self._answers, self.read_deadline_s)
             for slot in [s for i, s in down if answered.get(i) is True]:
-                self.worker.run(life.rehandle, slot, t)
+                self.worker.run(self._exclusive(life.rehandle), slot, t)
 
     def _answers(self, slot: Slot) -> bool:
         """Whether ``slot``'s GPU, looked up by PCI bus id, tells its temperature now (two NVML calls)."""
@@ -263,7 +280,7 @@ class NvmlBackend(NvmlKnobs):
         Raises UnknownKnob for a GPU this backend does not know."""
         if device_id not in self.life.slots:
             raise UnknownKnob(f"no GPU {device_id}")
-        self.worker.run(self.life.release, device_id, self.clock.monotonic())
+        self.worker.run(self._exclusive(self.life.release), device_id, self.clock.monotonic())
 
     def unrelease(self, bus_id: str | None = None) -> None:
         """Released GPUs on PCI ``bus_id`` (None: all) may be adopted again (a udev add brought it back)."""
@@ -289,7 +306,7 @@ class NvmlBackend(NvmlKnobs):
             readers = [slot.reader for slot in self.life.slots.values()]
             self._worker.run(close_all, readers, self.nvml)  # GPM sample buffers (nvml_clocks.py)
             try:
-                self._worker.run(self.nvml.nvmlShutdown)
+                self._worker.run(self._exclusive(self.nvml.nvmlShutdown))
             except Exception:  # noqa: BLE001 - closing must not fail
                 pass
             self.life.lib.up = False

@@ -40,6 +40,7 @@ class GpuReader(GpuProbe):
     _last: dict[str, Reading] | None = None  # (convert, lo, hi); the readings of the previous read
     _reasons: dict[int, tuple[str, ...]] | None = None  # clocks-event mask → names
     _persistence: tuple[float, bool] | None = None  # (monotonic s of the read, persistence mode)
+    temp_raw: tuple[str, tuple[Any, ...]] | None = None  # (NVML function, args) temp_fn calls (probe)
 
     def probe(self) -> Device:
         """:meth:`GpuProbe.probe`; what :meth:`read` asks each tick is then worked out again."""

@@ -272,7 +272,7 @@ class GpuProbe:
         ):
             code = self.attempt(fname, *args)[1]
             if code is None:
-                self.temp_fn = lambda f=fname, a=args: self.call(f, *a)
+                self.temp_fn, self.temp_raw = (lambda f=fname, a=args: self.call(f, *a)), (fname, args)
                 break
             if code != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
                 return

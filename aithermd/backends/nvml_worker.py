@@ -17,7 +17,10 @@ deadline passes is not blamed on its own GPU: it waits behind another caller's c
 many GPUs in one pass on the thread (one hand-off per tick in the normal case): a GPU whose read makes no
 progress within the deadline (no NVML call began: :meth:`NvmlWorker.beat`) is marked hung and the pass goes
 on with the GPUs after it on a fresh thread. :meth:`NvmlWorker.poll` is the same pass for a watcher that
-waits a few milliseconds at most (the fast lane's GPU temperatures, one job for every watched GPU).
+waits a few milliseconds at most (one job for every watched GPU). The one NVML call made elsewhere is the
+fast lane's temperature read on its own polling thread (NVML is thread-safe), several times a second near a
+trigger, where a hand-off would cost more than the read: it has a deadline of its own
+(:mod:`aithermd.watchers.lanegpus`) and skips the GPUs this worker holds hung.
 """
 
 from __future__ import annotations

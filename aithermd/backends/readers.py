@@ -9,8 +9,10 @@ nothing here reads a backend's private state.
   :mod:`aithermd.backends.slow`).
 - :class:`NvmlReader`: one GPU's temperature (°C) and power draw (W) — two NVML calls
   (``nvmlDeviceGetTemperature[V]``, ``nvmlDeviceGetPowerUsage`` in mW) on the backend's NVML worker
-  thread, never on the loop. :func:`gpu_temperatures` reads the temperature alone of many GPUs in one job
-  per worker, from a thread that waits a few milliseconds at most (:meth:`NvmlWorker.poll
+  thread, never on the loop; or the temperature alone on the fast lane's own thread
+  (:meth:`NvmlReader.temperature_now`, guarded by :mod:`aithermd.watchers.lanegpus`).
+  :func:`gpu_temperatures` reads the temperature alone of many GPUs in one job per worker, from a thread
+  that waits a few milliseconds at most (:meth:`NvmlWorker.poll
   <aithermd.backends.nvml_worker.NvmlWorker.poll>`).
 
 Every reader answers None for a value it cannot read (failed, lost, nonsense): the fast lane then leaves
@@ -19,7 +21,9 @@ that input to the main tick, whose health checks report it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from aithermd import units
@@ -53,6 +57,43 @@ class HwmonReader:
         self._attr.close()
 
 
+class HandleGuard:
+    """NVML's handles in use off the worker: readers (the fast lane's threads) never wait, they skip while
+    the worker changes handles (``nvmlShutdown`` drops them all); the worker waits for the reads in flight,
+    ``wait_s`` at most (a read stuck in a hung GPU never holds it up)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._reads = 0
+        self.changing = False
+
+    def enter(self) -> bool:
+        """Begin a read; False (read nothing) while the worker changes handles."""
+        with self._cond:
+            if self.changing:
+                return False
+            self._reads += 1
+            return True
+
+    def leave(self) -> None:
+        with self._cond:
+            self._reads -= 1
+            if not self._reads:
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self, wait_s: float) -> Iterator[None]:
+        """No read begins inside; the reads in flight are waited for ``wait_s`` s at most."""
+        with self._cond:
+            self.changing = True
+            self._cond.wait_for(lambda: not self._reads, timeout=wait_s)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.changing = False
+
+
 class NvmlReader:
     """Temperature and power of one GPU: ``gpu`` is the backend's reader of that GPU (an
     :class:`~aithermd.backends.nvml_gpu.GpuReader`), ``worker`` the backend's NVML worker.
@@ -60,8 +101,10 @@ class NvmlReader:
     ``read()`` must run on the worker (``await reader.aread(timeout_s)`` from the loop); it returns
     ``(temperature °C | None, power W | None)``."""
 
-    def __init__(self, gpu: Any, worker: Any, device_id: str, deadline_s: float | None = None) -> None:
+    def __init__(self, gpu: Any, worker: Any, device_id: str, deadline_s: float | None = None,
+                 handles: HandleGuard | None = None) -> None:
         self.worker = worker
+        self.handles = handles  # held exclusively by the worker while NVML's handles change (NvmlBackend)
         self.device_id = device_id
         self.deadline_s = deadline_s  # the backend's read deadline: no progress for that long is a hang
         self._gpu = gpu
@@ -73,6 +116,24 @@ class NvmlReader:
             return None if fn is None else float(fn())
         except Exception:  # noqa: BLE001 - NVMLError, Lost: left to the main tick
             return None
+
+    def temperature_now(self) -> float | None:
+        """The GPU's temperature (°C) read on the calling thread: the one NVML call of :meth:`temperature`
+        past the worker (NVML is thread-safe, nvml.h) and past its progress beat (a read of the fast lane's
+        thread must not pass for progress of the tick's pass); None when it does not answer. The caller
+        guards against a call that never returns (:mod:`aithermd.watchers.lanegpus`); while the worker holds
+        ``handles`` exclusively (NVML shut down, initialised, handles renewed) nothing is read: None."""
+        gpu, guard = self._gpu, self.handles
+        raw = getattr(gpu, "temp_raw", None) if gpu.temp_fn is not None else None  # (function, args)
+        if raw is None or (guard is not None and not guard.enter()):
+            return None
+        try:
+            return float(getattr(gpu.nv, raw[0])(gpu.handle, *raw[1]))
+        except Exception:  # noqa: BLE001 - NVMLError (GPU_IS_LOST included): left to the main tick
+            return None
+        finally:
+            if guard is not None:
+                guard.leave()
 
     def read(self) -> tuple[float | None, float | None]:
         gpu = self._gpu
@@ -114,4 +175,4 @@ def gpu_temperatures(readers: Mapping[str, NvmlReader], wait_s: float) -> dict[s
     return out
 
 
-__all__ = ["HwmonReader", "NvmlReader", "gpu_temperatures"]
+__all__ = ["HandleGuard", "HwmonReader", "NvmlReader", "gpu_temperatures"]

@@ -30,7 +30,8 @@ With nothing to watch the lane sleeps until the next re-arm (no cost).
 
 In real time (``FastLaneOptions.threaded``) the polling runs in a thread of its own (a timed wait costs
 well under an event-loop wake-up; benchmarks/bench_fastlane.py), one wait per poll: it reads the watched
-hwmon files and GPU temperatures (one job on their NVML worker), paces itself by their headroom, and
+hwmon files and GPU temperatures itself (one NVML call per GPU, no hand-off to the NVML worker; a read that
+hangs is left to a fresh thread: :mod:`aithermd.watchers.lanegpus`), paces itself by their headroom, and
 hands only a crossing to the event loop (one :meth:`FastLane.poll_once`, acting under the tick lock).
 """
 
@@ -47,12 +48,12 @@ from typing import Any
 import structlog
 
 from aithermd.backends.plausible import MIN_DT_S, rate_limit, rise_rate
-from aithermd.backends.readers import gpu_temperatures
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
 from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Status
 from aithermd.policy import safety
 from aithermd.watchers.alarm import Alarm
+from aithermd.watchers.lanegpus import DirectReads, hot_gpus
 
 CRITICAL_RULE = "safety/critical-temperature"
 IDLE_S = 3600.0  # the polling thread's quiet time with nothing left to pace by (a re-arm wakes it)
@@ -128,6 +129,8 @@ class FastLane:
         self._readers_lock = threading.Lock()  # no reader is closed while the thread reads through it
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._gpus = DirectReads()  # the polling thread's own GPU reads
+        self._generation, self._loop = 0, None  # the polling thread's; its loop
         self._task: asyncio.Task[None] | None = None
         self._unlisten: Callable[[], None] | None = None
         self._log = structlog.get_logger("aithermd.fastlane")
@@ -137,6 +140,10 @@ class FastLane:
         """Choose the watched inputs from ``snapshot`` (a StateHub listener)."""
         tick = self.tick()
         world = tick.world
+        deadline = max((getattr(r, "deadline_s", None) or 0.5 for r in self._nvml.values()), default=0.5)
+        if self._loop is not None and (gpu := self._gpus.overdue(self._generation, deadline)) is not None:
+            self._log.error("fastlane_nvml_hung", gpu=gpu, deadline_s=deadline)  # left out until it answers
+            self._thread = self.start_thread(self._loop)  # a fresh thread goes on watching the others
         if world.devices is not self._devices:
             self._close_readers()
             self._devices = world.devices
@@ -145,7 +152,7 @@ class FastLane:
                                                        and plan.devices != world.devices):
             plan = safety.plan(world.devices, safety.SafetyParams())
         self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
-        hot = self._hot_gpus(world.devices, snapshot)
+        hot = hot_gpus(world.devices, snapshot)
         watch: dict[str, float] = {}
         readings, ok, near_c = snapshot.readings, Status.OK, self.options.near_c
         for cid, trig in plan.triggers:
@@ -195,21 +202,6 @@ class FastLane:
             return 0.0
         return max(0.0, (trigger_c - reading.value) / rate_c_s)
 
-    @staticmethod
-    def _hot_gpus(devices: Any, snapshot: Snapshot) -> set[str]:
-        hot = set()
-        for d in devices:
-            if d.kind != DeviceKind.GPU:
-                continue
-            power = snapshot.readings.get(f"{d.id}/power")
-            kv = snapshot.knobs.get(f"{d.id}/power_limit")
-            if power is None or power.value is None or kv is None:
-                continue
-            limit = (kv.extra or {}).get("enforced_w", kv.value)
-            if limit is not None and power.value > limit:
-                hot.add(d.id)
-        return hot
-
     def _reader(self, world: Any, cid: str, device_id: str) -> bool:
         if cid in self._hwmon or cid in self._nvml:
             return True
@@ -243,20 +235,21 @@ class FastLane:
 
     def start_thread(self, loop: asyncio.AbstractEventLoop) -> threading.Thread:
         """Poll from a thread of its own (real time); acting stays on ``loop``. Stopped by :meth:`stop`."""
-        thread = threading.Thread(target=self._thread_main, args=(loop,), name="aithermd-fastlane",
-                                  daemon=True)
+        self._generation, self._loop = self._generation + 1, loop  # an older thread ends when it sees this
+        thread = threading.Thread(target=self._thread_main, args=(loop, self._generation),
+                                  name="aithermd-fastlane", daemon=True)
         thread.start()
         return thread
 
-    def _thread_main(self, loop: asyncio.AbstractEventLoop) -> None:
-        while not self._stopped:
+    def _thread_main(self, loop: asyncio.AbstractEventLoop, generation: int = 0) -> None:
+        while not self._stopped and generation in (0, self._generation):
             if not self.watch:
                 self._wake.wait()
                 self._wake.clear()
                 continue
             started = time.monotonic()
             polled = self._quiet_rt <= started  # before it no watched input can be at its trigger
-            if polled and self._crossed():
+            if polled and self._crossed(generation):
                 try:
                     asyncio.run_coroutine_threadsafe(self.poll_once(), loop).result(
                         self.options.apply_timeout_s + self.period_s)
@@ -268,13 +261,13 @@ class FastLane:
             if self._wake.wait(max(0.0, wake_at - time.monotonic())):  # the next poll, a re-arm or a stop
                 self._wake.clear()
 
-    def _crossed(self) -> bool:
-        """True when a watched input not acted on since the re-arm (GPUs: one job on their worker, unknown
-        unless read within ``nvml_timeout_s``) is at its trigger or above; else the quiet time restarts from
-        these readings (with none left, one acted on cannot be again: until the next re-arm)."""
+    def _crossed(self, generation: int = 0) -> bool:
+        """True when a watched input not acted on since the re-arm (GPUs: read on this thread, unknown when
+        stuck, :mod:`aithermd.watchers.lanegpus`) is at its trigger or above; else the quiet time restarts
+        from these readings (with none left, one acted on cannot be again: until the next re-arm)."""
         acted = self.acted
         gpus = {cid: r for cid, r in self._nvml.copy().items() if cid not in acted}  # copy(): atomic
-        temps = gpu_temperatures(gpus, self.options.nvml_timeout_s) if gpus else {}
+        temps = self._gpus.temperatures(gpus, generation) if gpus else {}
         with self._readers_lock:
             watch, pace, first = self.watch, self._pace, math.inf
             hwmon = ((c, quick.read()) for c, quick in self._hwmon.items() if c not in acted)

@@ -420,3 +420,87 @@ def test_the_thread_neither_reads_nor_paces_by_an_input_already_acted_on(board, 
     assert lane.acted == set()
     assert lane._crossed() is False and io.preads > reads
     assert lane._quiet_rt <= time.monotonic() + 6.0 / 30.0
+
+
+def test_the_thread_reads_gpu_temperatures_itself_without_a_job_on_the_nvml_worker(gpus, clock, monkeypatch):
+    """The polling thread's GPU reads are one NVML call each on its own thread (lanegpus.DirectReads): no
+    hand-off to the backend's worker, whose thread would wake for each poll."""
+    fake, tick = gpus
+    lane = lane_for(tick, [], clock, threaded=True)
+    asyncio.run(tick.run(1))
+    fake.set_dynamic(0, power_draw_w=fake.power_limit_w(0) + 40.0, temp_c=75.0)
+    clock.advance(2.0)
+    lane.rearm(asyncio.run(tick.run(2)))
+    worker = lane._nvml["gpu0/temperature"].worker
+
+    def no_hop(*_a, **_k):
+        raise AssertionError("a job on the NVML worker")
+
+    monkeypatch.setattr(worker, "_current", no_hop)
+    asked = fake.calls.get("nvmlDeviceGetTemperatureV", 0) + fake.calls.get("nvmlDeviceGetTemperature", 0)
+    assert lane._crossed() is False
+    assert fake.calls.get("nvmlDeviceGetTemperatureV", 0) + fake.calls.get("nvmlDeviceGetTemperature", 0) \
+        == asked + 1
+    fake.set_dynamic(0, temp_c=90.0)
+    assert lane._crossed() is True
+
+
+async def test_a_gpu_whose_read_hangs_in_the_thread_is_left_out_by_a_fresh_thread(gpus, clock):
+    """gpu0's NVML calls block while the thread reads it: at the next re-arm, past the read deadline, the
+    lane marks it stuck and starts a fresh thread, which goes on reading gpu1; once gpu0's call returns the
+    stuck thread ends and gpu0 is read again. Bounded waits, no timing assertion."""
+    fake, tick = gpus
+    lane = lane_for(tick, [], clock, threaded=True)
+    await tick.run(1)
+    for i in (0, 1):
+        fake.set_dynamic(i, power_draw_w=fake.power_limit_w(i) + 40.0, temp_c=75.0)
+    clock.advance(2.0)
+    snap = await tick.run(2)
+    lane.rearm(snap)
+    assert set(lane.watch) == {"gpu0/temperature", "gpu1/temperature"}
+    for reader in lane._nvml.values():
+        reader.deadline_s = 0.05
+    fake.hang(0)
+    first = lane.start_thread(asyncio.get_running_loop())
+    try:
+        for _ in range(500):
+            if lane._gpus.overdue(lane._generation, 0.05) == "gpu0":
+                break
+            await asyncio.sleep(0.01)
+        assert lane._gpus.stuck == {"gpu0"}
+        lane.rearm(snap)  # the stuck thread is replaced
+        assert lane._generation == 2 and lane._thread is not first and lane._thread.is_alive()
+        temps = lane._gpus.temperatures(dict(lane._nvml))  # what the fresh thread reads meanwhile
+        assert temps == {"gpu0/temperature": None, "gpu1/temperature": 75.0}
+        assert first.is_alive()  # still in gpu0's call
+    finally:
+        fake.unhang(0)
+    await asyncio.to_thread(first.join, 5.0)
+    assert not first.is_alive() and lane._gpus.stuck == set()
+    assert lane._gpus.temperatures(dict(lane._nvml)) == {"gpu0/temperature": 75.0, "gpu1/temperature": 75.0}
+    await lane.stop()
+
+
+def test_the_thread_reads_no_gpu_while_the_worker_renews_nvml_handles(gpus, clock):
+    """nvmlShutdown drops every handle: the worker holds the backend's handles exclusively around every
+    shutdown, init and new handle (here a maintenance), and the thread's own reads skip a poll meanwhile
+    (unknown: it polls again a period later) rather than use a dropped handle."""
+    fake, tick = gpus
+    lane = lane_for(tick, [], clock, threaded=True)
+    asyncio.run(tick.run(1))
+    fake.set_dynamic(0, power_draw_w=fake.power_limit_w(0) + 40.0, temp_c=75.0)
+    clock.advance(2.0)
+    lane.rearm(asyncio.run(tick.run(2)))
+    backend = tick.world.device_owner["gpu0"]
+    seen = []
+    backend.life.due = lambda t: True
+    backend.life.maintain = lambda t: seen.append(backend.handles.changing)
+    backend.sample()
+    assert seen == [True] and not backend.handles.changing
+    readers = dict(lane._nvml)
+    asked = fake.calls.get("nvmlDeviceGetTemperatureV", 0) + fake.calls.get("nvmlDeviceGetTemperature", 0)
+    with backend.handles.exclusive(0.0):
+        assert lane._gpus.temperatures(readers) == {"gpu0/temperature": None}
+    assert fake.calls.get("nvmlDeviceGetTemperatureV", 0) + fake.calls.get("nvmlDeviceGetTemperature", 0) \
+        == asked
+    assert lane._gpus.temperatures(readers) == {"gpu0/temperature": 75.0}
