@@ -78,7 +78,7 @@ class HandleGuard:
     def leave(self) -> None:
         with self._cond:
             self._reads -= 1
-            if not self._reads:
+            if not self._reads and self.changing:  # the worker waits for it
                 self._cond.notify_all()
 
     @contextmanager
