@@ -6,12 +6,13 @@ lane's own thread.
 - :class:`DirectReads`: the polling thread reads each watched GPU's temperature itself, one NVML call
   (:meth:`NvmlReader.temperature_now <aithermd.backends.readers.NvmlReader.temperature_now>`; NVML is
   thread-safe, nvml.h), instead of handing a job to the backend's NVML worker and waiting for it. A hand-off
-  wakes the worker's thread and then the lane's a second time: about 0.2 ms of CPU a poll on the build VM
-  (benchmarks/bench_process.py, gpu8), many times the read itself, up to 12.5 times a second while a GPU
-  is near its trigger. What the worker's deadline gives the tick, :meth:`DirectReads.overdue` gives the
-  lane: a read that has not returned within the backend's read deadline marks its GPU *stuck*, the lane
-  starts a fresh thread that leaves it out (and goes on watching everything else), and the GPU is read
-  again once that call has returned. A GPU the worker holds hung is not read either.
+  wakes the worker's thread and then the lane's a second time, each wake-up dearer than the read itself,
+  up to 12.5 times a second while a GPU is near its trigger: about 0.27 ms of CPU a poll with the hand-off
+  (lane 0.19, worker 0.08), 0.19 ms without (benchmarks/bench_process.py gpu8, per-thread schedstat, build
+  VM). What the worker's deadline gives the tick, :meth:`DirectReads.overdue` gives the lane: a read that
+  has not returned within the backend's read deadline marks its GPU *stuck*, the lane starts a fresh
+  thread that leaves it out (and goes on watching everything else), and the GPU is read again once that
+  call has returned. A GPU the worker holds hung is not read either.
 """
 
 from __future__ import annotations
