@@ -18,10 +18,12 @@ may fail with an errno"):
 Fault classes by errno: the "try again" codes (``EAGAIN``, ``EINTR``, ``EBUSY``: a bus or mutex busy at that
 instant, as i2c and pmbus drivers answer) are retried once at once by :meth:`Attribute.read`; those and
 the codes of one failed transfer (``EIO``, ``ENODATA`` — a pmbus/i2c read that got no data —, ``ETIMEDOUT``,
-``EREMOTEIO``, ``EPROTO``) are :data:`TRANSIENT`: one of them is bridged with the last good value for a
-bounded time (:mod:`aithermd.backends.trust`). The codes of a device or file that is not there
-(``ENODEV``, ``ENXIO``, ``ENOENT``, ``ESTALE`` after the reopen) or not ours to read (``EACCES``,
-``EPERM``) are persistent: the channel fails at once.
+``EREMOTEIO``, ``EPROTO``, and ``ENXIO``: what the i2c core and most SMBus adapters (i2c-i801, piix4) answer
+when the slave NAKs once, passed through by lm75, jc42, nct7802, emc2103 and pmbus chips; a busy bus — a BMC or an
+RGB tool polling it — makes it sporadic) are :data:`TRANSIENT`: one of them is bridged with the last good
+value for a bounded time (:mod:`aithermd.backends.trust`), and a device really gone fails its next read too,
+which confirms it. The codes of a device or file that is not there (``ENODEV``, ``ENOENT``, ``ESTALE``
+after the reopen) or not ours to read (``EACCES``, ``EPERM``) are persistent: the channel fails at once.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ _REOPEN = frozenset({errno.ENODEV, errno.ESTALE})
 _RETRY = frozenset({errno.EAGAIN, errno.EINTR, errno.EBUSY})
 TRANSIENT = frozenset(errno.errorcode[e] for e in (
     errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO, errno.ENODATA, errno.ETIMEDOUT, errno.EREMOTEIO,
-    errno.EPROTO))
+    errno.EPROTO, errno.ENXIO))
 
 
 def transient(detail: str | None) -> bool:

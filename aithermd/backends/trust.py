@@ -10,7 +10,7 @@ the engine and decides, per channel, with a stated bound:
   an implausible value such as a sentinel or a torn read) are *held*: the engine sees the last good value
   (status ok, ``detail`` ``"held: ..."``) while that value is at most :attr:`TrustOptions.max_hold_s` old
   and fewer than :attr:`TrustOptions.confirm_reads` bad reads came in a row.
-- **Persistent faults** (``ENODEV``, ``ENXIO``, ``ENOENT``, ``EACCES``, a lost GPU, any errno not known to
+- **Persistent faults** (``ENODEV``, ``ENOENT``, ``EACCES``, a lost GPU, any errno not known to
   be transient) and **confirmed** ones (``confirm_reads`` bad reads in a row, or a last good value too old
   to carry) pass through as they are: the safety layer drives the channel's fans to full.
 - **Spikes**: an ok value that moved faster than its channel type can

@@ -196,7 +196,8 @@ def test_a_busy_read_is_retried_at_once(code):
 
 @pytest.mark.parametrize(("code", "transient"), [
     (errno.EIO, True), (errno.ENODATA, True), (errno.EAGAIN, True), (errno.ETIMEDOUT, True),
-    (errno.ENODEV, False), (errno.ENXIO, False), (errno.ENOENT, False), (errno.EACCES, False)])
+    (errno.ENXIO, True),  # an SMBus NAK (i2c-i801: DEV_ERR → -ENXIO), passed through by i2c hwmon drivers
+    (errno.ENODEV, False), (errno.ENOENT, False), (errno.EACCES, False)])
 def test_fault_class_follows_the_errno(code, transient):
     from aithermd.backends.sysfs import transient as is_transient
     backend, _ = backend_with({VICTIM_FILE: [OSError(code, os.strerror(code))]})

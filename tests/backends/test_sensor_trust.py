@@ -41,7 +41,7 @@ def run(devices, timeline, options=None):
     return [trust.filter(t, {r.channel_id: r})[r.channel_id] for t, r in timeline]
 
 
-@pytest.mark.parametrize("code", [errno.EIO, errno.ENODATA, errno.EAGAIN, errno.ETIMEDOUT])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENODATA, errno.EAGAIN, errno.ETIMEDOUT, errno.ENXIO])
 def test_one_transient_error_is_bridged_and_a_second_confirms(devices, code):
     seen = run(devices, [(0.0, ok(K10, 45.0)), (1.0, err(K10, code)), (2.0, ok(K10, 46.0)),
                          (3.0, err(K10, code)), (4.0, err(K10, code))])
@@ -51,7 +51,7 @@ def test_one_transient_error_is_bridged_and_a_second_confirms(devices, code):
     assert "read 1 of 2" in seen[1].detail
 
 
-@pytest.mark.parametrize("code", [errno.ENODEV, errno.ENXIO, errno.ENOENT, errno.EACCES])
+@pytest.mark.parametrize("code", [errno.ENODEV, errno.ENOENT, errno.EACCES])
 def test_a_persistent_error_fails_at_once(devices, code):
     seen = run(devices, [(0.0, ok(K10, 45.0)), (1.0, err(K10, code))])
     assert (seen[1].status, seen[1].value) == (Status.FAILED, None)

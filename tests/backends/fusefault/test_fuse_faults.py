@@ -67,7 +67,8 @@ def test_eagain_at_the_syscall_is_retried_within_the_same_sample(tree):
 
 
 def test_one_transient_error_is_held_and_a_persistent_one_fails_at_once(tree):
-    """Through the daemon's trust: EIO after a good read is held for one reading, ENXIO fails at once."""
+    """Through the daemon's trust: EIO (and ENXIO, an i2c NAK) after a good read is held for one reading,
+    ENODEV fails at once."""
     backend = HwmonBackend(str(tree.mount))
     trust = SensorTrust()
     trust.configure(backend.discover())
@@ -80,7 +81,13 @@ def test_one_transient_error_is_held_and_a_persistent_one_fails_at_once(tree):
         tree.clear()
         assert trust.filter(3.0, backend.sample().readings)[TCTL].value == 32.6
         tree.fail(TCTL_FILE, errno.ENXIO)
-        assert trust.filter(4.0, backend.sample().readings)[TCTL].status == Status.FAILED
+        held = trust.filter(4.0, backend.sample().readings)[TCTL]
+        assert (held.status, held.value) == (Status.OK, 32.6) and held.detail.startswith("held: failed: ENXIO")
+        assert trust.filter(5.0, backend.sample().readings)[TCTL].status == Status.FAILED
+        tree.clear()
+        assert trust.filter(6.0, backend.sample().readings)[TCTL].value == 32.6
+        tree.fail(TCTL_FILE, errno.ENODEV)
+        assert trust.filter(7.0, backend.sample().readings)[TCTL].status == Status.FAILED
     finally:
         backend.close()
 
