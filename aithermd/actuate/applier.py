@@ -35,6 +35,7 @@ device fault: faults come back as :class:`~aithermd.model.Event` and in :attr:`A
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write 
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
 MANUAL_MODES = (None, "manual")
+_NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
 
 
 def tolerance(knob: Knob, value: float) -> float:
@@ -369,11 +371,12 @@ class Applier:
 
     def _fault(self, t_wall: float, knob: Knob, device_id: str, action: str,
                exc: BaseException) -> list[Event]:
-        """Record a fault; report it when it is new (the same error every tick is reported once)."""
+        """Record a fault; report it when it is new: the same error every tick is reported once, even while
+        the value asked moves (a curve asking 41 %, then 42 %, of a fan whose writes are refused)."""
         why = f"{type(exc).__name__}: {exc}"
-        if self.faults.get(knob.id) == why:
+        before, self.faults[knob.id] = self.faults.get(knob.id, ""), why
+        if _NUMBERS.sub("#", before) == _NUMBERS.sub("#", why):
             return []
-        self.faults[knob.id] = why
         return [self._event("fault", t_wall, knob, device_id, f"{knob.id}: {action} failed: {why}",
                             action=action, error=why)]
 

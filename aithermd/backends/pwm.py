@@ -22,6 +22,10 @@ What real drivers do, and what this module does about it:
 - **Unreadable ``pwmN_enable``** (dell_smm's is write-only: kernfs answers EACCES to every read, root
   included). Control goes on; the saved original says so, and restore hands the fan to the driver's
   automatic mode (:data:`AUTO_ENABLE`) or, for a driver whose automatic value is not known, full duty.
+- **A duty refused in manual mode** (an EC-owned header: EPERM; an SMBus busy for good: EBUSY) would leave the
+  fan in manual mode at a stale duty. Refused outright, or :data:`DUTY_FAILURES` times in a row, the fan is
+  handed back: full duty asked on a driver whose ``pwmN_enable`` 0 is full speed gets that, anything else the
+  mode the fan was found in (or the driver's automatic one), with :class:`Uncontrollable` (alarm, journaled).
 - **Restore never leaves a fan in manual mode at a low duty.** A restore that fails ends at full duty
   (manual, 255; then ``pwmN_enable`` 0 for drivers whose 0 documents full speed) and returns a note that
   says so; only when even that fails does it raise.
@@ -29,6 +33,7 @@ What real drivers do, and what this module does about it:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 from typing import Any
@@ -36,7 +41,7 @@ from typing import Any
 from aithermd import units
 from aithermd.backends.fast import ok_knob
 from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, errno_name, write_error
-from aithermd.errors import BackendError, OutOfRange
+from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
 
 MANUAL = 1
@@ -46,6 +51,7 @@ _REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES,
                       errno.EBUSY})
 _MODES = {FULL: "full", MANUAL: "manual"}
 MODE_FIRST, DUTY_FIRST, DUTY_ONLY = "mode-first", "duty-first", "duty-only"
+DUTY_FAILURES = 3  # failed duty writes in manual mode in a row (EBUSY, EIO, ...): the fan is handed back
 
 # The pwmN_enable value that hands a fan back to the chip or firmware, by driver (each driver's
 # Documentation/hwmon/<driver>.rst): nct6775 family 5 (SmartFan IV, the mode boards ship in), it87, f71882fg,
@@ -113,7 +119,7 @@ class PwmKnob:
     whose driver is ``driver`` (the hwmon ``name``)."""
 
     __slots__ = ("knob", "pwm", "enable", "driver", "order", "levels", "enable_unreadable", "manual_seen",
-                 "refusal")
+                 "refusal", "found_mode", "duty_failures", "full_fallback")
 
     def __init__(self, knob: Knob, pwm: Attribute, enable: Attribute | None, driver: str = "") -> None:
         self.knob, self.pwm, self.enable, self.driver = knob, pwm, enable, driver
@@ -122,6 +128,9 @@ class PwmKnob:
         self.enable_unreadable: str | None = None  # why pwmN_enable cannot be read (EACCES: write-only)
         self.manual_seen = False  # manual mode was written and held (or is assumed, the file unreadable)
         self.refusal: str | None = None  # why the mode write is refused, while it is
+        self.found_mode: int | None = None  # pwmN_enable before our first manual-mode write
+        self.duty_failures = 0  # failed duty writes in manual mode in a row
+        self.full_fallback = False  # a request for full duty is held by pwmN_enable 0 (the duty refused)
 
     # -- reading -----------------------------------------------------------------------------------------
     def _enable(self) -> int | None:
@@ -150,6 +159,8 @@ class PwmKnob:
         if not 0 <= raw <= units.PWM_MAX:
             return KnobValue(self.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
         mode = pwm_mode(enable)
+        if mode == "full" and self.full_fallback:
+            return ok_knob(self.knob.id, 100.0, "manual")  # full speed, as asked, the duty refused
         if mode == "full" and raw == units.PWM_MAX and self.manual_seen:
             mode = "manual"
         return ok_knob(self.knob.id, units.pwm_to_pct(raw), mode)
@@ -177,7 +188,7 @@ class PwmKnob:
         target = pct_to_pwm_up(duty_pct)
         if self.order == MODE_FIRST:
             if self._manual():
-                self._duty(target, manual=True)
+                self._duty_in_manual(target)
                 return
             self.order = DUTY_FIRST
         if self.order == DUTY_FIRST:
@@ -202,6 +213,10 @@ class PwmKnob:
             raise write_error(exc, f"{self.knob.id}: read pwmN_enable") from exc
         if current == MANUAL or (current is None and self.manual_seen):
             return True
+        if current == FULL and self.full_fallback:
+            return True  # held at full speed by enable 0: the duty write below decides
+        if self.found_mode is None:
+            self.found_mode = current
         try:
             self.enable.write_int(MANUAL)
         except OSError as exc:
@@ -218,6 +233,52 @@ class PwmKnob:
             return False
         self.manual_seen, self.refusal = True, None
         return True
+
+    def _duty_in_manual(self, target: int) -> None:
+        """:meth:`_duty` in manual mode; a refused duty hands the fan back (the module doc)."""
+        try:
+            if self.full_fallback:
+                self.full_fallback = False
+                self.enable.write_int(MANUAL)  # type: ignore[union-attr] - set only with an enable file
+            self._duty(target, manual=True)
+        except OSError as exc:  # the mode write out of the fallback
+            raise write_error(exc, f"{self.knob.id}: set manual mode (enable := 1)") from exc
+        except (DeviceLost, Uncontrollable):
+            raise
+        except BackendError as exc:
+            self.duty_failures += 1
+            if not isinstance(exc, NoPermission | OutOfRange) and self.duty_failures < DUTY_FAILURES:
+                raise  # EBUSY, EIO: tried again next time
+            cause = exc.__cause__
+            self._hand_back(target, errno_name(cause.errno) if isinstance(cause, OSError) else str(exc))
+        else:
+            self.duty_failures = 0
+
+    def _hand_back(self, target: int, why: str) -> None:
+        """Full speed by ``pwmN_enable`` 0 for full duty where 0 means that (returns), else the found or
+        automatic mode (raises Uncontrollable saying where the fan is left)."""
+        kid, name = self.knob.id, self.knob.id.rsplit("/", 1)[1]
+        if self.enable is None:
+            raise Uncontrollable(f"{kid}: the driver refuses the duty ({why})")
+        if target >= units.PWM_MAX and self.driver.startswith(FULL_ON_ZERO):
+            try:
+                self.enable.write_int(FULL)
+                self.full_fallback, self.manual_seen = True, False
+                return  # full speed: what was asked
+            except OSError:
+                pass
+        back = self.found_mode if self.found_mode not in (None, MANUAL) else driver_auto(self.driver)
+        if back is None:
+            raise Uncontrollable(f"{kid}: the driver takes manual mode but refuses the duty ({why}), and no "
+                                 f"automatic mode is known to hand {name} back to: it stays in manual mode")
+        try:
+            self.enable.write_int(back)
+        except OSError as exc:
+            raise Uncontrollable(f"{kid}: the driver refuses the duty ({why}) and {name}_enable := {back} "
+                                 f"({errno_name(exc.errno)}): it stays in manual mode") from exc
+        self.manual_seen = False
+        raise Uncontrollable(f"{kid}: the driver takes manual mode but refuses the duty ({why}): {name} "
+                             f"handed back to the driver's own control ({name}_enable {back})")
 
     def _try_duty(self, target: int) -> str | None:
         """Write the duty before the mode; returns why the driver refused it, None when it took it."""
@@ -270,7 +331,8 @@ class PwmKnob:
         else a note saying what was done instead (full duty). Raises BackendError only when not even full
         duty could be set."""
         kid = self.knob.id
-        self.manual_seen = False
+        self.manual_seen = self.full_fallback = False
+        self.duty_failures = 0
         try:
             if saved.get("enable_unreadable") and self.enable is not None:
                 auto, why = saved.get("auto"), saved["enable_unreadable"]
@@ -299,6 +361,9 @@ class PwmKnob:
                 self.pwm.write_int(int(pwm))
             except OSError:
                 pass
+        with contextlib.suppress(OSError):
+            if self._enable() == int(enable):
+                return  # the mode is as found (a refused duty handed it back): nothing to rewrite
         self._write(self.enable, int(enable), f"{kid}: restore enable {enable}")
 
     def _full(self, why: str) -> str:

@@ -158,6 +158,22 @@ def test_write_fault_is_reported_once_and_never_raises(setup):
     assert knob.id not in applier.faults
 
 
+def test_a_write_fault_at_a_moving_value_is_reported_once_not_at_every_new_value(setup):
+    """A curve asking 41 %, 42 %, 43 % of a fan whose writes are refused: one error line, not one per tick
+    (the text names the value asked); another error is reported again."""
+    b, _, applier, knob = setup
+    reported = []
+    for t, value in enumerate((41.0, 42.0, 43.5)):
+        b.fail_write["pwm1"] = OSError(16, f"{knob.id} := {value:g} %: Device or resource busy")
+        reported += applier.apply(b, knob, b.device_id, DEC, value, current(b, knob), float(t))[1]
+    assert [e.message for e in reported] == [
+        f"{knob.id}: write failed: OSError: [Errno 16] {knob.id} := 41 %: Device or resource busy"]
+    assert applier.faults[knob.id].endswith(":= 43.5 %: Device or resource busy")  # the latest, for status
+    b.fail_write["pwm1"] = NoPermission(f"{knob.id} := 44 %: Operation not permitted")
+    _, events = applier.apply(b, knob, b.device_id, DEC, 44.0, current(b, knob), 4.0)
+    assert [e.kind for e in events] == ["fault"] and "Operation not permitted" in events[0].message
+
+
 def test_read_only_knob_is_never_written(setup):
     b, _, applier, knob = setup
     ro = Knob(knob.id, knob.device_id, knob.kind, knob.unit, 0, 100, None, False, "no pwm1_enable")

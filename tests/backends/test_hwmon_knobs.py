@@ -8,8 +8,8 @@ import os
 import pytest
 
 from aithermd.backends.hwmon import HwmonBackend
-from aithermd.backends.pwm import pwm_mode
-from aithermd.errors import DeviceLost, NoPermission, OutOfRange, UnknownKnob
+from aithermd.backends.pwm import Uncontrollable, pwm_mode
+from aithermd.errors import DeviceLost, OutOfRange, UnknownKnob
 from tests.support.machines import copy_machine
 
 from .faults import FaultIO
@@ -92,22 +92,25 @@ def test_duty_outside_0_100_is_refused(x570, value):
     assert io.writes == []
 
 
-@pytest.mark.parametrize(
-    ("code", "error"),
-    [
-        (errno.EACCES, NoPermission),
-        (errno.EPERM, NoPermission),
-        (errno.EINVAL, OutOfRange),
-        (errno.ENODEV, DeviceLost),
-    ],
-)
-def test_write_errors_map_to_backend_errors(x570, code, error):
-    """Errors of the duty write itself (a refused pwmN_enable falls back instead: test_pwm_fallbacks)."""
-    backend, io, _ = x570
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EINVAL])
+def test_a_duty_refused_in_manual_mode_hands_the_fan_back_to_its_automatic_mode(x570, code):
+    """The mode write takes, the duty is refused (an EC-owned header): the fan is not left in manual mode at
+    its old duty; it goes back to SmartFan IV (enable 5, as found) and the knob is uncontrollable."""
+    backend, io, chip = x570
     io.write_faults["pwm1"] = OSError(code, "x")
-    if code == errno.ENODEV:
-        io.write_faults["pwm1_enable"] = OSError(code, "x")
-    with pytest.raises(error):
+    with pytest.raises(Uncontrollable) as raised:
+        backend.write_knob(f"{NCT}/pwm1", 50.0)
+    assert str(raised.value) == (
+        f"{NCT}/pwm1: the driver takes manual mode but refuses the duty ({errno.errorcode[code]}): pwm1 handed "
+        "back to the driver's own control (pwm1_enable 5)")
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm1_enable", b"1\n"), ("pwm1_enable", b"5\n")]
+    assert (chip / "pwm1_enable").read_text() == "5\n"
+
+
+def test_a_lost_device_is_lost_not_refused(x570):
+    backend, io, _ = x570
+    io.write_faults["pwm1"] = io.write_faults["pwm1_enable"] = OSError(errno.ENODEV, "x")
+    with pytest.raises(DeviceLost):
         backend.write_knob(f"{NCT}/pwm1", 50.0)
 
 

@@ -224,3 +224,57 @@ def test_an_unreadable_pwm_enable_of_an_unknown_driver_restores_full_duty(tmp_pa
     assert (chip / "pwm1").read_text() == "255\n"
     assert "no automatic mode is known for acme_ec" in report.fallbacks[knob_id]
     backend.close()
+
+
+def test_a_duty_refused_after_the_mode_took_leaves_the_fan_in_its_own_mode_and_journaled(x570, tmp_path):
+    """An EC-owned header: pwm4_enable := 1 is taken, pwm4 answers EPERM. The fan was left in manual mode
+    at its old duty and the journal entry dropped (nothing restored it at exit). Now it goes back to
+    SmartFan IV at once, the alarm says why, and the journal keeps the original."""
+    backend, io, chip = x570
+    journal = Journal(tmp_path / "state")
+    applier = Applier(journal)
+    io.write_faults["pwm4"] = OSError(errno.EPERM, "Operation not permitted")
+    _, events = _apply(applier, backend, f"{NCT}/pwm4", 40.0)
+    assert (chip / "pwm4_enable").read_text() == "5\n"
+    assert applier.alarms[f"{NCT}/pwm4"].kind == "uncontrollable"
+    assert [e.kind for e in events] == ["fault"] and "handed back to the driver's own control" in events[0].message
+    assert f"{NCT}/pwm4" in journal
+    _, again = _apply(applier, backend, f"{NCT}/pwm4", 45.0, t=2.0)  # the curve moves: the same fault, not said
+    assert again == [] and (chip / "pwm4_enable").read_text() == "5\n"
+    report = restore_journal(journal, backends=[backend])
+    assert report.ok and report.fallbacks == {} and (chip / "pwm4_enable").read_text() == "5\n"
+
+
+def test_a_duty_busy_for_good_in_manual_mode_is_handed_back_after_three_tries(x570, tmp_path):
+    """EBUSY on every duty write (an SMBus held by a BMC): two ticks are tried again in manual mode, the
+    third hands the fan back to its automatic mode rather than leave it at a duty nobody can change."""
+    backend, io, chip = x570
+    applier = Applier(Journal(tmp_path / "state"))
+    io.write_faults["pwm3"] = OSError(errno.EBUSY, "Device or resource busy")
+    for t in (1.0, 2.0):
+        _apply(applier, backend, f"{NCT}/pwm3", 50.0 + t, t=t)
+        assert (chip / "pwm3_enable").read_text() == "1\n" and f"{NCT}/pwm3" not in applier.alarms
+    _apply(applier, backend, f"{NCT}/pwm3", 53.0, t=3.0)
+    assert (chip / "pwm3_enable").read_text() == "5\n"
+    assert "(EBUSY)" in applier.alarms[f"{NCT}/pwm3"].message
+    del io.write_faults["pwm3"]  # the bus is free again: control comes back, the alarm goes
+    _apply(applier, backend, f"{NCT}/pwm3", 54.0, t=4.0)
+    assert (chip / "pwm3_enable").read_text() == "1\n" and (chip / "pwm3").read_text() == "138\n"
+    assert f"{NCT}/pwm3" not in applier.alarms
+
+
+def test_full_duty_asked_of_a_fan_whose_duty_is_refused_gets_full_speed_by_its_mode(x570, tmp_path):
+    """A safety decision (fans to full) on a fan whose duty write is refused: nct6775's pwmN_enable 0 is
+    full speed, which is what was asked; it holds (read back as 100 %: no rewrite every tick), and a later
+    lower duty still hands the fan back to its automatic mode."""
+    backend, io, chip = x570
+    applier = Applier(Journal(tmp_path / "state"))
+    io.write_faults["pwm2"] = OSError(errno.EPERM, "Operation not permitted")
+    after, events = _apply(applier, backend, f"{NCT}/pwm2", 100.0, layer=Layer.SAFETY)
+    assert (chip / "pwm2_enable").read_text() == "0\n"
+    assert (after.value, after.mode) == (100.0, "manual") and [e.kind for e in events] == ["actuation"]
+    io.writes.clear()
+    _, events = _apply(applier, backend, f"{NCT}/pwm2", 100.0, t=2.0, layer=Layer.SAFETY)
+    assert events == [] and io.writes == []
+    _apply(applier, backend, f"{NCT}/pwm2", 30.0, t=3.0)
+    assert (chip / "pwm2_enable").read_text() == "5\n" and applier.alarms[f"{NCT}/pwm2"].kind == "uncontrollable"
