@@ -199,7 +199,10 @@ class HwmonBackend(Quarantine):
             bus_path = os.path.relpath(io.realpath(device_link if has_device else hwmon_dir), root)
             if not has_device:  # devices/virtual/hwmon/hwmonN: order virtual chips by name, not by N
                 bus_path = f"devices/virtual/{prefix}"
-            return natural_key(bus_path), chip, attr_dir, bus_path
+            # every file is opened through the chip's own device path, never class/hwmon/hwmonN: after a
+            # driver reload another chip may own that number, and a write or a reopen through it would
+            # reach that chip; through the old device path it fails (ENOENT) and the device is rediscovered
+            return natural_key(bus_path), chip, io.realpath(attr_dir), bus_path
         return None
 
     def _driver(self, device_link: str) -> str | None:

@@ -78,3 +78,54 @@ def test_identical_chips_get_numbered_in_bus_order(tmp_path):
     assert devices["hwmon:acpitz-acpi-0#2"].chip == "acpitz-acpi-0"
     assert values["hwmon:acpitz-acpi-0/temp1"].value == 27.8
     assert values["hwmon:acpitz-acpi-0#2/temp1"].value == 41.0
+
+
+def _swap_numbers(root: Path, a: str, b: str) -> None:
+    """Drivers reloaded in the other order: chips ``a`` and ``b`` trade their hwmonN numbers (the class
+    links and the device-side ``hwmon/hwmonN`` directories both)."""
+    class_dir = root / "class" / "hwmon"
+    targets = {n: os.readlink(class_dir / n) for n in (a, b)}
+    for name, other in ((a, b), (b, a)):
+        device_dir = (class_dir / name).resolve()
+        device_dir.rename(device_dir.parent / f"{other}.new")
+    for name in (a, b):
+        os.unlink(class_dir / name)
+    for name, other in ((a, b), (b, a)):
+        os.symlink(str(Path(targets[name]).parent / other), class_dir / other)
+        device_side = (class_dir / other).parent / Path(targets[name]).parent / f"{other}.new"
+        device_side.rename(device_side.parent / other)
+
+
+def test_a_chip_renumbered_under_the_daemon_is_never_written_through_its_old_number(tmp_path):
+    """nct6798 was hwmon1 and amdgpu hwmon0; after a reload they trade numbers. The writes and the exit
+    restore of the board's pwm1 went through class/hwmon/hwmon1 into the amdgpu's pwm1 (leaving the
+    board's fans manual and the GPU's fan at SmartFan mode 5). Now the old path fails (the device is lost
+    until rediscovered) and the restore, rediscovering by id, puts back the right chip's fan."""
+    from aithermd.actuate.applier import Applier
+    from aithermd.actuate.journal import Journal
+    from aithermd.actuate.restore import restore_journal
+    from aithermd.errors import DeviceLost
+    from aithermd.model import Decision, Layer
+    from tests.support.machines import X570
+
+    root = copy_machine(tmp_path, X570)
+    nct, amd = root / "devices/platform/nct6775.656/hwmon", root / "devices/pci0000:00/0000:07:00.0/hwmon"
+    backend = HwmonBackend(str(root))
+    journal = Journal(tmp_path / "state")
+    try:
+        knob = next(k for d in backend.discover() for k in d.knobs if k.id == "hwmon:nct6798-isa-0290/pwm1")
+        applier = Applier(journal)
+        decision = Decision(knob.id, 40.0, Layer.POLICY, "balanced/board-fans")
+        applier.apply(backend, knob, knob.device_id, decision, 40.0, backend.read_knob(knob.id), 1.0)
+        assert ((nct / "hwmon1/pwm1").read_text(), (nct / "hwmon1/pwm1_enable").read_text()) == ("102\n", "1\n")
+        _swap_numbers(root, "hwmon0", "hwmon1")
+        assert (root / "class/hwmon/hwmon1/name").read_text() == "amdgpu\n"
+        with pytest.raises(DeviceLost):
+            backend.write_knob(knob.id, 60.0)
+    finally:
+        backend.close()
+    assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
+    report = restore_journal(journal, sysfs_root=root)
+    assert report.ok and report.restored == ("hwmon:nct6798-isa-0290/pwm1",)
+    assert ((nct / "hwmon0/pwm1").read_text(), (nct / "hwmon0/pwm1_enable").read_text()) == ("93\n", "5\n")
+    assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
