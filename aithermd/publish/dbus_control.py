@@ -192,6 +192,12 @@ class PrivilegedCalls:
         reply = await self._bus.call(bus_daemon_message("NameHasOwner", "s", [name]))
         return reply.message_type is not MessageType.ERROR and bool(reply.body[0])
 
+    def connection_ended(self) -> None:
+        """The daemon's connection to this bus ended: every holder's connection ended with it (a unique
+        name means nothing on the next bus), so their non-detached holds end."""
+        for name in sorted(self._holders):
+            self._vanished(name)
+
     def _vanished(self, name: str) -> None:
         self._auth.forget(name)
         if name in self._holders:

@@ -361,7 +361,9 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
     except Exception as exc:
         conn.disconnect()
         raise BusUnavailable(f"cannot export {wire.BUS_NAME} on the {bus} bus: {exc}") from exc
-    removers = [hub.add_listener(interface.on_publish)]
+    # a connection that ends (the bus restarted, or the daemon stops) ends every caller's connection with
+    # it: their non-detached holds end too, whatever unique names the next bus hands out
+    removers = [hub.add_listener(interface.on_publish), privileged.connection_ended]
     if own_energy:
         removers.append(hub.add_listener(energy.on_publish))
     log.info("dbus_ready", bus=bus, unique_name=conn.unique_name, name=wire.BUS_NAME)

@@ -150,3 +150,34 @@ async def test_publishing_in_the_moment_the_bus_dies_raises_nothing_and_leaves_n
     finally:
         await keeper.stop()
         bus.stop()
+
+
+async def test_a_bus_restart_ends_the_holds_of_the_callers_it_disconnected(control, hub):
+    """A hold tied to its caller's connection (aithermctl run) outlived a dbus-daemon restart for ever: its
+    owner's unique name meant nothing on the new bus (where it may name another client). The restart
+    ends every connection, so those holds end with it; a detached hold stays."""
+    import asyncio
+
+    from dbus_fast.aio import MessageBus
+
+    from aithermd.publish.dbus_keeper import DbusKeeper
+
+    bus = PrivateBus.start("session")
+    keeper = DbusKeeper(lambda: dbus_service.start(bus.address, control, hub, snapshot_interval_s=0.0),
+                        hub=hub, bus=bus.address, backoff_s=(0.05, 0.2))
+    try:
+        await keeper.start()
+        caller = await MessageBus(bus_address=bus.address).connect()
+        (tied,) = await ok(caller, "HoldPolicy", "ssdb", ["quiet", "a job", 0.0, False])
+        (kept,) = await ok(caller, "HoldPolicy", "ssdb", ["quiet", "the night", 0.0, True])
+        assert set(control.holds) == {tied, kept}
+        bus.restart()
+        for _ in range(200):
+            if ("release_owner", caller.unique_name) in control.calls:
+                break
+            await asyncio.sleep(0.02)
+        assert ("release_owner", caller.unique_name) in control.calls
+        assert set(control.holds) == {kept}
+    finally:
+        await keeper.stop()
+        bus.stop()
