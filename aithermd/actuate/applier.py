@@ -52,6 +52,7 @@ from aithermd.units import num, rounded
 JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write logged at info
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
+RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
 MANUAL_MODES = (None, "manual")
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
 
@@ -117,6 +118,7 @@ class _Owned:
     behind: deque[float] = field(default_factory=deque)
     stuck: tuple[float, float | None, str | None] | None = None
     overridden: bool = False  # a safety write went over a step-back (reported once per step-back)
+    retake: tuple[float, float] | None = None  # stepped back: (when to take it again, the wait after that)
     refused: str | None = None  # the driver refuses manual mode: the duty alone is written (said once)
 
 
@@ -158,6 +160,8 @@ class Applier:
         """Compare an owned knob's sampled state with what we left there; report drift, step back after
         repeated changes. Returns the events (none when nothing changed)."""
         own = self._owned.get(knob.id)
+        if own is not None and knob.id in self.stepped_back and not self.paused:
+            return self._retake(knob, own, t_mono, t_wall)
         if own is None or own.after is None or knob.id in self.stepped_back or self.paused:
             return []
         if kv is None or kv.status != Status.OK or kv.value is None or own.after.value is None:
@@ -178,15 +182,32 @@ class Applier:
         if len(own.behind) >= self.conflict_count:
             self.stepped_back.add(knob.id)
             own.overridden = False
+            wait = own.retake[1] if own.retake is not None else RETAKE_S[0]
+            own.retake = (t_mono + wait, min(2 * wait, RETAKE_S[1]))
             message = (f"another program keeps rewriting {knob.id} ({len(own.behind)} changes in "
                        f"{self.conflict_window_s:g} s): stepping back, policy decisions are no longer "
-                       "written to it (safety decisions still are)")
+                       f"written to it (safety decisions still are); taken again in {wait / 60:g} min")
             self.alarms[knob.id] = Alarm("conflict", message, t_wall)
             events.append(self._event("conflict", t_wall, knob, own.device_id, message,
                                       changes=len(own.behind), window_s=self.conflict_window_s))
         return events
 
     # -- one write -----------------------------------------------------------------------------------
+    def _retake(self, knob: Knob, own: _Owned, t_mono: float, t_wall: float) -> list[Event]:
+        """A knob stepped back from is taken again when its wait is over (a burst of changes, such as a BIOS
+        SMI at boot or one run of pwmconfig, no longer costs a fan its curve until the daemon restarts);
+        a program still rewriting it makes it step back again, for twice as long."""
+        if own.retake is None or t_mono < own.retake[0]:
+            return []
+        self.stepped_back.discard(knob.id)
+        self.alarms.pop(knob.id, None)
+        own.behind.clear()
+        own.after = None
+        return [self._event("recovered", t_wall, knob, own.device_id,
+                            f"{knob.id}: taken again after stepping back from another program; if it keeps "
+                            f"rewriting the knob, stepping back for {own.retake[1] / 60:g} min",
+                            why="retake")]
+
     def unchanged(self, backend: Backend, knob: Knob, decision: Decision, value: float,
                   current: KnobValue | None, force: bool = False) -> bool:
         """True when :meth:`apply` leaves ``knob`` as it is without a backend call (stepped back from, not

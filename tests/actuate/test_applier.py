@@ -89,6 +89,35 @@ def test_changes_behind_our_back_are_drift_then_step_back(setup):
     assert knob.id in j  # the original is still put back at exit
 
 
+def test_a_knob_stepped_back_from_is_taken_again_later_and_for_longer_each_time(setup):
+    """A burst of changes (three, then the other program is gone) cost the fan its curve until the daemon
+    restarted. Now it is taken again after 10 min; a program still there makes it step back for 20."""
+    b, _, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+
+    def ticks(start, n):
+        out = []
+        for tick in range(n):
+            sample = b.sample()
+            out += applier.observe(knob, sample.knobs[knob.id], start + tick, 1000.0 + start + tick)
+            applier.apply(b, knob, b.device_id, DEC, 60.0, sample.knobs[knob.id], 1000.0 + start + tick)
+        return out
+
+    b.rewriter["pwm1"] = 200
+    events = ticks(10.0, 3)
+    assert events[-1].kind == "conflict" and events[-1].message.endswith("taken again in 10 min")
+    assert ticks(13.0, 599) == [] and knob.id in applier.stepped_back  # stepped back at 12 s: until 612 s
+    del b.rewriter["pwm1"]  # the other program is gone
+    (back,) = ticks(612.0, 1)
+    assert back.kind == "recovered" and back.data["why"] == "retake"
+    assert knob.id not in applier.stepped_back and knob.id not in applier.alarms
+    assert b.pwm["pwm1"] == 153 and ticks(613.0, 5) == []  # on its curve again, nothing behind our back
+    b.rewriter["pwm1"] = 200  # it is back: stepping back again, for twice as long
+    events = ticks(700.0, 3)
+    assert events[-1].kind == "conflict" and events[-1].message.endswith("taken again in 20 min")
+    assert ticks(703.0, 1199) == [] and [e.kind for e in ticks(1902.0, 1)] == ["recovered"]
+
+
 def test_safety_never_gives_up_a_knob_stepped_back_from(setup):
     """After stepping back from a program that keeps rewriting the pump to 0 %, a critical temperature's
     full duty is still written, every tick it does not hold; policy decisions stay stepped back."""
