@@ -245,10 +245,10 @@ class PwmKnob:
             raise write_error(exc, f"{self.knob.id}: set manual mode (enable := 1)") from exc
         except (DeviceLost, Uncontrollable):
             raise
-        except BackendError as exc:
+        except BackendError as exc:  # EPERM/EACCES, EINVAL: refused outright; EBUSY, EIO: tried again first
             self.duty_failures += 1
             if not isinstance(exc, NoPermission | OutOfRange) and self.duty_failures < DUTY_FAILURES:
-                raise  # EBUSY, EIO: tried again next time
+                raise
             cause = exc.__cause__
             self._hand_back(target, errno_name(cause.errno) if isinstance(cause, OSError) else str(exc))
         else:
