@@ -249,8 +249,7 @@ class PwmKnob:
             self.duty_failures += 1
             if not isinstance(exc, NoPermission | OutOfRange) and self.duty_failures < DUTY_FAILURES:
                 raise
-            cause = exc.__cause__
-            self._hand_back(target, errno_name(cause.errno) if isinstance(cause, OSError) else str(exc))
+            self._hand_back(target, errno_name(c.errno) if isinstance(c := exc.__cause__, OSError) else str(exc))
         else:
             self.duty_failures = 0
 
