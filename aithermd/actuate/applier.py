@@ -43,6 +43,7 @@ from typing import Any
 import structlog
 
 from aithermd.actuate.journal import Journal
+from aithermd.actuate.readback import MANUAL_MODES, mode_refused, same_setting, settles_at, tolerance
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
@@ -52,48 +53,12 @@ from aithermd.units import num, rounded
 JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write logged at info
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
+FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
+SETTLE_PCT = 5.0  # a fan read back within this of its request after a move is the driver settling (lag)
 RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
-MANUAL_MODES = (None, "manual")
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
 
 
-def tolerance(knob: Knob, value: float) -> float:
-    """How far a read-back may differ from the request and still count as the same setting: 1 % duty
-    (pwmN holds 0–255, steps of 0.39 %), else 0.5 W or 1 % of the value, whichever is larger."""
-    if knob.unit == "%":
-        return 1.0
-    return max(0.5, abs(value) * 0.01)
-
-
-def same_setting(knob: Knob, kv: KnobValue | None, value: float, *, any_mode: bool = False) -> bool:
-    """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob; in any
-    mode with ``any_mode``: a knob whose driver refuses manual mode)."""
-    return (kv is not None and kv.status == Status.OK and kv.value is not None
-            and (any_mode or kv.mode in MANUAL_MODES) and abs(kv.value - value) <= tolerance(knob, value))
-
-
-def _pwm_knob(backend: Backend, knob: Knob) -> Any:
-    """The backend's knob object for ``knob`` where it keeps one (hwmon's ``pwm_knob``: a
-    :class:`~aithermd.backends.pwm.PwmKnob`), else None."""
-    fn = getattr(backend, "pwm_knob", None)
-    try:
-        return fn(knob.id) if fn is not None else None
-    except Exception:  # noqa: BLE001 - an unknown knob
-        return None
-
-
-def settles_at(backend: Backend, knob: Knob, value: float) -> float:
-    """The value ``knob`` holds once ``value`` is written: a quantised pwm's driver level at or above it
-    (``PwmKnob.settles_at``), else ``value``."""
-    pwm = _pwm_knob(backend, knob)
-    return float(pwm.settles_at(value)) if pwm is not None else value
-
-
-def mode_refused(backend: Backend, knob: Knob) -> str | None:
-    """Why ``knob``'s duty is written without manual mode (``PwmKnob.mode_refused``: a driver that refuses
-    ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
-    pwm = _pwm_knob(backend, knob)
-    return pwm.mode_refused if pwm is not None else None
 
 
 def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue | None,
@@ -119,6 +84,7 @@ class _Owned:
     stuck: tuple[float, float | None, str | None] | None = None
     overridden: bool = False  # a safety write went over a step-back (reported once per step-back)
     retake: tuple[float, float] | None = None  # stepped back: (when to take it again, the wait after that)
+    handed: dict[str, Any] | None = None  # stepped back from a fan: the original it was handed back to
     refused: str | None = None  # the driver refuses manual mode: the duty alone is written (said once)
 
 
@@ -170,6 +136,9 @@ class Applier:
         mode_changed = kv.mode != own.after.mode
         if not (moved or mode_changed):
             return []
+        if not mode_changed and knob.kind in FAN_KINDS and abs(kv.value - own.requested) <= SETTLE_PCT:
+            own.after = kv  # a driver that reports the ramping output settling near what we asked: not drift
+            return []
         own.behind.append(t_mono)
         while own.behind and own.behind[0] < t_mono - self.conflict_window_s:
             own.behind.popleft()
@@ -193,19 +162,30 @@ class Applier:
         return events
 
     # -- one write -----------------------------------------------------------------------------------
+    def _hand_back(self, backend: Backend, knob: Knob, t_wall: float) -> list[Event]:
+        """A fan stepped back from goes back to its original once (never left manual); it stays owned."""
+        own = self._owned.get(knob.id)
+        if own is None or own.handed is not None or self.dry_run or self.paused or knob.id not in self.journal:
+            return []  # not ours, handed back already, or nothing to hand back
+        own.handed = dict(self.journal.entries()[knob.id].saved)  # journaled again as found, if written again
+        try:
+            note = restore_one(self.journal, backend, knob.id)
+        except Exception as exc:  # noqa: BLE001 - stays journaled; restored at exit
+            return self._fault(t_wall, knob, own.device_id, "hand back", exc)
+        return [self._event("restore", t_wall, knob, own.device_id,
+                            f"{knob.id} handed back while stepped back: {note or 'original restored'}",
+                            fallback=bool(note))]
+
     def _retake(self, knob: Knob, own: _Owned, t_mono: float, t_wall: float) -> list[Event]:
-        """A knob stepped back from is taken again when its wait is over (a burst of changes, such as a BIOS
-        SMI at boot or one run of pwmconfig, no longer costs a fan its curve until the daemon restarts);
-        a program still rewriting it makes it step back again, for twice as long."""
+        """A knob stepped back from is taken again when its wait is over (:data:`RETAKE_S`)."""
         if own.retake is None or t_mono < own.retake[0]:
             return []
         self.stepped_back.discard(knob.id)
         self.alarms.pop(knob.id, None)
         own.behind.clear()
         own.after = None
-        return [self._event("recovered", t_wall, knob, own.device_id,
-                            f"{knob.id}: taken again after stepping back from another program; if it keeps "
-                            f"rewriting the knob, stepping back for {own.retake[1] / 60:g} min",
+        return [self._event("recovered", t_wall, knob, own.device_id, f"{knob.id}: taken again after stepping "
+                            f"back; if another program still rewrites it, for {own.retake[1] / 60:g} min",
                             why="retake")]
 
     def unchanged(self, backend: Backend, knob: Knob, decision: Decision, value: float,
@@ -236,6 +216,8 @@ class Applier:
         tick's read-back; ``force`` writes even a value that reads as in place (a limit the driver reports
         but does not enforce). Returns the knob's state afterwards and the events. A safety decision is
         written even to a knob stepped back from, and again every tick it does not hold."""
+        if knob.id in self.stepped_back and decision.layer != Layer.SAFETY and knob.kind in FAN_KINDS:
+            return current, self._hand_back(backend, knob, t_wall)
         if self.unchanged(backend, knob, decision, value, current, force):
             return current, []
         safety = decision.layer == Layer.SAFETY
@@ -253,7 +235,8 @@ class Applier:
         recorded = False
         try:
             if knob.id not in self.journal:
-                saved = backend.save_knob(knob.id)
+                handed = own.handed if own is not None else None
+                saved = handed if handed is not None else backend.save_knob(knob.id)
                 self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
                 recorded = True
             if self.paused:  # paused while the original was read (a slow NVML call): write nothing
@@ -269,7 +252,7 @@ class Applier:
         if alarm is not None and alarm.kind == "uncontrollable":
             del self.alarms[knob.id]
         own = self._owned.setdefault(knob.id, _Owned(device_id, value))
-        own.requested = value
+        own.requested, own.handed = value, None
         if safety and knob.id in self.stepped_back and not own.overridden:
             own.overridden = True
             events.append(self._event(

@@ -360,7 +360,7 @@ class PwmKnob:
                 self.pwm.write_int(int(pwm))
             except OSError:
                 pass
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, Nonsense):
             if self._enable() == int(enable):
                 return  # the mode is as found (a refused duty handed it back): nothing to rewrite
         self._write(self.enable, int(enable), f"{kid}: restore enable {enable}")

@@ -86,7 +86,13 @@ async def test_fancontrol_rewriting_a_pwm_makes_the_daemon_step_back(machine, cl
     assert len(drifts) == 3 and "changed behind our back" in drifts[0].message
     assert [e.subject for e in conflicts] == ["hwmon:nct6798-isa-0290/pwm3"]
     assert "hwmon:nct6798-isa-0290/pwm3" in d.hub.latest.degraded
-    assert knob_files(root) == original  # the original is still put back at the end
+    # stepping back hands the fan back to its original mode at once (never left manual at our last duty);
+    # the other controller has it from then on, so its value stays; everything else is put back at the end
+    (handed,) = [e for e in events if e.kind == "restore" and e.subject.endswith("/pwm3")]
+    assert "handed back while stepped back" in handed.message
+    left = knob_files(root)
+    pwm3_file = next(k for k in original if k.endswith("hwmon1/pwm3"))
+    assert left[pwm3_file] == "222\n" and left == {**original, pwm3_file: "222\n"}
 
 
 async def test_a_driver_resetting_the_mode_is_drift_and_is_corrected(machine, clock):

@@ -53,6 +53,7 @@ class FakeBackend:
         self.pwm = {f"pwm{i + 1}": start_pwm for i in range(fans)}
         self.enable = {f"pwm{i + 1}": start_enable for i in range(fans)}
         self.writes: list[tuple[str, float]] = []
+        self.restored: list[tuple[str, dict[str, Any]]] = []  # (knob id, saved) of each restore_knob
         self.fail_write: dict[str, BaseException] = {}
         self.fail_read: set[str] = set()  # pwm names whose reads fail (EIO)
         self.failed_temps: set[str] = set()
@@ -140,6 +141,7 @@ class FakeBackend:
         return {"pwm": self.pwm[name], "enable": self.enable[name]}
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
+        self.restored.append((knob_id, dict(saved)))
         name = self._name(knob_id)
         if self.lost:
             raise DeviceLost(f"{knob_id}: restore: ENODEV")

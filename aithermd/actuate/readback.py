@@ -1,0 +1,50 @@
+"""What a knob's read-back means: how close counts as the same setting, and what a quantised or mode-refusing
+pwm knob holds once written (its backend's ``pwm_knob``: :class:`~aithermd.backends.pwm.PwmKnob`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aithermd.backends.base import Backend
+from aithermd.model import Knob, KnobValue, Status
+
+MANUAL_MODES = (None, "manual")
+
+
+def tolerance(knob: Knob, value: float) -> float:
+    """How far a read-back may differ from the request and still count as the same setting: 1 % duty
+    (pwmN holds 0–255, steps of 0.39 %), else 0.5 W or 1 % of the value, whichever is larger."""
+    if knob.unit == "%":
+        return 1.0
+    return max(0.5, abs(value) * 0.01)
+
+
+def same_setting(knob: Knob, kv: KnobValue | None, value: float, *, any_mode: bool = False) -> bool:
+    """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob; in any
+    mode with ``any_mode``: a knob whose driver refuses manual mode)."""
+    return (kv is not None and kv.status == Status.OK and kv.value is not None
+            and (any_mode or kv.mode in MANUAL_MODES) and abs(kv.value - value) <= tolerance(knob, value))
+
+
+def _pwm_knob(backend: Backend, knob: Knob) -> Any:
+    """The backend's knob object for ``knob`` where it keeps one (hwmon's ``pwm_knob``: a
+    :class:`~aithermd.backends.pwm.PwmKnob`), else None."""
+    fn = getattr(backend, "pwm_knob", None)
+    try:
+        return fn(knob.id) if fn is not None else None
+    except Exception:  # noqa: BLE001 - an unknown knob
+        return None
+
+
+def settles_at(backend: Backend, knob: Knob, value: float) -> float:
+    """The value ``knob`` holds once ``value`` is written: a quantised pwm's driver level at or above it
+    (``PwmKnob.settles_at``), else ``value``."""
+    pwm = _pwm_knob(backend, knob)
+    return float(pwm.settles_at(value)) if pwm is not None else value
+
+
+def mode_refused(backend: Backend, knob: Knob) -> str | None:
+    """Why ``knob``'s duty is written without manual mode (``PwmKnob.mode_refused``: a driver that refuses
+    ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
+    pwm = _pwm_knob(backend, knob)
+    return pwm.mode_refused if pwm is not None else None
