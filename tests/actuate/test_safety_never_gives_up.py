@@ -11,8 +11,8 @@ from aithermd.backends.hwmon import HwmonBackend
 from aithermd.publish.metrics import MetricsHandle, render
 from aithermd.runtime.daemon import Daemon
 from aithermd.settings import DaemonSettings
-from tests.support.proc import knob_files
 from tests.support.machines import copy_machine
+from tests.support.proc import knob_files
 
 NCT = "devices/platform/nct6775.656/hwmon/hwmon1"
 K10 = "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2"
