@@ -42,7 +42,7 @@ from typing import Any
 
 import structlog
 
-from aithermd.actuate.journal import Journal
+from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.readback import MANUAL_MODES, mode_refused, same_setting, settles_at, tolerance
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
@@ -237,7 +237,14 @@ class Applier:
             if knob.id not in self.journal:
                 handed = own.handed if own is not None else None
                 saved = handed if handed is not None else backend.save_knob(knob.id)
-                self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
+                try:
+                    self.journal.record(knob.id, device_id, backend.locator(), saved, t_wall)
+                except JournalError as exc:
+                    if not safety:
+                        raise
+                    # a safety value (full duty, the minimum limit) is safe to leave behind even after a crash
+                    self.journal.hold(knob.id, device_id, backend.locator(), saved, t_wall)
+                    events += self._fault(t_wall, knob, device_id, "journal (written anyway: safety)", exc)
                 recorded = True
             if self.paused:  # paused while the original was read (a slow NVML call): write nothing
                 return current, []

@@ -168,6 +168,16 @@ class Journal:
         self._entries = entries
         return True
 
+    def hold(self, knob_id: str, device_id: str, locator: Mapping[str, Any], saved: Mapping[str, Any],
+             wall: float, boot_id: str | None = None) -> None:
+        """Keep ``knob_id``'s original in memory only, when :meth:`record` cannot write it (disk full) and a
+        safety decision must be written anyway: a clean stop still puts it back; the next write of the
+        journal that succeeds puts it on disk too."""
+        if knob_id not in self._entries:
+            boot = current_boot_id() if boot_id is None else boot_id
+            self._entries = {**self._entries,
+                             knob_id: JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot)}
+
     def forget(self, knob_id: str) -> None:
         """Drop one entry (its knob was restored or handed to another program)."""
         if knob_id not in self._entries:

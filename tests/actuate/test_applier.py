@@ -220,6 +220,27 @@ def test_a_write_fault_at_a_moving_value_is_reported_once_not_at_every_new_value
     assert [e.kind for e in events] == ["fault"] and "Operation not permitted" in events[0].message
 
 
+def test_a_journal_that_cannot_be_written_stops_policy_writes_but_never_a_safety_write(setup):
+    """The state directory full (ENOSPC): journal-first refused every write, the failed sensor's full duty
+    included. A safety value is safe to leave behind, so it is written, its original kept in memory (a
+    clean stop puts it back) and the fault said; a policy write still waits for the journal."""
+    from aithermd.actuate.journal import JournalError
+
+    b, j, applier, knob = setup
+
+    def full(entries):
+        raise JournalError(f"{j.path}: cannot write the journal: No space left on device")
+
+    j._save = full
+    _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
+    assert b.writes == [] and [e.kind for e in events] == ["fault"] and knob.id not in j
+    failed = Decision(knob.id, 100.0, Layer.SAFETY, "safety/failed-source")
+    after, events = applier.apply(b, knob, b.device_id, failed, 100.0, current(b, knob), 2.0)
+    assert b.writes == [(knob.id, 100.0)] and after.value == 100.0
+    assert [e.kind for e in events] == ["actuation"]  # the journal's fault was said at the first refusal
+    assert j.entries()[knob.id].saved == {"pwm": 100, "enable": 2}  # in memory, for the stop's restore
+
+
 def test_read_only_knob_is_never_written(setup):
     b, _, applier, knob = setup
     ro = Knob(knob.id, knob.device_id, knob.kind, knob.unit, 0, 100, None, False, "no pwm1_enable")
