@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -53,7 +54,9 @@ class Control:
         self.active = default_policy
         self.holds: list[Hold] = []
         self.overrides: dict[str, tuple[float, float | None]] = {}  # knob → (value, expires wall or None)
-        self._next_cookie = 1
+        # cookies start anywhere in 1…2³²−1: a client still holding one of an earlier daemon's (after a
+        # restart) must not release another caller's hold by it, as counting from 1 at every start allowed
+        self._next_cookie = secrets.randbelow(COOKIE_MAX) + 1
         self._events: list[Event] = []
         self.progress = Progress()  # jobs' own progress rates (ReportProgress)
         self._load(default_policy, pinned)
@@ -82,7 +85,8 @@ class Control:
                 self.holds.append(Hold(**raw))
             except TypeError:
                 self._log.warning("hold_unreadable", hold=raw)
-        self._next_cookie = max([h.cookie for h in self.holds], default=0) % COOKIE_MAX + 1
+        if self.holds:
+            self._next_cookie = max(h.cookie for h in self.holds) % COOKIE_MAX + 1
 
     def _save(self) -> None:
         doc = {"active_policy": self.active,

@@ -53,6 +53,14 @@ def test_the_active_policy_is_kept_unless_pinned(tmp_path, clock, policies):
     assert make(tmp_path, clock, policies, pinned=True).active == "balanced"
 
 
+def test_hold_cookies_of_two_daemon_runs_do_not_collide(tmp_path, clock, policies):
+    """Cookies counted from 1 at every start: a client still holding cookie 1 of the daemon before a
+    restart released another user's new hold 1 when its command ended."""
+    first = {make(tmp_path / f"a{i}", clock, policies).hold_policy("quiet", "job", 0.0, ":1.7", 0, False)
+             for i in range(20)}
+    assert len(first) == 20 and all(1 <= c <= 2**32 - 1 for c in first)
+
+
 def test_holds_stack_time_out_and_end_with_their_owner(tmp_path, clock, policies):
     op = make(tmp_path, clock, policies)
     a = op.hold_policy("quiet", "batch job", 10.0, ":1.7", 1000, False)
