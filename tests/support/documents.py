@@ -50,7 +50,7 @@ TRAINING_S = 240.0  # the default cycle idles 2 minutes, then trains for 6: two 
 HISTORY_S = 300.0  # GetHistory(300), the TUI's first ask
 HOLD = {"cookie": 17, "policy": "quiet", "reason": "meeting in the lab", "owner": "detached", "uid": 0,
         "created": NOON + 60.0, "expires": None, "detached": True}
-FAILING_FAN = "class/hwmon/hwmon1/fan2_input"  # the nct6798 (hwmon1 on this board)
+FAILING_FAN = "platform/nct6775.656/hwmon/hwmon1/fan2_input"  # the nct6798, as the backend opens it
 WINDOW = ("python train.py", NOON + 180.0, 1000, 7)  # energy window: name, opened at, by uid, its id
 INSTALLED_POLICIES = "/usr/share/aithermd/policies"
 
