@@ -31,15 +31,17 @@ the lever for memory-bound work such as LLM decode, which draws far below any po
 binds) while a lower SM clock costs it little: its signals are the job's progress rate, else memory
 utilization (the bandwidth a memory-bound job turns into work; utilization × clock reads the lock itself).
 
-Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``gpu<N>/progress_rate``,
-steps per second from ``aithermctl run --progress-regex``), GPM tensor activity × SM clock (Hopper and
-newer), utilization × SM clock. The cheap proxy overstates the slowdown of memory-bound jobs (the clock
-falls further than the work): it is read through the job's memory-bound share (:func:`proxy_ratio`),
-measured in the baseline as memory utilization over utilization. Memory traffic overlaps compute on real
-GPUs, so that share is an upper bound of the time a job waits on memory: :data:`MEM_TRUST` of it counts,
-and up to all of it where the window's own memory utilization confirms it — a job's memory traffic per
-unit of work is fixed, so its memory utilization falls with its throughput, not with its clock
-(:func:`_ratio`). A proxy follows the job's demand, which swings over tens of seconds: its window's
+Throughput signal, best first (:data:`SIGNALS`): the job's own progress rate (``gpu<N>/progress_rate``, steps
+per second from ``aithermctl run --progress-regex``; a power search reads it per busy second, over the
+window's mean utilization against the baseline's, so that the job's own loader stalls, which differ from one
+window to the next and are the same at any limit, do not read as the cap's cost: :func:`_ratio`), GPM tensor
+activity × SM clock (Hopper and newer), utilization × SM clock. The cheap proxy overstates the slowdown of
+memory-bound jobs (the clock falls further than the work): it is read through the job's memory-bound share
+(:func:`proxy_ratio`), measured in the baseline as memory utilization over utilization. Memory traffic
+overlaps compute on real GPUs, so that share is an upper bound of the time a job waits on memory:
+:data:`MEM_TRUST` of it counts, and up to all of it where the window's own memory utilization confirms it — a
+job's memory traffic per unit of work is fixed, so its memory utilization falls with its throughput, not with
+its clock (:func:`_ratio`). A proxy follows the job's demand, which swings over tens of seconds: its window's
 standard error comes from block means (:meth:`~aithermd.policy.search_window.Acc.spread`).
 """
 
@@ -64,6 +66,7 @@ WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled 
 #                   measurement windows at once: a job's own loader stalls move one window by ±2 %
 HISTORY = 12  # steps kept for explain
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
+MISS_Z_PROGRESS = 0.4  # … of a progress rate read per busy second (its per-second error counts the stalls)
 AWAY_SHARE = 0.15  # a window with over 15 % of its seconds away (search_window.AWAY: under 40 % of its own
 #                    running draw) saw the job away (ended, paused): no verdict, measured again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
@@ -120,7 +123,8 @@ class Search:
     mem: float = 0.0  # proxy only: the memory-bound share its ratios are corrected for (proxy_ratio)
     mem_top: float = 0.0  # proxy only: the whole share measured (the most the memory traffic may confirm)
     base_mem: float = 0.0  # proxy only: the baseline's mean memory utilization (%)
-    mem_sums: tuple[float, float, int] = (0.0, 0.0, 0)  # proxy only: this window's memory util., util., n
+    base_util: float = 0.0  # progress only, not for clocks: the baseline's mean utilization (%) (_ratio)
+    mem_sums: tuple[float, float, int] = (0.0, 0.0, 0)  # this window's memory utilization, utilization, n
     history: tuple[tuple[float, float, float, str], ...] = ()
     why: str = ""
 
@@ -210,11 +214,11 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return _revert(s, t, _lost(s.signal, power, _ok(readings.get(f"{gpu}/utilization"))))
     acc = s.acc.add(t, value, power)
     s = replace(s, acc=acc)
-    if s.signal == "proxy" and t >= acc.t0:
+    if t >= acc.t0:
         mem, util = _ok(readings.get(f"{gpu}/memory_utilization")), _ok(readings.get(f"{gpu}/utilization"))
-        if mem is not None and util is not None:
+        if util is not None and (mem is not None or s.signal != "proxy"):
             m, u, n = s.mem_sums
-            s = replace(s, mem_sums=(m + mem, u + util, n + 1))
+            s = replace(s, mem_sums=(m + (mem or 0.0), u + util, n + 1))
     window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
     if acc.span < window - 1e-9:
         return s
@@ -233,10 +237,11 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             return _move(s, t, BASELINE, s.start, "no work to measure yet")
         peak = math.ceil(acc.peak)
         mem_sum, util_sum, n = s.mem_sums
-        top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 else 0.0
+        top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 and s.signal == "proxy" else 0.0
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
                     base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),), mem=MEM_TRUST * top,
-                    mem_top=top, base_mem=mem_sum / n if n else 0.0)
+                    mem_top=top, base_mem=mem_sum / n if n else 0.0,
+                    base_util=util_sum / n if n and s.signal == "progress" and not spec.clocks else 0.0)
         target = max(peak, lo_w or 0.0)
         if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
             return _step_down(spec, s, t)
@@ -246,7 +251,8 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
         # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
-        se = MISS_Z * ratio * (acc.spread(trim) ** 2 + s.base_se ** 2) ** 0.5
+        z = MISS_Z_PROGRESS if s.base_util else MISS_Z
+        se = z * ratio * (acc.spread(trim) ** 2 + s.base_se ** 2) ** 0.5
         kept_eff = s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE)
         good = ratio + se >= 1.0 - spec.budget and kept_eff
         entry = (s.limit, round(ratio, 4), round(gain, 4), "keep" if good else "miss")
@@ -284,8 +290,10 @@ def _ratio(s: Search, sig: float) -> float:
     traffic falls with the clock, and the counted share stands."""
     if s.base <= 0:
         return 0.0
+    m, u, n = s.mem_sums
+    if n and u > 0 and s.base_util > 0:
+        sig *= s.base_util / (u / n)  # progress per busy second: the job's own stalls left out
     ratio = proxy_ratio(sig / s.base, s.mem)
-    m, _u, n = s.mem_sums
     if s.mem_top > s.mem and s.base_mem > 0 and n:
         ratio = max(ratio, min(proxy_ratio(sig / s.base, s.mem_top), m / n / s.base_mem))
     return ratio
