@@ -11,7 +11,7 @@ Any other failed write (``NVML_ERROR_UNKNOWN`` from one set call broken on one b
 ``TIMEOUT``) is a fault of that knob, not of the GPU (its reads go on; see
 :mod:`aithermd.backends.nvml_probe`): said once (``knob_write_failed``), the knob's writes are then refused
 without an NVML call and tried again with backoff (:data:`WRITE_BACKOFF_S`), until one succeeds
-(``knob_write_back``). The restore at the stop is tried whatever the GPU's or the knob's state, each knob on
+(``knob_write_back``); a different value (a safety cut after a policy value failed) is tried at once. The restore at the stop is tried whatever the GPU's or the knob's state, each knob on
 its own: a write that fails leaves the knob restored when it reads back as its original, and a fan whose
 manual duty cannot be put back is handed to the driver's automatic curve instead (the restore's note).
 """
@@ -94,9 +94,11 @@ class NvmlKnobs:
         self._on(knob_id, self._write, value)
 
     def _write(self, knob_id: str, value: float) -> None:
-        faults: dict[str, list[Any]] = self.__dict__.setdefault("_write_faults", {})  # id → [why, at, delay]
+        # knob id → [why, next try at, delay, the value that failed]; another value (a safety cut after a
+        # policy value failed) is tried at once: only the same request waits for its backoff
+        faults: dict[str, list[Any]] = self.__dict__.setdefault("_write_faults", {})
         fault, now = faults.get(knob_id), self.clock.monotonic()
-        if fault is not None and now < fault[1]:
+        if fault is not None and now < fault[1] and value == fault[3]:
             raise BackendError(fault[0])  # the same words as the write that failed: reported once
         try:
             self._write_now(knob_id, value)
@@ -108,7 +110,7 @@ class NvmlKnobs:
                   f"tried again with backoff (up to {WRITE_BACKOFF_S[1]:g} s)"
             if fault is None or fault[0] != why:
                 self._log.error("knob_write_failed", knob=knob_id, value=value, error=str(exc), message=why)
-            faults[knob_id] = [why, now + delay, delay]
+            faults[knob_id] = [why, now + delay, delay, value]
             raise BackendError(why) from exc
         if faults.pop(knob_id, None) is not None:
             self._log.warning("knob_write_back", knob=knob_id, value=value)

@@ -85,6 +85,22 @@ def test_a_failing_knob_is_tried_again_with_backoff_and_comes_back(make, clock):
     assert fake.power_limit_w(0) == 310.0
 
 
+def test_a_new_value_is_tried_at_once_whatever_the_backoff_of_the_last(make, clock):
+    """A safety cut to the minimum after the policy's 300 W failed: the backoff of the failed request must
+    not hold the cut off for up to a minute; the same request still waits."""
+    fake = two()
+    backend = make(fake)
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_UNKNOWN, count=1)
+    with pytest.raises(BackendError, match="NVML_ERROR_UNKNOWN"):
+        backend.write_knob("gpu0/power_limit", 300.0)
+    before = fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0)
+    with pytest.raises(BackendError):
+        backend.write_knob("gpu0/power_limit", 300.0)  # the same request, within its backoff: not asked
+    assert fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) == before
+    backend.write_knob("gpu0/power_limit", 150.0)  # the cut: asked at once, and the driver takes it
+    assert fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) == before + 1 and fake.power_limit_w(0) == 150.0
+
+
 def test_probe_writes_that_fail_never_keep_a_gpu_down(make, clock):
     """The F1 trap: a read's Unknown Error re-handles the GPU, whose probe wrote the limit and the fan
     again, failed again, and kept the GPU down for good."""
