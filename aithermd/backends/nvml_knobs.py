@@ -38,6 +38,8 @@ from aithermd.errors import (
 )
 from aithermd.model import KnobValue, Status
 
+SET_LIMIT = "nvmlDeviceSetPowerManagementLimit"
+FLOOR_STEP_W = 1.0  # how close the search for the lowest limit a driver takes comes to it
 WRITE_BACKOFF_S = (2.0, 60.0)  # a knob whose writes fail: tried again 2 s later, doubling up to 60 s apart
 NO_PERMISSION_WHY = ("NVML_ERROR_NO_PERMISSION: NVML refused the write although the daemon runs as root "
                      "(a container without CAP_SYS_ADMIN, or the GPU's settings are locked)")
@@ -136,8 +138,7 @@ class NvmlKnobs:
             )
         try:
             if attr == "power_limit":
-                self._do(slot, f"{knob_id} := {value:g} W", "nvmlDeviceSetPowerManagementLimit",
-                         units.w_to_mw(value))
+                self._set_limit(slot, knob_id, value)
             elif attr == nvml_acoustic.ATTR:
                 self._do(slot, f"{knob_id} := {value:g} °C", *nvml_acoustic.set_args(slot.reader, value))
             elif attr == KNOB:
@@ -149,6 +150,35 @@ class NvmlKnobs:
             self.life.deny(slot, attr, NO_PERMISSION_WHY)
             self._log.error("knob_read_only", knob=knob_id, reason=NO_PERMISSION_WHY)
             raise
+
+    def _set_limit(self, slot: Slot, knob_id: str, value: float) -> None:
+        """Set the power limit to ``value`` W. A driver may refuse (INVALID_ARGUMENT) a value inside the
+        constraints it reports (vGPU, notebooks under Dynamic Boost, some driver branches: nvidia-smi's "not
+        a valid power limit"); a refused cut then goes as deep as the driver takes, found by bisection (to
+        :data:`FLOOR_STEP_W`) between it and the limit in force, and that floor is kept for the knob so the
+        same refused call is not made again (the read-back above the request says the cut is partial)."""
+        floors: dict[str, float] = self.__dict__.setdefault("_limit_floors", {})  # knob → lowest taken, W
+        asked = max(value, floors.get(knob_id, value))
+        try:
+            self._do(slot, f"{knob_id} := {asked:g} W", SET_LIMIT, units.w_to_mw(asked))
+            return
+        except OutOfRange:
+            in_force = units.mw_to_w(self._do(slot, f"{knob_id}: read", "nvmlDeviceGetPowerManagementLimit"))
+            if in_force is None or asked >= in_force - FLOOR_STEP_W:
+                raise
+        refused, taken = asked, in_force
+        while taken - refused > FLOOR_STEP_W:
+            mid = round((refused + taken) / 2.0)
+            try:
+                self._do(slot, f"{knob_id} := {mid:g} W", SET_LIMIT, units.w_to_mw(mid))
+                taken = mid
+            except OutOfRange:
+                refused = mid
+        floors[knob_id] = taken
+        self._log.warning("power_limit_floor", knob=knob_id, asked_w=value, floor_w=taken,
+                          message=f"{knob_id}: the driver refuses limits under {taken:g} W (its constraints "
+                                  f"say {slot.reader.knobs['power_limit'].min:g} W): {value:g} W asked, "
+                                  f"{taken:g} W set")
 
     def set_fan_auto(self, knob_id: str) -> None:
         """Hand fan ``knob_id`` back to the driver's automatic curve (nvmlDeviceSetDefaultFanSpeed_v2)."""

@@ -309,7 +309,7 @@ class NvmlFunctions:
         mw = _v(limit)
         lo, hi = _need(gpu.min_mw), _need(gpu.max_mw)
         self._write_allowed()
-        if not lo <= mw <= hi:
+        if not lo <= mw <= hi or mw < (gpu.limit_refused_below_mw or lo):
             raise NvmlReturn(INVALID_ARGUMENT)
         if gpu.limit_step_mw:
             mw = min(hi, max(lo, int(round(mw / gpu.limit_step_mw)) * gpu.limit_step_mw))

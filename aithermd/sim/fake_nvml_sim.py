@@ -153,6 +153,13 @@ class SimulatorControls:
             gpu.limit_step_mw = None if step_w is None else w_to_mw(step_w)
             gpu.limit_floor_mw = None if floor_w is None else w_to_mw(floor_w)
 
+    def refuse_power_below(self, index: int, floor_w: float | None) -> None:
+        """GPU ``index``'s driver answers NVML_ERROR_INVALID_ARGUMENT to a power limit under ``floor_w``
+        although its constraints report a lower minimum (nvidia-smi: "is not a valid power limit"; vGPU,
+        notebooks under Dynamic Boost). None: only outside the constraints."""
+        with self._lock:
+            self.gpus[index].limit_refused_below_mw = None if floor_w is None else w_to_mw(floor_w)
+
     def enforced_power_limit_w(self, index: int) -> float | None:
         with self._lock:
             self._sync()

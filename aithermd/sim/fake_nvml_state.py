@@ -139,6 +139,7 @@ class FakeGpu:
     # limit_floor_mw (a floor above the minimum it reports): the set call succeeds, the read-back differs
     limit_step_mw: int | None = None
     limit_floor_mw: int | None = None
+    limit_refused_below_mw: int | None = None  # or refuses (INVALID_ARGUMENT) under it: vGPU, Dynamic Boost
     epoch: int = 0  # incremented when the GPU comes back from a reset: older handles are stale
     # the acoustic threshold (nvidia-smi's GPU Target Temperature) as set, None: the dump's; its range, as
     # NVML's ACOUSTIC_MIN/MAX report it: no recorded dump has one, so only a test gives it (else

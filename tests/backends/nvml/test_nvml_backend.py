@@ -229,8 +229,8 @@ def test_power_limit_writes_in_watts_within_the_constraints(workstation, backend
             backend.write_knob("gpu0/power_limit", bad)
     assert workstation.power_limit_w(0) == 312.5, "a refused value never reaches NVML"
     workstation.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_INVALID_ARGUMENT, count=1)
-    with pytest.raises(OutOfRange, match="NVML_ERROR_INVALID_ARGUMENT"):
-        backend.write_knob("gpu0/power_limit", 200)
+    with pytest.raises(OutOfRange, match="NVML_ERROR_INVALID_ARGUMENT"):  # a raise the driver refuses (a cut
+        backend.write_knob("gpu0/power_limit", 400)  # it refuses goes as deep as it takes: test_write_faults)
     with pytest.raises(UnknownKnob):
         backend.write_knob("gpu0/pl1", 100)
     with pytest.raises(UnknownKnob):

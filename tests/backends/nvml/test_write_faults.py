@@ -11,7 +11,7 @@ import structlog
 
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.clock import FakeClock
-from aithermd.errors import BackendError, DeviceLost
+from aithermd.errors import BackendError, DeviceLost, OutOfRange
 from aithermd.model import Status
 from aithermd.sim.fake_nvml import FakeNvml
 from tests.backends.nvml.conftest import H100, RTX4090, profile
@@ -174,3 +174,25 @@ def test_a_lost_gpu_still_refuses_writes_and_its_restore_says_so(make, clock):
     fake.lose_gpu(1)
     with pytest.raises(DeviceLost, match="GPU_IS_LOST"):
         backend.restore_knob("gpu1/power_limit", limit)
+
+
+def test_a_cut_the_driver_refuses_goes_as_deep_as_it_takes_and_the_refused_call_is_not_made_again(make):
+    """The driver refuses limits under 250 W although its constraints say 150 W: a safety cut to 150 W was
+    refused every tick and the GPU kept its whole limit. Now the cut lands on the lowest limit the driver
+    takes (found within 1 W), said once, and later requests start from that floor."""
+    fake = two()
+    backend = make(fake)
+    fake.refuse_power_below(0, 250.0)
+    with structlog.testing.capture_logs() as logs:
+        backend.write_knob("gpu0/power_limit", 150.0)
+    assert 250.0 <= fake.power_limit_w(0) <= 251.0
+    (said,) = [e for e in logs if e["event"] == "power_limit_floor"]
+    assert said["asked_w"] == 150.0 and said["floor_w"] == fake.power_limit_w(0)
+    calls = fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0)
+    backend.write_knob("gpu0/power_limit", 150.0)  # the same cut next tick: one call, taken
+    assert fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) == calls + 1
+    backend.write_knob("gpu0/power_limit", 400.0)  # above the floor: as asked
+    assert fake.power_limit_w(0) == 400.0
+    with pytest.raises(OutOfRange):  # outside the reported constraints: refused as before, no search
+        backend.write_knob("gpu0/power_limit", 50.0)
+
