@@ -60,9 +60,9 @@ def family_of(backend: Backend) -> str:
 @dataclass(frozen=True)
 class Inventory:
     """What discovery found. ``backends`` in sample order (``inline`` ones are sampled on the event loop,
-    ``threaded`` ones — NVML — in the loop's worker thread, only when they found a device); ``devices`` in
-    backend order then each backend's own bus-path order; ``knobs`` knob id → :class:`Knob`; ``owner`` knob
-    id → backend; ``device_owner`` device id → backend."""
+    ``threaded`` ones — NVML — in the loop's worker thread; either kind only when it found a device);
+    ``devices`` in backend order then each backend's own bus-path order; ``knobs`` knob id → :class:`Knob`;
+    ``owner`` knob id → backend; ``device_owner`` device id → backend."""
 
     backends: tuple[Backend, ...]
     devices: tuple[Device, ...] = ()
@@ -73,10 +73,12 @@ class Inventory:
     threaded: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inline", tuple(b for b in self.backends if not is_threaded(b)))
-        # a threaded backend that found nothing (NVML on a machine without a GPU) has nothing to read: no
-        # NVML pass for it every tick; a rediscovery that finds a device makes a new inventory
+        # a backend that found nothing (NVML on a machine without a GPU, thermal zones or RAPL where there are
+        # none) has nothing to read: no NVML pass for it every tick, no empty sample in the read guard's pass;
+        # a rediscovery that finds a device makes a new inventory
         owners = {id(b) for b in self.device_owner.values()}
+        object.__setattr__(self, "inline",
+                           tuple(b for b in self.backends if not is_threaded(b) and id(b) in owners))
         object.__setattr__(self, "threaded",
                            tuple(b for b in self.backends if is_threaded(b) and id(b) in owners))
 

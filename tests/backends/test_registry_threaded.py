@@ -1,4 +1,5 @@
-"""A threaded backend (NVML) that found no device gets no worker hop each tick; one that did, does."""
+"""A backend that found no device is not sampled each tick (a threaded one, NVML, gets no worker hop); one
+that did, is."""
 
 from __future__ import annotations
 
@@ -18,3 +19,11 @@ def test_only_threaded_backends_with_devices_are_sampled_off_the_loop():
     assert empty.inline == (hwmon,) and empty.threaded == ()
     found = Inventory(backends=(hwmon, nvml), device_owner=MappingProxyType({"hwmon:x": hwmon, "gpu0": nvml}))
     assert found.inline == (hwmon,) and found.threaded == (nvml,)
+
+
+def test_inline_backends_without_devices_are_not_sampled():
+    hwmon, thermal, powercap = Kind("hwmon"), Kind("thermal"), Kind("powercap")
+    inv = Inventory(backends=(hwmon, thermal, powercap),
+                    device_owner=MappingProxyType({"hwmon:x": hwmon, "powercap:package-0": powercap}))
+    assert inv.inline == (hwmon, powercap) and inv.threaded == ()
+    assert Inventory(backends=(hwmon, thermal)).inline == ()
