@@ -90,7 +90,8 @@ class EngineState:
     t_mono: float | None = None
     budget: power_budget.BudgetState | None = None
     idle: Mapping[str, held.GpuIdle] = field(default_factory=_empty)  # held-high idle memory (held.py)
-    arbitrated: tuple[Any, ...] | None = None  # (the layers, the knobs, what arbitration made of them)
+    # (the layers, the knobs, what arbitration made of them, the read-only view of it handed out)
+    arbitrated: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,10 +244,12 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     decided = (*layers, override, safe)
     last = state.arbitrated
     if last is not None and last[1] is knobs and _same(last[0], decided):
-        merged = last[2]  # the very decisions of the last tick: the same winners (not changed below)
+        # the very decisions of the last tick: the same winners (not changed below), the same view of them
+        merged, view = last[2], last[3]
     else:
         merged = arbiter.merge(decided, knobs)
-    arbitrated = (decided, knobs, merged)
+        view = MappingProxyType(merged)
+    arbitrated = (decided, knobs, merged, view)
     report: Mapping[str, Any] = EMPTY
     budget_state = state.budget
     if budget is not None:
@@ -265,7 +268,9 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs
-    return EngineResult(decisions=MappingProxyType(merged), state=new_state,
+    if merged is not arbitrated[2]:  # the power budget changed some
+        view = MappingProxyType(merged)
+    return EngineResult(decisions=view, state=new_state,
                         states=MappingProxyType(states), layers=MappingProxyType(by_layer), budget=report,
                         held_idle=MappingProxyType(held_now))
 

@@ -161,8 +161,10 @@ class Tick:
             events.append(fault(t_wall, op.active, f"policy engine failed: {exc}"))
             return False
         self.state = result.state
-        self._log_sources(self.decisions, result.decisions)
-        self.decisions = dict(result.decisions)
+        if result.decisions is not self.decisions:  # the engine hands back the very mapping when unchanged
+            self._log_sources(self.decisions, result.decisions)
+        self.decisions = result.decisions  # read-only (a MappingProxyType): kept, not copied, so that the
+        # snapshot's consumers may tell an unchanged tick by identity
         self.states = result.states
         self.budget = getattr(result, "budget", None) or {}
         self.held_idle = getattr(result, "held_idle", {})
