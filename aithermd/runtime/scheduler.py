@@ -10,6 +10,7 @@ it). Waiting ends early when the stop event is set.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Awaitable, Callable
 
@@ -34,11 +35,26 @@ class Scheduler:
         self.skipped = 0
         self.last_duration_s = 0.0
         self._log = structlog.get_logger("aithermd.scheduler")
+        self._stopper: asyncio.Task[object] | None = None  # waits on the stop event while run() runs
 
     async def run(self, tick: TickFn, stop: asyncio.Event, max_ticks: int | None = None,
                   until: Callable[[], bool] | None = None) -> None:
         """Run ``tick`` at each deadline until ``stop`` is set, ``max_ticks`` ran or ``until()`` is true
         after a tick. Exceptions from ``tick`` propagate (the caller decides)."""
+        try:
+            await self._run(tick, stop, max_ticks, until)
+        finally:
+            stopper, self._stopper = self._stopper, None
+            if stopper is not None and not stopper.done():
+                stopper.cancel()
+                try:
+                    await stopper
+                except asyncio.CancelledError:
+                    if not stopper.cancelled():  # this task's own cancellation
+                        raise
+
+    async def _run(self, tick: TickFn, stop: asyncio.Event, max_ticks: int | None,
+                   until: Callable[[], bool] | None) -> None:
         deadline = self.clock.monotonic()
         while not stop.is_set():
             if max_ticks is not None and self.seq >= max_ticks:
@@ -65,13 +81,23 @@ class Scheduler:
 
     async def _wait(self, delay: float, stop: asyncio.Event) -> None:
         """Sleep ``delay`` s with the injected sleep, ending early when ``stop`` is set. In real time this is
-        one timer on the running task (no task created and cancelled per tick)."""
+        one timer and one future (no task created and cancelled per tick)."""
         if self.sleep is asyncio.sleep:
+            # one timer and one future a tick; the stop event is waited on by one task for the whole run (an
+            # ``asyncio.timeout`` around ``stop.wait()`` cancelled the waiting task and raised two exceptions
+            # through it at every tick)
+            loop = asyncio.get_running_loop()
+            if self._stopper is None:
+                self._stopper = loop.create_task(stop.wait())
+            woken = loop.create_future()
+            wake = functools.partial(_wake, woken)
+            timer = loop.call_later(delay, wake)
+            self._stopper.add_done_callback(wake)
             try:
-                async with asyncio.timeout(delay):
-                    await stop.wait()
-            except TimeoutError:
-                pass
+                await woken
+            finally:
+                timer.cancel()
+                self._stopper.remove_done_callback(wake)
             return
         sleeper = asyncio.ensure_future(self.sleep(delay))
         stopper = asyncio.ensure_future(stop.wait())
@@ -82,3 +108,8 @@ class Scheduler:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
+
+
+def _wake(woken: asyncio.Future[None], *_: object) -> None:
+    if not woken.done():
+        woken.set_result(None)
