@@ -122,3 +122,25 @@ def test_when_journald_refuses_lines_carry_a_priority_prefix(tmp_path):
     lines = out.stderr.splitlines()
     assert [line[:3] for line in lines] == ["<3>", "<6>", "<4>"], out.stderr
     assert json.loads(lines[0][3:])["event"] == "reload_refused"
+
+
+def test_debug_enabled_follows_the_configured_level():
+    import logging
+
+    import structlog
+
+    from aithermd import log
+
+    before, root = structlog.get_config(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        log.setup("info", "json")
+        assert log.debug_enabled() is False
+        log.setup("debug", "json")
+        assert log.debug_enabled() is True
+        structlog.configure(wrapper_class=structlog.BoundLogger)  # no filter: every line passes
+        assert log.debug_enabled() is True
+    finally:
+        structlog.configure(**before)
+        root.handlers[:] = handlers
+        root.setLevel(level)

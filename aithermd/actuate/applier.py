@@ -47,6 +47,7 @@ from aithermd.actuate.readback import MANUAL_MODES, mode_refused, same_setting, 
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
+from aithermd.log import debug_enabled
 from aithermd.model import Alarm, Decision, Event, Knob, KnobKind, KnobValue, Layer, Status
 from aithermd.units import num, rounded
 
@@ -359,6 +360,8 @@ class Applier:
         who = (decision.rule, decision.layer)
         journaled = self._who.get(knob.id) != who or knob.kind in JOURNALED_KINDS
         self._who[knob.id] = who
+        if not journaled and not debug_enabled():
+            return
         (self._log.info if journaled else self._log.debug)(
             "actuation", device=device_id, knob=knob.id, old=rounded(old), new=rounded(new), unit=knob.unit,
             rule=decision.rule, layer=str(decision.layer), reason=decision.reason, **extra)
