@@ -159,9 +159,13 @@ def decision_changes(previous: Snapshot | None, current: Snapshot) -> list[Decis
     """This tick's winning decisions whose rule, layer or value differ from the previous snapshot's (all of
     them on the first snapshot): the "decisions" of D-Bus ``Event`` and ``aithermd_decisions_total``."""
     before = previous.decisions if previous is not None else {}
+    if before is current.decisions:  # the engine's very mapping of the last tick: nothing changed
+        return []
     changed = []
     for knob_id, d in current.decisions.items():
         p = before.get(knob_id)
+        if p is d:
+            continue
         if p is None or p.rule != d.rule or p.layer != d.layer or p.value != d.value:
             changed.append(d)
     return changed

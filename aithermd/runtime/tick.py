@@ -121,8 +121,8 @@ class Tick:
         events += capped
         events += self.control.expire(t_wall)
         progress = getattr(self.control, "progress_readings", None)  # jobs' own progress rates (D-Bus)
-        if progress is not None:
-            readings = {**readings, **progress(t_mono)}
+        if progress is not None and (rates := progress(t_mono)):
+            readings = {**readings, **rates}
         decided = self._evaluate(world, t_mono, t_wall, readings, knobs, sampled.attrs, sampled.processes,
                                  events)
         if decided:
