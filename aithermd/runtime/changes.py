@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -177,11 +177,19 @@ class Changes:
         return [Resume("no resume announced")]
 
     # -- at the tick's start -----------------------------------------------------------------------------
-    async def apply(self, world: World, decisions: Mapping[str, Decision]) -> tuple[World, list[Event]]:
-        """Handle every message of the inbox, in order: the world the tick runs with from now on, and the
-        events to publish first. ``decisions``: the last tick's (re-applied on resume)."""
+    def take(self) -> list[tuple[Message, Callable[[], None]]]:
+        """What the inbox holds for this tick (:meth:`Inbox.drain`), to hand to :meth:`apply`; mostly
+        nothing, and then the tick has no coroutine to run for it."""
+        return self.inbox.drain()
+
+    async def apply(self, world: World, decisions: Mapping[str, Decision],
+                    drained: list[tuple[Message, Callable[[], None]]] | None = None
+                    ) -> tuple[World, list[Event]]:
+        """Handle every message of the inbox (or ``drained``, what :meth:`take` returned), in order: the world
+        the tick runs with from now on, and the events to publish first. ``decisions``: the last tick's
+        (re-applied on resume)."""
         events: list[Event] = []
-        for message, handled in self.inbox.drain():
+        for message, handled in self.inbox.drain() if drained is None else drained:
             try:
                 world = await self._one(message, world, decisions, events)
             finally:

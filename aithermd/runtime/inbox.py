@@ -119,9 +119,11 @@ class Inbox:
     def drain(self) -> list[tuple[Message, Callable[[], None]]]:
         """What came since the last drain, oldest first, then what the sources say now; each with the
         function to call once it is handled."""
-        with self._lock:
-            posted, self._queue = list(self._queue), deque()
-        out = [(p.message, _resolver(p.done)) for p in posted]
+        out: list[tuple[Message, Callable[[], None]]] = []
+        if self._queue:  # a post that lands meanwhile is taken at the next drain
+            with self._lock:
+                posted, self._queue = list(self._queue), deque()
+            out = [(p.message, _resolver(p.done)) for p in posted]
         for source in tuple(self._sources):
             out += [(m, _noop) for m in source()]
         return out

@@ -97,8 +97,8 @@ class Tick:
         """Run tick ``seq`` under the tick lock and publish its snapshot (also returned)."""
         async with self.lock:
             first: list[Event] = []
-            if self.changes is not None:
-                self.world, first = await self.changes.apply(self.world, self.decisions)
+            if self.changes is not None and (drained := self.changes.take()):
+                self.world, first = await self.changes.apply(self.world, self.decisions, drained)
             return await self._run(seq, first)
 
     async def _run(self, seq: int, first: list[Event]) -> Snapshot:
