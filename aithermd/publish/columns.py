@@ -38,8 +38,11 @@ class Columns:
         self._t_wall = array("d")
         self._cols: dict[str, array[float]] = {}  # channel id → readings
         self._kcols: dict[str, array[float]] = {}  # knob id → read-back values
-        self._last: dict[str, int] = {}  # channel → the row count when it was last present
+        # channel → the row count when it was last present, kept only from rows where some series was absent:
+        # a row where every series is present sets ``_full`` instead of one entry per series (see _present)
+        self._last: dict[str, int] = {}
         self._klast: dict[str, int] = {}  # knob → the same
+        self._full = self._kfull = -1  # the last row count at which every channel (knob) column was written
         self.units: dict[str, str] = {}
         self.knob_units: dict[str, str] = {}
         self._devices: Any = None
@@ -88,9 +91,9 @@ class Columns:
                 self.units.setdefault(ch.id, ch.unit)
             for k in dev.knobs:
                 self.knob_units.setdefault(k.id, k.unit)
-        for cols, last, units in ((self._cols, self._last, self.units),
-                                  (self._kcols, self._klast, self.knob_units)):
-            for sid in [s for s, seen in last.items() if self.count - seen >= self.rows]:
+        for cols, last, full, units in ((self._cols, self._last, self._full, self.units),
+                                        (self._kcols, self._klast, self._kfull, self.knob_units)):
+            for sid in [s for s in cols if self.count - _present(s, last, full) >= self.rows]:
                 cols.pop(sid, None)
                 last.pop(sid, None)
                 units.pop(sid, None)
@@ -114,7 +117,6 @@ class Columns:
                 return self.append(snapshot)
             v = r.value
             col[i] = v if r.status is ok and v is not None else NAN
-            last[sid] = count
             written += 1
         kcols, klast = self._kcols, self._klast
         kwritten = 0
@@ -125,17 +127,28 @@ class Columns:
                 return self.append(snapshot)
             v = kv.value
             col[i] = v if v is not None else NAN
-            klast[sid] = count
             kwritten += 1
-        # a series absent from this snapshot: no value in this row
-        for n, store, seen in ((written, cols, last), (kwritten, kcols, klast)):
-            if n != len(store):
-                for sid, col in store.items():
-                    if seen[sid] != count:
-                        col[i] = NAN
+        # every series present (the common case): one mark for all; else the present ones each get theirs,
+        # and a series absent from this snapshot has no value in this row
+        if written == len(cols):
+            self._full = count
+        else:
+            self._mark(snapshot.readings, cols, last, count, i)
+        if kwritten == len(kcols):
+            self._kfull = count
+        else:
+            self._mark(snapshot.knobs, kcols, klast, count, i)
         self._t_mono[i] = snapshot.t_mono
         self._t_wall[i] = snapshot.t_wall
         self.count = count + 1
+
+    @staticmethod
+    def _mark(present: Any, store: dict[str, array[float]], last: dict[str, int], count: int, i: int) -> None:
+        for sid in present:
+            last[sid] = count
+        for sid, col in store.items():
+            if last.get(sid) != count:
+                col[i] = NAN
 
     def window(self, seconds: float) -> range:
         """Row numbers (oldest first) whose monotonic time is within ``seconds`` of the newest."""
@@ -160,13 +173,22 @@ class Columns:
         def cut(col: array[float]) -> array[float]:
             return col[a:a + first] + col[:b - first] if b > first else col[a:a + first]
 
-        series = {sid: cut(col) for sid, col in self._cols.items() if self._last.get(sid, -1) >= start}
-        knobs = {sid: cut(col) for sid, col in self._kcols.items() if self._klast.get(sid, -1) >= start}
+        series = {sid: cut(col) for sid, col in self._cols.items()
+                  if _present(sid, self._last, self._full) >= start}
+        knobs = {sid: cut(col) for sid, col in self._kcols.items()
+                 if _present(sid, self._klast, self._kfull) >= start}
         return Window(cut(self._t_wall), series, {sid: self.units[sid] for sid in series if sid in self.units},
                       knobs, {sid: self.knob_units[sid] for sid in knobs if sid in self.knob_units})
 
     def document(self, seconds: float) -> dict[str, Any]:
         return self.copy(seconds).document()
+
+
+def _present(sid: str, last: dict[str, int], full: int) -> int:
+    """The row count at which series ``sid`` (a key of the columns) was last present: its own mark or the last
+    row where every series was, whichever is later."""
+    mark = last.get(sid, -1)
+    return mark if mark > full else full
 
 
 class Window:
