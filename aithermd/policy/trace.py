@@ -282,12 +282,14 @@ def _group(fields: tuple[str, ...], parsed: list, by_id: bool, timed: bool, frac
 
 GAP_MIN_S = 60.0  # an interval this long is a gap whatever the period (nvidia-smi -l logs every 1-60 s)
 GAP_PERIODS = 10  # ... or this many of the trace's own sampling periods
+GAP_MAX_S = 3600.0  # ... but never more: a trace of a few samples a year apart has a "period" of a year
 
 
 def gap_s(period_s: float) -> float:
     """The longest interval (s) between two samples that still counts as recorded: ``GAP_PERIODS`` of the
-    trace's period ``period_s`` (s), at least ``GAP_MIN_S``. Longer, the logger stopped."""
-    return max(GAP_MIN_S, GAP_PERIODS * period_s)
+    trace's period ``period_s`` (s), at least ``GAP_MIN_S``, at most ``GAP_MAX_S``. Longer, the logger
+    stopped."""
+    return min(GAP_MAX_S, max(GAP_MIN_S, GAP_PERIODS * period_s))
 
 
 def gaps(trace: Trace) -> list[dict[str, float]]:

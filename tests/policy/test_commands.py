@@ -397,3 +397,17 @@ def test_replay_leaves_a_gap_in_the_log_out_of_the_totals_and_says_where(tmp_pat
     assert gpu["energy_j"] == pytest.approx(ref["energy_j"], abs=25.0)
     assert sum(gpu["time_in_state_s"].values()) == pytest.approx(summary["duration_s"], abs=0.01)
     assert "gaps" not in whole
+
+
+def test_a_gap_is_found_even_when_most_intervals_are_gaps():
+    """Two samples a year apart: the period estimated from the trace is the year itself; a gap is still
+    anything over an hour."""
+    from aithermd.policy.trace import gaps
+
+    trace = _trace(["2026/01/01 00:00:00, 0, 30 W, 0 %", "2027/01/01 00:00:00, 0, 30 W, 0 %"])
+    assert [(g["after_line"], g["line"]) for g in gaps(trace)] == [(2, 3)]
+    from aithermd.policy.loader import load_policy_text
+
+    cap = load_policy_text("rules:\n  - {name: cap, kind: gpu_power_limit, limit: 300}\n", name="cap")
+    assert replay(trace, [load_dump(DUMP_4090)[0]], cap)["summary"]["duration_s"] == 0.0
+
