@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -19,7 +20,7 @@ from aithermctl import render
 from aithermctl.client import DaemonClient, describe_owners
 from aithermctl.document import all_knobs
 from aithermctl.durations import check_unit, format_duration, parse_value
-from aithermctl.errors import BusUnreachable, ClientError, DaemonNotRunning
+from aithermctl.errors import BusUnreachable, ClientError, DaemonError, DaemonNotRunning, NoReply
 from aithermd.publish import wire
 
 Verb = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
@@ -158,20 +159,55 @@ async def run_child(command: Sequence[str],
     return 128 - rc if rc < 0 else rc
 
 
+# How often `run` asks whether aithermd is back after it left the bus (a restart, an upgrade, a crash
+# that systemd restarts in RestartSec=1 s): a job waits at most this long under the wrong policy.
+REHOLD_POLL_S = 2.0
+
+
 async def run(client: DaemonClient, args: argparse.Namespace) -> int:
     line = shlex.join(args.command)
-    cookie = None
+    cookies: list[int] = []
+    keeper: asyncio.Task[None] | None = None
     if args.policy is not None:
-        cookie = await client.hold_policy(args.policy, args.reason or f"aithermctl run {line}"[:200], 0.0,
-                                          False)
-        _note(f"holding {args.policy} (cookie {cookie}) while {line} runs")
+        reason = args.reason or f"aithermctl run {line}"[:200]
+        cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
+        _note(f"holding {args.policy} (cookie {cookies[-1]}) while {line} runs")
+        keeper = asyncio.ensure_future(_keep_hold(client, args.policy, reason, cookies))
     try:
         if args.progress_regex is None:
             return await run_child(args.command)
         return await _run_reporting(client, args)
     finally:
-        if cookie is not None:
-            await _release_quietly(client, cookie)
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if cookies:
+            await _release_quietly(client, cookies[-1])
+
+
+async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: list[int]) -> None:
+    """While ``run``'s command runs: a hold is tied to its bus connection and to the daemon instance, so
+    it ends when aithermd restarts or the dbus-daemon does. Say so, and take it again (appending the new
+    cookie to ``cookies``) as soon as aithermd answers again. Runs until cancelled."""
+    while True:
+        await _wait_daemon_gone(client)
+        cookies.clear()  # that hold ended with the daemon or the connection; its cookie means nothing now
+        _note(f"aithermd left the bus; the hold on {policy} ended with it; taking it again when aithermd "
+              "is back")
+        while True:
+            await asyncio.sleep(REHOLD_POLL_S)
+            try:
+                if not await client.name_has_owner():
+                    continue
+                cookies.append(await client.hold_policy(policy, reason, 0.0, False))
+            except (BusUnreachable, DaemonNotRunning, NoReply, DaemonError):
+                continue  # the bus or the daemon still on its way back, or the daemon still starting
+            except ClientError as exc:  # refused: the new daemon has no such policy, or polkit said no
+                _note(f"could not take the hold on {policy} again: {exc}")
+                return
+            break
+        _note(f"aithermd is back; holding {policy} again (cookie {cookies[-1]})")
 
 
 async def _run_reporting(client: DaemonClient, args: argparse.Namespace) -> int:

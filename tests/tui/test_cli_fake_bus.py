@@ -138,6 +138,95 @@ async def test_run_killed_itself_leaves_no_hold_because_it_is_not_detached(fake_
         await finish(proc)
 
 
+async def _until(predicate, what: str, timeout_s: float = 60.0) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_run_takes_its_hold_again_when_aithermd_restarts(fake_daemon, private_bus):
+    """A hold is tied to the daemon instance: after a restart (an upgrade, a crash systemd restarts) the
+    job would run on under the plain policy. `run` says so and takes the hold again from the new daemon;
+    at the end it releases the new hold, not the dead cookie."""
+    from fake_daemon import FakeDaemon
+
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
+    assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+    first = fake_daemon.holds[0]
+    fake_daemon.stop()
+    second = FakeDaemon()
+    second._next = 500  # another instance, other cookies
+    await second.start(private_bus)
+    try:
+        await _until(lambda: second.holds, "the hold taken again on the new daemon")
+        (hold,) = second.holds
+        assert (hold["policy"], hold["reason"], hold["detached"], hold["cookie"]) == (
+            "quiet", first["reason"], False, 501)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert second.holds == []
+        assert [c[:2] for c in second.calls if c[0] == "ReleasePolicy"] == [("ReleasePolicy", [501])]
+        text = err.decode()
+        assert "aithermd left the bus; the hold on quiet ended with it; taking it again" in text
+        assert "aithermd is back; holding quiet again (cookie 501)" in text
+        assert "releasing hold" not in text  # no release of the dead cookie was tried
+    finally:
+        second.stop()
+
+
+async def test_run_takes_its_hold_again_after_the_bus_restarts():
+    """`systemctl restart dbus` (a package upgrade) drops every connection; the daemon comes back on the
+    new bus and `run` takes its hold again there."""
+    from fake_daemon import FakeDaemon
+    from tests.support.dbus import PrivateBus
+
+    bus = PrivateBus.start("session")
+    daemon = await FakeDaemon().start(bus.address)
+    proc = await start(bus.address, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
+    try:
+        assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+        assert len(daemon.holds) == 1
+        daemon.bus = None  # its connection dies with the bus
+        bus.restart()
+        daemon = await FakeDaemon().start(bus.address)
+        await _until(lambda: daemon.holds, "the hold taken again on the restarted bus")
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        assert proc.returncode == 128 + signal.SIGTERM and daemon.holds == []
+        assert "aithermd is back; holding quiet again" in err.decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await finish(proc)
+        daemon.stop()
+        bus.stop()
+
+
+async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, private_bus):
+    from fake_daemon import FakeDaemon
+
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
+    assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+    fake_daemon.stop()
+    second = FakeDaemon()
+    second.policies = [p for p in second.policies if p["name"] != "quiet"]  # an upgrade dropped it
+    await second.start(private_bus)
+    try:
+        await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls), "a hold asked of the new daemon")
+        await asyncio.sleep(0.3)
+        assert proc.returncode is None  # the job runs on
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert "could not take the hold on quiet again: " in err.decode()
+        assert len([c for c in second.calls if c[0] == "HoldPolicy"]) == 1
+    finally:
+        second.stop()
+
+
 async def test_run_of_a_missing_command_is_127_and_releases(fake_daemon, private_bus):
     rc, _, err = await ctl(private_bus, "run", "--policy", "quiet", "--", "no-such-command-here")
     assert rc == 127 and "no-such-command-here: command not found" in err
