@@ -181,6 +181,7 @@ async def test_run_takes_its_hold_again_after_the_bus_restarts():
     """`systemctl restart dbus` (a package upgrade) drops every connection; the daemon comes back on the
     new bus and `run` takes its hold again there."""
     from fake_daemon import FakeDaemon
+
     from tests.support.dbus import PrivateBus
 
     bus = PrivateBus.start("session")
@@ -215,7 +216,8 @@ async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, pri
     second.policies = [p for p in second.policies if p["name"] != "quiet"]  # an upgrade dropped it
     await second.start(private_bus)
     try:
-        await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls), "a hold asked of the new daemon")
+        await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls),
+                     "a hold asked of the new daemon")
         await asyncio.sleep(0.3)
         assert proc.returncode is None  # the job runs on
         proc.send_signal(signal.SIGTERM)
