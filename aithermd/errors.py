@@ -91,5 +91,9 @@ class UnknownCookie(AithermError):
     """No hold with that cookie (D-Bus ``io.github.aithermd.Error.UnknownCookie``)."""
 
 
+class LimitExceeded(AithermError):
+    """The caller already has as many holds as one may (D-Bus ``io.github.aithermd.Error.LimitExceeded``)."""
+
+
 class InvalidArgument(AithermError):
     """An argument out of range or malformed (D-Bus ``OutOfRange`` / ``InvalidArgument``)."""

@@ -22,13 +22,17 @@ class DaemonControl(Protocol):
         """Make ``name`` the active policy (kept across restarts). Raises UnknownPolicy."""
 
     def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
-                    detached: bool) -> int:
+                    detached: bool, *, root: bool = False) -> int:
         """Put ``policy`` on top until released, timed out (``timeout_s`` > 0) or, unless ``detached``,
         until ``owner`` (a D-Bus unique name) leaves the bus. Returns the cookie (uint32, never 0).
-        Raises UnknownPolicy, InvalidArgument."""
+        Raises UnknownPolicy, InvalidArgument, LimitExceeded (too many holds in all, or for ``uid``
+        unless ``root``)."""
 
-    def release_policy(self, cookie: int) -> None:
-        """End a hold. Raises UnknownCookie."""
+    def hold_uid(self, cookie: int) -> int | None:
+        """The uid that took hold ``cookie`` (None: no such hold, or taken without a uid)."""
+
+    def release_policy(self, cookie: int, by: int | None = None) -> None:
+        """End a hold; ``by``: the caller's uid, named in the event. Raises UnknownCookie."""
 
     def release_owner(self, owner: str) -> None:
         """``owner`` left the bus: end its non-detached holds."""

@@ -41,6 +41,7 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (energy.WrongWindow, wire.ERROR_WRONG_WINDOW),
     (energy.WindowLimit, wire.ERROR_LIMIT_EXCEEDED),
     (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
+    (errors.LimitExceeded, wire.ERROR_LIMIT_EXCEEDED),
     (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
 )
 MAX_TEXT = 1024
@@ -113,11 +114,13 @@ class PrivilegedCalls:
     async def hold_policy(self, sender: str, policy: str, reason: str, timeout_s: float,
                           detached: bool) -> int:
         uid = await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        root = await self._auth.is_root(sender)
         with mapped_errors():
             _text("policy", policy, empty_ok=False)
             _text("reason", reason)
             _duration("timeout_s", timeout_s)
-            cookie = self._control.hold_policy(policy, reason, timeout_s, sender, uid, bool(detached))
+            cookie = self._control.hold_policy(policy, reason, timeout_s, sender, uid, bool(detached),
+                                               root=root)
         self._log.info("hold_policy", policy=policy, cookie=cookie, sender=sender, uid=uid, detached=detached)
         if not detached:
             self._holders.add(sender)
@@ -126,9 +129,21 @@ class PrivilegedCalls:
         return cookie
 
     async def release_policy(self, sender: str, cookie: int) -> None:
-        await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        """A caller ends its own holds; ending another uid's hold is an administrator's act (the
+        ``set-policy`` action, ``auth_admin_keep`` in the shipped polkit policy), as logind leaves another
+        user's inhibitor alone. The cookie is public (the ``Holds`` property), so it proves nothing."""
+        uid = await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        owner = self._control.hold_uid(cookie)
+        if owner is not None and owner != uid and not await self._auth.is_root(sender):
+            try:
+                await self._auth.authorize(sender, wire.ACTION_SET_POLICY)
+            except DBusError as exc:
+                raise DBusError(wire.ERROR_NOT_AUTHORIZED,
+                                f"hold {cookie} belongs to uid {owner}; ending another user's hold needs "
+                                f"{wire.ACTION_SET_POLICY} ({exc.text})") from exc
         with mapped_errors():
-            self._control.release_policy(cookie)
+            self._control.release_policy(cookie, by=uid)
+        self._log.info("release_policy", cookie=cookie, sender=sender, uid=uid, owner_uid=owner)
 
     async def set_override(self, sender: str, knob_id: str, value: float,
                            seconds: float) -> tuple[float, list[str]]:

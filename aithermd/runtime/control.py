@@ -21,13 +21,20 @@ import structlog
 
 from aithermd.actuate.journal import write_atomically
 from aithermd.clock import Clock
-from aithermd.errors import InvalidArgument, OutOfRange, UnknownCookie, UnknownKnob, UnknownPolicy
+from aithermd.errors import (InvalidArgument, LimitExceeded, OutOfRange, UnknownCookie, UnknownKnob,
+                             UnknownPolicy)
 from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
 COOKIE_MAX = 2**32 - 1
+# Holds in force at once, and per non-root uid. The shipped polkit policy lets any active seat user hold
+# (hold-policy is allow_active=yes), so without a bound one user fills operator.json and every Holds read;
+# a job launcher takes one hold per running job, and 8 covers nested `aithermctl run`s (the energy windows
+# have the same per-uid bound, accounting/windows.py).
+MAX_HOLDS_PER_UID = 8
+MAX_HOLDS = 64
 
 
 def policy_info(name: str, policy: Any) -> dict[str, Any]:
@@ -164,10 +171,16 @@ class Control:
         self._save()
 
     def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
-                    detached: bool) -> int:
+                    detached: bool, *, root: bool = False) -> int:
         self._policy(policy)
         if not math.isfinite(timeout_s) or timeout_s < 0:
             raise InvalidArgument(f"timeout_s must be ≥ 0 (0 = none), not {timeout_s}")
+        if len(self.holds) >= MAX_HOLDS:
+            raise LimitExceeded(f"{MAX_HOLDS} holds are in force already; release one first "
+                                "(holds: aithermctl status)")
+        if not root and sum(1 for h in self.holds if h.uid == uid) >= MAX_HOLDS_PER_UID:
+            raise LimitExceeded(f"uid {uid} has {MAX_HOLDS_PER_UID} holds already; release one first "
+                                "(holds: aithermctl status)")
         now = self._clock.wall()
         cookie = self._cookie()
         expires = now + timeout_s if timeout_s > 0 else None
@@ -187,13 +200,18 @@ class Control:
         self._next_cookie = cookie % COOKIE_MAX + 1
         return cookie
 
-    def release_policy(self, cookie: int) -> None:
+    def hold_uid(self, cookie: int) -> int | None:
+        """The uid that took hold ``cookie``; None when there is no such hold or it has no uid."""
+        return next((h.uid for h in self.holds if h.cookie == cookie), None)
+
+    def release_policy(self, cookie: int, by: int | None = None) -> None:
         hold = next((h for h in self.holds if h.cookie == cookie), None)
         if hold is None:
             raise UnknownCookie(f"no hold with cookie {cookie}")
         self.holds.remove(hold)
-        self._events.append(self._event("policy", hold.policy, f"hold {cookie} on {hold.policy} released",
-                                        cookie=cookie))
+        who = f" by uid {by}" if by is not None else ""
+        self._events.append(self._event("policy", hold.policy, f"hold {cookie} on {hold.policy} released{who}",
+                                        cookie=cookie, **({} if by is None else {"by_uid": by})))
         if hold.detached:
             self._save()
 

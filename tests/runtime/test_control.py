@@ -84,6 +84,35 @@ def test_holds_stack_time_out_and_end_with_their_owner(tmp_path, clock, policies
         op.hold_policy("quiet", "", -1, ":1.9", None, False)
 
 
+def test_holds_are_bounded_per_uid_and_in_all(tmp_path, clock, policies):
+    """An active seat user may hold without a password: 2000 detached holds made operator.json 2.4 MB,
+    rewritten at each one, and came back at every start."""
+    from aithermd.errors import LimitExceeded
+    from aithermd.runtime.control import MAX_HOLDS, MAX_HOLDS_PER_UID
+
+    op = make(tmp_path, clock, policies)
+    mine = [op.hold_policy("quiet", f"job {i}", 0, "detached", 1000, True) for i in range(MAX_HOLDS_PER_UID)]
+    with pytest.raises(LimitExceeded, match="uid 1000 has 8 holds already; release one first"):
+        op.hold_policy("quiet", "one more", 0, "detached", 1000, True)
+    op.release_policy(mine[0], by=1000)
+    op.hold_policy("quiet", "after a release", 0, "detached", 1000, True)
+    for i in range(MAX_HOLDS - MAX_HOLDS_PER_UID):  # other users, and root, fill the rest
+        op.hold_policy("quiet", "", 0, "detached", 2000 + i // MAX_HOLDS_PER_UID, True, root=i % 2 == 0)
+    with pytest.raises(LimitExceeded, match="64 holds are in force already"):
+        op.hold_policy("quiet", "root too", 0, "detached", 0, True, root=True)
+    assert len(op.holds) == MAX_HOLDS == len(make(tmp_path, clock, policies).holds)
+
+
+def test_a_release_says_who_released(tmp_path, clock, policies):
+    op = make(tmp_path, clock, policies)
+    cookie = op.hold_policy("quiet", "overnight", 0, "detached", 0, True)
+    op.expire(clock.wall())
+    op.release_policy(cookie, by=1000)
+    (event,) = op.expire(clock.wall())
+    assert event.message == f"hold {cookie} on quiet released by uid 1000"
+    assert event.data == {"cookie": cookie, "by_uid": 1000}
+
+
 def test_detached_holds_persist_and_caller_holds_do_not(tmp_path, clock, policies):
     op = make(tmp_path, clock, policies)
     op.hold_policy("quiet", "caller", 0, ":1.7", 1000, False)

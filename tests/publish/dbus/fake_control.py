@@ -40,7 +40,7 @@ class FakeControl:
         self.active = name
 
     def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
-                    detached: bool) -> int:
+                    detached: bool, *, root: bool = False) -> int:
         self._policy(policy)
         cookie = self._next_cookie
         self._next_cookie += 1
@@ -49,11 +49,15 @@ class FakeControl:
         self.calls.append(("hold_policy", cookie))
         return cookie
 
-    def release_policy(self, cookie: int) -> None:
+    def hold_uid(self, cookie: int) -> int | None:
+        return self.holds[cookie]["uid"] if cookie in self.holds else None
+
+    def release_policy(self, cookie: int, by: int | None = None) -> None:
         if cookie not in self.holds:
             raise errors.UnknownCookie(f"no hold {cookie}")
         del self.holds[cookie]
         self.calls.append(("release_policy", cookie))
+        self.released_by = by
 
     def release_owner(self, owner: str) -> None:
         self.calls.append(("release_owner", owner))

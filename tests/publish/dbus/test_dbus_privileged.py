@@ -60,6 +60,27 @@ async def test_polkit_allows_an_unprivileged_caller_one_action_at_a_time(service
     assert hold["uid"] == NOBODY and hold["owner"] == lines[0]["unique_name"] and hold["timeout_s"] == 3600.0
 
 
+async def test_a_user_allowed_to_hold_ends_only_their_own_holds(service, client, control, bus_address):
+    """hold-policy is allow_active=yes in the shipped policy and the Holds property lists every cookie, so
+    a cookie proves nothing: ending another uid's hold takes the administrator's set-policy action."""
+    (root_hold,) = await ok(client, "HoldPolicy", "ssdb", ["quiet", "admin: overnight", 0.0, True])
+    await polkit_allow(client, [wire.ACTION_HOLD_POLICY])
+    own = ["HoldPolicy", "ssdb", ["balanced", "mine", 0.0, True]]
+    lines = await run_client_async(bus_address, [["ReleasePolicy", "u", [root_hold]], own])
+    assert lines[1]["error"] == wire.ERROR_NOT_AUTHORIZED
+    assert f"hold {root_hold} belongs to uid 0; ending another user's hold needs " \
+           f"{wire.ACTION_SET_POLICY}" in lines[1]["body"][0]
+    assert lines[2]["error"] is None
+    (mine,) = lines[2]["body"]
+    assert set(control.holds) == {root_hold, mine}  # the refused release changed nothing
+    lines = await run_client_async(bus_address, [["ReleasePolicy", "u", [mine]]])
+    assert lines[1]["error"] is None and set(control.holds) == {root_hold}
+    assert control.released_by == NOBODY
+    await polkit_allow(client, [wire.ACTION_HOLD_POLICY, wire.ACTION_SET_POLICY])  # an administrator
+    lines = await run_client_async(bus_address, [["ReleasePolicy", "u", [root_hold]]])
+    assert lines[1]["error"] is None and control.holds == {}
+
+
 async def test_a_progress_report_reaches_the_control(service, client, control):
     reply = await call(client, "ReportProgress", "asd", [["gpu0"], 3.25])
     assert reply.message_type is not MessageType.ERROR, reply.body
