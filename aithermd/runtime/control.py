@@ -21,8 +21,14 @@ import structlog
 
 from aithermd.actuate.journal import write_atomically
 from aithermd.clock import Clock
-from aithermd.errors import (InvalidArgument, LimitExceeded, OutOfRange, UnknownCookie, UnknownKnob,
-                             UnknownPolicy)
+from aithermd.errors import (
+    InvalidArgument,
+    LimitExceeded,
+    OutOfRange,
+    UnknownCookie,
+    UnknownKnob,
+    UnknownPolicy,
+)
 from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.progress import Progress
@@ -210,7 +216,8 @@ class Control:
             raise UnknownCookie(f"no hold with cookie {cookie}")
         self.holds.remove(hold)
         who = f" by uid {by}" if by is not None else ""
-        self._events.append(self._event("policy", hold.policy, f"hold {cookie} on {hold.policy} released{who}",
+        self._events.append(self._event("policy", hold.policy,
+                                        f"hold {cookie} on {hold.policy} released{who}",
                                         cookie=cookie, **({} if by is None else {"by_uid": by})))
         if hold.detached:
             self._save()
