@@ -12,10 +12,11 @@ What real drivers do, and what this module does about it:
   its whitelist). When the mode write is refused the knob falls back to *duty first* (duty, mode, duty
   again) and then to *duty only*; the order that worked is kept. When neither the mode nor the duty can be
   written the knob raises :class:`Uncontrollable` (the applier raises the alarm).
-- **Quantised duty.** dell_smm keeps 3 levels (0/128/255), thinkpad_acpi 8, amdgpu a whole percent: the
-  read-back differs from the write. :class:`Levels` learns write → read-back pairs; a read-back below the
-  duty asked is written again one level up, so a fan never gets less cooling than asked (round up), and
-  :meth:`PwmKnob.settles_at` tells the applier which duty the knob will hold (no false drift).
+- **Quantised duty, and a read-back that means nothing.** :class:`~aithermd.backends.pwm_levels.Levels` learns
+  write → read-back pairs; a read-back below the duty asked is written again one level up, so a fan never
+  gets less cooling than asked (round up), and :meth:`PwmKnob.settles_at` tells the applier which duty the
+  knob will hold (no false drift). A read-back that does not follow the writes is found and then ignored:
+  the duty written is the duty reported (said once, ``pwm_readback_ignored``).
 - **Mode read-back.** it87 reports ``pwmN_enable`` 0 (full speed) for a manual fan at 255; a mode that
   reads back 0 with the duty at 255 is the same setting. A mode write that reads back as automatic did
   not take (firmware kept control): the next order is tried.
@@ -38,8 +39,11 @@ import errno
 import math
 from typing import Any
 
+import structlog
+
 from aithermd import units
 from aithermd.backends.fast import ok_knob
+from aithermd.backends.pwm_levels import Levels
 from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, errno_name, write_error
 from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
@@ -81,37 +85,6 @@ def pct_to_pwm_up(duty_pct: float) -> int:
 
 class Uncontrollable(BackendError):
     """Neither the mode nor the duty of a fan can be written: the fan is not under control."""
-
-
-class Levels:
-    """What a driver keeps of each ``pwmN`` written: ``seen`` maps a written raw value to its read-back."""
-
-    __slots__ = ("seen", "quantised")
-
-    def __init__(self) -> None:
-        self.seen: dict[int, int] = {}
-        self.quantised = False
-
-    def learn(self, written: int, got: int) -> None:
-        if len(self.seen) < 512:
-            self.seen[written] = got
-        if got != written:
-            self.quantised = True
-
-    def write_for(self, target: int) -> int:
-        """The raw value to write for at least ``target``: the search :meth:`PwmKnob.write` makes (up from
-        ``target`` past every write known to read back less), replayed over what was learned."""
-        value = target
-        if self.quantised:
-            while value < units.PWM_MAX and (got := self.seen.get(value)) is not None and got < target:
-                value = min(units.PWM_MAX, value + max(1, target - got))
-        return value
-
-    def holds(self, target: int) -> int:
-        """The raw value the driver will hold for ``target`` (its learned level), ``target`` when unknown."""
-        if not self.quantised:
-            return target
-        return self.seen.get(self.write_for(target), target)
 
 
 class PwmKnob:
@@ -159,6 +132,8 @@ class PwmKnob:
         if not 0 <= raw <= units.PWM_MAX:
             return KnobValue(self.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
         mode = pwm_mode(enable)
+        if self.levels.blind and self.levels.written is not None:
+            raw = self.levels.written  # the read-back means nothing (pwm_levels): what was written
         if mode == "full" and self.full_fallback:
             return ok_knob(self.knob.id, 100.0, "manual")  # full speed, as asked, the duty refused
         if mode == "full" and raw == units.PWM_MAX and self.manual_seen:
@@ -282,7 +257,8 @@ class PwmKnob:
     def _try_duty(self, target: int) -> str | None:
         """Write the duty before the mode; returns why the driver refused it, None when it took it."""
         try:
-            self.pwm.write_int(self.levels.write_for(target))
+            self.pwm.write_int(value := self.levels.write_for(target))
+            self.levels.written = value
         except OSError as exc:
             if exc.errno in (errno.EINVAL, errno.EPERM, errno.EBUSY, errno.EOPNOTSUPP):
                 return errno_name(exc.errno)
@@ -295,13 +271,19 @@ class PwmKnob:
         value = self.levels.write_for(target)
         for _ in range(10):
             self._write(self.pwm, value, f"{self.knob.id} := {units.pwm_to_pct(target):.4g} %")
-            if not manual:
+            self.levels.written = value
+            if not manual or self.levels.blind:
                 return
             try:
                 got = self.pwm.read_int()
             except (OSError, Nonsense):
                 return  # the applier's read-back reports it
-            self.levels.learn(value, got)
+            if self.levels.learn(value, got):
+                structlog.get_logger("aithermd.hwmon").warning(
+                    "pwm_readback_ignored", knob=self.knob.id, reads=got,
+                    message=f"{self.knob.id}: pwm reads back {got} whatever is written; writes are trusted "
+                            "as written and reported as the duty")
+                return
             if got >= target or value >= units.PWM_MAX or not 0 <= got <= units.PWM_MAX:
                 return
             value = min(units.PWM_MAX, value + max(1, target - got))

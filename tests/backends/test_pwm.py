@@ -278,3 +278,42 @@ def test_full_duty_asked_of_a_fan_whose_duty_is_refused_gets_full_speed_by_its_m
     assert events == [] and io.writes == []
     _apply(applier, backend, f"{NCT}/pwm2", 30.0, t=3.0)
     assert (chip / "pwm2_enable").read_text() == "5\n" and applier.alarms[f"{NCT}/pwm2"].kind == "uncontrollable"
+
+
+def test_a_pwm_that_reads_back_0_whatever_is_written_is_trusted_as_written(x570, tmp_path):
+    """An EC answering 0 to every read of pwm3: each write looked quantised to nothing, so the knob climbed
+    to 255 at every write (3 writes a tick, the fan flat out) while status said the curve's duty. After a
+    few ticks the read-back is known to mean nothing: one write per change, the duty reported is the one
+    written, said once."""
+    from structlog.testing import capture_logs
+
+    backend, io, chip = x570
+    io.faults["hwmon1/pwm3"] = [b"0\n"]
+    applier = Applier(Journal(tmp_path / "state"))
+    per_tick = []
+    with capture_logs() as logs:
+        for t, duty in enumerate((50.0, 45.0, 40.0, 35.0, 30.0, 35.0, 40.0, 45.0), start=1):
+            io.writes.clear()
+            after, _ = _apply(applier, backend, f"{NCT}/pwm3", duty, t=float(t))
+            per_tick.append([int(d) for p, d in io.writes if p.endswith("/pwm3")])
+    assert per_tick[0] == [128, 255]  # the round-up at first: 128 read back as 0
+    assert per_tick[-3:] == [[pct_to_pwm_up(d)] for d in (35.0, 40.0, 45.0)]  # then one write each
+    assert (chip / "pwm3").read_text() == "115\n"
+    assert after.value == pytest.approx(45.1, abs=0.1)  # what was written, not the 0 read back
+    assert backend.read_knob(f"{NCT}/pwm3").value == pytest.approx(45.1, abs=0.1)
+    warned = [e for e in logs if e["event"] == "pwm_readback_ignored"]
+    assert len(warned) == 1 and warned[0]["knob"] == f"{NCT}/pwm3"
+    assert "pwm reads back 0 whatever is written" in warned[0]["message"]
+
+
+def test_a_quantised_driver_is_never_taken_for_a_meaningless_read_back(dell, tmp_path):
+    """dell_smm holds 64-190 as one level: a curve moving inside it reads the same back for many writes,
+    but never across 128 raw, and its 255 reads 255."""
+    backend, _, _ = dell
+    applier = Applier(Journal(tmp_path / "state"))
+    duties = [26.0 + (i % 24) * 2.0 for i in range(60)] + [100.0, 30.0, 70.0, 10.0] * 5
+    for t, duty in enumerate(duties, start=1):
+        _apply(applier, backend, f"{DELL}/pwm2", duty, t=float(t))
+    knob = backend.pwm_knob(f"{DELL}/pwm2")
+    assert not knob.levels.blind and knob.levels.quantised
+    assert knob.settles_at(30.0) == pytest.approx(50.2, abs=0.1)  # its levels still known
