@@ -17,17 +17,17 @@
 - **Quantised knobs**: a pwm knob's ``settles_at(value)`` (hwmon's ``pwm_knob``: the driver's level at or
   above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
   nor a reason to write again.
-- **Power limits the driver keeps its own way** (:func:`limit_kept`): for a safety cut, a limit read back
-  at or below the target holds (a driver that quantises the limit, to 25 W steps, keeps it under: at
-  least as safe); for any decision, the limit the driver kept after the same value was written, still in
-  place, is not written again (a floor above the reported minimum, a coarser step above the target).
+- **Power limits the driver keeps its own way** (:func:`~aithermd.actuate.readback.limit_kept`): a safety
+  cut read back at or below the target holds (a driver quantising to 25 W steps keeps it under: as safe);
+  the limit the driver kept after the same value was written, still in place, is not written again.
 - **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver that refuses
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
 - **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
 - **Dry-run** logs each actuation it would make and writes nothing, not even the journal.
 - **Paused** (:meth:`Applier.pause`, while the machine sleeps): nothing is written or handed back and no
-  drift is counted (a driver resetting knobs on resume is not a conflict) until :meth:`Applier.resume`.
+  drift is counted (a driver resetting knobs on resume is not a conflict) until :meth:`Applier.resume`, nor
+  for :data:`RESUME_GRACE_S` after it (firmware that resets fan control a moment after the resume).
 
 Every method is synchronous (NVML knobs are driven from the loop's worker thread) and never raises for a
 device fault: faults come back as :class:`~aithermd.model.Event` and in :attr:`Applier.faults`.
@@ -43,7 +43,14 @@ from typing import Any
 import structlog
 
 from aithermd.actuate.journal import Journal, JournalError
-from aithermd.actuate.readback import MANUAL_MODES, mode_refused, same_setting, settles_at, tolerance
+from aithermd.actuate.readback import (
+    MANUAL_MODES,
+    limit_kept,
+    mode_refused,
+    same_setting,
+    settles_at,
+    tolerance,
+)
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
@@ -57,23 +64,9 @@ CONFLICT_WINDOW_S = 60.0
 FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
 SETTLE_PCT = 5.0  # a fan read back within this of its request after a move is the driver settling (lag)
 RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
+# After a resume, firmware resetting fans late (amdgpu's SMU, an EC or SMM re-running SmartFan init after S3)
+RESUME_GRACE_S = 30.0  # is written over silently, not counted as another program
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
-
-
-
-
-def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue | None,
-               own: _Owned | None) -> bool:
-    """Whether power limit ``knob``, read back as ``current``, already holds what its driver keeps of
-    ``value`` (W): at or below it for a safety cut, or what the driver kept after ``own``'s last write of
-    the same value, unchanged since (writing it again would change nothing). False for other knobs."""
-    if knob.kind != KnobKind.POWER_LIMIT or current is None or current.status != Status.OK \
-            or current.value is None:
-        return False
-    if decision.layer == Layer.SAFETY and current.value <= value + tolerance(knob, value):
-        return True
-    return (own is not None and own.after is not None and current == own.after
-            and abs(own.requested - value) <= tolerance(knob, value))
 
 
 @dataclass
@@ -109,6 +102,7 @@ class Applier:
         self._log = structlog.get_logger("aithermd.actuate")
         self._who: dict[str, tuple[str, Any]] = {}  # knob → (rule, layer) of its last logged write
         self.paused = False
+        self._grace_until = float("-inf")  # monotonic s: changes before this are the resume's (RESUME_GRACE_S)
 
     @property
     def owned(self) -> frozenset[str]:
@@ -119,8 +113,14 @@ class Applier:
         :meth:`observe` do nothing until :meth:`resume`."""
         self.paused = True
 
-    def resume(self) -> None:
+    def resume(self, t_mono: float | None = None) -> None:
+        """Write again. With ``t_mono`` (the machine woke up): for :data:`RESUME_GRACE_S` a change found
+        on an owned knob is written over without counting it, and what was counted before is forgotten."""
         self.paused = False
+        if t_mono is not None:
+            self._grace_until = t_mono + RESUME_GRACE_S
+            for own in self._owned.values():
+                own.behind.clear()
 
     # -- between ticks -------------------------------------------------------------------------------
     def observe(self, knob: Knob, kv: KnobValue | None, t_mono: float, t_wall: float) -> list[Event]:
@@ -139,6 +139,9 @@ class Applier:
             return []
         if not mode_changed and knob.kind in FAN_KINDS and abs(kv.value - own.requested) <= SETTLE_PCT:
             own.after = kv  # a driver that reports the ramping output settling near what we asked: not drift
+            return []
+        if t_mono < self._grace_until:  # firmware still finishing its resume: written over, not counted
+            own.after = None
             return []
         own.behind.append(t_mono)
         while own.behind and own.behind[0] < t_mono - self.conflict_window_s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from aithermd.backends.base import Backend
-from aithermd.model import Knob, KnobValue, Status
+from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer, Status
 
 MANUAL_MODES = (None, "manual")
 
@@ -48,3 +48,18 @@ def mode_refused(backend: Backend, knob: Knob) -> str | None:
     ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
     pwm = _pwm_knob(backend, knob)
     return pwm.mode_refused if pwm is not None else None
+
+
+def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue | None,
+               own: Any) -> bool:
+    """Whether power limit ``knob``, read back as ``current``, already holds what its driver keeps of
+    ``value`` (W): at or below it for a safety cut, or what the driver kept after ``own``'s last write of
+    the same value, unchanged since (writing it again would change nothing). ``own``: the applier's
+    record of the knob (``after``, ``requested``), None before its first write. False for other knobs."""
+    if knob.kind != KnobKind.POWER_LIMIT or current is None or current.status != Status.OK \
+            or current.value is None:
+        return False
+    if decision.layer == Layer.SAFETY and current.value <= value + tolerance(knob, value):
+        return True
+    return (own is not None and own.after is not None and current == own.after
+            and abs(own.requested - value) <= tolerance(knob, value))

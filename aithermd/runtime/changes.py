@@ -257,7 +257,7 @@ class Changes:
 
     async def _resume(self, world: World, decisions: Mapping[str, Decision], why: str) -> list[Event]:
         applier = self.executor.applier
-        applier.resume()
+        applier.resume(self.clock.monotonic())
         self.paused_since = None
         t_wall = self.clock.wall()
         if applier.dry_run:

@@ -287,3 +287,20 @@ def test_events_carry_short_numbers_not_long_floats(setup):
     _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 1.0)
     (event,) = events
     assert event.data["old"] == 39.22 and event.message == f"{knob.id}: 39.2 → 60 % (balanced/cpu-fans)"
+
+
+def test_firmware_resetting_fans_just_after_a_resume_is_written_over_not_a_conflict(setup):
+    """Three suspends in a minute, each followed 1.5 s after the resume by the EC putting the chip back in
+    automatic at full speed: that was three "changes by another program" and a step-back for 10 min."""
+    b, _, applier, knob = setup
+    applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), 0.0)
+    for t in (10.0, 25.0, 40.0):
+        applier.pause()
+        applier.resume(t)
+        b.enable["pwm1"], b.pwm["pwm1"] = 5, 255  # the firmware, a moment after the resume
+        assert applier.observe(knob, current(b, knob), t + 1.5, t + 1.5) == []
+        _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, current(b, knob), t + 2.0)
+        assert [e.kind for e in events] == ["actuation"] and b.enable["pwm1"] == 1
+    assert not applier.stepped_back and applier.alarms == {}
+    b.pwm["pwm1"] = 20  # 31 s after the last resume: another program again, counted
+    assert [e.kind for e in applier.observe(knob, current(b, knob), 71.0, 71.0)] == ["drift"]
