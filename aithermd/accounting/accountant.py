@@ -154,6 +154,14 @@ class Accountant:
         return out
 
     # ---- documents -------------------------------------------------------------------------------------
+    def gpu_uids(self, device: str) -> frozenset[int] | None:
+        """The uids with a process on GPU ``device`` at the last pass (NVML's process list, each pid's
+        ``Uid:``); None when that is not known (no such GPU, or its process list could not be read)."""
+        u = self.last_usage.get(device)
+        if u is None or u.error is not None or u.processes is None:
+            return None
+        return frozenset(uid for p in u.processes if (uid := self.table.lookup(p.pid).uid) is not None)
+
     def gpu_document(self) -> dict[str, Any]:
         """Per GPU: memory, how energy was shared, and its processes now (pid, user, command, unit, job,
         container, kinds, GPU memory, SM %, W over the last interval, J so far)."""

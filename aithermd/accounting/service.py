@@ -194,6 +194,10 @@ class EnergyService:
         """The energy history report (:meth:`~aithermd.accounting.history.EnergyHistory.report`)."""
         return self.history.report(since_wall, by, cost_per_kwh=self.cost_per_kwh, currency=self.currency)
 
+    def gpu_uids(self, device: str) -> frozenset[int] | None:
+        """The uids running on GPU ``device`` now (:meth:`Accountant.gpu_uids`); None without accounting."""
+        return None if self.accountant is None else self.accountant.gpu_uids(device)
+
     def processes_document(self) -> dict[str, Any]:
         """``GetProcesses``: per GPU its processes now; the processes with the most energy; totals per
         unit, job and container; per device the total, idle and unattributed joules."""

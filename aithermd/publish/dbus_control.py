@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import structlog
@@ -101,6 +101,8 @@ class PrivilegedCalls:
         self._hub = hub
         self._auth = authorizer
         self._holders: set[str] = set()  # unique names with non-detached holds
+        # GPU id → the uids running on it now (None: not known): who may report a GPU's progress
+        self.gpu_uids: Callable[[str], frozenset[int] | None] = lambda _gpu: None
         self._log = structlog.get_logger("aithermd.dbus")
         tracker.on_vanished(self._vanished)
 
@@ -167,11 +169,19 @@ class PrivilegedCalls:
             self._control.clear_override(knob_id)
 
     async def report_progress(self, sender: str, gpus: list[str], rate: float) -> None:
-        await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
+        """A progress rate steers the GPU's power limit (the efficient search follows it), and hold-policy
+        is every seat user's: so only root, or a uid with a process on each GPU named, may report."""
+        uid = await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
         with mapped_errors():
             for gpu in gpus:
                 _text("gpu", gpu, empty_ok=False)
             _finite("rate", rate, minimum=0.0)
+            others = [g for g in gpus if uid not in (self.gpu_uids(g) or ())]
+            if others and not await self._auth.is_root(sender):
+                raise DBusError(wire.ERROR_NOT_AUTHORIZED,
+                                f"uid {uid} runs no process on {', '.join(others)} (NVML's process list, "
+                                "read every few seconds): only a user running on a GPU, or root, may report "
+                                "its progress")
             self._control.report_progress(list(gpus), float(rate))
 
     async def reload(self, sender: str) -> None:

@@ -348,6 +348,7 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
             energy = EnergyService(clock, per_uid=energy_per_uid)
             if hub.latest is not None:
                 energy.on_publish(hub.latest)
+        privileged.gpu_uids = energy.gpu_uids
         interface = Daemon1(control, hub, tracker, privileged, authorizer, energy, dry_run=dry_run,
                             snapshot_interval_s=snapshot_interval_s)
         conn.export(wire.OBJECT_PATH, interface)

@@ -36,6 +36,9 @@ def test_two_jobs_sharing_one_gpu(tmp_path):
     gpu0 = service.processes_document()["gpus"]["gpu0"]
     assert gpu0["basis"] == "utilization"
     assert {p["pid"]: p["sm_pct"] for p in gpu0["processes"]} == {5001: 75.0, 5002: 25.0}
+    # who may report a GPU's progress: the uids of its processes (their /proc status), none on gpu1
+    assert (service.gpu_uids("gpu0"), service.gpu_uids("gpu1"), service.gpu_uids("gpu7")) == (
+        frozenset({0}), frozenset(), None)
 
 
 def test_an_idle_job_holding_memory_is_not_charged_for_a_busy_one(tmp_path):
