@@ -91,6 +91,11 @@ class UnknownCookie(AithermError):
     """No hold with that cookie (D-Bus ``io.github.aithermd.Error.UnknownCookie``)."""
 
 
+class StateNotSaved(AithermError):
+    """A change meant to survive a restart could not be written to the state directory; it was not made
+    (D-Bus ``org.freedesktop.DBus.Error.Failed``)."""
+
+
 class LimitExceeded(AithermError):
     """The caller already has as many holds as one may (D-Bus ``io.github.aithermd.Error.LimitExceeded``)."""
 

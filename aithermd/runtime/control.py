@@ -25,6 +25,7 @@ from aithermd.errors import (
     InvalidArgument,
     LimitExceeded,
     OutOfRange,
+    StateNotSaved,
     UnknownCookie,
     UnknownKnob,
     UnknownPolicy,
@@ -101,7 +102,10 @@ class Control:
         if self.holds:
             self._next_cookie = max(h.cookie for h in self.holds) % COOKIE_MAX + 1
 
-    def _save(self) -> None:
+    def _save(self, kept: tuple | None = None) -> None:
+        """Write the state. On failure: with ``kept`` (:meth:`_state` before a change meant to survive a
+        restart) the change is undone and StateNotSaved raised; without, the error is logged (a release
+        or an expiry still takes effect now)."""
         doc = {"active_policy": self.active,
                "overrides": {k: {"value": v, "expires_wall": e} for k, (v, e) in self.overrides.items()},
                "holds": [asdict(h) for h in self.holds if h.detached]}
@@ -109,6 +113,15 @@ class Control:
             write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
         except OSError as exc:
             self._log.error("operator_state_not_saved", path=str(self.path), error=str(exc))
+            if kept is not None:
+                self.active, self.overrides, self.holds, events = kept
+                del self._events[events:]
+                raise StateNotSaved(f"cannot keep the change across a restart: {self.path}: "
+                                    f"{exc.strerror or exc}; nothing changed (make the state directory "
+                                    "writable, or free space on it)") from exc
+
+    def _state(self) -> tuple:
+        return self.active, dict(self.overrides), list(self.holds), len(self._events)
 
     # -- what the loop reads each tick ---------------------------------------------------------------
     def expire(self, now_wall: float) -> list[Event]:
@@ -170,11 +183,12 @@ class Control:
 
     def set_active_policy(self, name: str) -> None:
         self._policy(name)
+        kept = self._state()
         if name != self.active:
             self._events.append(self._event("policy", name, f"active policy {self.active} → {name}",
                                             old=self.active, new=name))
             self.active = name
-        self._save()
+        self._save(kept)
 
     def hold_policy(self, policy: str, reason: str, timeout_s: float, owner: str, uid: int | None,
                     detached: bool, *, root: bool = False) -> int:
@@ -187,7 +201,7 @@ class Control:
         if not root and sum(1 for h in self.holds if h.uid == uid) >= MAX_HOLDS_PER_UID:
             raise LimitExceeded(f"uid {uid} has {MAX_HOLDS_PER_UID} holds already; release one first "
                                 "(holds: aithermctl status)")
-        now = self._clock.wall()
+        now, kept = self._clock.wall(), self._state()
         cookie = self._cookie()
         expires = now + timeout_s if timeout_s > 0 else None
         hold = Hold(cookie, policy, reason, owner, uid, now, expires, detached)
@@ -195,7 +209,7 @@ class Control:
         self._events.append(self._event("policy", policy, f"hold {cookie} on {policy}: {reason}",
                                         cookie=cookie, owner=owner))
         if detached:
-            self._save()
+            self._save(kept)
         return cookie
 
     def _cookie(self) -> int:
@@ -236,7 +250,7 @@ class Control:
             raise InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidArgument(f"seconds must be ≥ 0 (0 = until cleared), not {seconds}")
-        applied = clamp_request(knob, value)
+        applied, kept = clamp_request(knob, value), self._state()
         self.overrides[knob_id] = (applied, self._clock.wall() + seconds if seconds > 0 else None)
         asked = f" (asked {value:g} {knob.unit}, clamped to the knob's range)" if applied != value else ""
         warnings = override_warnings(knob, applied, seconds)
@@ -244,9 +258,9 @@ class Control:
                                         + (f" for {seconds:g} s" if seconds > 0 else "") + asked
                                         + "".join(f"; warning: {w}" for w in warnings),
                                         value=applied, requested=value))
+        self._save(kept)
         for warning in warnings:
             self._log.warning("override_stops_fan", knob=knob_id, message=warning)
-        self._save()
         return applied
 
     def override_warnings(self, knob_id: str, value: float, seconds: float) -> list[str]:

@@ -204,3 +204,34 @@ def test_an_override_that_stops_a_fan_for_good_says_so():
     assert override_warnings(pwm, 24.0, 0.0) == [] and override_warnings(pwm, 0.0, 300.0) == []
     limit = Knob("gpu0/power_limit", "gpu0", KnobKind.POWER_LIMIT, "W", 0.0, 600.0, writable=True)
     assert override_warnings(limit, 0.0, 0.0) == []
+
+
+def test_a_change_meant_to_outlive_a_restart_is_refused_when_it_cannot_be_saved(tmp_path, clock, policies,
+                                                                                  monkeypatch):
+    """The state directory remounted read-only (ext4 errors=remount-ro): a detached hold, an override and
+    a policy switch answered success, then vanished at the next start. Now they are refused, nothing
+    changed; what needs no saving (a caller's own hold, a release) still works."""
+    import errno
+
+    from aithermd.errors import StateNotSaved
+    from aithermd.runtime import control as control_module
+
+    op = make(tmp_path, clock, policies)
+    kept = op.hold_policy("quiet", "saved before", 0, "detached", 0, True)
+    op.expire(clock.wall())
+
+    def read_only(path, data):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(control_module, "write_atomically", read_only)
+    with pytest.raises(StateNotSaved, match="Read-only file system; nothing changed"):
+        op.hold_policy("quiet", "overnight", 0, "detached", 0, True)
+    with pytest.raises(StateNotSaved):
+        op.set_active_policy("quiet")
+    with pytest.raises(StateNotSaved):
+        op.set_override("hwmon:nct/pwm1", 40.0, 0.0)
+    assert (op.active, op.overrides, [h.cookie for h in op.holds]) == ("balanced", {}, [kept])
+    assert op.expire(clock.wall()) == []  # no event for what did not happen
+    mine = op.hold_policy("quiet", "while my job runs", 0, ":1.9", 1000, False)
+    op.release_policy(kept)  # in force now; it would come back at the next start (logged)
+    assert [h.cookie for h in op.holds] == [mine]
