@@ -13,6 +13,9 @@ class Clock(Protocol):
     def wall(self) -> float:
         """Seconds since the Unix epoch (may jump)."""
 
+    def boottime(self) -> float:
+        """Seconds on the boot clock: monotonic, and counting the time the machine slept (CLOCK_BOOTTIME)."""
+
 
 class RealClock:
     def monotonic(self) -> float:
@@ -20,6 +23,9 @@ class RealClock:
 
     def wall(self) -> float:
         return time.time()
+
+    def boottime(self) -> float:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class FakeClock:
@@ -31,12 +37,22 @@ class FakeClock:
     def __init__(self, start: float = 1000.0, wall_start: float = 1_767_225_600.0) -> None:
         self._t = start
         self._wall_offset = wall_start - start
+        self._slept = 0.0
 
     def monotonic(self) -> float:
         return self._t
 
     def wall(self) -> float:
         return self._t + self._wall_offset
+
+    def boottime(self) -> float:
+        return self._t + self._slept
+
+    def suspend(self, seconds: float) -> None:
+        """The machine sleeps ``seconds``: wall and boot time move, monotonic time does not."""
+        if seconds > 0:
+            self._slept += seconds
+            self._wall_offset += seconds
 
     def advance(self, seconds: float) -> None:
         if seconds > 0:

@@ -7,15 +7,10 @@ Each zone (and subzone) is a device ``powercap:<name>`` named by its ``name`` fi
 ``intel-rapl:1:0``; the MSR interface before ``intel-rapl-mmio``). Without ``class/powercap`` the zones are
 looked for under ``devices/virtual/powercap``.
 
-Channels: ``energy`` (J) — a monotonic total that starts at the counter's first value and adds each
-wrap-corrected increase — and ``power`` (W) — the ``energy_uj`` increase over the *measured* monotonic
-interval between two samples (the first sample has no power: status ``stale``). When the counter goes
-backwards it wrapped: the increase is ``new + max_energy_range_uj − old``. An interval longer than the
-counter can represent (``max_energy_range_uj`` at the zone's highest power: it may have wrapped more than
-once, after a suspend or a stalled daemon) is discarded (power ``stale``, nothing added), never reported as
-a tiny power. Since CVE-2020-8694 ``energy_uj`` is readable only by root: that is found at discovery, logged
-once with the reason and reported as ``not_supported``, never as a crash or a failure; discovery (a reload)
-probes it again.
+Channels: ``energy`` (J) and ``power`` (W) from ``energy_uj``, wraps, gaps and sleeps included
+(:mod:`aithermd.backends.powercap_energy`). Since CVE-2020-8694 ``energy_uj`` is readable only by root:
+that is found at discovery, logged once with the reason and reported as ``not_supported``, never as a crash
+or a failure; discovery (a reload) probes it again.
 
 Zones are told apart for totals (:mod:`aithermd.backends.powercap_zones`): ``Device.info["role"]`` is
 ``package``, ``platform`` (psys) or the subzone's name; a subzone, the platform and a second (MMIO) copy of
@@ -39,6 +34,12 @@ import structlog
 
 from aithermd import units
 from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.powercap_energy import (  # noqa: F401 - energy_increase_uj, MAX_PLAUSIBLE_W: API
+    MAX_PLAUSIBLE_W,
+    _Zone,
+    account,
+    energy_increase_uj,
+)
 from aithermd.backends.powercap_zones import amd_energy_sockets, max_gap_s, zone_role
 from aithermd.backends.sysfs import (
     Attribute,
@@ -69,8 +70,6 @@ from aithermd.model import (
 CONSTRAINT_KINDS = {"long_term": KnobKind.PL1, "short_term": KnobKind.PL2}
 ROOT_ONLY = "energy_uj readable only by root (CVE-2020-8694)"
 LOCKED = "needs root, or the limit is locked by firmware"
-# above this a RAPL zone's power is nonsense (a 2-socket server package draws well under 1 kW)
-MAX_PLAUSIBLE_W = 5000.0
 
 
 class _Limit:
@@ -78,29 +77,6 @@ class _Limit:
 
     def __init__(self, knob: Knob, limit: Attribute, window: Attribute | None) -> None:
         self.knob, self.limit, self.window = knob, limit, window
-
-
-class _Zone:
-    __slots__ = ("device_id", "energy", "why_not", "max_range", "max_gap_s", "prev_raw", "prev_t", "total_uj")
-
-    def __init__(self, device_id: str, energy: Attribute, why_not: str | None, max_range: int | None,
-                 max_gap: float | None = None) -> None:
-        self.device_id, self.energy, self.why_not, self.max_range = device_id, energy, why_not, max_range
-        self.max_gap_s = max_gap if max_gap is not None else max_gap_s(max_range, None)
-        self.prev_raw: int | None = None
-        self.prev_t = 0.0
-        self.total_uj = 0
-
-
-def energy_increase_uj(old: int, new: int, max_range_uj: int | None) -> int | None:
-    """µJ consumed between two ``energy_uj`` reads; across a wrap ``new + max_range − old``; None when the
-    counter went backwards and the range is unknown."""
-    if new >= old:
-        return new - old
-    if not max_range_uj or max_range_uj <= 0:
-        return None
-    return new + max_range_uj - old
-
 
 
 class RaplBackend:
@@ -113,6 +89,8 @@ class RaplBackend:
     ) -> None:
         self.sysfs_root = sysfs_root
         self.clock = clock or RealClock()
+        # time the machine slept counts here, not in monotonic (clock_gettime(2)): a clock without it has none
+        self._boottime = getattr(self.clock, "boottime", self.clock.monotonic)
         self.io = io or SysfsIO()
         self._zones: list[_Zone] = []
         self._limits: dict[str, _Limit] = {}
@@ -168,6 +146,7 @@ class RaplBackend:
         for zone in self._zones:
             if (old := counters.get((zone.device_id, zone.energy.path))) is not None:
                 zone.prev_raw, zone.prev_t, zone.total_uj = old.prev_raw, old.prev_t, old.total_uj
+                zone.prev_boot = old.prev_boot
         return devices
 
     def _amd_sockets(self, taken: set[str]) -> list[Device]:
@@ -285,45 +264,13 @@ class RaplBackend:
                 readings[energy_id] = Reading(energy_id, None, status, detail)
                 continue
             t = self.clock.monotonic()
-            readings[power_id], readings[energy_id] = self._account(zone, raw, t)
+            readings[power_id], readings[energy_id] = account(zone, raw, t, self._boottime())
         knobs = {knob_id: self._read_limit(lim) for knob_id, lim in self._limits.items()}
         return Sample(t=self.clock.monotonic(), readings=readings, knobs=knobs, lost=frozenset(lost))
 
-    def _account(self, zone: _Zone, raw: int, t: float) -> tuple[Reading, Reading]:
-        power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
-        if zone.prev_raw is None:
-            zone.prev_raw, zone.prev_t, zone.total_uj = raw, t, raw
-            return (
-                Reading(power_id, None, Status.STALE, "first energy read: power needs two"),
-                Reading(energy_id, units.uj_to_j(raw)),
-            )
-        delta = energy_increase_uj(zone.prev_raw, raw, zone.max_range)
-        dt = t - zone.prev_t
-        if zone.max_gap_s is not None and dt > zone.max_gap_s:
-            # the counter may have wrapped more than once: whatever it says now is no measure of this gap
-            power = Reading(power_id, None, Status.STALE,
-                            f"{dt:.0f} s since the last read: longer than energy_uj can represent "
-                            f"({zone.max_gap_s:.0f} s); discarded")
-            delta = 0
-        elif delta is None:
-            power = Reading(
-                power_id,
-                None,
-                Status.IMPLAUSIBLE,
-                "energy_uj went backwards and max_energy_range_uj is unknown",
-            )
-            delta = 0
-        elif dt <= 0:
-            power = Reading(power_id, None, Status.STALE, "no time passed since the last energy read")
-        elif (watts := units.uj_to_j(delta) / dt) > MAX_PLAUSIBLE_W:
-            # a counter reset (resume, firmware) read as a wrap: no such power exists; count nothing
-            power = Reading(power_id, None, Status.IMPLAUSIBLE, f"{watts:.0f} W: energy_uj reset, not a wrap")
-            delta = 0
-        else:
-            power = Reading(power_id, watts)
-        zone.prev_raw, zone.prev_t = raw, t
-        zone.total_uj += delta
-        return power, Reading(energy_id, units.uj_to_j(zone.total_uj))
+    def _account(self, zone: _Zone, raw: int, t: float, boot: float | None = None) -> tuple[Reading, Reading]:
+        """:func:`~aithermd.backends.powercap_energy.account` (``boot``: CLOCK_BOOTTIME s; None: ``t``)."""
+        return account(zone, raw, t, t if boot is None else boot)
 
     def _read_limit(self, lim: _Limit) -> KnobValue:
         try:

@@ -138,6 +138,40 @@ def test_power_right_across_a_wrap_with_a_real_recording(node_root):
     backend.close()
 
 
+def test_an_interval_the_machine_slept_in_keeps_its_energy_and_has_no_power(node_root):
+    """s2idle: the package counter goes on while the monotonic clock stops. 120 J drawn in a 60 s sleep
+    read as one 119 W sample on a 50 W package; half an hour's as a reset whose energy was dropped. (A
+    sleep longer than the counter can represent at the zone's highest power is discarded, as any gap.)"""
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    clock = SimClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    counter = 1_000_000_000
+    energy.write_text(f"{counter}\n")
+    first = backend.sample().readings["powercap:package-0/energy"].value
+    for sleep_s, sleep_j in ((60.0, 120.0), (1800.0, 2700.0)):  # 2 W, then 1.5 W asleep
+        counter += 50_000_000  # 1 s at 50 W
+        clock.advance(1.0)
+        energy.write_text(f"{counter}\n")
+        assert backend.sample().readings["powercap:package-0/power"].value == pytest.approx(50.0)
+        clock.advance(0.5)
+        clock.suspend(sleep_s)
+        clock.advance(0.5)
+        counter += int((sleep_j + 50.0) * 1e6)  # asleep, and 1 s awake at 50 W
+        energy.write_text(f"{counter}\n")
+        sample = backend.sample()
+        power = sample.readings["powercap:package-0/power"]
+        assert power.status == Status.STALE and power.value is None
+        assert f"the machine slept {sleep_s:.0f} s in this interval" in power.detail
+        assert sample.readings["powercap:package-0/energy"].value == pytest.approx(
+            first + (counter - 1_000_000_000) / 1e6)  # nothing dropped
+    counter += 50_000_000
+    clock.advance(1.0)
+    energy.write_text(f"{counter}\n")
+    assert backend.sample().readings["powercap:package-0/power"].value == pytest.approx(50.0)
+    backend.close()
+
+
 def test_power_uses_the_measured_interval_not_a_nominal_one(node_root):
     energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
     clock = SimClock()
