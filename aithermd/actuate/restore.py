@@ -16,6 +16,10 @@ forgotten with a warning (``RestoreReport.forgotten``): a reboot re-initialised 
 device is there but whose write fails (a lost GPU, EIO, EACCES) and a backend that cannot be opened keep
 their entries and fail the restore.
 
+A sysfs knob the daemon's own open backend reports lost (:class:`~aithermd.errors.DeviceLost`: a driver
+reload renumbered its hwmon chip, with no udev event to rediscover it) is tried once more through a backend
+opened afresh for its locator: discovery finds the chip by its id, as ``aithermd restore`` does.
+
 A restore that could not put the original back but left the knob safe instead (a fan at full duty, or in
 its driver's automatic mode when the original mode could not be read: :mod:`aithermd.backends.pwm`) is
 restored, with the backend's note in ``RestoreReport.fallbacks`` and a warning in the log.
@@ -34,7 +38,7 @@ import structlog
 
 from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
 from aithermd.backends.base import Backend
-from aithermd.errors import UnknownKnob
+from aithermd.errors import DeviceLost, UnknownKnob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
 
@@ -126,6 +130,7 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                                   if only is None or e.knob_id in only]
     kept: list[str] = []
     fallbacks: dict[str, str] = {}
+    reopened: set[str] = set()  # locators whose backend was opened afresh after the daemon's lost a device
     try:
         for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
             locator = _relocate(entry.locator, sysfs_root)
@@ -147,7 +152,19 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 continue
             again = keep is not None and keep(entry.knob_id)  # asked before: a write may land during ours
             try:
-                note = backend.restore_knob(entry.knob_id, dict(entry.saved))
+                try:
+                    note = backend.restore_knob(entry.knob_id, dict(entry.saved))
+                except DeviceLost:
+                    if backend in opened or key in reopened or "sysfs_root" not in locator:
+                        raise  # (a GPU lost to NVML is looked up by UUID within its backend already)
+                    # the daemon's backend lost a sysfs device: a driver reload may have moved the chip
+                    # (hwmonN renumbered, no udev to tell); a fresh discovery finds it by its id, as
+                    # `aithermd restore` would
+                    reopened.add(key)
+                    backend = opener(locator)
+                    open_now[key] = backend
+                    opened.append(backend)
+                    note = backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
                 why = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, UnknownKnob) and _proves_absence(locator):

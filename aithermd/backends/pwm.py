@@ -309,8 +309,8 @@ class PwmKnob:
         """Put back what :meth:`save` returned: manual → enable then pwm; automatic → pwm (best effort: the
         driver owns it in automatic mode) then enable; no enable file → pwm; an original whose mode could
         not be read → the driver's automatic mode, or full duty. Returns None when the original is back,
-        else a note saying what was done instead (full duty). Raises BackendError only when not even full
-        duty could be set."""
+        else a note saying what was done instead (full duty). Raises DeviceLost when the chip is gone from
+        its path, BackendError when not even full duty could be set."""
         kid = self.knob.id
         self.manual_seen = self.full_fallback = False
         self.duty_failures = 0
@@ -324,6 +324,8 @@ class PwmKnob:
                 return (f"{kid}: the original mode could not be read ({why}): handed to the driver's "
                         f"automatic mode (enable {auto})")
             self._restore_exact(saved)
+        except DeviceLost:
+            raise  # not at this path any more (a reload renumbered the chip): the caller looks it up again
         except BackendError as exc:
             return self._full(f"{kid}: restoring the original failed ({exc})")
         return None

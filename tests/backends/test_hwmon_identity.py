@@ -129,3 +129,32 @@ def test_a_chip_renumbered_under_the_daemon_is_never_written_through_its_old_num
     assert report.ok and report.restored == ("hwmon:nct6798-isa-0290/pwm1",)
     assert ((nct / "hwmon0/pwm1").read_text(), (nct / "hwmon0/pwm1_enable").read_text()) == ("93\n", "5\n")
     assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
+
+
+def test_the_daemons_own_exit_restore_finds_a_renumbered_chip_by_its_id(tmp_path):
+    """With no udev event (a container, a driver reloaded by hand), the daemon's backend still holds the
+    chip's old device path: its exit restore failed (restore enable 5: No such file or directory) and the
+    board's fan stayed manual until ExecStopPost's `aithermd restore`. It now opens the backend afresh
+    for the lost knob and restores it by id."""
+    from aithermd.actuate.applier import Applier
+    from aithermd.actuate.journal import Journal
+    from aithermd.actuate.restore import restore_journal
+    from aithermd.model import Decision, Layer
+    from tests.support.machines import X570
+
+    root = copy_machine(tmp_path, X570)
+    nct, amd = root / "devices/platform/nct6775.656/hwmon", root / "devices/pci0000:00/0000:07:00.0/hwmon"
+    backend = HwmonBackend(str(root))
+    journal = Journal(tmp_path / "state")
+    try:
+        knob = next(k for d in backend.discover() for k in d.knobs if k.id == "hwmon:nct6798-isa-0290/pwm1")
+        decision = Decision(knob.id, 40.0, Layer.POLICY, "balanced/board-fans")
+        Applier(journal).apply(backend, knob, knob.device_id, decision, 40.0, backend.read_knob(knob.id), 1.0)
+        _swap_numbers(root, "hwmon0", "hwmon1")  # the reload: nct6798 is hwmon0 now
+        report = restore_journal(journal, backends=[backend])
+    finally:
+        backend.close()
+    assert report.ok and report.restored == ("hwmon:nct6798-isa-0290/pwm1",)
+    assert ((nct / "hwmon0/pwm1").read_text(), (nct / "hwmon0/pwm1_enable").read_text()) == ("93\n", "5\n")
+    assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
+    assert not journal.dirty
