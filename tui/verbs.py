@@ -60,8 +60,16 @@ async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
         for line in (await client.get_policy(args.name)).get("warnings") or ():
             _note(f"warning: {line} (this rule does nothing on this machine)")
     else:
+        holds, active = await client.holds(), await client.get_property("ActivePolicy")
         await client.reload()
         _note("policies reloaded")
+        names = {p["name"] for p in await client.list_policies()}
+        for hold in holds:  # the daemon ends them at its next tick: say so, or nobody knows
+            if hold.get("policy") not in names:
+                _note(f"warning: hold {hold.get('cookie')} on {hold.get('policy')} ends: that policy is gone "
+                      "(put its file back and hold it again to keep it)")
+        if active not in names:
+            _note(f"warning: the active policy {active} is gone: aithermd falls back to its configured one")
     return wire.EXIT_OK
 
 

@@ -52,6 +52,22 @@ async def test_policy_verbs(fake_daemon, private_bus):
     assert rc == wire.EXIT_FAILURE and "x.yaml:3: unknown key 'rulez'" in err and err.count("\n") == 1
 
 
+async def test_a_reload_that_drops_a_held_policy_says_the_hold_ends(fake_daemon, private_bus):
+    """An admin's overnight hold ended because someone tidied the policy directory, and the reload said
+    plain "policies reloaded"."""
+    rc, out, _ = await ctl(private_bus, "hold", "quiet", "--reason", "overnight", "--detach")
+    cookie = int(out)
+    fake_daemon.policies = [p for p in fake_daemon.policies if p["name"] != "quiet"]  # quiet.yaml removed
+    rc, _, err = await ctl(private_bus, "policy", "reload")
+    assert rc == 0 and err.splitlines() == [
+        "aithermctl: policies reloaded",
+        f"aithermctl: warning: hold {cookie} on quiet ends: that policy is gone (put its file back and hold "
+        "it again to keep it)"]
+    fake_daemon.policies = [p for p in fake_daemon.policies if p["name"] != "ai-training"]  # the active one
+    rc, _, err = await ctl(private_bus, "policy", "reload")
+    assert "warning: the active policy ai-training is gone: aithermd falls back to its configured one" in err
+
+
 async def test_hold_detached_prints_the_cookie_and_release_ends_it(fake_daemon, private_bus):
     rc, out, _ = await ctl(private_bus, "hold", "quiet", "--reason", "meeting", "--timeout", "15m",
                            "--detach")
