@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aithermd import log
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.files import NotRegularFile, read_regular
 from aithermd.policy import kinds
@@ -113,6 +112,8 @@ def _permissions(path: Path, strict: bool) -> tuple[list[PolicyError], list[str]
         return [PolicyError(str(path), f"refusing a policy a non-root user can change: {p}", hint=fix)
                 for p in problems], []
     warnings = [f"{p} (the daemon running as root will refuse it; fix: {fix})" for p in problems]
+    from aithermd import log  # here: the policy parser child (runtime/parsed.py) imports no structlog
+
     for w in warnings:
         log.get("aithermd.policy").warning("policy permissions", path=str(path), problem=w)
     return [], warnings

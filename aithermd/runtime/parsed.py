@@ -30,8 +30,6 @@ from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapp
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from aithermd.errors import PolicyError, PolicyErrors
 from aithermd.files import read_regular
 
@@ -41,7 +39,14 @@ MAX_BYTES = 8 << 20  # the loader's limit is 1 MiB per policy file; a few polici
 CHILD_TIMEOUT_S = 120.0  # a parse of the largest files the loader takes is well under a second
 ERROR_FIELDS = ("path", "message", "line", "col", "key", "hint")
 
-log = structlog.get_logger("aithermd.policy")
+
+
+def _log() -> Any:
+    """The daemon's logger, imported here: the parser child imports this module and logs nothing (structlog
+    and asyncio cost it ~70 ms of its start)."""
+    import structlog
+
+    return structlog.get_logger("aithermd.policy")
 
 
 def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
@@ -55,7 +60,7 @@ def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
         from aithermd.policy.loader import permission_problems
         problems = permission_problems(path) + permission_problems(path.parent)
         if problems:
-            log.warning("parsed policies ignored", path=str(path), problem=problems[0])
+            _log().warning("parsed policies ignored", path=str(path), problem=problems[0])
             return {}
     try:
         doc = json.loads(raw) if len(raw) <= MAX_BYTES else None
@@ -89,7 +94,7 @@ def keep(state_dir: Path, before: Mapping[str, Any], parsed: Mapping[str, Any],
         data = json.dumps({"format": FORMAT, "entries": entries}, separators=(",", ":"), sort_keys=True)
         write_atomically(Path(state_dir) / FILE_NAME, data.encode(), mode=0o600)
     except (OSError, ValueError) as exc:
-        log.debug("parsed policies not kept", path=str(Path(state_dir) / FILE_NAME), error=str(exc))
+        _log().debug("parsed policies not kept", path=str(Path(state_dir) / FILE_NAME), error=str(exc))
 
 
 def lean(load: Callable[..., Any]) -> bool:
@@ -123,7 +128,7 @@ def load_lean(load: Callable[..., Any], dirs: Sequence[Path], *, strict_permissi
         answer = json.loads(proc.stdout) if proc.returncode == 0 else None
         entries, errors = answer["entries"], [PolicyError(**e) for e in answer["errors"]]
     except (OSError, subprocess.SubprocessError, ValueError, TypeError, KeyError) as exc:
-        log.warning("policy parse in a child failed; parsing in the daemon", error=str(exc)[:200])
+        _log().warning("policy parse in a child failed; parsing in the daemon", error=str(exc)[:200])
         return None
     found.update(entries)
     if errors:
@@ -140,7 +145,7 @@ def _child_command() -> list[str]:
     not import a planted ``aithermd``), and the directory this package was imported from is put first."""
     import aithermd
     home = str(Path(aithermd.__file__).resolve().parent.parent)
-    code = (f"import sys; sys.path.insert(0, {home!r}); import aithermd.log; "  # structlog without rich
+    code = (f"import sys; sys.path.insert(0, {home!r}); "
             "from aithermd.runtime.parsed import _child; sys.exit(_child())")
     return [sys.executable, "-P", "-c", code]
 

@@ -196,3 +196,23 @@ def test_the_child_parses_only_the_files_whose_documents_are_missing(tmp_path):
     assert set(given) == set(known) | {balanced}  # balanced parsed by the child, and only it
     assert given[balanced] == found[balanced]
     assert policies["balanced"].document == load_policies([shipped_policy_dir()])["balanced"].document
+
+
+def test_the_parser_child_imports_no_logging_stack(tmp_path):
+    """The child's start is the first start's cost (CPU to READY, issue 22): structlog and asyncio were
+    ~70 ms of it and it logs nothing the daemon keeps. It still answers, warnings included."""
+    import subprocess
+    import sys
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "quiet.yaml").write_text((shipped_policy_dir() / "quiet.yaml").read_text())
+    request = json.dumps({"dirs": [str(tmp_path / "p")], "strict": False, "skip": [], "known": {}})
+    report = ("rc = _child(); print(file=sys.stderr); "
+              "print(sorted(m for m in ('structlog', 'asyncio', 'rich') if m in sys.modules), file=sys.stderr); "
+              "sys.exit(rc)")
+    code = parsed._child_command()[-1].replace("sys.exit(_child())", report)
+    done = subprocess.run([sys.executable, "-P", "-c", code], input=request, capture_output=True, text=True,
+                          timeout=60, check=True, cwd="/")
+    digest = text_digest((tmp_path / "p" / "quiet.yaml").read_text())
+    assert set(json.loads(done.stdout)["entries"]) == {digest}
+    assert done.stderr.splitlines()[-1] == "[]"
