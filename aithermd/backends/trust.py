@@ -76,6 +76,9 @@ class SensorTrust:
         self._last_v: dict[str, float] = {}
         self._last_t: dict[str, float] = {}
         self._suspect: dict[str, tuple[int, float | None]] = {}  # channel → (suspect reads in a row, value)
+        # the channels whose reading :meth:`filter` handed back last is not ok (a by-product of its loop, so
+        # that the health check need not look at every reading again)
+        self.not_ok: list[str] = []
         self._log = structlog.get_logger("aithermd.trust")
 
     def configure(self, devices: Iterable[Device]) -> None:
@@ -96,17 +99,21 @@ class SensorTrust:
 
     def filter(self, t: float, readings: Mapping[str, Reading]) -> Mapping[str, Reading]:
         """The readings the engine should see at monotonic time ``t``: ``readings`` itself when every one is
-        trusted as it is, else a copy with held and confirmed readings replaced."""
+        trusted as it is, else a copy with held and confirmed readings replaced. :attr:`not_ok` lists then
+        the channels whose returned reading is not ok, in ``readings`` order."""
         out: dict[str, Reading] | None = None
+        not_ok: list[str] = []
         last_v, last_t, limits, suspect = self._last_v, self._last_t, self._limits, self._suspect
         for cid, r in readings.items():
             status = r.status
             if status is _OK:
                 v = r.value
                 prev = last_v.get(cid)
-                if prev is not None and v is not None and cid in limits:
+                # an unchanged value cannot be a spike: the rate check only for a value that moved
+                if (prev is not None and v is not None and v != prev
+                        and (limit := limits.get(cid)) is not None):
                     dt = t - last_t[cid]
-                    if abs(v - prev) > limits[cid] * (dt if dt > MIN_DT_S else MIN_DT_S):
+                    if abs(v - prev) > limit * (dt if dt > MIN_DT_S else MIN_DT_S):
                         judged = self._spike(cid, r, prev, t)
                         if judged is not r:
                             out = dict(readings) if out is None else out
@@ -122,6 +129,11 @@ class SensorTrust:
                 if judged is not r:
                     out = dict(readings) if out is None else out
                     out[cid] = judged
+                if judged.status is not _OK:
+                    not_ok.append(cid)
+            else:
+                not_ok.append(cid)
+        self.not_ok = not_ok
         return readings if out is None else out
 
     # -- the slow paths --------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from aithermd.backends.trust import SensorTrust
 from aithermd.model import Device, Event, KnobValue, Reading, Status
 
 BAD = frozenset({Status.FAILED, Status.IMPLAUSIBLE, Status.STALE})
+_OK = Status.OK
 
 _log = structlog.get_logger("aithermd.health")
 
@@ -43,6 +44,7 @@ class Health:
         self._lost: set[str] = set()
         self._trust = SensorTrust()
         self._devices: tuple[Device, ...] | None = None
+        self._trusted: Mapping[str, Reading] | None = None  # what trust() handed back last
 
     def trust(self, devices: tuple[Device, ...], t_mono: float,
               readings: Mapping[str, Reading]) -> Mapping[str, Reading]:
@@ -55,26 +57,40 @@ class Health:
                 if device.id not in known:
                     self._seen.difference_update(c.id for c in device.channels)
             self._devices = devices
-        return self._trust.filter(t_mono, readings)
+        self._trusted = trusted = self._trust.filter(t_mono, readings)
+        return trusted
+
+    def _judge(self, cid: str, r: Reading, degraded: set[str], t_wall: float, events: list[Event]) -> None:
+        """One reading: seen when it is good (or a derived value's first stale read), else degraded and its
+        fault reported once per status."""
+        status = r.status
+        if status is _OK or status not in BAD:
+            self._seen.add(cid)
+            return
+        if status is Status.STALE and cid not in self._seen:
+            self._seen.add(cid)  # a derived value's first read (RAPL power needs two energy reads): no fault
+            return
+        degraded.add(cid)
+        if self._bad.get(cid) != status:
+            self._bad[cid] = status
+            events.append(fault(t_wall, cid, f"{cid} {status}: {r.detail or 'no value'}",
+                                status=str(status), detail=r.detail))
 
     def check(self, readings: Mapping[str, Reading], knobs: Mapping[str, KnobValue], lost: set[str],
               t_wall: float, events: list[Event]) -> set[str]:
         """The degraded channel, knob and device ids of this tick; new faults appended to ``events``."""
         degraded: set[str] = set(lost)
-        ok = Status.OK
         seen = self._seen
-        for cid, r in readings.items():
-            if r.status is ok or r.status not in BAD:
-                seen.add(cid)
-                continue
-            if r.status is Status.STALE and cid not in seen:
-                seen.add(cid)  # a derived value's first read (RAPL power needs two energy reads): not a fault
-                continue
-            degraded.add(cid)
-            if self._bad.get(cid) != r.status:
-                self._bad[cid] = r.status
-                events.append(fault(t_wall, cid, f"{cid} {r.status}: {r.detail or 'no value'}",
-                                    status=str(r.status), detail=r.detail))
+        if readings is self._trusted:  # the sensor trust's verdicts: it listed those not ok
+            self._trusted = None  # once: the list is of that very call
+            suspects = self._trust.not_ok
+            for cid in suspects:
+                self._judge(cid, readings[cid], degraded, t_wall, events)
+            # every other reading is ok: seen, in one pass in C
+            seen.update(readings.keys() - suspects if suspects else readings)
+        else:
+            for cid, r in readings.items():
+                self._judge(cid, r, degraded, t_wall, events)
         for cid in [c for c in self._bad if c not in degraded]:
             del self._bad[cid]
             _log.info("recovered", subject=cid)
