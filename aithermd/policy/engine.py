@@ -92,6 +92,9 @@ class EngineState:
     idle: Mapping[str, held.GpuIdle] = field(default_factory=_empty)  # held-high idle memory (held.py)
     # (the layers, the knobs, what arbitration made of them, the read-only view of it handed out)
     arbitrated: tuple[Any, ...] | None = None
+    # (active, holds, devices, policies, sampler, safety, plans, plans by policy, fan knob ids): what the
+    # last tick worked out from its policies and devices alone, used again while they are the very same
+    front: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,32 @@ def _plan(policy: Any, devices: tuple[Device, ...], cache: tuple[Plan, ...]) -> 
         if p.policy is policy and (p.devices is devices or p.devices == devices):
             return p
     return compile_plan(policy, devices)
+
+
+def _same_items(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _front(active: Any, holds: Sequence[Any], devices: tuple[Device, ...], state: EngineState
+           ) -> tuple[list[Any], tuple[Plan, ...], dict[Any, Plan], Any, Any, frozenset[str]]:
+    """What evaluate works out from the policies and devices alone: the policies in order, their plans
+    (compiled, or the last tick's), the plans by policy, the windows' sampler, the safety plan and the ids
+    of the fan knobs."""
+    policies = [p for p in (active, *holds) if p is not None]
+    plans = tuple(_plan(p, devices, state.plans) for p in dict.fromkeys(policies))
+    by_policy = {p.policy: p for p in plans}
+    same = state.sampler is not None and state.sampler.matches(plans)  # the very plans of the last tick
+    sampler = state.sampler if same else sampling.build(plans)
+    sp = state.safety
+    if not same or sp is None or not (sp.devices is devices or sp.devices == devices):
+        params = safety.SafetyParams(  # the same plans: the same policies, so the same parameters
+            margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
+            gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
+                                  if p.document.safety.gpu_temp_limit_c is not None), default=None))
+        if sp is None or sp.params != params or not (sp.devices is devices or sp.devices == devices):
+            sp = safety.plan(devices, params)
+    fan_ids = frozenset(k for k, knob in sp.knobs.items() if knob.kind in (KnobKind.PWM, KnobKind.FAN))
+    return policies, plans, by_policy, sampler, sp, fan_ids
 
 
 def _step_machine(m: CMachine, scope: str, prev: MachineState | None, ctx: Ctx) -> MachineState:
@@ -202,23 +231,18 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
              overrides: Mapping[str, float] = EMPTY) -> EngineResult:
     """Decide every knob for this tick. ``active``: the active Policy (or None); ``holds``: held policies,
     last strongest; ``overrides``: knob id → operator value (daemon units). Pure: no clock, no I/O."""
-    policies = [p for p in (active, *holds) if p is not None]
-    plans = tuple(_plan(p, inp.devices, state.plans) for p in dict.fromkeys(policies))
-    by_policy = {p.policy: p for p in plans}
-    same = state.sampler is not None and state.sampler.matches(plans)  # the very plans of the last tick
-    sampler = state.sampler if same else sampling.build(plans)  # type: ignore[assignment]
+    front = state.front
+    if (front is not None and front[0] is active and front[2] is inp.devices and front[4] is state.sampler
+            and front[5] is state.safety and _same_items(front[1], holds)):
+        # the very policies and devices of the last tick: its plans, sampler, safety plan and fan knobs
+        _, _, _, policies, sampler, sp, plans, by_policy, fan_ids = front
+    else:
+        policies, plans, by_policy, sampler, sp, fan_ids = _front(active, holds, inp.devices, state)
+        front = (active, tuple(holds), inp.devices, policies, sampler, sp, plans, by_policy, fan_ids)
     idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
     derived = held.derived_readings(inp.devices, held_now)
     readings = {**inp.readings, **derived} if derived else inp.readings
     windows, ok = sampling.update(sampler, inp.t_mono, readings, inp.knobs, state.windows)
-    sp = state.safety
-    if not same or sp is None or not (sp.devices is inp.devices or sp.devices == inp.devices):
-        params = safety.SafetyParams(  # the same plans: the same policies, so the same parameters
-            margin_c=max([p.document.safety.margin_c for p in policies] + [safety.SafetyParams().margin_c]),
-            gpu_temp_limit_c=min((p.document.safety.gpu_temp_limit_c for p in policies
-                                  if p.document.safety.gpu_temp_limit_c is not None), default=None))
-        if sp is None or sp.params != params or not (sp.devices is inp.devices or sp.devices == inp.devices):
-            sp = safety.plan(inp.devices, params)
     knobs = sp.knobs  # every knob of inp.devices by id
     layers: list[dict[str, Decision]] = []
     new_policies: dict[str, PolicyState] = {}
@@ -257,14 +281,14 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
                                                           state.budget)
     fans = dict(state.fans)
     for kid, dec in merged.items():
-        if knobs[kid].kind in (KnobKind.PWM, KnobKind.FAN) and dec.value is not None:
+        if kid in fan_ids and dec.value is not None:
             fans[kid] = FanState(dec.value, inp.t_mono)
     for kid in [k for k in fans if k not in merged]:
         del fans[kid]
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
                             fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
                             safety=sp, t_mono=inp.t_mono, budget=budget_state,
-                            idle=MappingProxyType(idle), arbitrated=arbitrated)
+                            idle=MappingProxyType(idle), arbitrated=arbitrated, front=front)
     by_layer = {"safety": safe, "override": override}
     for policy, decs in zip(policies, layers, strict=True):
         by_layer[policy.name] = decs

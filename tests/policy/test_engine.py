@@ -402,3 +402,36 @@ def test_a_decision_explains_itself_with_its_rule_state_and_window_statistics():
     assert (d.rule, d.layer, d.requested, d.value) == ("lab/busy", Layer.POLICY, 600.0, 600.0)
     assert d.reason == "gpu0 in load.busy: the maximum (600 W)"
     assert d.inputs == {"gpu.utilization_pct.mean_5s": 80.0, "state:load": "busy"}
+
+
+def test_the_front_of_evaluate_is_worked_out_again_only_when_the_policies_or_devices_change(monkeypatch):
+    """The plans, sampler, safety plan and fan knob ids are kept while the active policy, the holds and the
+    device tuple are the very same; a hold added or dropped, a reloaded policy or new devices rebuild them,
+    and every tick decides what a state without the kept front decides."""
+    import dataclasses
+
+    from aithermd.policy import engine
+
+    built = []
+    real = engine._front
+    monkeypatch.setattr(engine, "_front", lambda *a: built.append(a[2]) or real(*a))
+    base = pol(GPU_LIMIT.replace("LIMIT", "400"), name="base")
+    hold = pol(GPU_LIMIT.replace("LIMIT", "300"), name="hold")
+    one, two = (gpu(0),), (gpu(0), gpu(1))
+    steps = [(base, (), one)] * 3 + [(base, (hold,), one)] * 2 + [(base, (), one)] * 2 + [
+        (pol(GPU_LIMIT.replace("LIMIT", "400"), name="base"), (), one)] * 2 + [(base, (), two)] * 2
+    state = initial_state()
+    layers = []
+    for t, (active, holds, devices) in enumerate(steps):
+        inp = tick(devices, float(t), gpu_values(0, 0, 30))
+        cold = evaluate(active, list(holds), inp, dataclasses.replace(state, front=None))
+        res = evaluate(active, list(holds), inp, state)
+        assert dict(res.decisions) == dict(cold.decisions), t
+        state = res.state
+        layers.append(res.decisions["gpu0/power_limit"].layer)
+    assert layers[:3] == [Layer.POLICY] * 3
+    assert layers[3:5] == [Layer.HOLD] * 2 and layers[5:] == [Layer.POLICY] * 6
+    assert "gpu1/power_limit" in res.decisions
+    # once per change (the first tick, the hold added, dropped, the reloaded policy, the new devices), plus
+    # once per tick for the cold evaluations
+    assert len(built) - len(steps) == 5
