@@ -5,17 +5,19 @@ rule holds for a GPU, :func:`step` walks this sequence, one measurement window (
 the first seconds after each change left out (:data:`SETTLE_S`):
 
 1. **baseline** at the card's default limit: the job's own draw (mean power), its peak (the highest 1 s
-   reading) and its throughput signal;
+   reading) and its throughput signal (two windows; one for a progress rate, read per busy second below);
 2. **snap** to the job's own peak draw — nearly free (the Zeus sweeps: a cap 1.1 × a job's mean draw
    costs ~0.5 % median) and kept if the signal holds within the budget; a job that bursts within the
    second (its 1 s peak is not its real one) misses: then once halfway back up, and it settles there if
    that holds (at the default if not): a search moves back up at most once;
 3. **step down** ``step_pct`` of the own draw at a time (:data:`ABOVE_OWN` times that while the next limit
-   stays above the own draw, where a cap only trims the job's bursts and costs little) while the signal keeps
+   stays above the own draw, where a cap only trims the job's bursts and costs little, and for a progress
+   rate while its last window used under :data:`FAR_USED` of the budget) while the signal keeps
    ≥ (1 − budget) of the baseline's and work per joule (signal / power) does not fall; a window reads its
    job's throughput with the job's own noise (loader stalls, phases), so a miss needs the shortfall to exceed
-   half a standard error of the ratio of the two windows, or work per joule to fall by more than 5 %; at the
-   first miss **back off** one step;
+   half a standard error of the ratio of the two windows (a progress rate: one, from block means), or work
+   per joule to fall by more than 5 %; at the first miss **back off** one step — a progress rate to where
+   the line through the last kept window and the miss crosses the budget;
 4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
    stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
    different job or phase) — then it searches again from the baseline.
@@ -63,14 +65,17 @@ LIGHTER = 0.7  # settled: mean power under this share of the limit, or of the jo
 #                Zeus sweeps; a limit above the own draw leaves the own draw)
 PHASE_MOVE = 0.06  # settled: the signal moving this far (or 2 × the budget) from where it settled = new phase
 WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled watch read this many
-#                   measurement windows at once: a job's own loader stalls move one window by ±2 %
+#                   measurement windows at once: a job's own loader stalls move one window by ±2 %; a
+#                   progress rate per busy second leaves the stalls out and its baseline reads one (_rate)
 HISTORY = 12  # steps kept for explain
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
-MISS_Z_PROGRESS = 0.4  # … of a progress rate read per busy second (its per-second error counts the stalls)
+MISS_Z_PROGRESS = 1.0  # … of a progress rate read per busy second (its error from block means: rate_spread)
 AWAY_SHARE = 0.15  # a window with over 15 % of its seconds away (search_window.AWAY: under 40 % of its own
 #                    running draw) saw the job away (ended, paused): no verdict, measured again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
 ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
+FAR_USED = 0.5  # a progress search's steps are ABOVE_OWN times longer, below the own draw too, while its last
+#                 kept window used under this share of the budget (the budget's edge is at least a step away)
 MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
 MEM_MAX = 0.8  # … and never more than this
 IDLE_UTIL_PCT = 10.0  # a signal lost with utilization under this: the job ended (the shipped idle bound)
@@ -212,14 +217,16 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         if s.phase == REVERTED:
             return s
         return _revert(s, t, _lost(s.signal, power, _ok(readings.get(f"{gpu}/utilization"))))
-    acc = s.acc.add(t, value, power)
+    mem, util = _ok(readings.get(f"{gpu}/memory_utilization")), _ok(readings.get(f"{gpu}/utilization"))
+    acc = s.acc.add(t, value, power, 100.0 if util is None else util)
     s = replace(s, acc=acc)
     if t >= acc.t0:
-        mem, util = _ok(readings.get(f"{gpu}/memory_utilization")), _ok(readings.get(f"{gpu}/utilization"))
         if util is not None and (mem is not None or s.signal != "proxy"):
             m, u, n = s.mem_sums
             s = replace(s, mem_sums=(m + (mem or 0.0), u + util, n + 1))
-    window = spec.measure_s * (WATCH_WINDOWS if s.phase in (SETTLED, BASELINE) else 1)
+    rate = s.signal == "progress" and not spec.clocks  # read per busy second (_ratio), its error by blocks
+    windows = WATCH_WINDOWS if s.phase == SETTLED or (s.phase == BASELINE and not rate) else 1
+    window = spec.measure_s * windows
     if acc.span < window - 1e-9:
         return s
     trim = s.signal != "progress"
@@ -239,8 +246,8 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         mem_sum, util_sum, n = s.mem_sums
         top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 and s.signal == "proxy" else 0.0
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,
-                    base_se=acc.spread(trim), history=((s.start, 1.0, 0.0, "baseline"),), mem=MEM_TRUST * top,
-                    mem_top=top, base_mem=mem_sum / n if n else 0.0,
+                    base_se=_spread(acc, trim, rate), history=((s.start, 1.0, 0.0, "baseline"),),
+                    mem=MEM_TRUST * top, mem_top=top, base_mem=mem_sum / n if n else 0.0,
                     base_util=util_sum / n if n and s.signal == "progress" and not spec.clocks else 0.0)
         target = max(peak, lo_w or 0.0)
         if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
@@ -251,8 +258,8 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
         # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
-        z = MISS_Z_PROGRESS if s.base_util else MISS_Z
-        se = z * ratio * (acc.spread(trim) ** 2 + s.base_se ** 2) ** 0.5
+        z = MISS_Z_PROGRESS if rate else MISS_Z
+        se = z * ratio * (_spread(acc, trim, rate) ** 2 + s.base_se ** 2) ** 0.5
         kept_eff = s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE)
         good = ratio + se >= 1.0 - spec.budget and kept_eff
         entry = (s.limit, round(ratio, 4), round(gain, 4), "keep" if good else "miss")
@@ -270,6 +277,16 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             return _move(s, t, SNAP, mid, f"{_miss(ratio, eff, s, spec)} at {s.limit:g} W: try {mid:g} W",
                          steps=2, backoffs=s.backoffs + 1)
         unit = "MHz" if spec.clocks else "W"
+        target = 1.0 - spec.budget
+        if s.base_util and s.phase == STEP and ratio < target < s.best_ratio:
+            # the rate per busy second reads a step to a few tenths of a percent: settle where the line
+            # through the last kept window and the miss crosses the budget. A cap's cost grows faster the
+            # deeper it goes (the law's knee), so that line runs under the job's curve: the limit it gives
+            # keeps the budget or more
+            mid = round(s.limit + (s.best - s.limit) * (target - ratio) / (s.best_ratio - ratio), 1)
+            return _move(s, t, SETTLED, mid, f"back off to {mid:g} W, where {100 * s.best_ratio:.1f} % at "
+                         f"{s.best:g} W and {_miss(ratio, eff, s, spec)} at {s.limit:g} W cross the budget",
+                         best=mid, best_ratio=target, backoffs=s.backoffs + 1)
         return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} {unit}: {_miss(ratio, eff, s, spec)}",
                      backoffs=s.backoffs + 1)
     # settled: watch for a new phase
@@ -279,6 +296,11 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
         return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
     return replace(s, acc=_window(t - SETTLE_S), mem_sums=(0.0, 0.0, 0))
+
+
+def _spread(acc: Acc, trim: bool, rate: bool) -> float:
+    """A window's relative standard error: of the progress rate per busy second by blocks, else Acc.spread."""
+    return acc.rate_spread() if rate else acc.spread(trim)
 
 
 def _ratio(s: Search, sig: float) -> float:
@@ -311,6 +333,8 @@ def _step_down(spec: Spec, s: Search, t: float) -> Search:
     size = spec.step * scale
     if not spec.clocks and s.best - ABOVE_OWN * size >= s.own > 0:
         size *= ABOVE_OWN  # above the own draw a cap trims only the job's bursts (Zeus sweeps: ~1 % at 1.1)
+    elif s.base_util and 1.0 - s.best_ratio < FAR_USED * spec.budget:
+        size *= ABOVE_OWN  # the rate per busy second read the last step far inside the budget
     nxt = round(s.best - size, 0 if spec.clocks else 1)
     floor = spec.floor * scale
     if nxt < floor:

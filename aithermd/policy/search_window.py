@@ -2,7 +2,8 @@
 
 The search reads its job's throughput signal and power once a tick over a window of ``measure_s``
 seconds: :class:`Acc` keeps the window's samples and gives their mean (trimmed of a job's own stalls and
-bursts), the share of seconds the job was away, and the chance error of the mean (:meth:`Acc.spread`).
+bursts), the share of seconds the job was away, and the chance error of the mean (:meth:`Acc.spread`; of a
+progress rate per busy second, :meth:`Acc.rate_spread`).
 """
 
 from __future__ import annotations
@@ -11,25 +12,28 @@ from dataclasses import dataclass
 
 TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
 AWAY = 0.4  # a second drawing under this share of the window's running draw (its 90th percentile) is away
-BLOCK_S = 20.0  # seconds per block of a window whose block means give the proxies' standard error (spread)
+BLOCK_S = 20.0  # seconds per block of a window: their means give its standard error (spread, rate_spread)
 
 
 @dataclass(frozen=True, slots=True)
 class Acc:
     """One measurement window from ``t0`` (after the settle time): each sample's (seconds it covers,
-    signal, power), the peak power, and the last sample time."""
+    signal, power, utilization %), the peak power, and the last sample time."""
 
     t0: float
     last: float | None = None
-    samples: tuple[tuple[float, float, float], ...] = ()
+    samples: tuple[tuple[float, float, float, float], ...] = ()
     peak: float = 0.0
     span: float = 0.0  # the seconds the samples cover (kept as they come: read every tick)
 
-    def add(self, t: float, signal: float, power: float) -> Acc:
+    def add(self, t: float, signal: float, power: float, util: float = 100.0) -> Acc:
+        """The window with the sample at ``t`` (s): ``signal``, ``power`` (W), ``util`` (utilization, %;
+        only :meth:`rate_spread` reads it). Before ``t0`` (settling) nothing is added."""
         if t < self.t0:
             return self
         dt = 1.0 if self.last is None else max(0.0, t - self.last)
-        return Acc(self.t0, t, self.samples + ((dt, signal, power),), max(self.peak, power), self.span + dt)
+        return Acc(self.t0, t, self.samples + ((dt, signal, power, util),), max(self.peak, power),
+                   self.span + dt)
 
     def mean(self, trim: bool = True) -> tuple[float, float]:
         """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the
@@ -40,20 +44,20 @@ class Acc:
         ranked = sorted(self.samples, key=lambda x: x[1])
         cut = int(TRIM * len(ranked)) if trim else 0
         kept = ranked[cut:len(ranked) - cut] or ranked
-        span = sum(dt for dt, _s, _p in kept)
+        span = sum(x[0] for x in kept)
         if span <= 0:
             return 0.0, 0.0
-        return sum(dt * sg for dt, sg, _p in kept) / span, sum(dt * pw for dt, _s, pw in kept) / span
+        return sum(x[0] * x[1] for x in kept) / span, sum(x[0] * x[2] for x in kept) / span
 
     def away(self) -> float:
         """The share of the window's seconds the job was away: drawing under :data:`AWAY` of the window's
         running draw (its 90th percentile power). A power cap never does that (a search's floor is 60 % of
         the own draw): a job that ended or paused does."""
-        powers = sorted(pw for _dt, _s, pw in self.samples)
+        powers = sorted(x[2] for x in self.samples)
         if not powers or self.span <= 0:
             return 0.0
         running = powers[min(len(powers) - 1, int(0.9 * len(powers)))]
-        return sum(dt for dt, _s, pw in self.samples if pw < AWAY * running) / self.span
+        return sum(x[0] for x in self.samples if x[2] < AWAY * running) / self.span
 
     def spread(self, trim: bool = True) -> float:
         """The standard error of the window's mean signal, relative to that mean: how far a window of this
@@ -64,14 +68,32 @@ class Acc:
         batch-means estimate of a correlated series' error; the trimmed share is left out of neither)."""
         if trim:
             blocks, cur, span = [], [], 0.0
-            for dt, sg, _p in self.samples:
+            for dt, sg, _p, _u in self.samples:
                 cur.append(sg)
                 span += dt
                 if span >= BLOCK_S - 1e-9:
                     blocks.append(sum(cur) / len(cur))
                     cur, span = [], 0.0
             return _se(blocks)
-        return _se([sg for _dt, sg, _p in self.samples])
+        return _se([x[1] for x in self.samples])
+
+    def rate_spread(self) -> float:
+        """The standard error of a progress rate per busy second (steps over utilization), relative to its
+        mean, from :data:`BLOCK_S` blocks: each block's steps over its utilization-seconds. A rate counts
+        whole steps, so its seconds alternate (a second short one step, the next one over) and their own
+        spread (:meth:`spread`) overstates the error of a window several times; a block's count is off by
+        at most one step, and what moves a block beyond that (the job's stalls, its demand under a cap)
+        moves the window. The partial last block is left out; 0 with fewer than two blocks."""
+        blocks, steps, busy, span = [], 0.0, 0.0, 0.0
+        for dt, sg, _p, util in self.samples:
+            steps += dt * sg
+            busy += dt * util
+            span += dt
+            if span >= BLOCK_S - 1e-9:
+                if busy > 0:
+                    blocks.append(steps / busy)
+                steps, busy, span = 0.0, 0.0, 0.0
+        return _se(blocks)
 
 
 def _se(values: list[float]) -> float:

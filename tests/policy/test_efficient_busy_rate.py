@@ -39,16 +39,17 @@ def stalls_more_after_the_baseline(cost_at_300):
 
 
 def test_a_window_with_more_stalls_is_not_read_as_the_caps_cost():
-    s = run(stalls_more_after_the_baseline(1.0), 2 * 33 + 34)  # the baseline's two windows, then the snap's
+    s = run(stalls_more_after_the_baseline(1.0), 33 + 34)  # the baseline's window, then the snap's
     assert s.base_util == pytest.approx(95.0) and s.own == pytest.approx(300.0)
     snap = s.history[1]
     # the rate fell to 85/95 = 89.5 % of the baseline's: the stalls; per busy second it is the same
     assert snap[0] == 300.0 and snap[1] == pytest.approx(1.0, abs=1e-4) and snap[3] == "keep"
-    assert s.phase == STEP and s.limit == pytest.approx(300.0 - 0.04 * 300.0)
+    # 100 %: none of the budget used, so the next step is twice 4 % of the own draw (efficient.FAR_USED)
+    assert s.phase == STEP and s.limit == pytest.approx(300.0 - 2 * 0.04 * 300.0)
 
 
 def test_a_real_cost_still_misses_per_busy_second():
-    s = run(stalls_more_after_the_baseline(0.95), 2 * 33 + 34)
+    s = run(stalls_more_after_the_baseline(0.95), 33 + 34)
     snap = s.history[1]
     assert snap[0] == 300.0 and snap[1] == pytest.approx(0.95, abs=1e-4) and snap[3] == "miss"
     assert s.phase == SNAP and s.limit == 375.0 and s.backoffs == 1  # halfway back up, the one back-off

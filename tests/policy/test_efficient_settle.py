@@ -1,0 +1,98 @@
+"""How fast and how close to its budget's edge a power search on the progress rate settles: one baseline
+window, the rate's standard error from block means, longer steps while a window reads far inside the budget,
+and a back-off to where the last two windows cross the budget (fake clock: each tick is one simulated second
+handed to efficient.step)."""
+
+from __future__ import annotations
+
+import pytest
+
+from aithermd.model import Reading
+from aithermd.policy import efficient
+from aithermd.policy.efficient import BASELINE, SETTLED, SNAP, STEP, Spec
+from aithermd.policy.search_window import Acc
+
+SPEC = Spec(budget=0.03, step=0.04, measure_s=60.0)
+
+
+def readings(power, util, rate):
+    return {"gpu0/power": Reading("gpu0/power", power), "gpu0/utilization": Reading("gpu0/utilization", util),
+            "gpu0/sm_clock": Reading("gpu0/sm_clock", 2500.0),
+            "gpu0/progress_rate": Reading("gpu0/progress_rate", rate)}
+
+
+def drive(job, seconds, spec=SPEC, signal="progress"):
+    """``job(limit, t)`` → (power W, utilization %, progress steps/s); the card applies every limit at once.
+    Returns the search and the limits it asked for, in order (each once)."""
+    s = efficient.start(spec, "gpu0", 0.0, 450.0, readings(*job(450.0, 0)))
+    assert s is not None and s.signal == signal
+    limits = [s.limit]
+    for n in range(seconds):
+        s = efficient.step(spec, s, "gpu0", float(n + 1), readings(*job(s.limit, n + 1)), {}, 150.0, s.limit)
+        if s.limit != limits[-1]:
+            limits.append(s.limit)
+    return s, limits
+
+
+def steady(limit, _t):
+    """300 W of own draw at 95 % utilization, 3 steps per second at any limit."""
+    return min(300.0, 0.95 * limit), 95.0, 3.0
+
+
+def test_the_baseline_of_a_progress_search_is_one_window():
+    s, limits = drive(steady, 64)  # settle 3 s, then 60 one-second samples
+    assert s.phase == SNAP and limits == [450.0, 300.0] and s.own == pytest.approx(300.0)
+    # the proxies still read two windows at the default: their signal follows the job's demand
+    p, limits = drive(steady, 64, spec=Spec(budget=0.03, step=0.04, measure_s=60.0, signal="proxy"),
+                      signal="proxy")
+    assert p.phase == BASELINE and limits == [450.0]
+
+
+def test_the_rates_error_is_read_from_block_means_per_busy_second():
+    acc = Acc(0.0)
+    for n in range(60):  # whole steps: 2 and 4 in turn, a mean of 3 per second, at 95 % utilization
+        acc = acc.add(float(n), 2.0 if n % 2 else 4.0, 300.0, 95.0)
+    assert acc.rate_spread() == pytest.approx(0.0, abs=1e-12)  # every 20 s block made 60 steps
+    assert acc.spread(trim=False) == pytest.approx(1.0 / 3.0 / 59 ** 0.5, rel=1e-9)  # the seconds' count
+    wavy = Acc(0.0)
+    for n in range(60):  # the same steps, the second block at 90 % utilization
+        wavy = wavy.add(float(n), 2.0 if n % 2 else 4.0, 300.0, 90.0 if 20 <= n < 40 else 95.0)
+    blocks = [3.0 / 95.0, 3.0 / 90.0, 3.0 / 95.0]
+    mean = sum(blocks) / 3
+    want = (sum((b - mean) ** 2 for b in blocks) / 2 / 3) ** 0.5 / mean
+    assert wavy.rate_spread() == pytest.approx(want, rel=1e-9) and want == pytest.approx(0.0182, abs=1e-4)
+
+
+def test_a_four_percent_cost_misses_a_three_percent_budget_when_the_count_is_steady():
+    def job(limit, t):  # 2 and 4 steps in turn; any cap costs 4 %
+        return min(300.0, 0.95 * limit), 95.0, (2.0 if t % 2 else 4.0) * (1.0 if limit >= 450.0 else 0.96)
+    s, limits = drive(job, 3 * 64)
+    # the seconds' own spread (2 and 4 steps) puts the error at 4 % and would keep 96 %; block means do not
+    assert s.history[1][:2] == (300.0, 0.96) and s.history[1][3] == "miss"
+    # halfway back up (the snap's one way back), where 96 % misses again: the default
+    assert limits == [450.0, 300.0, 375.0, 450.0] and s.phase == SETTLED
+
+
+def shallow_then_steep(limit, _t):
+    """Free down to 300 W, 2 % slower down to 270 W, 5 % below."""
+    cost = 1.0 if limit >= 300.0 else 0.98 if limit >= 270.0 else 0.95
+    return min(300.0, 0.95 * limit), 95.0, 3.0 * cost
+
+
+def test_steps_are_twice_as_long_while_the_window_reads_far_inside_the_budget():
+    s, limits = drive(shallow_then_steep, 64 * 3)
+    # the snap read 100 %: 0 of the budget used, the next step is 2 × 4 % of the own draw; at 276 W it read
+    # 98 %, 2 of the 3 % used: the next is 4 %
+    assert limits == [450.0, 300.0, 276.0, 264.0] and s.phase == STEP
+    assert [h[1] for h in s.history[1:]] == [pytest.approx(1.0), pytest.approx(0.98)]
+
+
+def test_a_miss_settles_where_the_last_two_windows_cross_the_budget():
+    s, limits = drive(shallow_then_steep, 64 * 4 + 5)
+    # kept 98 % at 276 W, missed at 264 W with 95 %: 97 % lies two thirds of the way up, at 272 W
+    assert s.history[-1][:2] == (264.0, 0.95) and s.history[-1][3] == "miss"
+    assert limits == [450.0, 300.0, 276.0, 264.0, 272.0] and s.phase == SETTLED and s.best == 272.0
+    assert s.backoffs == 1 and s.best_ratio == pytest.approx(0.97)
+    # and it stays there: the watch reads 98 % at 272 W, within the budget of where it settled
+    s, more = drive(shallow_then_steep, 64 * 4 + 5 + 2 * 64)
+    assert more == limits and s.phase == SETTLED
