@@ -133,7 +133,10 @@ class PwmKnob:
             return KnobValue(self.knob.id, None, pwm_mode(enable), Status.IMPLAUSIBLE)
         mode = pwm_mode(enable)
         if self.levels.blind and self.levels.written is not None:
-            raw = self.levels.written  # the read-back means nothing (pwm_levels): what was written
+            if raw != self.levels.constant:
+                self.levels.unblind()  # it moves again: believed again
+            else:
+                raw = self.levels.written  # the read-back means nothing (pwm_levels): what was written
         if mode == "full" and self.full_fallback:
             return ok_knob(self.knob.id, 100.0, "manual")  # full speed, as asked, the duty refused
         if mode == "full" and raw == units.PWM_MAX and self.manual_seen:
@@ -323,6 +326,14 @@ class PwmKnob:
                 self._write(self.enable, int(auto), f"{kid}: restore enable {auto}")
                 return (f"{kid}: the original mode could not be read ({why}): handed to the driver's "
                         f"automatic mode (enable {auto})")
+            if self.levels.blind and saved.get("enable") in (None, MANUAL):
+                # its manual duty was read through a read-back found meaningless later (pwm_levels): 0 read
+                # back would stop the fan for good; the driver's automatic mode, else full duty
+                why, auto = f"{kid}: the original duty is unknown (pwm reads back nothing true)", None
+                if self.enable is not None and (auto := driver_auto(self.driver)) is not None:
+                    self._write(self.enable, auto, f"{kid}: enable {auto}")
+                    return f"{why}: handed to the driver's automatic mode (enable {auto})"
+                return self._full(why)
             self._restore_exact(saved)
         except DeviceLost:
             raise  # not at this path any more (a reload renumbered the chip): the caller looks it up again

@@ -11,7 +11,9 @@
   / 2, the read-back is taken as meaningless (:attr:`Levels.blind`): writes are trusted as they are, as
   lm-sensors' fancontrol and CoolerControl always do, and the duty reported is the one written. A driver
   whose read-back lags the write (it reports the ramping output) reads other values as the fan moves, so it
-  never gets there; nor does a quantised one (its levels differ across such a span, and 255 reads 255).
+  never gets there; nor does a quantised one (its levels differ across such a span, and 255 reads 255), nor
+  one whose constant is at or above every write (a two-speed fan reading full: the fan gets at least what was
+  asked). A blind read-back that gives another value later is believed again.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ class Levels:
     ``blind`` once the read-back is known not to follow the writes; ``written``: the last raw value
     written (None before the first)."""
 
-    __slots__ = ("seen", "quantised", "blind", "written", "_same", "_low", "_high", "_full_low", "_last")
+    __slots__ = ("seen", "quantised", "blind", "constant", "written", "_same", "_low", "_high", "_full_low",
+                 "_last")
 
     def __init__(self) -> None:
         self.seen: dict[int, int] = {}
         self.quantised = False
         self.blind = False
+        self.constant: int | None = None  # the one value a blind read-back gives
         self.written: int | None = None
         self._same = 0  # different writes in a row that read back _last
         self._low = self._high = 0  # the span of those writes
@@ -54,9 +58,9 @@ class Levels:
             self._same, self._low, self._high, self._full_low = 0, written, written, False
         if written == units.PWM_MAX and got < units.PWM_MAX - BLIND_SPAN // 2:
             self._full_low = True
-        if (self._same >= BLIND_AFTER and not self.blind
+        if (self._same >= BLIND_AFTER and not self.blind and got < self._high
                 and (self._high - self._low >= BLIND_SPAN or self._full_low)):
-            self.blind, self.quantised = True, False
+            self.blind, self.quantised, self.constant = True, False, got
             self.seen.clear()
             return True
         if self.blind:
@@ -66,6 +70,10 @@ class Levels:
         if got != written:
             self.quantised = True
         return False
+
+    def unblind(self) -> None:
+        """The read-back gave another value than its constant: it follows the writes again, learn anew."""
+        self.blind, self.constant, self._same, self._last = False, None, 0, None
 
     def write_for(self, target: int) -> int:
         """The raw value to write for at least ``target``: the search :meth:`PwmKnob.write` makes (up from

@@ -317,3 +317,44 @@ def test_a_quantised_driver_is_never_taken_for_a_meaningless_read_back(dell, tmp
     knob = backend.pwm_knob(f"{DELL}/pwm2")
     assert not knob.levels.blind and knob.levels.quantised
     assert knob.settles_at(30.0) == pytest.approx(50.2, abs=0.1)  # its levels still known
+
+
+def test_a_fan_found_manual_behind_a_meaningless_read_back_is_never_restored_stopped(x570, tmp_path):
+    """Found in manual mode at 93 (fancontrol, a BIOS) behind the EC that answers 0 to every read: the
+    original was journaled as 0, and the exit restore wrote pwm 0 in manual mode: the fan stopped for good.
+    Once the read-back is known to mean nothing, the fan goes to the driver's automatic mode instead."""
+    backend, io, chip = x570
+    (chip / "pwm3_enable").write_text("1\n")
+    (chip / "pwm3").write_text("93\n")
+    io.faults["hwmon1/pwm3"] = [b"0\n"]
+    journal = Journal(tmp_path / "state")
+    applier = Applier(journal)
+    for t, duty in enumerate((50.0, 45.0, 40.0, 35.0, 30.0, 35.0, 40.0), start=1):
+        _apply(applier, backend, f"{NCT}/pwm3", duty, t=float(t))
+    assert backend.pwm_knob(f"{NCT}/pwm3").levels.blind
+    assert journal.entries()[f"{NCT}/pwm3"].saved == {"pwm": 0, "enable": 1}  # what the read said
+    report = restore_journal(journal, backends=[backend])
+    assert report.ok and f"{NCT}/pwm3" in report.restored
+    assert (chip / "pwm3_enable").read_text() == "5\n"  # SmartFan: the chip cools it again
+    assert "the original duty is unknown" in report.fallbacks[f"{NCT}/pwm3"]
+
+
+def test_a_read_back_that_moves_again_is_believed_again_and_a_full_speed_one_is_never_blind(x570):
+    """A constant read-back that later moves (an EC busy for a while) stayed ignored for good, and a
+    two-speed fan reading full at any duty was reported at the duty written while it ran at 100 %."""
+    from aithermd.backends.pwm_levels import Levels
+
+    backend, io, chip = x570
+    applier = Applier(Journal(chip.parent / "state"))
+    io.faults["hwmon1/pwm3"] = [b"0\n"]
+    for t, duty in enumerate((50.0, 45.0, 40.0, 35.0, 30.0, 35.0), start=1):
+        _apply(applier, backend, f"{NCT}/pwm3", duty, t=float(t))
+    knob = backend.pwm_knob(f"{NCT}/pwm3")
+    assert knob.levels.blind and backend.read_knob(f"{NCT}/pwm3").value == pytest.approx(35.3, abs=0.1)
+    del io.faults["hwmon1/pwm3"]  # the file reads true again: 35 % as written
+    assert backend.read_knob(f"{NCT}/pwm3").value == pytest.approx(35.3, abs=0.1)
+    assert not knob.levels.blind
+    full = Levels()
+    for written in [20, 60, 100, 140, 180, 220, 30, 70, 110, 150, 190, 230] * 2:
+        full.learn(written, 255)
+    assert not full.blind  # at or above every write: the fan gets at least what was asked
