@@ -10,7 +10,8 @@ a stalled daemon) is discarded (power ``stale``, nothing added), never reported 
 Sleep: the monotonic clock stops while the machine is suspended, the counter may not (s2idle keeps the
 package counting; clock_gettime(2): only CLOCK_BOOTTIME "includes any time that the system is suspended").
 So the interval is measured on the boot clock, and an interval the machine slept in has no power (``stale``:
-the package drew at two very different rates in it) while its energy still counts. Measured on the
+the package drew at two very different rates in it) while its energy still counts, unless the counter went
+back (a reset with the package in S3 is as likely as a wrap: nothing is counted). Measured on the
 monotonic clock, 120 J drawn in an s2idle sleep read as one 119 W sample on a 50 W package, and an hour's
 sleep as an "implausible" reset whose energy was dropped.
 """
@@ -77,6 +78,11 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
         delta = 0
     elif dt <= 0:
         power = Reading(power_id, None, Status.STALE, "no time passed since the last energy read")
+    elif dt - awake > SLEPT_S and raw < zone.prev_raw:
+        # backwards across a sleep: a wrap, or the counter reset with the package (S3): no telling which
+        power = Reading(power_id, None, Status.STALE, f"the machine slept {dt - awake:.0f} s and energy_uj "
+                        "went back: a reset or a wrap, not counted")
+        delta = 0
     elif (watts := units.uj_to_j(delta) / dt) > MAX_PLAUSIBLE_W:
         # a counter reset (resume, firmware) read as a wrap: no such power exists; count nothing
         power = Reading(power_id, None, Status.IMPLAUSIBLE, f"{watts:.0f} W: energy_uj reset, not a wrap")
