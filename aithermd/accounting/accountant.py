@@ -155,12 +155,14 @@ class Accountant:
 
     # ---- documents -------------------------------------------------------------------------------------
     def gpu_uids(self, device: str) -> frozenset[int] | None:
-        """The uids with a process on GPU ``device`` at the last pass (NVML's process list, each pid's
-        ``Uid:``); None when that is not known (no such GPU, or its process list could not be read)."""
+        """The uids with a compute process on GPU ``device`` at the last pass (NVML's compute process list,
+        kind ``C``, each pid's ``Uid:``; a desktop's graphics process is no job); None when that is not
+        known (no such GPU, or its process list could not be read)."""
         u = self.last_usage.get(device)
         if u is None or u.error is not None or u.processes is None:
             return None
-        return frozenset(uid for p in u.processes if (uid := self.table.lookup(p.pid).uid) is not None)
+        return frozenset(uid for p in u.processes
+                         if "C" in p.kinds and (uid := self.table.lookup(p.pid).uid) is not None)
 
     def gpu_document(self) -> dict[str, Any]:
         """Per GPU: memory, how energy was shared, and its processes now (pid, user, command, unit, job,

@@ -170,18 +170,20 @@ class PrivilegedCalls:
 
     async def report_progress(self, sender: str, gpus: list[str], rate: float) -> None:
         """A progress rate steers the GPU's power limit (the efficient search follows it), and hold-policy
-        is every seat user's: so only root, or a uid with a process on each GPU named, may report."""
+        is every seat user's: so only root, or the uid whose compute processes alone run on each GPU named
+        (another user's job there would be steered too), may report."""
         uid = await self._auth.authorize(sender, wire.ACTION_HOLD_POLICY)
         with mapped_errors():
             for gpu in gpus:
                 _text("gpu", gpu, empty_ok=False)
             _finite("rate", rate, minimum=0.0)
-            others = [g for g in gpus if uid not in (self.gpu_uids(g) or ())]
+            others = [g for g in gpus if self.gpu_uids(g) != {uid}]
             if others and not await self._auth.is_root(sender):
                 raise DBusError(wire.ERROR_NOT_AUTHORIZED,
-                                f"uid {uid} runs no process on {', '.join(others)} (NVML's process list, "
-                                "read every few seconds): only a user running on a GPU, or root, may report "
-                                "its progress")
+                                f"uid {uid} is not the one user computing on {', '.join(others)} (NVML's "
+                                "compute processes, read every few seconds): a progress rate steers the GPU's "
+                                "power limit, so only root, or the user whose job alone runs there, may report "
+                                "it")
             self._control.report_progress(list(gpus), float(rate))
 
     async def reload(self, sender: str) -> None:

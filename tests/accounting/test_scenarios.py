@@ -36,7 +36,7 @@ def test_two_jobs_sharing_one_gpu(tmp_path):
     gpu0 = service.processes_document()["gpus"]["gpu0"]
     assert gpu0["basis"] == "utilization"
     assert {p["pid"]: p["sm_pct"] for p in gpu0["processes"]} == {5001: 75.0, 5002: 25.0}
-    # who may report a GPU's progress: the uids of its processes (their /proc status), none on gpu1
+    # who may report a GPU's progress: the uids of its compute processes (their /proc status), none on gpu1
     assert (service.gpu_uids("gpu0"), service.gpu_uids("gpu1"), service.gpu_uids("gpu7")) == (
         frozenset({0}), frozenset(), None)
 
@@ -123,6 +123,7 @@ def test_the_display_gpus_floor_is_learnt_while_the_compositor_holds_it(tmp_path
                                  gpus={0: (300.0, 1.0)}, graphics=True))
     bench.util[0], bench.power["gpu0"] = 1.0, 22.0  # the desktop at 1 %: an idle card it holds for ever
     bench.run(20)
+    assert service.gpu_uids("gpu0") == frozenset()  # a graphics process is no job: it reports no progress
     floor = service.accountant.floors[bench.nvml.gpu(0).uuid].value
     assert floor == pytest.approx(22.0)  # learnt while only the compositor held the card
     shell = service.accountant.ledger.processes

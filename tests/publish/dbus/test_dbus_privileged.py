@@ -87,19 +87,22 @@ async def test_a_progress_report_reaches_the_control(service, client, control):
     assert control.calls == [("report_progress", ["gpu0"], 3.25)]
 
 
-async def test_only_a_user_running_on_a_gpu_may_report_its_progress(strict_service, client, control):
+async def test_only_the_user_whose_job_alone_runs_on_a_gpu_may_report_its_progress(strict_service, client,
+                                                                                     control):
     """hold-policy is every seat user's, and the efficient search follows a reported rate: a flat fake
-    rate stepped another user's training job down to 263 W where its own signal sent it to 366 W. Here no
-    uid is root, so this test's uid 0 is an ordinary user running on gpu0 only."""
+    rate stepped another user's training job down to 263 W where its own signal sent it to 366 W; a
+    desktop's graphics process on the GPU was enough to pass. Here no uid is root, so this test's uid 0
+    is an ordinary user: its job alone computes on gpu0; gpu1 runs uid 1000's; gpu2 both."""
     await polkit_allow(client, [wire.ACTION_HOLD_POLICY])
-    running = {"gpu0": frozenset({0, 1000}), "gpu1": frozenset({1000})}
-    strict_service.interface._priv.gpu_uids = running.get
+    computing = {"gpu0": frozenset({0}), "gpu1": frozenset({1000}), "gpu2": frozenset({0, 1000}),
+                 "gpu3": frozenset()}
+    strict_service.interface._priv.gpu_uids = computing.get
     reply = await call(client, "ReportProgress", "asd", [["gpu0"], 3.25])
     assert reply.message_type is not MessageType.ERROR, reply.body
-    for gpus in (["gpu1"], ["gpu0", "gpu1"]):
+    for gpus, named in ((["gpu1"], "gpu1"), (["gpu0", "gpu2"], "gpu2"), (["gpu3"], "gpu3")):
         reply = await call(client, "ReportProgress", "asd", [gpus, 3.25])
         assert reply.message_type is MessageType.ERROR and reply.error_name == wire.ERROR_NOT_AUTHORIZED
-        assert reply.body[0].startswith("uid 0 runs no process on gpu1 (NVML's process list")
+        assert reply.body[0].startswith(f"uid 0 is not the one user computing on {named} (NVML's compute")
     strict_service.interface._priv.gpu_uids = lambda _gpu: None  # not known (no accounting): refused too
     reply = await call(client, "ReportProgress", "asd", [["gpu0"], 3.25])
     assert reply.error_name == wire.ERROR_NOT_AUTHORIZED
