@@ -36,10 +36,10 @@ from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
 COOKIE_MAX = 2**32 - 1
-# Holds in force at once, and per non-root uid. The shipped polkit policy lets any active seat user hold
-# (hold-policy is allow_active=yes), so without a bound one user fills operator.json and every Holds read;
-# a job launcher takes one hold per running job, and 8 covers nested `aithermctl run`s (the energy windows
-# have the same per-uid bound, accounting/windows.py).
+# Holds in force at once, and per uid, for callers other than root. The shipped polkit policy lets any active
+# seat user hold (hold-policy is allow_active=yes), so without a bound one user fills operator.json and every
+# Holds read; a job launcher takes one hold per running job, and 8 covers nested `aithermctl run`s (the
+# energy windows have the same per-uid bound, accounting/windows.py).
 MAX_HOLDS_PER_UID = 8
 MAX_HOLDS = 64
 
@@ -94,13 +94,23 @@ class Control:
                                                 None if expires is None else float(expires))
             except (KeyError, TypeError, ValueError, AttributeError):
                 self._log.warning("override_unreadable", knob=knob_id)
+        per_uid: dict[int | None, int] = {}
         for raw in doc.get("holds") or []:
             try:
-                self.holds.append(Hold(**raw))
+                hold = Hold(**raw)
             except TypeError:
                 self._log.warning("hold_unreadable", hold=raw)
-        if self.holds:
-            self._next_cookie = max(h.cookie for h in self.holds) % COOKIE_MAX + 1
+                continue
+            # the bounds of hold_policy hold for what a state file from before them brings back (uid 0: root)
+            others = sum(n for u, n in per_uid.items() if u != 0)
+            if hold.uid != 0 and (per_uid.get(hold.uid, 0) >= MAX_HOLDS_PER_UID or others >= MAX_HOLDS):
+                self._log.warning("hold_dropped", cookie=hold.cookie, uid=hold.uid, policy=hold.policy,
+                                  message="more holds than one user, or all, may have")
+                continue
+            per_uid[hold.uid] = per_uid.get(hold.uid, 0) + 1
+            self.holds.append(hold)
+        # the cookies go on from the random start (__init__), never from these: a cookie of the last run's
+        # caller holds, gone with it, would otherwise be handed out again
 
     def _save(self, kept: tuple | None = None) -> None:
         """Write the state. On failure: with ``kept`` (:meth:`_state` before a change meant to survive a
@@ -195,7 +205,7 @@ class Control:
         self._policy(policy)
         if not math.isfinite(timeout_s) or timeout_s < 0:
             raise InvalidArgument(f"timeout_s must be ≥ 0 (0 = none), not {timeout_s}")
-        if len(self.holds) >= MAX_HOLDS:
+        if not root and len(self.holds) >= MAX_HOLDS:
             raise LimitExceeded(f"{MAX_HOLDS} holds are in force already; release one first "
                                 "(holds: aithermctl status)")
         if not root and sum(1 for h in self.holds if h.uid == uid) >= MAX_HOLDS_PER_UID:
@@ -250,7 +260,8 @@ class Control:
             raise InvalidArgument(f"{knob_id} is read-only: {knob.why_not or 'not writable'}")
         if not math.isfinite(seconds) or seconds < 0:
             raise InvalidArgument(f"seconds must be ≥ 0 (0 = until cleared), not {seconds}")
-        applied, kept = clamp_request(knob, value), self._state()
+        # kept across a restart: refused when it cannot be; a timed one is in force now whatever the disk says
+        applied, kept = clamp_request(knob, value), self._state() if seconds == 0 else None
         self.overrides[knob_id] = (applied, self._clock.wall() + seconds if seconds > 0 else None)
         asked = f" (asked {value:g} {knob.unit}, clamped to the knob's range)" if applied != value else ""
         warnings = override_warnings(knob, applied, seconds)

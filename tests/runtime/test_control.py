@@ -99,8 +99,37 @@ def test_holds_are_bounded_per_uid_and_in_all(tmp_path, clock, policies):
     for i in range(MAX_HOLDS - MAX_HOLDS_PER_UID):  # other users, and root, fill the rest
         op.hold_policy("quiet", "", 0, "detached", 2000 + i // MAX_HOLDS_PER_UID, True, root=i % 2 == 0)
     with pytest.raises(LimitExceeded, match="64 holds are in force already"):
-        op.hold_policy("quiet", "root too", 0, "detached", 0, True, root=True)
-    assert len(op.holds) == MAX_HOLDS == len(make(tmp_path, clock, policies).holds)
+        op.hold_policy("quiet", "one more user", 0, "detached", 4242, True)
+    op.hold_policy("quiet", "root is bound by neither", 0, "detached", 0, True, root=True)
+    assert len(op.holds) == MAX_HOLDS + 1 == len(make(tmp_path, clock, policies).holds)
+
+
+def test_a_state_file_from_before_the_bounds_brings_back_no_more_holds_than_they_allow(tmp_path, clock,
+                                                                                       policies):
+    """2000 detached holds of one seat user, kept by an older daemon, came back in full after the upgrade
+    (and locked root out of the total). Root's own come back whatever their number."""
+    from aithermd.runtime.control import MAX_HOLDS_PER_UID
+
+    (tmp_path / "state").mkdir()
+    holds = [{"cookie": 10 + i, "policy": "quiet", "reason": "", "owner": "detached", "uid": 65534,
+              "created": clock.wall(), "expires": None, "detached": True} for i in range(2000)]
+    holds += [{**h, "cookie": 5000 + i, "uid": 0} for i, h in enumerate(holds[:70])]
+    (tmp_path / "state" / STATE_FILE).write_text(json.dumps({"active_policy": "balanced", "holds": holds}))
+    op = make(tmp_path, clock, policies)
+    assert [h.cookie for h in op.holds if h.uid == 65534] == list(range(10, 10 + MAX_HOLDS_PER_UID))
+    assert len([h for h in op.holds if h.uid == 0]) == 70
+
+
+def test_a_new_run_hands_out_none_of_the_last_runs_cookies(tmp_path, clock, policies):
+    """With a detached hold kept, the next run counted on from it: the cookies the last run's callers had
+    (gone with it) were handed out again, and a stale `aithermctl run` released someone else's hold."""
+    first = make(tmp_path, clock, policies)
+    kept = first.hold_policy("quiet", "kept", 0, "detached", 0, True)
+    gone = [first.hold_policy("quiet", "a caller's", 0, f":1.{i}", 1000, False) for i in range(5)]
+    again = make(tmp_path, clock, policies)
+    new = [again.hold_policy("quiet", "new", 0, f":2.{i}", 1000, False) for i in range(5)]
+    assert kept not in new and not set(gone) & set(new)
+    assert new != [kept + 1 + i for i in range(5)]
 
 
 def test_a_release_says_who_released(tmp_path, clock, policies):
@@ -232,6 +261,7 @@ def test_a_change_meant_to_outlive_a_restart_is_refused_when_it_cannot_be_saved(
         op.set_override("hwmon:nct/pwm1", 40.0, 0.0)
     assert (op.active, op.overrides, [h.cookie for h in op.holds]) == ("balanced", {}, [kept])
     assert op.expire(clock.wall()) == []  # no event for what did not happen
+    assert op.set_override("hwmon:nct/pwm1", 100.0, 60.0) == 100.0  # for a minute: in force now, unsaved
     mine = op.hold_policy("quiet", "while my job runs", 0, ":1.9", 1000, False)
     op.release_policy(kept)  # in force now; it would come back at the next start (logged)
     assert [h.cookie for h in op.holds] == [mine]
