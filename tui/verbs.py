@@ -209,8 +209,13 @@ async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: li
                 if not await client.name_has_owner():
                     continue
                 cookies.append(await client.hold_policy(policy, reason, 0.0, False))
-            except (BusUnreachable, DaemonNotRunning, NoReply, DaemonError):
-                continue  # the bus or the daemon still on its way back, or the daemon still starting
+            except (BusUnreachable, DaemonNotRunning, NoReply):
+                continue  # the bus or the daemon still on its way back
+            except DaemonError as exc:
+                if exc.dbus_name == wire.ERROR_BUSY:
+                    continue  # the daemon still starting (its calls in flight capped)
+                _note(f"could not take the hold on {policy} again: {exc}")  # too many holds, a failure
+                return
             except ClientError as exc:  # refused: the new daemon has no such policy, or polkit said no
                 _note(f"could not take the hold on {policy} again: {exc}")
                 return

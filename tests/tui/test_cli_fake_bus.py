@@ -222,6 +222,32 @@ async def test_run_takes_its_hold_again_after_the_bus_restarts():
         bus.stop()
 
 
+async def test_run_says_so_when_the_new_daemon_has_too_many_holds(fake_daemon, private_bus):
+    """LimitExceeded was taken for a daemon still starting: retried every 2 s for ever, without a word."""
+    from fake_daemon import FakeDaemon, _Err
+
+    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
+    assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
+    fake_daemon.stop()
+    second = FakeDaemon()
+
+    def full(*_args):
+        raise _Err(wire.ERROR_LIMIT_EXCEEDED, "64 holds are in force already; release one first")
+
+    second.m_HoldPolicy = full
+    await second.start(private_bus)
+    try:
+        await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls),
+                     "a hold asked of the new daemon")
+        await asyncio.sleep(3.0)  # past one more poll: it is not asked again
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        assert "could not take the hold on quiet again: 64 holds are in force already" in err.decode()
+        assert len([c for c in second.calls if c[0] == "HoldPolicy"]) == 1
+    finally:
+        second.stop()
+
+
 async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, private_bus):
     from fake_daemon import FakeDaemon
 
