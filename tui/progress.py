@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import sys
 import time
@@ -125,6 +126,24 @@ def gpus_from_env(env: Mapping[str, str], devices: Sequence[Mapping[str, Any]]) 
     return out or None
 
 
+def gpus_of_user(processes_doc: Mapping[str, Any], user: str | None = None) -> list[str]:
+    """The GPUs whose compute processes (the ``GetProcesses`` document, kind ``C``) are all ``user``'s
+    (default: this process's): the ones aithermd takes a progress report for from a user who is not root."""
+    if user is None:
+        import pwd
+
+        try:
+            user = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            user = str(os.geteuid())
+    out = []
+    for gpu, entry in (processes_doc.get("gpus") or {}).items():
+        users = {p.get("user") for p in entry.get("processes") or () if "C" in str(p.get("kinds") or "")}
+        if users == {user}:
+            out.append(str(gpu))
+    return out
+
+
 def gpus_of_tree(pid: int, processes_doc: Mapping[str, Any]) -> list[str]:
     """The GPUs whose process lists (the ``GetProcesses`` document) hold ``pid`` or a descendant of it."""
     try:
@@ -163,10 +182,16 @@ async def follow(proc: asyncio.subprocess.Process, meter: RateMeter,
         last = now
         try:
             gpus = await resolve(proc.pid)
+            if not gpus:  # the job not seen on a GPU yet (aithermd lists processes every few seconds)
+                continue
             await report(gpus, meter.rate)
         except Exception as exc:  # noqa: BLE001 - the job goes on whatever the daemon says
             if not warned:
-                note(f"progress not reported: {exc}")
+                note(f"progress not reported: {exc} (trying again while the job runs)")
                 warned = True
+            continue
+        if warned:
+            note(f"progress reported from now on ({', '.join(gpus)})")
+            warned = False
     await pumps
     return waiter.result()

@@ -232,7 +232,9 @@ async def _run_reporting(client: DaemonClient, args: argparse.Namespace) -> int:
         doc = await client.get_snapshot()
         found = progress.gpus_of_tree(pid, doc.get("processes") or {})
         found = found or progress.gpus_from_env(os.environ, doc.get("devices") or []) or []
-        return found or [str(d["id"]) for d in doc.get("devices") or [] if d.get("kind") == "gpu"]
+        if found or os.geteuid() != 0:  # another user may report only where their job alone computes
+            return found or progress.gpus_of_user(doc.get("processes") or {})
+        return [str(d["id"]) for d in doc.get("devices") or [] if d.get("kind") == "gpu"]
 
     meter = progress.RateMeter(args.progress_regex)
     return await run_child(args.command,

@@ -329,11 +329,19 @@ async def test_run_reports_for_the_gpus_cuda_names_and_goes_on_when_refused(fake
             if any(c[0] == "ReportProgress" for c in fake_daemon.calls[before:]):
                 break
             await asyncio.sleep(0.05)
+        fake_daemon.deny.discard("ReportProgress")  # allowed again: the next report goes through
+        reported = len(fake_daemon.progress)
+        for _ in range(400):
+            if len(fake_daemon.progress) > reported:
+                break
+            await asyncio.sleep(0.05)
     finally:
         go.touch()
         _, err = await asyncio.wait_for(proc.communicate(), 20)
     assert proc.returncode == 0
     assert b"progress not reported:" in err and err.count(b"progress not reported") == 1
+    assert b"(trying again while the job runs)" in err
+    assert err.index(b"progress not reported") < err.index(b"progress reported from now on (gpu1)")
 
 
 async def test_override_set_clear_and_refusals(fake_daemon, private_bus):

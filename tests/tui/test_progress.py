@@ -101,6 +101,15 @@ def test_the_gpus_a_job_runs_on():
     assert progress.gpus_from_env({}, devices) is None
     doc = {"gpus": {"gpu0": {"processes": [{"pid": 4242}]}, "gpu1": {"processes": [{"pid": 1}]}}}
     assert progress.gpus_of_tree(4242, doc) == ["gpu0"]
+    # not root, the job not tied to a GPU: the GPUs where this user's compute processes alone run, the
+    # ones aithermd takes a report for (not every GPU, refused as a whole)
+    doc = {"gpus": {"gpu0": {"processes": [{"pid": 7, "user": "ann", "kinds": "C"},
+                                           {"pid": 8, "user": "you", "kinds": "G"}]},
+                    "gpu1": {"processes": [{"pid": 9, "user": "ann", "kinds": "C"},
+                                           {"pid": 10, "user": "bob", "kinds": "C"}]},
+                    "gpu2": {"processes": [{"pid": 11, "user": "you", "kinds": "G"}]}}}
+    assert progress.gpus_of_user(doc, "ann") == ["gpu0"]
+    assert progress.gpus_of_user(doc, "you") == []
 
 
 @pytest.mark.parametrize("regex", ["([", "it/s"])
