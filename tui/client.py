@@ -46,6 +46,9 @@ class DaemonClient:
         self._listeners: set[Listener] = set()
         self._watch: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
+        # connections made so far: a new one means the last was lost, and whatever was tied to it (a hold)
+        # with it; a restarted bus hands out the same unique names again, so they cannot tell
+        self.connections = 0
 
     # connection ---------------------------------------------------------------------------------------
     @property
@@ -76,6 +79,7 @@ class DaemonClient:
         except Exception as exc:  # socket missing or refused, auth failed, bad address, timeout
             raise errors.BusUnreachable(self.bus, reason(exc)) from exc
         self._conn = conn
+        self.connections += 1
         conn.add_message_handler(self._on_message)
         for rule in (f"type='signal',sender='{wire.BUS_NAME}',interface='{wire.INTERFACE}'",
                      f"type='signal',sender='{DBUS[0]}',interface='{DBUS[2]}',member='NameOwnerChanged',"
@@ -175,6 +179,15 @@ class DaemonClient:
         """Whether someone owns bus name ``name`` (the daemon by default; also used for polkit)."""
         await self.connect()
         return bool((await self._raw(DBUS, "NameHasOwner", "s", [name]))[0])
+
+    async def name_owner(self, name: str = wire.BUS_NAME) -> str | None:
+        """The unique name (``:1.42``) owning bus name ``name`` now, None when nobody does: a new one after
+        the daemon restarted. Raises BusUnreachable."""
+        await self.connect()
+        try:
+            return str((await self._raw(DBUS, "GetNameOwner", "s", [name]))[0])
+        except errors.DaemonNotRunning:  # org.freedesktop.DBus.Error.NameHasNoOwner
+            return None
 
     async def describe_owner(self, name: str) -> str | None:
         """Who bus connection ``name`` (a hold's owner, ``:1.42``) is, for people: ``"alice: python3 (pid

@@ -178,9 +178,10 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
     keeper: asyncio.Task[None] | None = None
     if args.policy is not None:
         reason = args.reason or f"aithermctl run {line}"[:200]
+        held_on = await _owner(client)  # before the hold: a restart right after it is then seen
         cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
         _note(f"holding {args.policy} (cookie {cookies[-1]}) while {line} runs")
-        keeper = asyncio.ensure_future(_keep_hold(client, args.policy, reason, cookies))
+        keeper = asyncio.ensure_future(_keep_hold(client, args.policy, reason, cookies, held_on))
     try:
         if args.progress_regex is None:
             return await run_child(args.command)
@@ -194,33 +195,50 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
             await _release_quietly(client, cookies[-1])
 
 
-async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: list[int]) -> None:
+async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: list[int],
+                     held_on: tuple[str, int] | None) -> None:
     """While ``run``'s command runs: a hold is tied to its bus connection and to the daemon instance, so
-    it ends when aithermd restarts or the dbus-daemon does. Say so, and take it again (appending the new
-    cookie to ``cookies``) as soon as aithermd answers again. Runs until cancelled."""
+    it ends when aithermd restarts or the dbus-daemon does. Every :data:`REHOLD_POLL_S` the bus says who owns
+    aithermd's name (no signal to miss: a restart between two looks shows as a new owner); when that is no
+    longer the daemon holding, say so, and take the hold again (appending the new cookie to ``cookies``)
+    as soon as a daemon answers. ``held_on``: :func:`_owner` just before the hold. Runs until cancelled."""
     while True:
-        await _wait_daemon_gone(client)
-        cookies.clear()  # that hold ended with the daemon or the connection; its cookie means nothing now
-        _note(f"aithermd left the bus; the hold on {policy} ended with it; taking it again when aithermd "
-              "is back")
-        while True:
-            await asyncio.sleep(REHOLD_POLL_S)
-            try:
-                if not await client.name_has_owner():
-                    continue
-                cookies.append(await client.hold_policy(policy, reason, 0.0, False))
-            except (BusUnreachable, DaemonNotRunning, NoReply):
-                continue  # the bus or the daemon still on its way back
-            except DaemonError as exc:
-                if exc.dbus_name == wire.ERROR_BUSY:
-                    continue  # the daemon still starting (its calls in flight capped)
-                _note(f"could not take the hold on {policy} again: {exc}")  # too many holds, a failure
-                return
-            except ClientError as exc:  # refused: the new daemon has no such policy, or polkit said no
-                _note(f"could not take the hold on {policy} again: {exc}")
-                return
-            break
+        await asyncio.sleep(REHOLD_POLL_S)
+        owner = await _owner(client)
+        if owner == held_on or held_on is None and owner is not None and cookies:
+            held_on = owner
+            continue
+        if cookies:
+            cookies.clear()  # that hold ended with the daemon or the connection; its cookie means nothing now
+            _note(f"aithermd left the bus; the hold on {policy} ended with it; taking it again when aithermd "
+                  "is back")
+        if owner is None:
+            continue
+        try:
+            cookies.append(await client.hold_policy(policy, reason, 0.0, False))
+        except (BusUnreachable, DaemonNotRunning, NoReply):
+            continue  # the bus or the daemon still on its way back
+        except DaemonError as exc:
+            if exc.dbus_name == wire.ERROR_BUSY:
+                continue  # the daemon still starting (its calls in flight capped)
+            _note(f"could not take the hold on {policy} again: {exc}")  # too many holds, a failure
+            return
+        except ClientError as exc:  # refused: the new daemon has no such policy, or polkit said no
+            _note(f"could not take the hold on {policy} again: {exc}")
+            return
+        held_on = owner
         _note(f"aithermd is back; holding {policy} again (cookie {cookies[-1]})")
+
+
+async def _owner(client: DaemonClient) -> tuple[str, int] | None:
+    """Who owns aithermd's bus name, with which of our connections asked (a hold ends with our connection
+    too, and a restarted bus hands out the same unique names again); None while nobody owns it or the bus
+    cannot be reached."""
+    try:
+        owner = await client.name_owner()
+    except ClientError:
+        return None
+    return None if owner is None else (owner, client.connections)
 
 
 async def _run_reporting(client: DaemonClient, args: argparse.Namespace) -> int:
