@@ -18,8 +18,9 @@
   above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
   nor a reason to write again.
 - **Power limits the driver keeps its own way** (:func:`~aithermd.actuate.readback.limit_kept`): a safety
-  cut read back at or below the target holds (a driver quantising to 25 W steps keeps it under: as safe);
-  the limit the driver kept after the same value was written, still in place, is not written again.
+  cut read back at or below the target holds (a driver quantising to 25 W steps keeps it under: as safe;
+  not the ceiling that lets a released cut rise, ``CEILING_RULE``); the limit the driver kept after the
+  same value was written, still in place, is not written again.
 - **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver that refuses
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.

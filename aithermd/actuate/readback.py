@@ -7,6 +7,7 @@ from typing import Any
 
 from aithermd.backends.base import Backend
 from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer, Status
+from aithermd.policy.arbiter import CEILING_RULE
 
 MANUAL_MODES = (None, "manual")
 
@@ -59,7 +60,8 @@ def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue 
     if knob.kind != KnobKind.POWER_LIMIT or current is None or current.status != Status.OK \
             or current.value is None:
         return False
-    if decision.layer == Layer.SAFETY and current.value <= value + tolerance(knob, value):
+    if decision.layer == Layer.SAFETY and decision.rule != CEILING_RULE \
+            and current.value <= value + tolerance(knob, value):  # a cut, not the release ceiling
         return True
     return (own is not None and own.after is not None and current == own.after
             and abs(own.requested - value) <= tolerance(knob, value))

@@ -83,7 +83,7 @@ class EngineState:
     windows: Mapping[str, Window] = field(default_factory=_empty)
     policies: Mapping[str, PolicyState] = field(default_factory=_empty)
     fans: Mapping[str, FanState] = field(default_factory=_empty)
-    latched: Mapping[str, Any] = field(default_factory=_empty)  # safety latches (safety_latch.Latch)
+    latched: Mapping[str, Any] = field(default_factory=_empty)  # safety latches and release ramps (safety.py)
     plans: tuple[Plan, ...] = ()
     sampler: sampling.Sampler | None = None
     safety: safety.SafetyPlan | None = None

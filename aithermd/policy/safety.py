@@ -8,7 +8,10 @@
   own threshold; for CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to
   their minimum. The latch holds its cut (deeper at most every 10 s) and releases only after 30 s at
   :data:`RELEASE_C` below the trigger (:mod:`aithermd.policy.safety_latch`), so a temperature at the edge
-  does not flap.
+  does not flap. A released power cut leaves a *ceiling* on the knob (``safety/release-ramp``,
+  :mod:`aithermd.policy.safety_ramp`) that rises a step per 30 s of calm, stops under a ceiling that
+  tripped, and caps the policy's value (a min, :mod:`aithermd.policy.arbiter`) until it reaches the knob's
+  maximum: a card that trips at its policy's value settles under it instead of cycling.
 - A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
   policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
   with a later one that reads, does not; without that word every source channel must read.
@@ -27,14 +30,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, Layer, Quantity, Reading, Status
-from aithermd.policy import safety_latch
+from aithermd.policy import safety_latch, safety_ramp
 from aithermd.policy.safety_latch import RELEASE_C, Latch
+from aithermd.policy.safety_ramp import KEY as RAMP_KEY
 
 GPU_THRESHOLDS = ("slowdown", "shutdown")
 HWMON_THRESHOLDS = ("crit", "emergency")
 CPU_CHIPS = ("coretemp", "k10temp", "zenpower", "cpu_thermal")
 GPU_CHIPS = ("amdgpu", "nouveau", "radeon")
 FULL_PCT = 100.0
+POWER_KINDS = (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2)
+CRITICAL_RULE = "safety/critical-temperature"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +94,11 @@ def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
 
 
 def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: Mapping[str, Latch],
-                      now: float) -> tuple[dict[str, tuple[float, float]], dict[str, Latch]]:
+                      now: float, released: dict[str, tuple[Latch, float]] | None = None,
+                      ) -> tuple[dict[str, tuple[float, float]], dict[str, Latch]]:
     """Channel id → (temperature, trigger) for every critical temperature, and the latches after this
-    reading (:mod:`aithermd.policy.safety_latch`). A channel that fails to read keeps its latch."""
+    reading (:mod:`aithermd.policy.safety_latch`). A channel that fails to read keeps its latch. The
+    latches released by this reading go into ``released`` (channel id → (the latch, its trigger))."""
     out, latches = {}, {}
     isfinite, ok = math.isfinite, Status.OK
     for cid, trig in sp.triggers:
@@ -110,7 +118,61 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
         if latch is not None:
             latches[cid] = latch
             out[cid] = (value, trig)
+        elif released is not None and cid in latched:
+            released[cid] = (latched[cid], trig)
     return out, latches
+
+
+def _critical_targets(dev: Device, devices: Sequence[Device], latch: Latch,
+                      ) -> list[tuple[Knob, float | None]]:
+    """The critical response of ``dev`` under ``latch``: its power limit cut in proportion, its RAPL PL1/PL2
+    (a CPU chip's: the packages') to their minimum, its own fans to full."""
+    targets: list[tuple[Knob, float | None]] = []
+    for k in dev.knobs:
+        if k.kind == KnobKind.POWER_LIMIT:
+            targets.append((k, safety_latch.power_target_w(latch, k.min)))
+        elif k.kind in (KnobKind.PL1, KnobKind.PL2):
+            targets.append((k, k.min))
+        elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
+                                        and dev.chip.startswith(GPU_CHIPS)):
+            targets.append((k, FULL_PCT))
+    if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
+        targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
+                    if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+    return targets
+
+
+def _ramps(sp: SafetyPlan, readings: Mapping[str, Reading], ramps: dict[str, safety_ramp.Ramp],
+           released: Mapping[str, tuple[Latch, float]], decisions: dict[str, Decision], now: float) -> None:
+    """Start a release ramp (:mod:`aithermd.policy.safety_ramp`) on each power knob a released latch had
+    cut, step the others, drop those whose device is gone, and add their ceilings to ``decisions`` where
+    nothing else of the safety layer decides the knob. ``ramps`` is updated in place."""
+    for cid, (latch, trig) in released.items():
+        dev = sp.by_id.get(cid.rsplit("/", 1)[0])
+        for k, cut in _critical_targets(dev, sp.devices, latch) if dev is not None else ():
+            if k.kind in POWER_KINDS:
+                r = safety_ramp.start(k, cid, trig, cut, ramps.get(k.id), now)
+                if r is None:
+                    ramps.pop(k.id, None)
+                else:
+                    ramps[k.id] = r
+    triggers = dict(sp.triggers)
+    for kid, r in list(ramps.items()):
+        knob = sp.knobs.get(kid)
+        if knob is None:  # the device is gone: so is its ramp
+            del ramps[kid]
+            continue
+        held = decisions.get(kid)
+        if held is not None and held.rule == CRITICAL_RULE:  # latched again: the cut holds
+            continue
+        reading = readings.get(r.channel)
+        nxt = safety_ramp.step(r, float(reading.value) if _ok(reading) else None,  # type: ignore[union-attr,arg-type]
+                               triggers.get(r.channel), now)
+        if nxt is None:  # at the top: the knob is the policy's again
+            del ramps[kid]
+            continue
+        ramps[kid], dec = safety_ramp.decision(nxt, knob, now)
+        decisions.setdefault(kid, dec)
 
 
 def _cooling(dev: Device, devices: Sequence[Device]) -> list[tuple[Knob, float | None]]:
@@ -169,8 +231,8 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
              latched: Mapping[str, Latch] | frozenset[str], now: float = 0.0, *,
              fan_failed: Mapping[str, tuple[str, str]] | None = None, fans: Mapping[str, str] | None = None,
              ) -> tuple[dict[str, Decision], Mapping[str, Latch]]:
-    """Safety decisions per knob id and the latches of the critical channels (the next call's ``latched``;
-    a plain set, as the fast lane passes, counts as no latch).
+    """Safety decisions per knob id and the latches of the critical channels with the release ramps (the
+    next call's ``latched``; a plain set, as the fast lane passes, counts as none).
 
     ``sp``: :func:`plan` of the devices; ``fan_sources``: fan knob id → the temperature channel ids its curve
     may read (from the policies); ``now``: monotonic time (s); ``fan_failed``: fan knob id → (channel,
@@ -179,7 +241,10 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
     ``stalled``, ``failed``)."""
     decisions: dict[str, Decision] = {}
     devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
-    critical, latches = critical_channels(sp, readings, latched if isinstance(latched, Mapping) else {}, now)
+    latched = latched if isinstance(latched, Mapping) else {}
+    ramps = {k[len(RAMP_KEY):]: v for k, v in latched.items() if k.startswith(RAMP_KEY)} if latched else {}
+    released: dict[str, tuple[Latch, float]] = {}
+    critical, latches = critical_channels(sp, readings, latched, now, released)
     fans_of: dict[str, list[str]] = {}
     if critical:
         for fan, sources in fan_sources.items():
@@ -200,21 +265,15 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
                f"{ch_id} latched at {trig:g} °C and now unreadable: its cut holds" if unreadable else
                f"{ch_id} latched at {trig:g} °C since {latch.since:.0f} s, now {value:g} °C: held until it "
                f"stays {RELEASE_C:g} °C under for {safety_latch.RELEASE_HOLD_S:g} s")
-        targets: list[tuple[Knob, float | None]] = []
-        for k in dev.knobs:
-            if k.kind == KnobKind.POWER_LIMIT:
-                targets.append((k, safety_latch.power_target_w(latch, k.min)))
-            elif k.kind in (KnobKind.PL1, KnobKind.PL2):
-                targets.append((k, k.min))
-            elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
-                                            and dev.chip.startswith(GPU_CHIPS)):
-                targets.append((k, FULL_PCT))
-        if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
-            targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
-                        if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+        targets = _critical_targets(dev, devices, latch)
+        for i, (k, cut) in enumerate(targets):
+            ramp = ramps.get(k.id)
+            if ramp is not None and k.kind in POWER_KINDS:  # the ceiling in force did not hold
+                ramps[k.id] = safety_ramp.tripped(ramp, latch.since, now)
+                targets[i] = (k, None if cut is None else min(cut, ramp.ceiling))  # a cut never raises
         targets += [(knobs[f], FULL_PCT) for f in fans_of.get(ch_id, ()) if f in knobs]
         for knob, value_to in targets:
-            dec = _decide(knob, value_to, "critical-temperature", why, inputs)
+            dec = _decide(knob, value_to, CRITICAL_RULE[len("safety/"):], why, inputs)
             if dec is not None and knob.id not in decisions:
                 decisions[knob.id] = dec
 
@@ -251,4 +310,7 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
                     decisions[k.id] = dec
     if fans:
         _stalled(sp, fans, fan_sources, decisions)
+    if ramps or released:
+        _ramps(sp, readings, ramps, released, decisions, now)
+        latches.update((RAMP_KEY + kid, r) for kid, r in ramps.items())
     return decisions, MappingProxyType(latches)

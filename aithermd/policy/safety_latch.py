@@ -13,7 +13,9 @@ between maximum and minimum ~90 times each in 20 minutes. So, per latched channe
 - **deeper only, and not too often**: within a latch the cut only deepens, at most every
   :data:`HOLD_S` seconds (the jump to the minimum does not wait); it never creeps back up;
 - **released with a margin and a hold**: the latch ends only once the temperature has stayed
-  :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds; then the policy's limit returns.
+  :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds; then the limit climbs back to the
+  policy's under a rising ceiling (:mod:`aithermd.policy.safety_ramp`), not at once: the policy's value was
+  what tripped it.
 
 So a temperature hovering at its trip point changes a knob at most every 10 s while it rises, and its latch
 at most once per 30 s of calm: never more than 6 changes a minute.

@@ -11,6 +11,7 @@ from aithermd.actuate.applier import Applier
 from aithermd.actuate.journal import Journal
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.model import Decision, Layer
+from aithermd.policy.arbiter import CEILING_RULE
 from aithermd.sim.fake_nvml import FakeNvml
 from tests.backends.nvml.conftest import RTX4090, profile
 
@@ -64,3 +65,13 @@ def test_a_safety_cut_still_written_when_the_limit_is_above_its_target(rig):
     fake.gpus[0].limit_mw = 300_000  # raised behind our back, above the cut
     writes, _ = ticks(rig, CUT, 229.11, 3)
     assert writes == 1 and fake.power_limit_w(0) == 225.0
+
+
+def test_the_release_ramps_ceiling_above_the_limit_in_force_is_written(rig):
+    """A ceiling is not a cut (policy/safety_ramp.py): a limit under it does not hold it, or the limit cut
+    by a critical temperature would never rise again (the ceiling's steps were dropped as "kept")."""
+    fake = rig[0]
+    ticks(rig, CUT, 229.11, 1)
+    step = Decision("gpu0/power_limit", 251.61, Layer.SAFETY, CEILING_RULE)
+    writes, kinds = ticks(rig, step, 251.61, 5)
+    assert writes == 1 and abs(fake.power_limit_w(0) - 251.61) < 0.01 and kinds == ["actuation"]

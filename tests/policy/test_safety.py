@@ -56,9 +56,13 @@ def test_the_latch_holds_its_cut_and_releases_after_30_s_three_degrees_under():
         res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, 400, temp=temp)), state)
         state = res.state
         d = res.decisions.get("gpu0/power_limit")
-        seen.append(None if d is None else d.value)
-    assert seen[0] == 360.0 and set(seen[:66]) == {360.0}  # held: 29 s cool, then a warmer reading
-    assert seen[66] is None and seen[67] is None  # 30 s at 82 °C or under: released; 84 °C does not latch
+        seen.append(None if d is None else (d.value, d.rule))
+    cut = (360.0, "safety/critical-temperature")
+    assert seen[0] == cut and set(seen[:66]) == {cut}  # held: 29 s cool, then a warmer reading
+    # 30 s at 82 °C or under: released; 84 °C does not latch. The released cut stays as a ceiling
+    # (policy/safety_ramp.py): nothing jumps back to the default at once.
+    assert seen[66] == seen[67] == (360.0, "safety/release-ramp")
+    assert "gpu0/temperature" not in state.latched
 
 
 def test_a_temperature_hovering_at_its_trip_point_changes_the_limit_at_most_6_times_a_minute():
