@@ -125,21 +125,9 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
 
 def _critical_targets(dev: Device, devices: Sequence[Device], latch: Latch,
                       ) -> list[tuple[Knob, float | None]]:
-    """The critical response of ``dev`` under ``latch``: its power limit cut in proportion, its RAPL PL1/PL2
-    (a CPU chip's: the packages') to their minimum, its own fans to full."""
-    targets: list[tuple[Knob, float | None]] = []
-    for k in dev.knobs:
-        if k.kind == KnobKind.POWER_LIMIT:
-            targets.append((k, safety_latch.power_target_w(latch, k.min)))
-        elif k.kind in (KnobKind.PL1, KnobKind.PL2):
-            targets.append((k, k.min))
-        elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
-                                        and dev.chip.startswith(GPU_CHIPS)):
-            targets.append((k, FULL_PCT))
-    if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
-        targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
-                    if k.kind in (KnobKind.PL1, KnobKind.PL2)]
-    return targets
+    """The critical response of ``dev`` under ``latch``: :func:`_cooling` with its power limit cut in
+    proportion (:func:`aithermd.policy.safety_latch.power_target_w`) rather than to its minimum."""
+    return _cooling(dev, devices, latch)
 
 
 def _ramps(sp: SafetyPlan, readings: Mapping[str, Reading], ramps: dict[str, safety_ramp.Ramp],
@@ -175,12 +163,16 @@ def _ramps(sp: SafetyPlan, readings: Mapping[str, Reading], ramps: dict[str, saf
         decisions.setdefault(kid, dec)
 
 
-def _cooling(dev: Device, devices: Sequence[Device]) -> list[tuple[Knob, float | None]]:
-    """What cools ``dev`` down: its power limits to their minimum, its own fans (GPU fans, a GPU hwmon chip's
-    pwm) to full, and for a CPU temperature chip the RAPL package PL1/PL2 to their minimum."""
+def _cooling(dev: Device, devices: Sequence[Device], latch: Latch | None = None,
+             ) -> list[tuple[Knob, float | None]]:
+    """What cools ``dev`` down: its power limits to their minimum (a GPU's in proportion under ``latch``),
+    its own fans (GPU fans, a GPU hwmon chip's pwm) to full, and for a CPU temperature chip the RAPL package
+    PL1/PL2 to their minimum."""
     targets: list[tuple[Knob, float | None]] = []
     for k in dev.knobs:
-        if k.kind in (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2):
+        if k.kind == KnobKind.POWER_LIMIT and latch is not None:
+            targets.append((k, safety_latch.power_target_w(latch, k.min)))
+        elif k.kind in (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2):
             targets.append((k, k.min))
         elif k.kind == KnobKind.FAN or (k.kind == KnobKind.PWM and dev.chip
                                         and dev.chip.startswith(GPU_CHIPS)):

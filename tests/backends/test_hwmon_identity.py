@@ -96,15 +96,14 @@ def _swap_numbers(root: Path, a: str, b: str) -> None:
         device_side.rename(device_side.parent / other)
 
 
-def test_a_chip_renumbered_under_the_daemon_is_never_written_through_its_old_number(tmp_path):
-    """nct6798 was hwmon1 and amdgpu hwmon0; after a reload they trade numbers. The writes and the exit
-    restore of the board's pwm1 went through class/hwmon/hwmon1 into the amdgpu's pwm1 (leaving the
-    board's fans manual and the GPU's fan at SmartFan mode 5). Now the old path fails (the device is lost
-    until rediscovered) and the restore, rediscovering by id, puts back the right chip's fan."""
+NCT_PWM1 = "hwmon:nct6798-isa-0290/pwm1"
+
+
+def _board_fan_taken(tmp_path):
+    """The X570 tree with the daemon's backend open and nct6798's pwm1 (hwmon1) taken to 40 %: (root, the
+    nct6798 and amdgpu hwmon parents, the backend, the journal)."""
     from aithermd.actuate.applier import Applier
     from aithermd.actuate.journal import Journal
-    from aithermd.actuate.restore import restore_journal
-    from aithermd.errors import DeviceLost
     from aithermd.model import Decision, Layer
     from tests.support.machines import X570
 
@@ -112,21 +111,32 @@ def test_a_chip_renumbered_under_the_daemon_is_never_written_through_its_old_num
     nct, amd = root / "devices/platform/nct6775.656/hwmon", root / "devices/pci0000:00/0000:07:00.0/hwmon"
     backend = HwmonBackend(str(root))
     journal = Journal(tmp_path / "state")
+    knob = next(k for d in backend.discover() for k in d.knobs if k.id == NCT_PWM1)
+    decision = Decision(knob.id, 40.0, Layer.POLICY, "balanced/board-fans")
+    Applier(journal).apply(backend, knob, knob.device_id, decision, 40.0, backend.read_knob(knob.id), 1.0)
+    assert ((nct / "hwmon1/pwm1").read_text(), (nct / "hwmon1/pwm1_enable").read_text()) == ("102\n", "1\n")
+    return root, nct, amd, backend, journal
+
+
+def test_a_chip_renumbered_under_the_daemon_is_never_written_through_its_old_number(tmp_path):
+    """nct6798 was hwmon1 and amdgpu hwmon0; after a reload they trade numbers. The writes and the exit
+    restore of the board's pwm1 went through class/hwmon/hwmon1 into the amdgpu's pwm1 (leaving the
+    board's fans manual and the GPU's fan at SmartFan mode 5). Now the old path fails (the device is lost
+    until rediscovered) and the restore, rediscovering by id, puts back the right chip's fan."""
+    from aithermd.actuate.restore import restore_journal
+    from aithermd.errors import DeviceLost
+
+    root, nct, amd, backend, journal = _board_fan_taken(tmp_path)
     try:
-        knob = next(k for d in backend.discover() for k in d.knobs if k.id == "hwmon:nct6798-isa-0290/pwm1")
-        applier = Applier(journal)
-        decision = Decision(knob.id, 40.0, Layer.POLICY, "balanced/board-fans")
-        applier.apply(backend, knob, knob.device_id, decision, 40.0, backend.read_knob(knob.id), 1.0)
-        assert ((nct / "hwmon1/pwm1").read_text(), (nct / "hwmon1/pwm1_enable").read_text()) == ("102\n", "1\n")
         _swap_numbers(root, "hwmon0", "hwmon1")
         assert (root / "class/hwmon/hwmon1/name").read_text() == "amdgpu\n"
         with pytest.raises(DeviceLost):
-            backend.write_knob(knob.id, 60.0)
+            backend.write_knob(NCT_PWM1, 60.0)
     finally:
         backend.close()
     assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
     report = restore_journal(journal, sysfs_root=root)
-    assert report.ok and report.restored == ("hwmon:nct6798-isa-0290/pwm1",)
+    assert report.ok and report.restored == (NCT_PWM1,)
     assert ((nct / "hwmon0/pwm1").read_text(), (nct / "hwmon0/pwm1_enable").read_text()) == ("93\n", "5\n")
     assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
 
@@ -136,25 +146,15 @@ def test_the_daemons_own_exit_restore_finds_a_renumbered_chip_by_its_id(tmp_path
     chip's old device path: its exit restore failed (restore enable 5: No such file or directory) and the
     board's fan stayed manual until ExecStopPost's `aithermd restore`. It now opens the backend afresh
     for the lost knob and restores it by id."""
-    from aithermd.actuate.applier import Applier
-    from aithermd.actuate.journal import Journal
     from aithermd.actuate.restore import restore_journal
-    from aithermd.model import Decision, Layer
-    from tests.support.machines import X570
 
-    root = copy_machine(tmp_path, X570)
-    nct, amd = root / "devices/platform/nct6775.656/hwmon", root / "devices/pci0000:00/0000:07:00.0/hwmon"
-    backend = HwmonBackend(str(root))
-    journal = Journal(tmp_path / "state")
+    root, nct, amd, backend, journal = _board_fan_taken(tmp_path)
     try:
-        knob = next(k for d in backend.discover() for k in d.knobs if k.id == "hwmon:nct6798-isa-0290/pwm1")
-        decision = Decision(knob.id, 40.0, Layer.POLICY, "balanced/board-fans")
-        Applier(journal).apply(backend, knob, knob.device_id, decision, 40.0, backend.read_knob(knob.id), 1.0)
         _swap_numbers(root, "hwmon0", "hwmon1")  # the reload: nct6798 is hwmon0 now
         report = restore_journal(journal, backends=[backend])
     finally:
         backend.close()
-    assert report.ok and report.restored == ("hwmon:nct6798-isa-0290/pwm1",)
+    assert report.ok and report.restored == (NCT_PWM1,)
     assert ((nct / "hwmon0/pwm1").read_text(), (nct / "hwmon0/pwm1_enable").read_text()) == ("93\n", "5\n")
     assert ((amd / "hwmon1/pwm1").read_text(), (amd / "hwmon1/pwm1_enable").read_text()) == ("101\n", "2\n")
     assert not journal.dirty

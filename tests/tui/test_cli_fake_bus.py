@@ -222,50 +222,38 @@ async def test_run_takes_its_hold_again_after_the_bus_restarts():
         bus.stop()
 
 
-async def test_run_says_so_when_the_new_daemon_has_too_many_holds(fake_daemon, private_bus):
-    """LimitExceeded was taken for a daemon still starting: retried every 2 s for ever, without a word."""
-    from fake_daemon import FakeDaemon, _Err
+def _refuse_with(daemon, why: str) -> None:
+    if why == "no policy":  # an upgrade dropped it
+        daemon.policies = [p for p in daemon.policies if p["name"] != "quiet"]
+    else:  # LimitExceeded was taken for a daemon still starting: retried every 2 s for ever, without a word
+        from fake_daemon import _Err
 
-    proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
-    assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
-    fake_daemon.stop()
-    second = FakeDaemon()
+        def full(*_args):
+            raise _Err(wire.ERROR_LIMIT_EXCEEDED, "64 holds are in force already; release one first")
 
-    def full(*_args):
-        raise _Err(wire.ERROR_LIMIT_EXCEEDED, "64 holds are in force already; release one first")
-
-    second.m_HoldPolicy = full
-    await second.start(private_bus)
-    try:
-        await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls),
-                     "a hold asked of the new daemon")
-        await asyncio.sleep(3.0)  # past one more poll: it is not asked again
-        proc.send_signal(signal.SIGTERM)
-        _, err = await asyncio.wait_for(proc.communicate(), 20)
-        assert "could not take the hold on quiet again: 64 holds are in force already" in err.decode()
-        assert len([c for c in second.calls if c[0] == "HoldPolicy"]) == 1
-    finally:
-        second.stop()
+        daemon.m_HoldPolicy = full
 
 
-async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, private_bus):
+@pytest.mark.parametrize(("why", "said"), [("no policy", "no policy 'quiet'"),
+                                           ("too many holds", "64 holds are in force already")])
+async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, private_bus, why, said):
     from fake_daemon import FakeDaemon
 
     proc = await start(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo ready; exec sleep 60")
     assert await asyncio.wait_for(proc.stdout.readline(), 20) == b"ready\n"
     fake_daemon.stop()
     second = FakeDaemon()
-    second.policies = [p for p in second.policies if p["name"] != "quiet"]  # an upgrade dropped it
+    _refuse_with(second, why)
     await second.start(private_bus)
     try:
         await _until(lambda: any(c[0] == "HoldPolicy" for c in second.calls),
                      "a hold asked of the new daemon")
-        await asyncio.sleep(0.3)
-        assert proc.returncode is None  # the job runs on
+        await asyncio.sleep(3.0)  # past one more poll: it is not asked again, and the job runs on
+        assert proc.returncode is None
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(proc.communicate(), 20)
         assert proc.returncode == 128 + signal.SIGTERM
-        assert "could not take the hold on quiet again: " in err.decode()
+        assert f"could not take the hold on quiet again: {said}" in err.decode()
         assert len([c for c in second.calls if c[0] == "HoldPolicy"]) == 1
     finally:
         second.stop()
