@@ -93,7 +93,7 @@ class UnknownCookie(AithermError):
 
 class StateNotSaved(AithermError):
     """A change meant to survive a restart could not be written to the state directory; it was not made
-    (D-Bus ``org.freedesktop.DBus.Error.Failed``)."""
+    (D-Bus ``io.github.aithermd.Error.StateNotSaved``)."""
 
 
 class LimitExceeded(AithermError):

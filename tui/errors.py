@@ -107,6 +107,7 @@ _FAILURES: dict[str, str] = {
     wire.ERROR_POLICY_INVALID: "fix the file and run aithermctl policy reload; the old policies stay active",
     wire.ERROR_LIMIT_EXCEEDED: "stop a window or hold you no longer need",
     wire.ERROR_BUSY: "try again in a moment",
+    wire.ERROR_STATE_NOT_SAVED: "see journalctl -u aithermd; df and mount show the state directory's disk",
 }
 _NOT_RUNNING = {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner"}
 # D-Bus activation that could not start the service: the unit is masked, failed, hit its start limit, or the

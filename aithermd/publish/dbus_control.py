@@ -42,6 +42,7 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (energy.WindowLimit, wire.ERROR_LIMIT_EXCEEDED),
     (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
     (errors.LimitExceeded, wire.ERROR_LIMIT_EXCEEDED),
+    (errors.StateNotSaved, wire.ERROR_STATE_NOT_SAVED),
     (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
 )
 MAX_TEXT = 1024
@@ -181,9 +182,9 @@ class PrivilegedCalls:
             if others and not await self._auth.is_root(sender):
                 raise DBusError(wire.ERROR_NOT_AUTHORIZED,
                                 f"uid {uid} is not the one user computing on {', '.join(others)} (NVML's "
-                                "compute processes, read every few seconds): a progress rate steers the GPU's "
-                                "power limit, so only root, or the user whose job alone runs there, may report "
-                                "it")
+                                "compute processes, read every few seconds): a progress rate steers the "
+                                "GPU's power limit, so only root, or the user whose job alone runs there, "
+                                "may report it")
             self._control.report_progress(list(gpus), float(rate))
 
     async def reload(self, sender: str) -> None:

@@ -46,6 +46,7 @@ ERROR_WRONG_WINDOW = f"{ERROR_PREFIX}.WrongWindow"
 ERROR_LIMIT_EXCEEDED = f"{ERROR_PREFIX}.LimitExceeded"
 ERROR_POLICY_INVALID = f"{ERROR_PREFIX}.PolicyInvalid"
 ERROR_BUSY = f"{ERROR_PREFIX}.Busy"
+ERROR_STATE_NOT_SAVED = f"{ERROR_PREFIX}.StateNotSaved"
 
 # Methods: name → (in signature, out signature). JSON documents are strings.
 METHODS: dict[str, tuple[str, str]] = {

@@ -238,13 +238,14 @@ class Control:
         hold = next((h for h in self.holds if h.cookie == cookie), None)
         if hold is None:
             raise UnknownCookie(f"no hold with cookie {cookie}")
+        kept = self._state() if hold.detached else None  # a detached one unsaved would come back at a restart
         self.holds.remove(hold)
         who = f" by uid {by}" if by is not None else ""
         self._events.append(self._event("policy", hold.policy,
                                         f"hold {cookie} on {hold.policy} released{who}",
                                         cookie=cookie, **({} if by is None else {"by_uid": by})))
         if hold.detached:
-            self._save()
+            self._save(kept)
 
     def release_owner(self, owner: str) -> None:
         for hold in [h for h in self.holds if h.owner == owner and not h.detached]:

@@ -263,5 +263,14 @@ def test_a_change_meant_to_outlive_a_restart_is_refused_when_it_cannot_be_saved(
     assert op.expire(clock.wall()) == []  # no event for what did not happen
     assert op.set_override("hwmon:nct/pwm1", 100.0, 60.0) == 100.0  # for a minute: in force now, unsaved
     mine = op.hold_policy("quiet", "while my job runs", 0, ":1.9", 1000, False)
-    op.release_policy(kept)  # in force now; it would come back at the next start (logged)
-    assert [h.cookie for h in op.holds] == [mine]
+    with pytest.raises(StateNotSaved):  # released unsaved, it came back at the next start
+        op.release_policy(kept)
+    assert [h.cookie for h in op.holds] == [kept, mine]
+    op.release_policy(mine)  # a caller's own hold is not saved: released
+    assert [h.cookie for h in op.holds] == [kept]
+    from aithermd.publish import wire
+    from aithermd.publish.dbus_control import dbus_error
+
+    with pytest.raises(StateNotSaved) as refused:
+        op.set_active_policy("quiet")
+    assert dbus_error(refused.value).type == wire.ERROR_STATE_NOT_SAVED  # a named error, not Failed

@@ -110,6 +110,9 @@ def test_dbus_errors_map_to_classes_and_exit_codes():
     err = from_dbus(wire.ERROR_UNKNOWN_KNOB, "no knob 'x'\nsecond line", "SetOverride", "system")
     assert isinstance(err, Rejected) and err.exit_code == 2 and "\n" not in str(err)
     assert isinstance(from_dbus(wire.ERROR_BUSY, "", "Reload", "system"), DaemonError)
+    full = from_dbus(wire.ERROR_STATE_NOT_SAVED, "cannot keep the change across a restart: ...", "HoldPolicy",
+                     "system")
+    assert isinstance(full, DaemonError) and "df and mount show the state directory's disk" in str(full)
     old = from_dbus("org.freedesktop.DBus.Error.UnknownMethod", "x", "Explain", "s")
     assert "update aithermd" in str(old)
 
