@@ -74,18 +74,14 @@ def test_one_transient_error_is_held_and_a_persistent_one_fails_at_once(tree):
     trust.configure(backend.discover())
     try:
         assert trust.filter(0.0, backend.sample().readings)[TCTL].value == 32.6
-        tree.fail(TCTL_FILE, errno.EIO)
-        held = trust.filter(1.0, backend.sample().readings)[TCTL]
-        assert (held.status, held.value) == (Status.OK, 32.6) and held.detail.startswith("held: failed: EIO")
-        assert trust.filter(2.0, backend.sample().readings)[TCTL].status == Status.FAILED
-        tree.clear()
-        assert trust.filter(3.0, backend.sample().readings)[TCTL].value == 32.6
-        tree.fail(TCTL_FILE, errno.ENXIO)
-        held = trust.filter(4.0, backend.sample().readings)[TCTL]
-        assert (held.status, held.value) == (Status.OK, 32.6) and held.detail.startswith("held: failed: ENXIO")
-        assert trust.filter(5.0, backend.sample().readings)[TCTL].status == Status.FAILED
-        tree.clear()
-        assert trust.filter(6.0, backend.sample().readings)[TCTL].value == 32.6
+        for t, (code, name) in enumerate(((errno.EIO, "EIO"), (errno.ENXIO, "ENXIO"))):
+            tree.fail(TCTL_FILE, code)
+            held = trust.filter(3.0 * t + 1.0, backend.sample().readings)[TCTL]
+            assert (held.status, held.value) == (Status.OK, 32.6)
+            assert held.detail.startswith(f"held: failed: {name}")
+            assert trust.filter(3.0 * t + 2.0, backend.sample().readings)[TCTL].status == Status.FAILED
+            tree.clear()
+            assert trust.filter(3.0 * t + 3.0, backend.sample().readings)[TCTL].value == 32.6
         tree.fail(TCTL_FILE, errno.ENODEV)
         assert trust.filter(7.0, backend.sample().readings)[TCTL].status == Status.FAILED
     finally:
