@@ -86,13 +86,14 @@ async def _until_signalled() -> int:
 
 
 async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
+    held_on = None if args.detach else await _owner(client)
     cookie = await client.hold_policy(args.policy, args.reason, args.timeout, args.detach)
     _print(f"{cookie}\n")
     if args.detach:
         return wire.EXIT_OK
     _note(f"holding {args.policy} (cookie {cookie}); Ctrl-C releases it")
     waiter = asyncio.ensure_future(_until_signalled())
-    gone = asyncio.ensure_future(_wait_daemon_gone(client))
+    gone = asyncio.ensure_future(_until_owner_changes(client, held_on))
     done, _ = await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
     for task in (waiter, gone):
         task.cancel()
@@ -103,17 +104,15 @@ async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
     return wire.EXIT_OK
 
 
-async def _wait_daemon_gone(client: DaemonClient) -> None:
-    """Returns once the daemon left the bus or the bus went away; another failure (no reply, a document
-    this aithermctl cannot read) is no sign of that: follow again a little later."""
+async def _until_owner_changes(client: DaemonClient, held_on: tuple[str, int] | None,
+                               ) -> tuple[str, int] | None:
+    """Returns the owner (:func:`_owner`) once it is no longer ``held_on``: the daemon a hold was taken on
+    left, restarted, or our connection to the bus was lost (either ends the hold). The bus is asked every
+    :data:`REHOLD_POLL_S`: no signal to miss, so a restart between two looks shows as a new owner."""
     while True:
-        try:
-            async for _ in client.snapshots(poll_s=30.0):
-                pass
-        except (DaemonNotRunning, BusUnreachable):
-            return
-        except ClientError:
-            await asyncio.sleep(5.0)
+        await asyncio.sleep(REHOLD_POLL_S)
+        if (owner := await _owner(client)) != held_on:
+            return owner
 
 
 async def _release_quietly(client: DaemonClient, cookie: int) -> None:
@@ -198,20 +197,16 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
 async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: list[int],
                      held_on: tuple[str, int] | None) -> None:
     """While ``run``'s command runs: a hold is tied to its bus connection and to the daemon instance, so
-    it ends when aithermd restarts or the dbus-daemon does. Every :data:`REHOLD_POLL_S` the bus says who owns
-    aithermd's name (no signal to miss: a restart between two looks shows as a new owner); when that is no
-    longer the daemon holding, say so, and take the hold again (appending the new cookie to ``cookies``)
-    as soon as a daemon answers. ``held_on``: :func:`_owner` just before the hold. Runs until cancelled."""
+    it ends when aithermd restarts or the dbus-daemon does (:func:`_until_owner_changes`). Say so, and take
+    it again (appending the new cookie to ``cookies``) as soon as a daemon answers. ``held_on``:
+    :func:`_owner` just before the hold. Runs until cancelled."""
     while True:
-        await asyncio.sleep(REHOLD_POLL_S)
-        owner = await _owner(client)
-        if owner == held_on or held_on is None and owner is not None and cookies:
-            held_on = owner
-            continue
+        owner = await _until_owner_changes(client, held_on)
         if cookies:
             cookies.clear()  # that hold ended with the daemon or the connection; its cookie means nothing now
             _note(f"aithermd left the bus; the hold on {policy} ended with it; taking it again when aithermd "
                   "is back")
+        held_on = None  # until a hold is taken again: any daemon there is one to ask
         if owner is None:
             continue
         try:
