@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from aithermd.errors import PolicyError
-from aithermd.policy.schema import BUILTIN_MARGIN_C, CONDITION_TAGS, PolicyDocument
+from aithermd.policy.schema import BUILTIN_MARGIN_C, CONDITION_TAGS, PolicyDocument, resolve_fields
 
 Loc = Sequence[str | int]
 
@@ -92,6 +92,7 @@ class _Walk:
 
 
 def walk(tree: Any, loc: Loc) -> _Walk:
+    resolve_fields()  # the models' field types, forward references resolved (built lazily, defer_build)
     w = _Walk()
     tp: Any = PolicyDocument
     node = tree

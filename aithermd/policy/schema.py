@@ -350,7 +350,7 @@ class PolicyDocument(Model, kinds.PolicyDocument):
     """One policy file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, title="aithermd policy",
-                              json_schema_extra={"$id": "https://github.com/aithermd/aithermd/policy.schema.json"})
+                              defer_build=True, json_schema_extra={"$id": "https://github.com/aithermd/aithermd/policy.schema.json"})
     description: str = ""
     safety: Safety = Field(default_factory=Safety)
     curves: dict[Name, Curve] = Field(default_factory=dict)
@@ -369,10 +369,21 @@ class PolicyDocument(Model, kinds.PolicyDocument):
 FanSelector = Annotated[FanMatch, BeforeValidator(lambda v: {"id": v} if isinstance(v, str | list) else v,
                                                   json_schema_input_type=str | list[str] | FanMatch)]
 schema_machine.rebuild({"Condition": Condition, "FanSelector": FanSelector, "GpuSelector": GpuSelector})
+# every model is built at its first use (defer_build), its forward references resolved from its module then
+_FORWARD = (AllCondition, AnyCondition, NotCondition, State, Machine, RuleBase, GpuPowerLimitRule,
+            GpuClocksRule, CpuPowerLimitRule, FanRule, PolicyDocument)
+_resolved: list[bool] = []
 
-for _m in (AllCondition, AnyCondition, NotCondition, State, Machine, RuleBase, GpuPowerLimitRule,
-           GpuClocksRule, CpuPowerLimitRule, FanRule, PolicyDocument):
-    _m.model_rebuild()
+
+def resolve_fields() -> None:
+    """Resolve the forward references in every model's ``model_fields`` (``Condition``, selectors), which
+    :mod:`aithermd.policy.locate` walks to place an error. Validation needs none of it (it resolves them
+    while building its one validator), so only that path pays: it builds every model's own validator."""
+    if not _resolved:
+        schema_machine.rebuild_models()
+        for model in _FORWARD:
+            model.model_rebuild()
+        _resolved.append(True)
 
 
 def json_schema() -> dict[str, Any]:

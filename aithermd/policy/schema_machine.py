@@ -1,6 +1,6 @@
 """The whole machine's keys of a policy file: a node power budget, a noise ceiling (quiet mode), named
-schedules with holidays and a time zone. Parsed with :mod:`aithermd.policy.schema` (which rebuilds these
-models once its ``Condition`` and fan selector exist); run by :mod:`aithermd.policy.power_budget`,
+schedules with holidays and a time zone. Parsed with :mod:`aithermd.policy.schema` (which hands these
+models its ``Condition`` and selectors, :func:`rebuild`); run by :mod:`aithermd.policy.power_budget`,
 :mod:`aithermd.policy.quiet` and :mod:`aithermd.policy.calendar`.
 
 ::
@@ -199,6 +199,13 @@ ScheduleName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$", max_
 
 
 def rebuild(namespace: dict[str, Any]) -> None:
-    """Resolve ``Condition``, ``FanSelector`` and ``GpuSelector`` (defined in :mod:`aithermd.policy.schema`)."""
+    """Resolve ``Condition``, ``FanSelector`` and ``GpuSelector`` (defined in :mod:`aithermd.policy.schema`):
+    put in this module's namespace, where the models (built at their first use, ``defer_build``) find them."""
+    globals().update(namespace)
+
+
+def rebuild_models() -> None:
+    """Resolve the fields of this module's models that name ``Condition`` or a selector (after :func:`rebuild`);
+    see :func:`aithermd.policy.schema.resolve_fields`."""
     for model in (Budget, FanCeiling, Quiet, CpuKnobsRule):
-        model.model_rebuild(_types_namespace=namespace)
+        model.model_rebuild()
