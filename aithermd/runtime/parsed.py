@@ -7,7 +7,13 @@ the schema and each file's text (:func:`aithermd.policy.loader.load_policies` ``
 keeps those in ``<state_dir>/policies.parsed.json`` (0600, written atomically, only when they change, only
 the entries of the files just loaded).
 
-A file not found there is parsed and validated in a short-lived child process (:func:`load_lean`,
+A file not found there may be a shipped policy as aithermd ships it: their documents, validated when this
+version was made, are package data (:data:`SHIPPED`, by the same digests; :func:`shipped`, written by
+``scripts/shipped-parsed`` and held current by a test), so that a first start on an empty state directory
+parses only the admin's own files. The data is trusted as the code beside it is; an admin's edit of a
+shipped file changes its digest, and the file is parsed.
+
+A file found in neither is parsed and validated in a short-lived child process (:func:`load_lean`,
 :func:`_child_command`), which hands back the documents of the valid files and the errors of the broken
 ones (FILE:LINE:COL, as the loader words them), so that the daemon never imports pydantic or ruamel.yaml,
 not even at its first start or at a reload after an edit. A process that has already imported pydantic (a
@@ -24,8 +30,8 @@ ignored and written anew; an entry that does not decode sends its file through t
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+import types
 from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ from aithermd.files import read_regular
 
 FILE_NAME = "policies.parsed.json"
 FORMAT = 1
+SHIPPED = ("data", "shipped-policies.parsed.json")  # under the aithermd package
 MAX_BYTES = 8 << 20  # the loader's limit is 1 MiB per policy file; a few policies' documents fit easily
 CHILD_TIMEOUT_S = 120.0  # a parse of the largest files the loader takes is well under a second
 ERROR_FIELDS = ("path", "message", "line", "col", "key", "hint")
@@ -62,6 +69,10 @@ def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
         if problems:
             _log().warning("parsed policies ignored", path=str(path), problem=problems[0])
             return {}
+    return _entries(raw)
+
+
+def _entries(raw: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(raw) if len(raw) <= MAX_BYTES else None
     except ValueError:
@@ -69,6 +80,36 @@ def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("entries"), dict):
         return {}
     return dict(doc["entries"])
+
+
+def shipped() -> dict[str, Any]:
+    """The documents of the shipped policies as this version ships them (package data, :data:`SHIPPED`), by
+    text digest; {} when the data is missing or not ours."""
+    import aithermd
+    try:
+        return _entries(read_regular(Path(aithermd.__file__).resolve().parent.joinpath(*SHIPPED), MAX_BYTES))
+    except OSError:
+        return {}
+
+
+def shipped_text(dirs: Sequence[Path]) -> str:
+    """The text of :data:`SHIPPED` for the policies in ``dirs`` (the shipped ones): each valid file's
+    document, validated in this process (imports pydantic), as :func:`keep` would keep it. Raises
+    PolicyErrors."""
+    from aithermd.policy.loader import load_policies
+
+    found: dict[str, Any] = {}
+    load_policies(list(dirs), parsed=found)
+    entries = {k: v for k, v in found.items() if _carried(v)}
+    return json.dumps({"format": FORMAT, "entries": entries}, indent=0, sort_keys=True) + "\n"
+
+
+def _carried(doc: Any) -> bool:
+    """Whether JSON carries ``doc`` exactly (a YAML timestamp or a non-string key it does not)."""
+    try:
+        return bool(json.loads(json.dumps(doc, allow_nan=False)) == doc)
+    except (TypeError, ValueError):
+        return False
 
 
 def keep(state_dir: Path, before: Mapping[str, Any], parsed: Mapping[str, Any],
@@ -79,14 +120,8 @@ def keep(state_dir: Path, before: Mapping[str, Any], parsed: Mapping[str, Any],
     entries = {}
     for digest in digests:
         doc = parsed.get(digest)
-        if doc is None:
-            continue
-        try:
-            if json.loads(json.dumps(doc, allow_nan=False)) != doc:
-                continue
-        except (TypeError, ValueError):
-            continue
-        entries[digest] = doc
+        if doc is not None and _carried(doc):
+            entries[digest] = doc
     if entries == dict(before):
         return
     from aithermd.actuate.journal import write_atomically
@@ -119,6 +154,15 @@ def load_lean(load: Callable[..., Any], dirs: Sequence[Path], *, strict_permissi
         return from_found()
     except NotParsed:
         pass
+    extra = {k: v for k, v in shipped().items() if k not in found}  # a first start: the shipped documents
+    if extra:
+        found.update(extra)
+        try:
+            return from_found()
+        except NotParsed:
+            pass
+    import subprocess  # here: the child imports this module and starts nothing
+
     # the documents already found go along: the child parses and validates only the files missing there
     request = {"dirs": [str(d) for d in dirs], "strict": strict_permissions, "skip": sorted(skip),
                "known": dict(found)}
@@ -156,6 +200,12 @@ def _child() -> int:
     known is taken from it, not parsed or validated again. Logs go to stderr, which the daemon drops (its
     own pass over the documents logs what the loader logs)."""
     out, sys.stdout = sys.stdout, sys.stderr
+    # pydantic looks for plugins when it builds a validator: the entry points of every installed distribution
+    # (importlib.metadata and email: ~17 ms of this child's ~0.17 s of CPU, issue 22); the parser runs none,
+    # as PYDANTIC_DISABLE_PLUGINS=__all__ would say without sparing the imports
+    plugins = types.ModuleType("pydantic.plugin._loader")
+    plugins.get_plugins = lambda: ()  # type: ignore[attr-defined]
+    sys.modules.setdefault(plugins.__name__, plugins)
     from aithermd.policy.loader import load_policies
 
     request = json.loads(sys.stdin.read())

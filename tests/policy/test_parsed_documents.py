@@ -125,13 +125,23 @@ async def test_a_dry_run_writes_no_parsed_documents(tmp_path, clock):
     assert not (tmp_path / "state" / parsed.FILE_NAME).exists()
 
 
+def mine(tmp_path: Path) -> Path:
+    """Copies of the shipped policies, each text not the shipped one (so not in the package's documents)."""
+    directory = tmp_path / "mine"
+    directory.mkdir()
+    for p in shipped_policy_dir().glob("*.yaml"):
+        (directory / p.name).write_text(p.read_text() + "\n# mine\n")
+    return directory
+
+
 def test_a_file_not_yet_parsed_is_parsed_by_a_child_and_then_taken_from_its_document(tmp_path, monkeypatch):
     found: dict = {}
-    policies = parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
+    policies = parsed.load_lean(load_policies, [mine(tmp_path)], strict_permissions=False, skip=(),
                                 found=found)
     assert set(policies) == {"balanced", "ai-training", "quiet", "workstation"}
-    assert set(found) == {text_digest(p.source) for p in policies.values()}  # the child's documents
-    assert policies["balanced"].document == load_policies([shipped_policy_dir()])["balanced"].document
+    # the child's documents (beside the shipped ones, which no file here has)
+    assert set(found) - set(parsed.shipped()) == {text_digest(p.source) for p in policies.values()}
+    assert policies["balanced"].document == load_policies([tmp_path / "mine"])["balanced"].document
 
 
 def test_a_broken_file_parsed_by_the_child_gives_its_file_line_error(tmp_path):
@@ -150,9 +160,10 @@ def test_a_broken_file_parsed_by_the_child_gives_its_file_line_error(tmp_path):
 
 
 def test_a_child_that_cannot_run_leaves_the_load_to_the_caller(tmp_path, monkeypatch):
+    mine = (shipped_policy_dir() / "quiet.yaml").read_text() + "\n# mine\n"  # not the shipped text
+    (tmp_path / "quiet.yaml").write_text(mine)
     monkeypatch.setattr(parsed.sys, "executable", str(tmp_path / "no-python"))
-    assert parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
-                            found={}) is None
+    assert parsed.load_lean(load_policies, [tmp_path], strict_permissions=False, skip=(), found={}) is None
 
 
 @pytest.mark.slow
@@ -184,18 +195,18 @@ def test_the_child_parses_only_the_files_whose_documents_are_missing(tmp_path):
     # the daemon hands the child the documents it has: a file found there is taken from it, not validated
     # again (a marked document shows which), and the child answers with the new documents only
     found: dict = {}
-    parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(), found=found)
-    quiet = text_digest((shipped_policy_dir() / "quiet.yaml").read_text())
-    balanced = text_digest((shipped_policy_dir() / "balanced.yaml").read_text())
+    directory = mine(tmp_path)
+    parsed.load_lean(load_policies, [directory], strict_permissions=False, skip=(), found=found)
+    quiet = text_digest((directory / "quiet.yaml").read_text())
+    balanced = text_digest((directory / "balanced.yaml").read_text())
     known = {k: v for k, v in found.items() if k != balanced}
     known[quiet] = {**known[quiet], "f": {**known[quiet]["f"], "description": "taken from the known document"}}
     given = dict(known)
-    policies = parsed.load_lean(load_policies, [shipped_policy_dir()], strict_permissions=False, skip=(),
-                                found=given)
+    policies = parsed.load_lean(load_policies, [directory], strict_permissions=False, skip=(), found=given)
     assert policies["quiet"].document.description == "taken from the known document"
     assert set(given) == set(known) | {balanced}  # balanced parsed by the child, and only it
     assert given[balanced] == found[balanced]
-    assert policies["balanced"].document == load_policies([shipped_policy_dir()])["balanced"].document
+    assert policies["balanced"].document == load_policies([directory])["balanced"].document
 
 
 def test_the_parser_child_imports_no_logging_stack(tmp_path):
