@@ -24,7 +24,9 @@ scrape, rounds ``--scrape-interval`` apart: each scrape sees a tick its exporter
 one every 15 s would; back to back, the exporter's per-tick cache would answer most of them; the order
 rotates from round to round, as the first scrape after the pause is the dearest) and its p50 reported. Start-up: CPU of the process when it sends ``READY=1`` (after its first tick) to
 ``$NOTIFY_SOCKET``, median of ``--startups`` starts, each a first start on a fresh state directory and a
-restart on the same one (the policies' parsed documents then come from it). aithermctl: wall time of ``--help`` and of ``status``
+restart on the same one (the policies' parsed documents then come from it; a first start takes the
+shipped policies' documents from the package's data and parses the benchmark's own policy, which no cache
+holds, in the parser child, whose CPU is counted: cold for that file). aithermctl: wall time of ``--help`` and of ``status``
 against the real daemon on a private ``dbus-daemon``.
 
 Goals on this kind of machine (2 cores; ratios from the same run): :data:`GOALS`. ``--smoke`` runs a few
