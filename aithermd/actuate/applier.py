@@ -46,11 +46,14 @@ import structlog
 from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.readback import (
     MANUAL_MODES,
+    levels_of,
     limit_kept,
     mode_refused,
     same_setting,
     settles_at,
+    settling,
     tolerance,
+    trails,
 )
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
@@ -63,7 +66,6 @@ JOURNALED_KINDS = (KnobKind.POWER_LIMIT, KnobKind.SM_CLOCK_LOCK)  # every write 
 CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
 FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
-SETTLE_PCT = 5.0  # a fan read back within this of its request after a move is the driver settling (lag)
 RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
 # After a resume, firmware resetting fans late (amdgpu's SMU, an EC or SMM re-running SmartFan init after S3)
 RESUME_GRACE_S = 30.0  # is written over silently, not counted as another program
@@ -81,6 +83,7 @@ class _Owned:
     retake: tuple[float, float] | None = None  # stepped back: (when to take it again, the wait after that)
     handed: dict[str, Any] | None = None  # stepped back from a fan: the original it was handed back to
     refused: str | None = None  # the driver refuses manual mode: the duty alone is written (said once)
+    levels: Any = None  # a pwm's learnt Levels (readback.levels_of)
 
 
 class Applier:
@@ -138,8 +141,9 @@ class Applier:
         mode_changed = kv.mode != own.after.mode
         if not (moved or mode_changed):
             return []
-        if not mode_changed and knob.kind in FAN_KINDS and abs(kv.value - own.requested) <= SETTLE_PCT:
-            own.after = kv  # a driver that reports the ramping output settling near what we asked: not drift
+        if not mode_changed and knob.kind in FAN_KINDS and settling(own.after.value, kv.value, own.requested,
+                                                                    own.levels):
+            own.after = kv  # the driver settling on what we asked (a ramping output): not drift
             return []
         if t_mono < self._grace_until:  # firmware still finishing its resume: written over, not counted
             own.after = None
@@ -288,7 +292,9 @@ class Applier:
             own.after = None
             return current, events
         self.faults.pop(knob.id, None)
-        own.after = after
+        own.after, own.levels = after, levels_of(backend, knob)
+        if trails(own.levels):
+            return after, events  # read at once it says nothing yet (observe follows it)
         events.extend(self._check_stuck(knob, own, after, settles_at(backend, knob, value), t_wall))
         return after, events
 
@@ -339,19 +345,14 @@ class Applier:
         except Exception as exc:  # noqa: BLE001 - stays journaled; restored at exit
             return self._fault(t_wall, knob, own.device_id, "give back", exc)
         self._log.info("give_back", knob=knob.id, device=own.device_id)
-        if note:
-            return [self._event("restore", t_wall, knob, own.device_id, f"{knob.id} handed back: {note}",
-                                fallback=True)]
         return [self._event("restore", t_wall, knob, own.device_id,
-                            f"{knob.id} handed back: original restored")]
+                            f"{knob.id} handed back: {note or 'original restored'}", fallback=bool(note))]
 
     def forget(self, knob_id: str) -> None:
         """Drop all memory of a knob (after the journal was restored as a whole)."""
-        self._owned.pop(knob_id, None)
         self.stepped_back.discard(knob_id)
-        self.alarms.pop(knob_id, None)
-        self.faults.pop(knob_id, None)
-        self._who.pop(knob_id, None)
+        for table in (self._owned, self.alarms, self.faults, self._who):
+            table.pop(knob_id, None)
 
     # -- reporting -----------------------------------------------------------------------------------
     def _log_actuation(self, knob: Knob, device_id: str, decision: Decision, old: float | None, new: float,
@@ -376,8 +377,7 @@ class Applier:
         message = f"{knob.id}: {was} → {num(new)} {knob.unit} ({decision.rule})"
         return Event("actuation", t_wall, knob.id, message,
                      {"device": device_id, "old": rounded(old), "new": rounded(new), "unit": knob.unit,
-                      "rule": decision.rule,
-                      "layer": str(decision.layer), "dry_run": self.dry_run})
+                      "rule": decision.rule, "layer": str(decision.layer), "dry_run": self.dry_run})
 
     def _event(self, kind: str, t_wall: float, knob: Knob, device_id: str, message: str,
                **data: Any) -> Event:

@@ -10,6 +10,7 @@ from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer, Status
 from aithermd.policy.arbiter import CEILING_RULE
 
 MANUAL_MODES = (None, "manual")
+SETTLE_PCT = 5.0  # a fan read back within this of its request after a move is the driver settling (lag)
 
 
 def tolerance(knob: Knob, value: float) -> float:
@@ -49,6 +50,24 @@ def mode_refused(backend: Backend, knob: Knob) -> str | None:
     ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
     pwm = _pwm_knob(backend, knob)
     return pwm.mode_refused if pwm is not None else None
+
+
+def levels_of(backend: Backend, knob: Knob) -> Any:
+    """What ``knob``'s driver was learnt to keep (a pwm's :class:`~aithermd.backends.pwm_levels.Levels`:
+    ``lagging`` when its read-back trails the writes, the fan's ramping output), None for other knobs."""
+    pwm = _pwm_knob(backend, knob)
+    return pwm.levels if pwm is not None else None
+
+
+def trails(levels: Any) -> bool:
+    """Whether a pwm's read-back trails its writes (``levels``: :func:`levels_of`, ``Levels.lagging``)."""
+    return levels is not None and levels.lagging
+
+
+def settling(after: float, now: float, requested: float, levels: Any) -> bool:
+    """Whether a fan's read-back moving from ``after`` to ``now`` (%) is its driver settling on ``requested``:
+    within :data:`SETTLE_PCT` of it, or anywhere on the way for a read-back that trails the writes."""
+    return abs(now - requested) <= SETTLE_PCT or trails(levels) and (after - now) * (requested - now) <= 0
 
 
 def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue | None,

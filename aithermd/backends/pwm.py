@@ -39,11 +39,9 @@ import errno
 import math
 from typing import Any
 
-import structlog
-
 from aithermd import units
 from aithermd.backends.fast import ok_knob
-from aithermd.backends.pwm_levels import Levels
+from aithermd.backends.pwm_levels import Levels, say_blind
 from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, errno_name, write_error
 from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
@@ -137,6 +135,9 @@ class PwmKnob:
                 self.levels.unblind()  # it moves again: believed again
             else:
                 raw = self.levels.written  # the read-back means nothing (pwm_levels): what was written
+        elif mode in ("manual", None) and self.levels.settle(raw):  # lag, or a level that stayed put
+            say_blind(self.knob.id, raw)
+            raw = self.levels.written
         if mode == "full" and self.full_fallback:
             return ok_knob(self.knob.id, 100.0, "manual")  # full speed, as asked, the duty refused
         if mode == "full" and raw == units.PWM_MAX and self.manual_seen:
@@ -277,15 +278,16 @@ class PwmKnob:
             self.levels.written = value
             if not manual or self.levels.blind:
                 return
+            if self.levels.lagging:  # its read-back trails the write: learnt from samples (pwm_levels)
+                self.levels.wrote(value, None)
+                return
             try:
                 got = self.pwm.read_int()
             except (OSError, Nonsense):
                 return  # the applier's read-back reports it
+            self.levels.wrote(value, got)
             if self.levels.learn(value, got):
-                structlog.get_logger("aithermd.hwmon").warning(
-                    "pwm_readback_ignored", knob=self.knob.id, reads=got,
-                    message=f"{self.knob.id}: pwm reads back {got} whatever is written; writes are trusted "
-                            "as written and reported as the duty")
+                say_blind(self.knob.id, got)
                 return
             if got >= target or value >= units.PWM_MAX or not 0 <= got <= units.PWM_MAX:
                 return

@@ -14,9 +14,17 @@
   never gets there; nor does a quantised one (its levels differ across such a span, and 255 reads 255), nor
   one whose constant is at or above every write (a two-speed fan reading full: the fan gets at least what was
   asked). A blind read-back that gives another value later is believed again.
+- **A read-back that lags the write** (the driver reports the fan's ramping output, not the duty written):
+  read again a moment later it reads nearer the write. Taking each lagging read for a level made the
+  round-up write up to 10 values a tick and drive the fan toward 255 for a half-duty request. Once a sample
+  read moves toward the last write with nothing written since (:meth:`Levels.settle`), the knob is
+  :attr:`Levels.lagging`: one write per change, no read-back in the round-up, and a level is learnt only
+  from a read-back that stayed put from one sample to the next.
 """
 
 from __future__ import annotations
+
+import structlog
 
 from aithermd import units
 
@@ -30,11 +38,11 @@ BLIND_SPAN = 128
 
 class Levels:
     """What a driver keeps of each ``pwmN`` written: ``seen`` maps a written raw value to its read-back;
-    ``blind`` once the read-back is known not to follow the writes; ``written``: the last raw value
-    written (None before the first)."""
+    ``blind`` once the read-back is known not to follow the writes; ``lagging`` once it is known to trail
+    them (the fan's ramping output); ``written``: the last raw value written (None before the first)."""
 
-    __slots__ = ("seen", "quantised", "blind", "constant", "written", "_same", "_low", "_high", "_full_low",
-                 "_last")
+    __slots__ = ("seen", "quantised", "blind", "constant", "written", "lagging", "_same", "_low", "_high",
+                 "_full_low", "_last", "_probe")
 
     def __init__(self) -> None:
         self.seen: dict[int, int] = {}
@@ -46,6 +54,10 @@ class Levels:
         self._low = self._high = 0  # the span of those writes
         self._full_low = False  # one of them was full duty, read back far below it
         self._last: tuple[int, int] | None = None  # the last (written, read back)
+        self.lagging = False
+        # (written, read back) as last seen, by the write's own read-back or a sample since: None after a
+        # write whose read-back was not taken (a lagging knob)
+        self._probe: tuple[int, int | None] | None = None
 
     def learn(self, written: int, got: int) -> bool:
         """Record one write and its read-back. True when this pair shows the read-back is meaningless
@@ -71,6 +83,31 @@ class Levels:
             self.quantised = True
         return False
 
+    def wrote(self, written: int, got: int | None) -> None:
+        """The knob wrote ``written`` (raw) and read back ``got`` at once (None: not read back)."""
+        self.written, self._probe = written, (written, got)
+
+    def settle(self, raw: int) -> bool:
+        """A sample read ``raw`` of the pwm with nothing written since the last :meth:`wrote`: a read-back
+        that moved toward the write trails it (:attr:`lagging`, the levels learnt so far forgotten); on a
+        lagging knob, one that stayed put since the last sample is learnt (:meth:`learn`). True when this
+        read made the read-back count as meaningless (as :meth:`learn`)."""
+        probe = self._probe
+        if probe is None or probe[0] != self.written:
+            return False
+        written, before = probe
+        self._probe = (written, raw)
+        if before is None or raw == before:
+            if not self.lagging or before is None:
+                return False
+            self._probe = None  # learnt once per write: a fan resting at a level is not a new pair each tick
+            return self.learn(written, raw)
+        toward = abs(raw - written) < abs(before - written) and (raw - before) * (written - before) > 0
+        if toward and not self.lagging:
+            self.lagging, self.quantised = True, False
+            self.seen.clear()
+        return False
+
     def unblind(self) -> None:
         """The read-back gave another value than its constant: it follows the writes again, learn anew."""
         self.blind, self.constant, self._same, self._last = False, None, 0, None
@@ -89,3 +126,11 @@ class Levels:
         if not self.quantised:
             return target
         return self.seen.get(self.write_for(target), target)
+
+
+def say_blind(knob_id: str, got: int) -> None:
+    """Log once that ``knob_id``'s read-back is ignored (``pwm_readback_ignored``, warning)."""
+    structlog.get_logger("aithermd.hwmon").warning(
+        "pwm_readback_ignored", knob=knob_id, reads=got,
+        message=f"{knob_id}: pwm reads back {got} whatever is written; writes are trusted as written and "
+                "reported as the duty")

@@ -10,6 +10,10 @@ Each behaviour is one a real driver has (the source is named where it is set):
 - ``enable_ignored[enable file] = value``: a mode write that is accepted and not kept (firmware holding
   control: the file reads ``value`` again);
 - ``full_reads_zero``: it87's ``pwm_mode()``, which reports ``pwmN_enable`` 0 for a manual fan at 255.
+- ``ramp[pwm file] = raw per second``: ``pwmN`` reads the fan's output, which moves toward the last write at
+  that rate as :meth:`DriverIO.advance` lets time pass (a chip whose ``pwmN`` register gives its current
+  output, moving in steps; the case ``readback.SETTLE_PCT`` allows for; attack3 N6 found the round-up
+  taking each lagging read for a level).
 """
 
 from __future__ import annotations
@@ -35,7 +39,17 @@ class DriverIO(FaultIO):
         self.enable_after_duty: set[str] = set()
         self.enable_ignored: dict[str, int] = {}
         self.full_reads_zero: set[str] = set()
+        self.ramp: dict[str, float] = {}
+        self._ramping: dict[str, list[float]] = {}  # path: [output, target]
         self._dutied: set[str] = set()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the ramping ``pwmN`` files: each output moves toward its last write."""
+        for path, (out, target) in self._ramping.items():
+            rate = self.ramp[self._match(self.ramp, path)]
+            out = min(target, out + rate * seconds) if target > out else max(target, out - rate * seconds)
+            self._ramping[path][0] = out
+            _put(path, int(out))
 
     @staticmethod
     def _match(names, path: str):
@@ -64,7 +78,10 @@ class DriverIO(FaultIO):
         self.writes.append((path, data))
         raw = int(data)
         level = self._match(self.levels, path)
-        _put(path, self.levels[level](raw) if level else raw)
+        if self._match(self.ramp, path):
+            self._ramping.setdefault(path, [float(_read_int(path) or 0), 0.0])[1] = float(raw)
+        else:
+            _put(path, self.levels[level](raw) if level else raw)
         self._dutied.add(path)
         if name + "_enable" in self.full_reads_zero and os.path.exists(enable_path):
             mode = _read_int(enable_path)

@@ -358,3 +358,54 @@ def test_a_read_back_that_moves_again_is_believed_again_and_a_full_speed_one_is_
     for written in [20, 60, 100, 140, 180, 220, 30, 70, 110, 150, 190, 230] * 2:
         full.learn(written, 255)
     assert not full.blind  # at or above every write: the fan gets at least what was asked
+
+
+def test_a_read_back_that_trails_the_write_is_lag_not_a_level(x570, tmp_path):
+    """pwm3 reads the fan's output, moving toward the write at 5 raw/s (attack3 N6): the round-up took each
+    lagging read for a level, wrote up to 10 values a tick, learnt levels that made later writes start
+    high (228 for a ~55 % request) and drove the fan toward 255 while the curve asked 45-60 %. After the
+    first sample shows the read-back moving toward the write, one write per change, levels only from a
+    read-back that stayed put, no drift reported while it settles."""
+    backend, io, chip = x570
+    (chip / "pwm3").write_text("60\n")
+    io.ramp["pwm3"] = 5.0
+    applier = Applier(Journal(tmp_path / "state"))
+    knob_id = f"{NCT}/pwm3"
+    knob, per_tick, drift = _knob(backend, knob_id), [], []
+    for t, duty in enumerate([45.0, 47.0, 50.0, 52.0, 55.0, 57.0, 60.0, 58.0, 55.0, 52.0] * 2, start=1):
+        io.writes.clear()
+        io.advance(1.0)
+        kv = backend.read_knob(knob_id)  # the tick's one sample, as the daemon takes it
+        drift += [e for e in applier.observe(knob, kv, t, t) if e.kind == "drift"]
+        dec = Decision(knob_id, duty, Layer.POLICY, POLICY.rule)
+        _, events = applier.apply(backend, knob, knob.device_id, dec, duty, kv, t)
+        drift += [e for e in events if e.kind == "drift"]
+        per_tick.append([int(d) for p, d in io.writes if p.endswith("/pwm3")])
+    levels = backend.pwm_knob(knob_id).levels
+    assert levels.lagging and not levels.blind
+    assert len(per_tick[0]) > 1  # the first tick cannot tell lag from a level yet
+    assert all(len(w) <= 1 for w in per_tick[1:]), per_tick
+    assert max(max(w, default=0) for w in per_tick[1:]) <= pct_to_pwm_up(60.0)  # never above the curve
+    assert drift == []
+    assert backend.pwm_knob(knob_id).settles_at(52.0) == pytest.approx(52.2, abs=0.2)  # no level learnt
+
+
+def test_a_lagging_read_back_that_rests_below_the_write_is_learnt_as_a_level():
+    """A lagging knob still gets at least the duty asked: a read-back that stays put below the write from
+    one sample to the next is a level, and the next write goes one level up."""
+    from aithermd.backends.pwm_levels import Levels
+
+    lv = Levels()
+    lv.wrote(100, 80)
+    assert not lv.settle(90) and lv.lagging  # moved toward 100 with nothing written: lag
+    lv.written = 128
+    lv.wrote(128, None)
+    assert not lv.settle(100) and not lv.quantised  # the first sample after a write: still moving
+    assert not lv.settle(120)
+    assert not lv.settle(120) and lv.quantised and lv.seen == {128: 120}  # stayed put: a level
+    assert lv.write_for(128) == 136  # the next write goes up by what was missing
+    lv.written = 60
+    lv.wrote(60, None)
+    for raw in (70, 65, 60, 60, 60):  # resting where written
+        lv.settle(raw)
+    assert lv.seen[60] == 60 and not lv.blind
