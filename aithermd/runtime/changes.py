@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from aithermd.actuate.applier import same_setting
+from aithermd.actuate.readback import levels_of, same_setting, settles_at, trails
 from aithermd.actuate.execute import Executor
 from aithermd.backends import registry
 from aithermd.clock import Clock
@@ -269,15 +269,21 @@ class Changes:
         applied = await self.executor.apply(world, wanted, t_wall=t_wall, budget_s=self.resume_timeout_s)
         if applied.late:  # the tick writes them
             self._log.warning("resume_nvml_late", knobs=applied.late)
+        # judged as the applier judged them: what it wrote (its level for a quantised fan), not the decision
+        written = {e.subject for e in applied.events if e.kind == "actuation"}
+        faulted = {e.subject for e in applied.events if e.kind == "fault"}
         rewritten, in_place, failed = [], [], []
         for r in applied.results:
-            knob = world.knobs[r.knob_id]
-            if not same_setting(knob, r.after, r.value):
+            knob, backend = world.knobs[r.knob_id], world.owner[r.knob_id]
+            if r.after is None or r.knob_id in faulted:
                 failed.append(r.knob_id)
-            elif same_setting(knob, r.before, r.value):
+            elif r.knob_id not in written:
                 in_place.append(r.knob_id)
-            else:
+            elif (same_setting(knob, r.after, settles_at(backend, knob, r.value))
+                  or trails(levels_of(backend, knob))):
                 rewritten.append(r.knob_id)
+            else:
+                failed.append(r.knob_id)
         message = (f"{why}: {len(rewritten)} setting(s) re-applied, {len(in_place)} found in place, "
                    f"{len(failed)} did not stick")
         self._log.info("resume", rewritten=rewritten, in_place=in_place, failed=failed)
