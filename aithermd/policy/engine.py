@@ -27,6 +27,7 @@ from aithermd.model import (
     EMPTY,
     Decision,
     Device,
+    DeviceKind,
     KnobKind,
     KnobValue,
     Layer,
@@ -92,8 +93,9 @@ class EngineState:
     idle: Mapping[str, held.GpuIdle] = field(default_factory=_empty)  # held-high idle memory (held.py)
     # (the layers, the knobs, what arbitration made of them, the read-only view of it handed out)
     arbitrated: tuple[Any, ...] | None = None
-    # (active, holds, devices, policies, sampler, safety, plans, plans by policy, fan knob ids): what the
-    # last tick worked out from its policies and devices alone, used again while they are the very same
+    # (active, holds, devices, policies, sampler, safety, plans, plans by policy, fan knob ids, any GPU):
+    # what the last tick worked out from its policies and devices alone, used again while they are the very
+    # same
     front: tuple[Any, ...] | None = None
 
 
@@ -204,8 +206,9 @@ def _run_policy(plan: Plan, layer: Layer, inp: EngineInput, ps: PolicyState, win
     pending: dict[str, dict[str, Any]] = {}
     kept: dict[str, Any] = {}
     for rule in plan.rules:
-        run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
-                 fan_sources, fan_failed, pending, ps.memo, kept)
+        if rule.targets:  # a rule for knobs this machine lacks: nothing to decide, its when never runs
+            run_rule(rule, ctx, name, layer, inp, machine_stats, ps.curves, curve_states, fans, decisions,
+                     fan_sources, fan_failed, pending, ps.memo, kept)
     calm = quiet.choose(plan.quiet, ctx) if plan.quiet else None
     quiet_state = quiet.apply(calm, name, layer, decisions, ctx, inp, ps.quiet) if calm is not None else None
     budget = power_budget.choose(plan.budgets, ctx) if plan.budgets else None
@@ -235,13 +238,17 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     if (front is not None and front[0] is active and front[2] is inp.devices and front[4] is state.sampler
             and front[5] is state.safety and _same_items(front[1], holds)):
         # the very policies and devices of the last tick: its plans, sampler, safety plan and fan knobs
-        _, _, _, policies, sampler, sp, plans, by_policy, fan_ids = front
+        _, _, _, policies, sampler, sp, plans, by_policy, fan_ids, has_gpu = front
     else:
         policies, plans, by_policy, sampler, sp, fan_ids = _front(active, holds, inp.devices, state)
-        front = (active, tuple(holds), inp.devices, policies, sampler, sp, plans, by_policy, fan_ids)
-    idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
-    derived = held.derived_readings(inp.devices, held_now)
-    readings = {**inp.readings, **derived} if derived else inp.readings
+        has_gpu = any(d.kind == DeviceKind.GPU for d in inp.devices)
+        front = (active, tuple(holds), inp.devices, policies, sampler, sp, plans, by_policy, fan_ids, has_gpu)
+    if has_gpu:
+        idle, held_now = held.update(state.idle, inp.devices, inp.readings, inp.attrs, inp.t_mono)
+        derived = held.derived_readings(inp.devices, held_now)
+        readings = {**inp.readings, **derived} if derived else inp.readings
+    else:  # no GPU, nothing held high: what held.update gives then
+        idle, held_now, readings = {}, {}, inp.readings
     windows, ok = sampling.update(sampler, inp.t_mono, readings, inp.knobs, state.windows)
     knobs = sp.knobs  # every knob of inp.devices by id
     layers: list[dict[str, Decision]] = []

@@ -54,7 +54,7 @@ def last_duty(t: Target, inp: Any, fans: Mapping[str, FanState]) -> float | None
     return kv.value if kv is not None and kv.status == Status.OK else None
 
 
-def _bare(st: CurveState | None) -> tuple[float | None, float, float | None] | None:
+def bare(st: CurveState | None) -> tuple[float | None, float, float | None] | None:
     """A curve state without its time (a pinned PID's time does not change what it gives)."""
     return None if st is None else (st.ref_c, st.integral, st.prev_err)
 
@@ -63,7 +63,7 @@ def states_in(keys: Mapping[str, str], prev_curves: Mapping[str, CurveState]) ->
     """One target's previous curve states without their times (``keys``: curve name → its key in the
     policy's curve states), in the rule's curve order."""
     get = prev_curves.get
-    return tuple(_bare(get(k)) for k in keys.values())
+    return tuple(bare(get(k)) for k in keys.values())
 
 
 def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curves: Mapping[str, CurveState],
@@ -77,7 +77,7 @@ def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curv
             if before is not None:
                 return None
             continue
-        if _bare(st) != before:
+        if bare(st) != before:
             return None
         curve = rule.curves[name]
         if isinstance(curve, PidCurve) and not (st.t == now and pid_pinned(curve, st)):

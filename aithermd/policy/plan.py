@@ -74,6 +74,24 @@ class CRule:
         return {t.knob.id: {n: f"{self.name}|{t.knob.id}|{n}" for n in self.curves} for t in self.targets}
 
 
+    @cached_property
+    def memo_keys(self) -> dict[str, str]:
+        """Per target knob id: the key of its kept fan decision in the policy's memo (memo.py)."""
+        return {t.knob.id: f"{self.name}|{t.knob.id}" for t in self.targets}
+
+    @cached_property
+    def memo_key(self) -> str:
+        """The rule's own key in the policy's memo: its name and scope (a per-GPU rule has one per GPU)."""
+        return f"{self.name}|{self.targets[0].scope if self.targets else None}"
+
+    @cached_property
+    def fan_limits(self) -> dict[str, tuple[float, float | None, float | None]]:
+        """Per target knob id: ``(min duty, start duty, stop duty)`` (%) (:func:`aithermd.policy.rules.
+        fan_limits` of the rule and the knob as compiled: a new calibration is a new device, a new plan)."""
+        from aithermd.policy.rules import fan_limits
+        return {t.knob.id: fan_limits(self.model, t.knob) for t in self.targets}
+
+
 @dataclass(frozen=True)
 class Plan:
     policy: Any

@@ -63,41 +63,70 @@ def _temps(rule: CRule, inp: Any, ctx: Ctx) -> tuple[dict[str, float], float | N
     return temps, (max(temps.values()) if temps else None), raw, used, failed
 
 
+TEMPS_KEY = "@temps|"  # a rule's sources by value, in its policy's memo (a rule name never starts with @)
+
+
+def _temps_kept(rule: CRule, inp: Any, ctx: Ctx, prev_memo: Mapping[str, Any], memo_out: dict[str, Any]
+                ) -> tuple[dict[str, float], float | None, dict[str, float], dict[str, str],
+                           tuple[str, str] | None, Mapping[str, Any]]:
+    """:func:`_temps` and the ``used:`` entries of the decisions' inputs, not worked out again while every
+    reading the rule's sources read is equal (by value and status) to the last tick's: they are a function
+    of those readings alone. A smoothed source reads a window, which moves with time: worked out every
+    tick. Kept in the policy's memo under :data:`TEMPS_KEY` (the rule object compared by identity: a
+    reload or a device change compiles a new one)."""
+    if rule.smooth:
+        temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
+        return temps, hottest, raw, used, failed, {f"used:{k}": v for k, v in used.items()}
+    get = inp.readings.get
+    sig = tuple([get(c) for c in rule.channels])
+    key = TEMPS_KEY + rule.memo_key
+    kept = prev_memo.get(key)
+    if kept is None or kept[0] is not rule or kept[1] != sig:
+        temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
+        kept = (rule, sig, temps, hottest, raw, used, failed, {f"used:{k}": v for k, v in used.items()})
+    memo_out[key] = kept
+    return kept[2], kept[3], kept[4], kept[5], kept[6], kept[7]
+
+
 def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, float], hottest: float | None,
                prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
-               fans: Mapping[str, fc.FanState], keys: Mapping[str, str],
-               shared: dict[tuple[Any, ...], tuple[float | None, dict[str, fc.CurveState]]]
+               keys: Mapping[str, str], shared: list[tuple[tuple[Any, ...], Any]] | None,
+               before: tuple[fc.CurveState | None, ...], prev: fc.FanState
                ) -> tuple[float | None, float | None, bool]:
     """The duty (%) to send to ``t``'s fan (None: its curve has no temperature), the curve's own duty
     before shaping (None for a fixed duty), and whether it is steady: the duty the fan already has, with
     no ramp holding it back (shaped without the ramp limits it is the same). ``keys``: each curve's name →
     its key in the policy's curve states; ``shared``: the rule's curves worked out this tick by their
     previous states (the temperatures and the time are the rule's own this tick, so equal states give
-    equal results: the fans of one rule that moved together are worked out once)."""
+    equal results: the fans of one rule that moved together are worked out once; None for a rule of one
+    fan); ``before``: the previous curve states in ``keys``' order; ``prev``: the fan's last duty and time
+    (the engine's memory, else as read back)."""
     model = rule.model
     curve_pct: float | None = None
     if model.duty_pct is not None:
         duty: float | None = model.duty_pct
     else:
-        before = tuple(prev_curves.get(k) for k in keys.values())
-        done = shared.get(before)  # another fan of this rule worked out the same curves from the same states
+        # another fan of this rule worked out the same curves from the same states
+        done = None
+        for states_before, result in shared or ():  # a tuple compares its items by identity first
+            if states_before == before:
+                done = result
+                break
         if done is None:
             states = {n: st for n, st in zip(keys, before, strict=True) if st is not None}
             new_states: dict[str, fc.CurveState] = {}
             duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
                                states, new_states) if rule.curve_name in rule.curves else None
-            done = shared[before] = (duty, new_states)
+            done = (duty, new_states)
+            if shared is not None:
+                shared.append((before, done))
         duty, new_states = done
         for n, v in new_states.items():
             out_curves[keys[n]] = v
         if duty is None:
             return None, None, False
         curve_pct = duty
-    prev = fans.get(t.knob.id)
-    if prev is None:
-        kv = inp.knobs.get(t.knob.id)
-        prev = fc.FanState(kv.value if kv is not None and kv.status == Status.OK else None, None)
-    low, start, stop = fan_limits(model, t.knob)
+    low, start, stop = rule.fan_limits[t.knob.id]
     ramp_up, ramp_down = model.ramp_up_pct_s, model.ramp_down_pct_s
     value = fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
                      stop_below_c=model.stop_below_c, ramp_up_pct_s=ramp_up, ramp_down_pct_s=ramp_down,
@@ -190,7 +219,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
     used: dict[str, str] = {}
     eager: Mapping[str, Any] = EMPTY
     failed: tuple[str, str] | None = None
-    shared: dict[tuple[Any, ...], tuple[float | None, dict[str, fc.CurveState]]] = {}
+    shared: list[tuple[tuple[Any, ...], Any]] | None = [] if len(rule.targets) > 1 else None
     for t in rule.targets:
         ctx.scope = t.scope
         ctx.stats = {}
@@ -205,14 +234,18 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
         before = (machine_stats.get(t.scope, EMPTY), ctx.stats, pending.get(t.knob.id, EMPTY))
         if rule.kind == "fan":
             if temps is None:
-                temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
-                eager = {f"used:{k}": v for k, v in used.items()}
+                temps, hottest, raw, used, failed, eager = _temps_kept(rule, inp, ctx, prev_memo, memo_out)
             if rule.curve_name is not None:
                 fan_sources[t.knob.id] = rule.channels
                 if failed is not None and fan_failed is not None:
                     fan_failed[t.knob.id] = failed
-            key, keys = f"{rule.name}|{t.knob.id}", rule.curve_keys[t.knob.id]
-            last = memo.last_duty(t, inp, fans)
+            key, keys = rule.memo_keys[t.knob.id], rule.curve_keys[t.knob.id]
+            prev = fans.get(t.knob.id)
+            if prev is None:
+                kv = inp.knobs.get(t.knob.id)
+                prev = fc.FanState(kv.value if kv is not None and kv.status == Status.OK else None, None)
+            last = prev.duty_pct  # memo.last_duty
+            prior = tuple([prev_curves.get(k) for k in keys.values()])
             kept = prev_memo.get(key)
             if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before, keys,
                                                prev_curves, last):  # no work for unchanged inputs (memo.py)
@@ -221,12 +254,12 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 memo_out[key] = kept
                 continue
             value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,
-                                                  fans, keys, shared)
+                                                  keys, shared, prior, prev)
             if value is None:
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
             reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
-            states = memo.states_in(keys, prev_curves) if steady else ()
+            states = tuple([memo.bare(st) for st in prior]) if steady else ()
             carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
             if carried is not None:
                 dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
