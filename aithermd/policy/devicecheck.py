@@ -193,7 +193,45 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
                     knobs = [k for d in selectors.select_zones(rule.zones, devices) for k in d.knobs
                              if k.kind == kind]
                     problems += _clamped((*loc, key), knobs, dict.fromkeys((k.id for k in knobs), value))
+    problems += _quiet_problems(policy, devices)
     return [*_placed(policy, where, problems), *source_warnings(policy, devices)]
+
+
+def _quiet_problems(policy: Any, devices: Sequence[Device]) -> list[tuple[tuple[Any, ...], str]]:
+    """A quiet ceiling under the minimum duty of the rule driving its fans (held at that minimum instead),
+    and one over a rule that reads no temperature (held at the ceiling until one nears danger)."""
+    from aithermd.policy.plan import compile_plan
+    from aithermd.policy.rules import fan_limits
+
+    doc = policy.document
+    blocks = doc.quiet if isinstance(doc.quiet, list) else [doc.quiet] if doc.quiet is not None else []
+    if not blocks:
+        return []
+    rules = [r for r in compile_plan(policy, tuple(devices)).rules if r.kind == "fan"]
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for i, block in enumerate(blocks):
+        at = ("quiet", i) if isinstance(doc.quiet, list) else ("quiet",)
+        for j, group in enumerate(block.fans):
+            floors, fixed = {}, set()
+            for knob in selectors.select_fans(group.fans, devices):
+                rule = next((r for r in rules if any(t.knob.id == knob.id for t in r.targets)), None)
+                if rule is None:
+                    continue
+                low = fan_limits(rule.model, knob)[0]
+                if group.max_duty_pct is not None and low > group.max_duty_pct:
+                    floors[knob.id] = f"{low:g} % ({rule.name})"
+                if not rule.channels:
+                    fixed.add(rule.name)
+            if floors:
+                held = ", ".join(f"{k} {v}" for k, v in floors.items())
+                out.append(((*at, "fans", j, "max_duty_pct"), "below the minimum duty of the rule driving "
+                            f"these fans, which hold that instead: {held}"))
+            if fixed:
+                out.append(((*at, "fans", j), f"rule {', '.join(sorted(fixed))} reads no temperature "
+                            "(a fixed duty): quiet cannot lower power for these fans and holds them at the "
+                            "ceiling until a watched temperature comes within danger_margin_c of its safety "
+                            "threshold; give the rule a curve"))
+    return out
 
 
 def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:

@@ -15,7 +15,8 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
 - each heat source's *factor* moves toward 1 − pressure × (1 − ``min_limit_pct``/100) by at most
   ``ramp_pct_s`` per second, and its limit is the factor × what the policy asks (never below the knob's
   minimum): a proportional band, so the temperature settles inside it while the fans hold their ceiling;
-- the fan's duty is held at the ceiling unless every heat source it has has been at its lowest factor for
+- the fan's duty is held at the ceiling (never below its rule's minimum duty, ``min_duty_pct`` or the
+  calibrated stop duty plus a margin) unless every heat source it has has been at its lowest factor for
   :data:`SETTLE_S` (the heat needs that long to answer) and the temperature has reached the ceiling
   temperature anyway (*exhausted*), or a source is within
   ``danger_margin_c`` of its safety threshold (*danger*): then the curve's own value stands. The built-in
@@ -24,6 +25,10 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
 With ``gpu_target_temp_c``, every GPU whose driver exposes NVML's acoustic threshold (the GPU Target
 Temperature) gets it while the block holds, clamped to the driver's range: the GPU's own boost then holds it
 cooler, one more knob beside the power limit; it is handed back when quiet ends.
+
+A fan whose rule reads no temperature (a fixed ``duty_pct``) has no pressure: it is held at its ceiling until
+any temperature the safety layer watches (every GPU, CPU and board sensor with a threshold) comes within
+``danger_margin_c`` of its trigger, and its heat sources are every GPU's and package's limits.
 
 A ``max_rpm`` ceiling is turned into a duty each tick from the fan's own tachometer (duty × max_rpm / RPM,
 averaged): fans are close to linear in duty above their stall point. A fan no fan rule drives (firmware
@@ -57,6 +62,7 @@ class QFan:
     sources: tuple[tuple[str, str, Any], ...]  # (leaf curve, window key, curve) with a source
     danger_c: tuple[tuple[str, float], ...]  # (channel id, temperature at which the fan may pass)
     heat: tuple[Knob, ...]  # the power knobs that warm its sources
+    floor_pct: float = 0.0  # its rule's minimum duty (rules.fan_limits): no ceiling holds it lower
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,12 @@ def _heat_sources(channel_ids: Sequence[str], fan: Knob, devices: Sequence[Devic
 def compile_quiet(doc: Any, comp: Any, devices: Sequence[Device], rules: Sequence[Any]) -> tuple[CQuiet, ...]:
     """Each ``quiet`` block of ``doc`` for ``devices`` (``rules``: the plan's compiled rules); registers the
     source windows it reads in ``comp.needs``."""
+    from aithermd.policy.rules import fan_limits  # rules → memo → plan → quiet: not at import time
+
     blocks = doc.quiet if isinstance(doc.quiet, list) else [doc.quiet] if doc.quiet is not None else []
     channels = selectors.channel_map(devices)
     by_id = {d.id: d for d in devices}
+    watched = [cid for cid, _ in safety.plan(devices, safety.SafetyParams(doc.safety.margin_c)).triggers]
     out = []
     for i, spec in enumerate(blocks):
         key = f"quiet[{i}]" if isinstance(doc.quiet, list) else "quiet"
@@ -151,6 +160,8 @@ def compile_quiet(doc: Any, comp: Any, devices: Sequence[Device], rules: Sequenc
                     comp.needs[wkey] = max(comp.needs.get(wkey, 0.0), SMOOTH_S)
                     found.append((leaf, wkey, rule.curves.get(leaf)))
                     chans += ids
+                if not chans:  # a fixed duty reads no temperature: every one the safety layer watches may
+                    chans = list(watched)  # need this fan, and the danger escape reads them all
                 danger = []
                 for cid in dict.fromkeys(chans):
                     ch, dev = channels.get(cid), by_id.get(cid.rsplit("/", 1)[0])
@@ -158,8 +169,9 @@ def compile_quiet(doc: Any, comp: Any, devices: Sequence[Device], rules: Sequenc
                         safety.trigger_c(dev, ch.thresholds, safety.SafetyParams(doc.safety.margin_c))
                     if trig is not None:
                         danger.append((cid, trig - spec.danger_margin_c))
+                floor = fan_limits(rule.model, knob)[0] if rule is not None else 0.0
                 fans[knob.id] = QFan(knob, group.max_duty_pct, group.max_rpm, rule, tuple(found),
-                                     tuple(danger), _heat_sources(chans, knob, devices))
+                                     tuple(danger), _heat_sources(chans, knob, devices), floor)
         targets = tuple(k for d in devices if d.kind == DeviceKind.GPU for k in d.knobs
                         if k.kind == KnobKind.TARGET_TEMPERATURE) if spec.gpu_target_temp_c is not None else ()
         out.append(CQuiet(spec, when, tuple(fans.values()), targets))
@@ -222,7 +234,7 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
     pressure: dict[str, float] = {}
     fan_info: dict[str, tuple[QFan, float, float, float | None, float]] = {}
     for f in cq.fans:
-        ceiling = _duty_ceiling(f, inp, prev.caps, new_caps)
+        ceiling = max(_duty_ceiling(f, inp, prev.caps, new_caps), f.floor_pct)
         p, temp, t_ceil = _pressure(f, ceiling, ctx, spec.approach_c)
         fan_info[f.knob.id] = (f, ceiling, p, temp, t_ceil)
         for k in f.heat:

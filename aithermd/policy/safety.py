@@ -2,16 +2,17 @@
 
 - A temperature at or above its device's own threshold minus a margin is critical: NVML ``slowdown`` (else
   ``shutdown``) for GPUs, hwmon ``crit`` (else ``emergency``) for the rest (thresholds as the hwmon sysfs ABI
-  and NVML report them). The fans it feeds go to full: the GPU's own fans; hwmon fans whose curve reads that
-  sensor; a GPU hwmon chip's (amdgpu) own pwm. A GPU's power limit is cut in proportion to how far over the
-  trigger it reads (10 % of its draw at the trigger, 10 % more per °C over), to its minimum at the device's
-  own threshold; for CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to
-  their minimum. The latch holds its cut (deeper at most every 10 s) and releases only after 30 s at
-  :data:`RELEASE_C` below the trigger (:mod:`aithermd.policy.safety_latch`), so a temperature at the edge
-  does not flap. A released power cut leaves a *ceiling* on the knob (``safety/release-ramp``,
-  :mod:`aithermd.policy.safety_ramp`) that rises a step per 30 s of calm, stops under a ceiling that
-  tripped, and caps the policy's value (a min, :mod:`aithermd.policy.arbiter`) until it reaches the knob's
-  maximum: a card that trips at its policy's value settles under it instead of cycling.
+  and NVML report them); an AMD CPU chip that exports none, :data:`CPU_DEFAULT_THRESHOLD_C`. The fans it feeds
+  go to full: the GPU's own fans; hwmon fans whose curve reads that sensor; a GPU hwmon chip's (amdgpu) own
+  pwm. A GPU's power limit is cut in proportion to how far over the trigger it reads (10 % of its draw at the
+  trigger, 10 % more per °C over), to its minimum at the device's own threshold; for CPU temperature chips
+  (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to their minimum. The latch holds its cut (deeper
+  at most every 10 s) and releases only after 30 s at :data:`RELEASE_C` below the trigger
+  (:mod:`aithermd.policy.safety_latch`), so a temperature at the edge does not flap. A released power cut
+  leaves a *ceiling* on the knob (``safety/release-ramp``, :mod:`aithermd.policy.safety_ramp`) that rises a
+  step per 30 s of calm, stops under a ceiling that tripped, and caps the policy's value (a min,
+  :mod:`aithermd.policy.arbiter`) until it reaches the knob's maximum: a card that trips at its policy's value
+  settles under it instead of cycling.
 - A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
   policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
   with a later one that reads, does not; without that word every source channel must read.
@@ -43,6 +44,25 @@ POWER_KINDS = (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2)
 CRITICAL_RULE = "safety/critical-temperature"
 
 
+# A CPU temperature chip that exports no crit/emergency threshold (k10temp and zenpower on Zen parts give
+# Tctl/Tdie/Tccd only: the kernel's k10temp exports thresholds for pre-Zen families alone; the recorded X470
+# and X570 trees here have none) is given this one: above every AMD Tjmax (90-95 °C, "Max. Operating
+# Temperature (Tjmax)" in AMD's product specifications for Ryzen 5000/7000/9000 and Threadripper 7000), so
+# a die over it is one the CPU's own throttling is not holding; under its THERMTRIP.
+CPU_DEFAULT_THRESHOLD_C = 105.0
+UNTHRESHOLDED_CPU_CHIPS = ("k10temp", "zenpower")
+
+
+def threshold_c(device: Device, thresholds: Mapping[str, float]) -> float | None:
+    """A temperature channel's own critical threshold (°C): NVML slowdown/shutdown for a GPU, hwmon
+    crit/emergency otherwise, :data:`CPU_DEFAULT_THRESHOLD_C` for an AMD CPU chip exporting none."""
+    names = GPU_THRESHOLDS if device.kind == DeviceKind.GPU else HWMON_THRESHOLDS
+    thr = next((thresholds[n] for n in names if thresholds.get(n) is not None), None)
+    if thr is None and device.chip is not None and device.chip.startswith(UNTHRESHOLDED_CPU_CHIPS):
+        return CPU_DEFAULT_THRESHOLD_C
+    return thr
+
+
 @dataclass(frozen=True, slots=True)
 class SafetyParams:
     """``margin_c`` under each threshold (≥ the built-in 5 °C); ``gpu_temp_limit_c`` an absolute ceiling."""
@@ -53,8 +73,7 @@ class SafetyParams:
 
 def trigger_c(device: Device, thresholds: Mapping[str, float], params: SafetyParams) -> float | None:
     """The temperature (°C) at which a channel of ``device`` is critical, or None when it has no threshold."""
-    names = GPU_THRESHOLDS if device.kind == DeviceKind.GPU else HWMON_THRESHOLDS
-    thr = next((thresholds[n] for n in names if thresholds.get(n) is not None), None)
+    thr = threshold_c(device, thresholds)
     trig = None if thr is None else thr - params.margin_c
     if device.kind == DeviceKind.GPU and params.gpu_temp_limit_c is not None:
         trig = params.gpu_temp_limit_c if trig is None else min(trig, params.gpu_temp_limit_c)
@@ -85,10 +104,8 @@ def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
             if c.quantity == Quantity.TEMPERATURE:
                 trig = trigger_c(d, c.thresholds, params)
                 if trig is not None:
-                    names = GPU_THRESHOLDS if d.kind == DeviceKind.GPU else HWMON_THRESHOLDS
-                    thr = next((c.thresholds[n] for n in names if c.thresholds.get(n) is not None), None)
                     triggers.append((c.id, trig))
-                    thresholds[c.id] = thr
+                    thresholds[c.id] = threshold_c(d, c.thresholds)
     return SafetyPlan(tuple(devices), params, tuple(triggers), {k.id: k for d in devices for k in d.knobs},
                       {d.id: d for d in devices}, MappingProxyType(thresholds))
 

@@ -411,3 +411,23 @@ def test_a_gap_is_found_even_when_most_intervals_are_gaps():
     cap = load_policy_text("rules:\n  - {name: cap, kind: gpu_power_limit, limit: 300}\n", name="cap")
     assert replay(trace, [load_dump(DUMP_4090)[0]], cap)["summary"]["duration_s"] == 0.0
 
+
+
+def test_check_warns_about_a_quiet_ceiling_below_the_rules_minimum_and_over_a_fixed_duty(tmp_path, capsys):
+    """attack4 B3: a 0 % ceiling over a fixed-duty rule with min_duty_pct 40 passed `check` as "ok" and
+    stopped every board fan. The engine now holds the rule's minimum and lets the fans go near danger;
+    check says both."""
+    p = tmp_path / "quiet0.yaml"
+    p.write_text("quiet:\n"
+                 "  fans:\n"
+                 "    - {fans: {chip: ['nct*']}, max_duty_pct: 0}\n"
+                 "rules:\n"
+                 "  - {name: f, kind: fan, fans: {chip: ['nct*']}, duty_pct: 60, min_duty_pct: 40}\n")
+    assert main(["check", "--simulate", str(p)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"{p}:3:46: warning: quiet.fans[0].max_duty_pct: below the minimum duty of the "
+                             "rule driving these fans, which hold that instead: hwmon:nct6798-isa-0290/pwm1 40 % (f)")
+    assert err[1] == (f"{p}:3:7: warning: quiet.fans[0]: rule f reads no temperature (a fixed duty): quiet "
+                      "cannot lower power for these fans and holds them at the ceiling until a watched "
+                      "temperature comes within danger_margin_c of its safety threshold; give the rule a curve")
+    assert len(err) == 2

@@ -14,7 +14,7 @@ from aithermd.policy.engine import evaluate, initial_state
 from aithermd.policy.loader import load_policy_text
 from aithermd.policy.quiet import ceiling_c
 from aithermd.policy.schema import MixCurve, PidCurve, PointsCurve
-from tests.policy.machines import NCT, tick, workstation
+from tests.policy.machines import K10, NCT, PKG, tick, workstation
 
 FANS = (f"{NCT}/pwm1", f"{NCT}/pwm2")
 
@@ -125,3 +125,52 @@ def test_an_rpm_ceiling_holds_the_fans_tachometer_to_it():
 def test_quiet_applies_only_while_its_when_holds(when, quiet_on):
     trace = run(policy(QUIET.replace("quiet:\n", f"quiet:\n  when: {when}\n")), base_c=28.0, seconds=300)
     assert (max(k[FANS[0]] for _, _, k, _ in trace) <= 45.0) is quiet_on
+
+
+def fixed(quiet: str, rule_extra: str = ""):
+    return load_policy_text(f"""
+rules:
+  - {{name: up, kind: gpu_power_limit, limit: max}}
+  - {{name: f, kind: fan, fans: {{chip: "nct*"}}, duty_pct: 60{rule_extra}}}
+{quiet}""", name="q")
+
+
+def _fans_at(pol, values, t=0.0):
+    r = evaluate(pol, (), tick(workstation(1), t, values, knobs={f: 30.0 for f in FANS}), initial_state())
+    return [r.decisions[f].value for f in FANS], r
+
+
+COOL = {"gpu0/temperature": 45.0, "gpu0/power": 300.0, "gpu0/utilization": 98.0, f"{K10}/temp1": 60.0,
+        f"{NCT}/temp1": 35.0, f"{NCT}/fan1": 900.0, f"{NCT}/fan2": 900.0}
+
+
+def test_a_quiet_ceiling_never_takes_a_fan_below_its_rules_minimum_duty():
+    """attack4 B3: a ceiling of 0 % over a rule with min_duty_pct 40 stopped every board fan."""
+    pol = fixed("quiet: {fans: [{fans: {chip: 'nct*'}, max_duty_pct: 0}]}", ", min_duty_pct: 40")
+    duties, r = _fans_at(pol, COOL)
+    assert duties == [40.0, 40.0] and "quiet ceiling 40 %" in r.decisions[FANS[0]].reason
+
+
+def test_a_fixed_duty_fan_under_quiet_escapes_when_any_watched_temperature_nears_danger():
+    """attack4 B3: a fixed duty reads no temperature, so nothing ever let its fans pass the ceiling (CPU at
+    129 °C, case air at 75 °C in the simulator). Held while everything is cool; released when the CPU's
+    Tctl (k10temp: no threshold of its own, the AMD default) or the GPU comes within danger_margin_c."""
+    pol = fixed("quiet: {fans: [{fans: {chip: 'nct*'}, max_duty_pct: 20}]}")
+    assert _fans_at(pol, COOL)[0] == [20.0, 20.0]
+    hot_cpu = {**COOL, f"{K10}/temp1": 92.0}  # trigger 105 - 5 = 100 °C; danger from 90 °C
+    duties, r = _fans_at(pol, hot_cpu)
+    assert duties == [60.0, 60.0]
+    assert f"{K10}/temp1 within 10 °C of its safety threshold" in r.decisions[FANS[0]].reason
+    assert _fans_at(pol, {**COOL, "gpu0/temperature": 77.0})[0] == [60.0, 60.0]  # the GPU's slowdown 90: 85 - 10
+
+
+def test_an_amd_cpu_without_a_threshold_of_its_own_is_critical_over_the_default():
+    """k10temp on Zen exports no crit: a Tctl of 120 °C drove nothing (attack4 B3). Over
+    CPU_DEFAULT_THRESHOLD_C − margin the package limits are cut, whatever the policy asks."""
+    from aithermd.policy.safety import CPU_DEFAULT_THRESHOLD_C
+
+    pol = fixed("")
+    _, r = _fans_at(pol, {**COOL, f"{K10}/temp1": CPU_DEFAULT_THRESHOLD_C - 5.0 + 1.0})
+    assert r.decisions[f"{PKG}/pl1"].layer == Layer.SAFETY and r.decisions[f"{PKG}/pl1"].value == 10.0
+    _, r = _fans_at(pol, {**COOL, f"{K10}/temp1": 95.0})  # a Ryzen 7000 at its Tjmax under load: not critical
+    assert f"{PKG}/pl1" not in r.decisions or r.decisions[f"{PKG}/pl1"].layer != Layer.SAFETY
