@@ -42,6 +42,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends.fast import ok_reading
+from aithermd.backends.plausible import DIE_FLOOR_C
 from aithermd.backends.pwm import PwmKnob
 from aithermd.backends.readers import HwmonReader
 from aithermd.backends.sysfs import (
@@ -72,7 +73,8 @@ from aithermd.model import (
 
 GPU_DRIVERS = frozenset({"amdgpu", "xe", "i915"})
 VENDORS = {"0x1002": "AMD", "0x8086": "Intel"}
-PLAUSIBLE = {Quantity.TEMPERATURE: (-40.0, 200.0), Quantity.POWER: (0.0, 5000.0), Quantity.ENERGY: (0.0, 1e18),
+PLAUSIBLE = {Quantity.TEMPERATURE: (DIE_FLOOR_C, 200.0), Quantity.POWER: (0.0, 5000.0),
+             Quantity.ENERGY: (0.0, 1e18),
              Quantity.UTILIZATION: (0.0, 100.0), Quantity.CLOCK: (0.0, 100_000.0), Quantity.FAN: (0.0, 50_000.0),
              Quantity.VOLTAGE: (0.0, 10.0), Quantity.DUTY: (0.0, 100.0)}
 TEMP_ROLES = {"edge": "temperature", "junction": "junction_temperature", "mem": "memory_temperature",

@@ -32,6 +32,7 @@ from typing import Any
 from aithermd import units
 from aithermd.backends import nvml_acoustic
 from aithermd.backends.nvml_clocks import CHANNEL, KNOB, GpuClocks
+from aithermd.backends.plausible import temperature_range
 from aithermd.model import (
     UNITS,
     Channel,
@@ -44,7 +45,7 @@ from aithermd.model import (
 
 PLAUSIBLE = MappingProxyType(
     {
-        Quantity.TEMPERATURE: (-40.0, 200.0),
+        Quantity.TEMPERATURE: temperature_range("nvml", {}),  # a die: above 0 °C (plausible.DIE_FLOOR_C)
         Quantity.POWER: (0.0, 5000.0),
         Quantity.ENERGY: (0.0, math.inf),
         Quantity.UTILIZATION: (0.0, 100.0),

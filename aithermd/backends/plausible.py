@@ -17,6 +17,11 @@ Three checks, each with its source:
   k10temp's Tctl is an 11-bit field in 1/8 °C, optionally offset by −49 °C (k10temp.c: ``CUR_TEMP_SHIFT``,
   ``CUR_TEMP_RANGE_SEL_MASK``), so −49…255.875 °C.
 
+- **A die is above freezing**: a CPU or GPU die (the drivers of :data:`CPU_DRIVERS`, :data:`GPU_DRIVERS`,
+  NVML) sits above the air that cools it, in a room above 0 °C, so a reading below :data:`DIE_FLOOR_C` is not
+  a temperature; 0 °C is what a GPU's temperature reads when there is no reading (attack4 B6: an NVML die
+  temperature stuck at 0 °C was trusted after one confirming read and released a critical cut).
+
 Rates (°C or RPM per second) are the fastest change a channel of that type shows on real machines; a
 faster jump is a spike to be confirmed by the next reading (:mod:`aithermd.backends.trust`). They are
 generous on purpose: a CPU die under a load step moves tens of °C within a second (Zen's Tctl rises about
@@ -66,6 +71,7 @@ READOUT_SPAN_C = 127.0  # coretemp: the digital readout is a 7-bit distance belo
 
 CPU_DRIVERS = frozenset({"coretemp", "k10temp", "zenpower", "cpu_thermal", "x86_pkg_temp"})
 GPU_DRIVERS = frozenset({"amdgpu", "nouveau", "radeon", "i915", "xe"})
+DIE_FLOOR_C = 1.0  # °C: the lowest a die (CPU, GPU: these drivers and "nvml") can read on a working machine
 RATE_C_S_CPU = 80.0  # CPU dies: tens of °C within a second at a load step
 RATE_C_S_GPU = 30.0  # GPU dies and their memory (hwmon and NVML)
 RISE_C_S_NVML = 20.0  # fast-lane pacing of an NVML GPU temperature: 2 × its fastest 1 s rise (module doc)
@@ -80,6 +86,8 @@ def temperature_range(driver: str, thresholds: Mapping[str, float]) -> tuple[flo
     if driver in DRIVER_RANGE_C:
         d_lo, d_hi = DRIVER_RANGE_C[driver]
         lo, hi = max(lo, d_lo), min(hi, d_hi)
+    if driver in CPU_DRIVERS or driver in GPU_DRIVERS or driver == "nvml":
+        lo = max(lo, DIE_FLOOR_C)
     crit = thresholds.get("crit")
     if driver in BELOW_OWN_CRIT and crit is not None:
         lo, hi = max(lo, crit - READOUT_SPAN_C), min(hi, crit)

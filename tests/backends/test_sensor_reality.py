@@ -44,7 +44,7 @@ def test_coretemp_above_its_own_tjmax_is_implausible(tmp_path):
         temp1.write_text("105000\n")
         r = backend.sample().readings[f"{CORE}/temp1"]
         assert (r.status, r.value) == (Status.IMPLAUSIBLE, None)
-        assert r.detail == "105 °C outside -27…100 °C"
+        assert r.detail == "105 °C outside 1…100 °C"  # TjMax above; below, a die above freezing
         temp1.write_text("99000\n")
         assert backend.sample().readings[f"{CORE}/temp1"].value == 99.0
     finally:
@@ -127,4 +127,20 @@ def test_the_fast_lane_reader_rejects_what_the_sample_rejects(tmp_path, raw, val
         assert reading.value == value
     finally:
         quick.close()
+        backend.close()
+
+
+def test_a_cpu_die_at_or_below_freezing_is_implausible_a_board_sensor_is_not(tmp_path):
+    """attack4 B6: 0 °C is what a die reads when there is no reading, never a die's temperature on a working
+    machine; a board thermistor (nct6798 SYSTIN) may read it."""
+    root = copy_machine(tmp_path, X570)
+    tctl = root / "devices/pci0000:00/0000:00:18.3/hwmon/hwmon2/temp1_input"
+    backend, devices = discover(root)
+    try:
+        tctl.write_text("0\n")
+        r = backend.sample().readings[f"{K10}/temp1"]
+        assert (r.status, r.value) == (Status.IMPLAUSIBLE, None) and r.detail.startswith("0 °C outside 1…")
+        tctl.write_text("1000\n")
+        assert backend.sample().readings[f"{K10}/temp1"].value == 1.0
+    finally:
         backend.close()

@@ -313,3 +313,14 @@ def test_every_clock_event_reason_bit_decodes_to_its_name(workstation, backend_o
         assert backend.sample().attrs["gpu1"]["clock_event_reasons"] == (name,)
     workstation.set_dynamic(1, clock_event_reasons=0)
     assert backend.sample().attrs["gpu1"]["clock_event_reasons"] == ()
+
+
+def test_a_gpu_die_reading_0_c_is_implausible(workstation, backend_over):
+    """attack4 B6: an NVML temperature stuck at 0 °C was a reading like any other: one confirming read and
+    the critical cut of a hot GPU ramped back to its maximum. A die is never at 0 °C on a working machine."""
+    backend = backend_over(workstation)
+    workstation.set_dynamic(1, temp_c=0)
+    r = backend.sample().readings["gpu1/temperature"]
+    assert (r.status, r.value, r.detail) == (Status.IMPLAUSIBLE, None, "0 °C out of range")
+    workstation.set_dynamic(1, temp_c=1)
+    assert backend.sample().readings["gpu1/temperature"].value == 1.0
