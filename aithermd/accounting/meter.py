@@ -6,7 +6,16 @@ across a device that vanishes (its joules so far stay), a failed read (the next 
 the last good point is carried) and a counter that goes backwards (RAPL wraps at ``max_energy_range_uj``;
 NVML's restarts with the driver): that interval is estimated from the device's power channel × the time
 between the snapshots, unless that time exceeds ``max_estimate_s`` (a daemon restart, a suspend): then it
-counts as unmeasured time rather than a guess.
+counts as unmeasured time rather than a guess. An increase no device can make (more than its ceiling,
+:func:`aithermd.backends.energy_rate.device_ceiling_w`, over the gap: a garbage read or a counter re-based
+ahead that reached the snapshot) is a bad sample, handled the same way as a counter that went back: the
+joules between are estimated, never the garbage counted. The backends already hold such a reading
+``implausible`` (:class:`~aithermd.backends.energy_rate.CounterGuard`); this is the last line, for a point
+given back after a restart or a backend without the guard.
+
+Time between snapshots is the monotonic clock's (``Snapshot.t_mono``): an NTP step of the wall clock
+neither stretches nor cuts an interval. Only a point given back after a restart measures its gap on the
+wall clock, the only clock that spans the restart.
 
 The points can be saved and given back (:meth:`EnergyMeter.points`, ``seed``) with each device's UUID, so
 that after a daemon restart the energy used while it was down is counted once the counters are read again
@@ -20,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aithermd.backends.energy_rate import MIN_GAP_S, device_ceiling_w
 from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
 
 
@@ -33,6 +43,7 @@ class Point:
     power_w: float | None
     t_wall: float
     identity: str | None = None
+    t_mono: float | None = None  # this run's monotonic s; None for a point given back after a restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +75,15 @@ class EnergyMeter:
                  max_estimate_s: float = 60.0, seed: Mapping[str, Point] | None = None) -> None:
         self.kinds = kinds
         self.max_estimate_s = max_estimate_s
-        # channel id → (device, J, power W or None, t_wall, identity)
-        self._points: dict[str, tuple[str, float, float | None, float, str | None]] = {
-            cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity) for cid, p in (seed or {}).items()}
+        # channel id → (device, J, power W or None, t_wall, identity, t_mono or None)
+        self._points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {
+            cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None)
+            for cid, p in (seed or {}).items()}
         self._t_wall: float | None = max((p.t_wall for p in (seed or {}).values()), default=None)
+        self._t_mono: float | None = None
         self._devices: Any = None
-        self._layout: list[tuple[str, str, str | None, str | None]] = []  # (device, energy ch, power ch, id)
+        # (device, energy ch, power ch, id, ceiling W)
+        self._layout: list[tuple[str, str, str | None, str | None, float]] = []
         # (apart, platform, estimated) device ids of the device tuple: see Increment
         self._roles: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(),) * 3
 
@@ -85,7 +99,7 @@ class EnergyMeter:
             power = next((ch.id for ch in dev.channels if ch.quantity is Quantity.POWER), None)
             for ch in dev.channels:
                 if ch.quantity is Quantity.ENERGY:
-                    layout.append((dev.id, ch.id, power, _identity(dev)))
+                    layout.append((dev.id, ch.id, power, _identity(dev), device_ceiling_w(dev)))
         self._devices, self._layout = devices, layout
         self._roles = (frozenset(d.id for d in devices if not in_total(d)),
                        frozenset(d.id for d in devices if d.info.get("role") == "platform"),
@@ -95,12 +109,12 @@ class EnergyMeter:
     def feed(self, s: Snapshot) -> Increment:
         if s.devices is not self._devices:
             self._plan(s.devices)
-        readings, now, ok = s.readings, s.t_wall, Status.OK
+        readings, now, mono, ok = s.readings, s.t_wall, s.t_mono, Status.OK
         joules: dict[str, float] = {}
         unmeasured: dict[str, float] = {}
-        points: dict[str, tuple[str, float, float | None, float, str | None]] = {}
+        points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {}
         before_all = self._points
-        for dev_id, cid, power_cid, identity in self._layout:
+        for dev_id, cid, power_cid, identity, ceiling in self._layout:
             if dev_id not in joules:
                 joules[dev_id] = 0.0
             r = readings.get(cid)
@@ -114,20 +128,24 @@ class EnergyMeter:
                 continue
             p = readings.get(power_cid) if power_cid is not None else None
             power = p.value if p is not None and p.status is ok else None
-            points[cid] = (dev_id, value, power, now, identity)
+            points[cid] = (dev_id, value, power, now, identity, mono)
             if before is None:
                 continue  # a new device counts from its next snapshot
             delta = value - before[1]
-            if delta < 0:  # wrapped or reset
-                gap = now - before[3]
+            # this run: the monotonic gap; a point given back after a restart: the wall clock's
+            gap = mono - before[5] if before[5] is not None else now - before[3]
+            if delta < 0 or delta > ceiling * max(gap, MIN_GAP_S):  # wrapped or reset; or garbage
                 if 0 <= gap <= self.max_estimate_s:
                     delta = (power or 0.0) * gap
                 else:
                     delta = 0.0
                     unmeasured[dev_id] = unmeasured.get(dev_id, 0.0) + max(0.0, gap)
             joules[dev_id] += delta
-        dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
-        self._t_wall = now
+        if self._t_mono is not None:
+            dt = max(0.0, mono - self._t_mono)
+        else:  # the first snapshot: since the points given back (wall clock: across the restart), if any
+            dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
+        self._t_wall, self._t_mono = now, mono
         self._points = points
         return Increment(dt, joules, unmeasured, *self._roles)
 

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from aithermd.backends.energy_rate import CounterGuard
 from aithermd.backends.nvml_clocks import close_all
 from aithermd.backends.nvml_gpu import Down, GpuReader, Lost, error_names
 from aithermd.backends.nvml_knobs import NvmlKnobs
@@ -86,6 +87,7 @@ class NvmlBackend(NvmlKnobs):
         # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's
         # own reads (NvmlReader.temperature_now) skip a poll meanwhile instead of using a dropped handle
         self.handles = HandleGuard()
+        self._energy = CounterGuard()  # an energy counter's implausible jump is a bad sample
         self._log = structlog.get_logger("aithermd.nvml")
 
     def _base(self) -> int:
@@ -206,6 +208,7 @@ class NvmlBackend(NvmlKnobs):
             for knob in slot.reader.knobs.values():
                 knobs[knob.id] = KnobValue(knob.id, None, None, Status.FAILED)
             attrs[slot.id] = {}
+        self._energy.check_devices(readings, t, [s.device for s in slots])
         return Sample(t=t, readings=readings, knobs=knobs, attrs=attrs, lost=frozenset(lost),
                       health={"nvml": self.life.health(t, hung)})
 

@@ -19,12 +19,13 @@ sleep as an "implausible" reset whose energy was dropped.
 from __future__ import annotations
 
 from aithermd import units
+from aithermd.backends.energy_rate import MAX_PLAUSIBLE_W, implausible_w  # noqa: F401 - API
 from aithermd.backends.powercap_zones import max_gap_s
 from aithermd.backends.sysfs import Attribute
 from aithermd.model import Reading, Status
 
-# above this a RAPL zone's power is nonsense (a 2-socket server package draws well under 1 kW)
-MAX_PLAUSIBLE_W = 5000.0
+# MAX_PLAUSIBLE_W (W): above it a zone's power is nonsense; one ceiling with NVML and the accounting
+# (aithermd.backends.energy_rate)
 # boot-clock time beyond monotonic time in one interval that means the machine slept in it (a busy host
 # lets the two drift apart by microseconds, never by a second)
 SLEPT_S = 1.0
@@ -83,7 +84,7 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
         power = Reading(power_id, None, Status.STALE, f"the machine slept {dt - awake:.0f} s and energy_uj "
                         "went back: a reset or a wrap, not counted")
         delta = 0
-    elif (watts := units.uj_to_j(delta) / dt) > MAX_PLAUSIBLE_W:
+    elif (watts := implausible_w(units.uj_to_j(delta), dt, MAX_PLAUSIBLE_W, 0.0)) is not None:
         # a counter reset (resume, firmware) read as a wrap: no such power exists; count nothing
         power = Reading(power_id, None, Status.IMPLAUSIBLE, f"{watts:.0f} W: energy_uj reset, not a wrap")
         delta = 0
@@ -91,7 +92,7 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
         power = Reading(power_id, None, Status.STALE, f"the machine slept {dt - awake:.0f} s in this "
                         "interval: its energy counts, no power for it")
     else:
-        power = Reading(power_id, watts)
+        power = Reading(power_id, units.uj_to_j(delta) / dt)
     zone.prev_raw, zone.prev_t, zone.prev_boot = raw, t, boot
     zone.total_uj += delta
     return power, Reading(energy_id, units.uj_to_j(zone.total_uj))
