@@ -30,7 +30,7 @@ class RealClock:
 
 class FakeClock:
     """A clock that moves only when told: ``advance(s)`` moves monotonic and wall time together, never
-    backwards. Monotonic time starts at ``start`` s, wall time at ``wall_start`` (default 2026-01-01 00:00
+    backwards; ``step_wall(s)`` steps the wall clock alone. Monotonic time starts at ``start`` s, wall time at ``wall_start`` (default 2026-01-01 00:00
     UTC). The simulated workstation's clock (:class:`aithermd.sim.runner.SimClock`) and the tests' clock
     are this one."""
 
@@ -53,6 +53,11 @@ class FakeClock:
         if seconds > 0:
             self._slept += seconds
             self._wall_offset += seconds
+
+    def step_wall(self, seconds: float) -> None:
+        """NTP (timesyncd, chrony) steps the wall clock by ``seconds`` (either way): monotonic and boot time
+        do not move."""
+        self._wall_offset += seconds
 
     def advance(self, seconds: float) -> None:
         if seconds > 0:

@@ -3,8 +3,8 @@
 :class:`Control` implements :class:`aithermd.publish.control.DaemonControl`. Mutations are recorded here
 and read by the loop at the start of the next tick. The active policy, the overrides and the detached holds
 persist in ``<state_dir>/operator.json`` (written atomically), so they survive a restart; holds tied to a
-D-Bus caller die with the daemon as they would with the caller. Times are wall-clock seconds (an expiry
-must survive a restart; the monotonic clock does not).
+D-Bus caller die with the daemon as they would with the caller. Expiries run on the boot clock, immune to
+NTP steps; wall-clock times only show them and carry them across a restart (:mod:`aithermd.runtime.expiry`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import math
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from aithermd.errors import (
 )
 from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
+from aithermd.runtime.expiry import Expiries
 from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
@@ -68,6 +69,7 @@ class Control:
         self.active = default_policy
         self.holds: list[Hold] = []
         self.overrides: dict[str, tuple[float, float | None]] = {}  # knob → (value, expires wall or None)
+        self._due = Expiries(clock)  # ("h", cookie) / ("o", knob id) → boot-clock expiry
         # cookies start anywhere in 1…2³²−1: a client still holding one of an earlier daemon's (after a
         # restart) must not release another caller's hold by it, as counting from 1 at every start allowed
         self._next_cookie = secrets.randbelow(COOKIE_MAX) + 1
@@ -92,6 +94,8 @@ class Control:
                 expires = entry.get("expires_wall")
                 self.overrides[str(knob_id)] = (float(entry["value"]),
                                                 None if expires is None else float(expires))
+                if expires is not None:
+                    self._due.anchor(("o", str(knob_id)), float(expires))
             except (KeyError, TypeError, ValueError, AttributeError):
                 self._log.warning("override_unreadable", knob=knob_id)
         per_uid: dict[int | None, int] = {}
@@ -109,6 +113,8 @@ class Control:
                 continue
             per_uid[hold.uid] = per_uid.get(hold.uid, 0) + 1
             self.holds.append(hold)
+            if hold.expires is not None:
+                self._due.anchor(("h", hold.cookie), hold.expires)
         # the cookies go on from the random start (__init__), never from these: a cookie of the last run's
         # caller holds, gone with it, would otherwise be handed out again
 
@@ -116,38 +122,46 @@ class Control:
         """Write the state. On failure: with ``kept`` (:meth:`_state` before a change meant to survive a
         restart) the change is undone and StateNotSaved raised; without, the error is logged (a release
         or an expiry still takes effect now)."""
-        doc = {"active_policy": self.active,
-               "overrides": {k: {"value": v, "expires_wall": e} for k, (v, e) in self.overrides.items()},
-               "holds": [asdict(h) for h in self.holds if h.detached]}
+        wall = self._due.wall  # the expiries as the wall clock has them now
+        doc = {"active_policy": self.active, "overrides": {
+            k: {"value": v, "expires_wall": wall(("o", k), e)} for k, (v, e) in self.overrides.items()},
+               "holds": [{**asdict(h), "expires": wall(("h", h.cookie), h.expires)}
+                         for h in self.holds if h.detached]}
         try:
             write_atomically(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+            self._due.mark()
         except OSError as exc:
             self._log.error("operator_state_not_saved", path=str(self.path), error=str(exc))
             if kept is not None:
-                self.active, self.overrides, self.holds, events = kept
+                self.active, self.overrides, self.holds, events, self._due.at = kept
                 del self._events[events:]
                 raise StateNotSaved(f"cannot keep the change across a restart: {self.path}: "
                                     f"{exc.strerror or exc}; nothing changed (make the state directory "
                                     "writable, or free space on it)") from exc
 
     def _state(self) -> tuple:
-        return self.active, dict(self.overrides), list(self.holds), len(self._events)
+        return self.active, dict(self.overrides), list(self.holds), len(self._events), dict(self._due.at)
 
     # -- what the loop reads each tick ---------------------------------------------------------------
-    def expire(self, now_wall: float) -> list[Event]:
-        """End holds and overrides whose time is up; returns the events (also queued ones: policy changes
-        made by D-Bus calls since the last tick)."""
+    def expire(self, now_wall: float | None = None) -> list[Event]:
+        """End holds and overrides whose time is up on the boot clock (``now_wall``: unused, the wall clock
+        may have been stepped); returns the events (also queued ones: policy changes made by D-Bus calls
+        since the last tick)."""
         events, self._events = self._events, []
         changed = False
-        for hold in [h for h in self.holds if h.expires is not None and h.expires <= now_wall]:
+        due = self._due.pop_due() if self._due.at else ()
+        for hold in [h for h in self.holds if ("h", h.cookie) in due]:
             self.holds.remove(hold)
             changed = changed or hold.detached
             events.append(self._event("policy", hold.policy, f"hold {hold.cookie} on {hold.policy} timed out",
                                       cookie=hold.cookie))
-        for knob_id in [k for k, (_, e) in self.overrides.items() if e is not None and e <= now_wall]:
+        for knob_id in [k for k in self.overrides if ("o", k) in due]:
             del self.overrides[knob_id]
             changed = True
             events.append(self._event("policy", knob_id, f"override of {knob_id} expired"))
+        if self._due.at and self._due.stepped():  # the wall clock was stepped: expiries shown and saved anew
+            self.holds = [replace(h, expires=self._due.wall(("h", h.cookie), h.expires)) for h in self.holds]
+            changed = True
         if changed:
             self._save()
         return events
@@ -213,7 +227,7 @@ class Control:
                                 "(holds: aithermctl status)")
         now, kept = self._clock.wall(), self._state()
         cookie = self._cookie()
-        expires = now + timeout_s if timeout_s > 0 else None
+        expires = self._due.set(("h", cookie), timeout_s)
         hold = Hold(cookie, policy, reason, owner, uid, now, expires, detached)
         self.holds.append(hold)
         self._events.append(self._event("policy", policy, f"hold {cookie} on {policy}: {reason}",
@@ -263,7 +277,7 @@ class Control:
             raise InvalidArgument(f"seconds must be ≥ 0 (0 = until cleared), not {seconds}")
         # kept across a restart: refused when it cannot be; a timed one is in force now whatever the disk says
         applied, kept = clamp_request(knob, value), self._state() if seconds == 0 else None
-        self.overrides[knob_id] = (applied, self._clock.wall() + seconds if seconds > 0 else None)
+        self.overrides[knob_id] = (applied, self._due.set(("o", knob_id), seconds))
         asked = f" (asked {value:g} {knob.unit}, clamped to the knob's range)" if applied != value else ""
         warnings = override_warnings(knob, applied, seconds)
         self._events.append(self._event("policy", knob_id, f"override {knob_id} := {applied:g} {knob.unit}"
@@ -346,10 +360,6 @@ class Control:
     def _event(self, kind: str, subject: str, message: str, **data: Any) -> Event:
         self._log.info(kind, subject=subject, message=message, **data)
         return Event(kind, self._clock.wall(), subject, message, data)
-
-
-def _fmt(value: float | None) -> str:
-    return "?" if value is None else f"{value:g}"
 
 
 def range_text(lo: float | None, hi: float | None, unit: str) -> str:
