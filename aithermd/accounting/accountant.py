@@ -79,9 +79,10 @@ class Accountant:
 
     def account(self, t_wall: float, dt_s: float, joules: Mapping[str, float], usage: Sequence[GpuUsage],
                 cpu: Mapping[ProcKey, float], identities: Mapping[str, str | None] | None = None,
-                scopes: Iterable[str] = ()) -> dict[str, dict[str, float]]:
-        """Account one interval of ``dt_s`` ending at ``t_wall``; ``identities``: {device id: uuid or zone}
-        (idle floors follow the board, not its index). Returns {scope: {device: J}} for ``scopes``."""
+                scopes: Iterable[str] = (), t_run: float | None = None) -> dict[str, dict[str, float]]:
+        """Account one interval of ``dt_s`` ending at ``t_wall`` (``t_run``: then on the boot clock, which
+        times how long exited processes are kept; None: ``t_wall``); ``identities``: {device id: uuid or
+        zone} (idle floors follow the board, not its index). Returns {scope: {device: J}} for ``scopes``."""
         identities = identities or {}
         splits: list[Split] = []
         for u in usage:
@@ -102,9 +103,10 @@ class Accountant:
             splits.append(split_cpu(CPU, energy, dt_s, floor.value, used))
             if dt_s > 0 and not baseline:
                 floor.observe(energy / dt_s, dt_s, idle=sum(used.values()) / dt_s < CPU_BUSY_CORES)
+        t = t_wall if t_run is None else t_run
         for split in splits:
-            self.ledger.add(split, self.info, t_wall, dt_s)
-        self.ledger.settle(cpu.keys(), t_wall)
+            self.ledger.add(split, self.info, t, dt_s)
+        self.ledger.settle(cpu.keys(), t)
         self.last_usage = {u.device_id: u for u in usage}
         self.last_splits = {s.device: s for s in splits}
         self.last_dt_s = dt_s

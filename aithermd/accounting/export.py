@@ -3,7 +3,8 @@
 Per device: total, idle, unattributed and attributed joules (present at 0 from the moment the device is
 known). Per family (``unit``, ``job``, ``container``, ``process``): at most ``top_n`` consumers get series
 of their own; a consumer is admitted when there is room, by the energy it used in the interval it appeared
-(largest first), and keeps its series while it used energy within ``ttl_s``; then its series ends. Energy
+(largest first), and keeps its series while it used energy within ``ttl_s`` (on the boot clock the energy
+service gives: an NTP step of the wall clock neither keeps nor ends it); then its series ends. Energy
 of consumers without a series goes to the family's ``other`` series. So every series only grows, and per
 device ``sum(family) = attributed`` at every scrape (``rate()`` sums hold). The export is rebuilt after each
 accounting pass as frozen tuples: the scrape thread reads it without a lock.
@@ -85,7 +86,8 @@ class Exporter:
     def update(self, t: float, splits: Iterable[Split], info: Callable[[ProcKey], ProcessInfo],
                devices: Mapping[str, Mapping[str, float]], usage: Mapping[str, GpuUsage],
                known: Iterable[str] = ()) -> EnergyExport:
-        """After a pass: this interval's ``splits``, the ledger's per-device totals, the GPUs' usage."""
+        """After a pass ending at ``t`` (boot-clock s): this interval's ``splits``, the ledger's per-device
+        totals, the GPUs' usage."""
         per_kind: dict[str, dict[tuple[str, ...], dict[str, float]]] = {k: {} for k in FAMILIES}
         for split in splits:
             for share in split.shares:

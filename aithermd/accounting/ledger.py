@@ -2,7 +2,8 @@
 per device what stayed idle or unattributed. Fed one :class:`~aithermd.accounting.attribution.Split` per
 device and interval; memory stays bounded.
 
-Bounds: a process's record lives while it runs and ``keep_exited_s`` after (its joules stay in its unit,
+Bounds: a process's record lives while it runs and ``keep_exited_s`` after, on the boot clock the energy
+service gives (an NTP step of the wall clock neither keeps nor drops it; its joules stay in its unit,
 job and container); at most ``max_processes`` records (the exited ones with the least energy go first).
 Each group kind keeps at most ``max_groups`` entries; beyond that the least recently active one's totals
 move into its kind's ``"other"`` entry, so totals never shrink.
@@ -67,7 +68,7 @@ class Ledger:
         self.groups: dict[str, dict[str, Group]] = {k: {} for k in GROUP_KINDS}
         self.devices: dict[str, dict[str, float]] = {}  # device → {"total_j", "idle_j", "unattributed_j"}
 
-    def add(self, split: Split, info: Callable[[ProcKey], ProcessInfo], t_wall: float, dt_s: float) -> None:
+    def add(self, split: Split, info: Callable[[ProcKey], ProcessInfo], t: float, dt_s: float) -> None:
         dev = self.devices.setdefault(split.device, {"total_j": 0.0, "idle_j": 0.0, "unattributed_j": 0.0})
         dev["total_j"] += split.energy_j
         dev["idle_j"] += split.idle_j
@@ -76,8 +77,8 @@ class Ledger:
             record = self.processes.get(share.key)
             who = info(share.key)
             if record is None:
-                record = self.processes[share.key] = ProcessRecord(who, t_wall, t_wall)
-            record.info, record.last_seen, record.alive = who, t_wall, True
+                record = self.processes[share.key] = ProcessRecord(who, t, t)
+            record.info, record.last_seen, record.alive = who, t, True
             record.joules[split.device] = record.joules.get(split.device, 0.0) + share.total_j
             record.idle_j[split.device] = record.idle_j.get(split.device, 0.0) + share.idle_j
             record.watts[split.device] = share.total_j / dt_s if dt_s > 0 else 0.0
@@ -86,22 +87,22 @@ class Ledger:
             for kind, name in group_names(who).items():
                 group = self.groups[kind].get(name)
                 if group is None:
-                    group = self.groups[kind][name] = Group(first_seen=t_wall)
+                    group = self.groups[kind][name] = Group(first_seen=t)
                 group.joules[split.device] = group.joules.get(split.device, 0.0) + share.total_j
-                group.last_active = t_wall
+                group.last_active = t
                 if who.user:
                     group.users.add(who.user)
 
-    def settle(self, alive: Iterable[ProcKey], t_wall: float) -> None:
-        """After an interval: mark processes no longer running, drop old and excess records, fold excess
-        groups into ``other``."""
+    def settle(self, alive: Iterable[ProcKey], t: float) -> None:
+        """After an interval ending at ``t`` (s, the clock :meth:`add` is given): mark processes no longer
+        running, drop old and excess records, fold excess groups into ``other``."""
         alive = set(alive)
         for key, record in list(self.processes.items()):
             if key not in alive:
                 if record.alive:
                     record.alive = False
                     record.watts = {}
-                if t_wall - record.last_seen > self.keep_exited_s:
+                if t - record.last_seen > self.keep_exited_s:
                     del self.processes[key]
         if len(self.processes) > self.max_processes:
             exited = sorted((r.total_j, k) for k, r in self.processes.items() if not r.alive)

@@ -13,9 +13,10 @@ joules between are estimated, never the garbage counted. The backends already ho
 ``implausible`` (:class:`~aithermd.backends.energy_rate.CounterGuard`); this is the last line, for a point
 given back after a restart or a backend without the guard.
 
-Time between snapshots is the monotonic clock's (``Snapshot.t_mono``): an NTP step of the wall clock
-neither stretches nor cuts an interval. Only a point given back after a restart measures its gap on the
-wall clock, the only clock that spans the restart.
+Time between snapshots is the boot clock's when the meter has a clock (the energy service's: monotonic, and
+counting a suspend, in which the counters go on), else the snapshots' monotonic time: an NTP step of the
+wall clock neither stretches nor cuts an interval. Only a point given back after a restart measures its gap
+on the wall clock, the only clock that spans the restart.
 
 The points can be saved and given back (:meth:`EnergyMeter.points`, ``seed``) with each device's UUID, so
 that after a daemon restart the energy used while it was down is counted once the counters are read again
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aithermd.backends.energy_rate import MIN_GAP_S, device_ceiling_w
+from aithermd.clock import Clock
 from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
 
 
@@ -43,7 +45,7 @@ class Point:
     power_w: float | None
     t_wall: float
     identity: str | None = None
-    t_mono: float | None = None  # this run's monotonic s; None for a point given back after a restart
+    t_run: float | None = None  # this run's boot-clock s; None for a point given back after a restart
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,15 +74,17 @@ class EnergyMeter:
     are plain tuples (a frozen dataclass pays one ``__setattr__`` per field)."""
 
     def __init__(self, *, kinds: tuple[DeviceKind, ...] = (DeviceKind.GPU, DeviceKind.POWERCAP),
-                 max_estimate_s: float = 60.0, seed: Mapping[str, Point] | None = None) -> None:
+                 max_estimate_s: float = 60.0, seed: Mapping[str, Point] | None = None,
+                 clock: Clock | None = None) -> None:
         self.kinds = kinds
+        self._clock = clock  # its boot clock times the intervals (None: the snapshots' t_mono)
         self.max_estimate_s = max_estimate_s
-        # channel id → (device, J, power W or None, t_wall, identity, t_mono or None)
+        # channel id → (device, J, power W or None, t_wall, identity, t_run or None)
         self._points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {
             cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None)
             for cid, p in (seed or {}).items()}
         self._t_wall: float | None = max((p.t_wall for p in (seed or {}).values()), default=None)
-        self._t_mono: float | None = None
+        self._t_run: float | None = None
         self._devices: Any = None
         # (device, energy ch, power ch, id, ceiling W)
         self._layout: list[tuple[str, str, str | None, str | None, float]] = []
@@ -109,7 +113,8 @@ class EnergyMeter:
     def feed(self, s: Snapshot) -> Increment:
         if s.devices is not self._devices:
             self._plan(s.devices)
-        readings, now, mono, ok = s.readings, s.t_wall, s.t_mono, Status.OK
+        readings, now, ok = s.readings, s.t_wall, Status.OK
+        run = s.t_mono if self._clock is None else self._clock.boottime()
         joules: dict[str, float] = {}
         unmeasured: dict[str, float] = {}
         points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {}
@@ -128,12 +133,12 @@ class EnergyMeter:
                 continue
             p = readings.get(power_cid) if power_cid is not None else None
             power = p.value if p is not None and p.status is ok else None
-            points[cid] = (dev_id, value, power, now, identity, mono)
+            points[cid] = (dev_id, value, power, now, identity, run)
             if before is None:
                 continue  # a new device counts from its next snapshot
             delta = value - before[1]
-            # this run: the monotonic gap; a point given back after a restart: the wall clock's
-            gap = mono - before[5] if before[5] is not None else now - before[3]
+            # this run: the run clock's gap; a point given back after a restart: the wall clock's
+            gap = run - before[5] if before[5] is not None else now - before[3]
             if delta < 0 or delta > ceiling * max(gap, MIN_GAP_S):  # wrapped or reset; or garbage
                 if 0 <= gap <= self.max_estimate_s:
                     delta = (power or 0.0) * gap
@@ -141,11 +146,11 @@ class EnergyMeter:
                     delta = 0.0
                     unmeasured[dev_id] = unmeasured.get(dev_id, 0.0) + max(0.0, gap)
             joules[dev_id] += delta
-        if self._t_mono is not None:
-            dt = max(0.0, mono - self._t_mono)
+        if self._t_run is not None:
+            dt = max(0.0, run - self._t_run)
         else:  # the first snapshot: since the points given back (wall clock: across the restart), if any
             dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
-        self._t_wall, self._t_mono = now, mono
+        self._t_wall, self._t_run = now, run
         self._points = points
         return Increment(dt, joules, unmeasured, *self._roles)
 

@@ -68,7 +68,7 @@ class EnergyService:
         self.gpus = list(gpus)
         self._log = structlog.get_logger("aithermd.energy")
         saved = self._load(STATE_FILE, FORMAT)
-        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")))
+        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")), clock=self.clock)
         self.windows = EnergyWindows(self.clock, per_uid=per_uid, max_windows=max_windows)
         restored = self.windows.restore(saved.get("windows") or [])
         if restored:
@@ -78,6 +78,10 @@ class EnergyService:
         until = saved.get("accounted_until")
         self._accounted_until: float | None = float(until) if isinstance(until, int | float) else None
         self._pending: dict[str, float] = _floats(saved.get("pending"))
+        # seconds those joules span: the meter's intervals (boot clock; the wall clock only across a restart)
+        pending_s = saved.get("pending_s")
+        self._pending_s = float(pending_s) if isinstance(pending_s, int | float) and pending_s >= 0 else 0.0
+        self._latest_run = self.clock.boottime()  # boot-clock s of the latest snapshot
         self._latest: Snapshot | None = None
         self._next_pass: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -127,14 +131,15 @@ class EnergyService:
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         increment = self.meter.feed(snapshot)
         self.windows.add(increment)
-        self._latest = snapshot
+        self._latest, self._latest_run = snapshot, self.clock.boottime()
         if self.accountant is not None and snapshot.devices is not getattr(self, "_devices", None):
             self._devices = snapshot.devices
             self._known = tuple(d for d in increment.joules if d.startswith("gpu")) + (
                 (CPU,) if any(is_package_zone(d) for d in increment.joules) else ())
             if not self.exporter.export.devices:  # every counter exists at 0 once its device is known
-                self.exporter.update(snapshot.t_wall, (), self.accountant.info, {}, {}, self._known)
+                self.exporter.update(self._latest_run, (), self.accountant.info, {}, {}, self._known)
         if self.accountant is not None:
+            self._pending_s += increment.dt_s
             for device, joules in increment.joules.items():
                 if device.startswith("gpu") or is_package_zone(device):
                     self._pending[device] = self._pending.get(device, 0.0) + joules
@@ -177,16 +182,16 @@ class EnergyService:
         if self.accountant is None or self._latest is None:
             return
         t_wall = self._latest.t_wall
-        dt = max(0.0, t_wall - (self._accounted_until if self._accounted_until is not None else t_wall))
-        joules, self._pending = self._pending, {}
+        (joules, self._pending), (dt, self._pending_s) = (self._pending, {}), (self._pending_s, 0.0)
         self._accounted_until = t_wall
         identities = {d.id: (d.info.get("uuid") or None) for d in self._latest.devices}
-        per_scope = self.accountant.account(t_wall, dt, joules, usage, cpu, identities, self.windows.scopes())
+        per_scope = self.accountant.account(t_wall, dt, joules, usage, cpu, identities, self.windows.scopes(),
+                                            t_run=self._latest_run)
         self.windows.add_scoped(per_scope)
         for split in self.accountant.last_splits.values():
             self.history.add(split, self.accountant.info, t_wall)
         self.history.trim()
-        self.exporter.update(t_wall, self.accountant.last_splits.values(), self.accountant.info,
+        self.exporter.update(self._latest_run, self.accountant.last_splits.values(), self.accountant.info,
                              self.accountant.ledger.devices, self.accountant.last_usage, self._known)
         self._processes_text = None
 
@@ -222,7 +227,7 @@ class EnergyService:
     def state(self) -> dict[str, Any]:
         return {"format": FORMAT, "points": points_to_json(self.meter.points()),
                 "windows": self.windows.to_json(), "accounted_until": self._accounted_until,
-                "pending": dict(self._pending),
+                "pending": dict(self._pending), "pending_s": self._pending_s,
                 "floors": self.accountant.floors_json() if self.accountant is not None else {}}
 
     def save(self) -> None:

@@ -11,7 +11,10 @@ scope (:mod:`aithermd.accounting.attribution`) -- the joules that job used, not 
 Ids are random 63-bit numbers (never 0): unique across daemon restarts without any counter to keep, so a
 Slurm epilog can never stop another job's window with an id that came round again. Windows survive a
 restart: :meth:`EnergyWindows.to_json` / :meth:`from_json` keep them in the state directory with their sums
-(and the meter keeps the counter points those sums end at). Times are wall-clock seconds.
+(and the meter keeps the counter points those sums end at). A window's duration and timeout run on the boot
+clock (monotonic, counting sleep: an NTP step of the wall clock neither stretches nor cuts them); its
+``started`` is the wall time it was opened, and the wall clock carries its start and deadline across a
+restart only (saved as the wall times they fall at when saved, re-anchored at load).
 
 A window that reaches its timeout stops summing there; its sums are kept for :data:`KEEP_ENDED_S` (the most
 recent :data:`MAX_ENDED`), so its stop still returns them, marked ``"timed_out": true`` with the duration up
@@ -83,23 +86,26 @@ class Window:
     id: int
     name: str
     uid: int
-    started: float  # wall s
-    deadline: float  # wall s
+    started: float  # wall s when opened (as shown)
+    deadline: float  # wall s of the timeout when opened or restored (as shown)
     scope: str = ""
     joules: dict[str, float] = field(default_factory=dict)  # device id → J
     attributed: dict[str, float] = field(default_factory=dict)  # device id → J of the scope
     unmeasured_s: float = 0.0
     restarts: int = 0  # daemon restarts the window lived through
+    t0: float = 0.0  # boot-clock s it started at (re-anchored after a restart)
+    due: float = math.inf  # boot-clock s of its timeout
 
     def document(self, now: float, apart: frozenset[str] = frozenset(),
                  platform: frozenset[str] = frozenset(), estimated: frozenset[str] = frozenset()
                  ) -> dict[str, Any]:
-        """The window so far; ``total_j`` leaves out the ``apart`` devices (RAPL subzones, psys, an MMIO
-        copy of a package), ``platform_j`` is psys, ``estimated`` the devices integrated from power."""
+        """The window so far at boot-clock ``now`` (s); ``total_j`` leaves out the ``apart`` devices (RAPL
+        subzones, psys, an MMIO copy of a package), ``platform_j`` is psys, ``estimated`` the devices
+        integrated from power."""
         joules = {k: round(v, 6) for k, v in sorted(self.joules.items())}
         total = sum(v for k, v in joules.items() if k not in apart)
         doc: dict[str, Any] = {"id": self.id, "name": self.name, "uid": self.uid,
-                               "started": self.started, "duration_s": round(max(0.0, now - self.started), 6),
+                               "started": self.started, "duration_s": round(max(0.0, now - self.t0), 6),
                                "joules": joules, "total_j": round(total, 6),
                                "restarts": self.restarts, "unmeasured_s": round(self.unmeasured_s, 3)}
         if any(k in platform for k in joules):
@@ -154,9 +160,9 @@ class EnergyWindows:
         wid = self._new_id()
         while wid in self._windows or wid <= 0:
             wid = _random_id()
-        now = self._clock.wall()
-        self._windows[wid] = Window(wid, name, uid, now, now + (timeout_s or DEFAULT_TIMEOUT_S), scope)
-        self._soonest = min(self._soonest, self._windows[wid].deadline)
+        now, run, timeout_s = self._clock.wall(), self._clock.boottime(), timeout_s or DEFAULT_TIMEOUT_S
+        self._windows[wid] = Window(wid, name, uid, now, now + timeout_s, scope, t0=run, due=run + timeout_s)
+        self._soonest = min(self._soonest, run + timeout_s)
         self.changed = True
         return wid
 
@@ -185,28 +191,28 @@ class EnergyWindows:
             del self._ended[window_id]
             return ended[1]
         del self._windows[window_id]
-        return owner.document(self._clock.wall(), *self._roles)
+        return owner.document(self._clock.boottime(), *self._roles)
 
     def list(self, uid: int, *, root: bool = False) -> list[dict[str, Any]]:
         """The caller's open windows (every window for root), oldest first, as :meth:`stop` documents them
         so far."""
         self.expire()
-        now = self._clock.wall()
+        now = self._clock.boottime()
         return [w.document(now, *self._roles) for w in sorted(self._windows.values(), key=lambda w: w.started)
                 if root or w.uid == uid]
 
     def expire(self) -> None:
         """End windows whose timeout has passed (their sums kept for a stop, see the module doc)."""
-        now = self._clock.wall()
-        for wid in [w.id for w in self._windows.values() if w.deadline <= now]:
+        now = self._clock.boottime()
+        for wid in [w.id for w in self._windows.values() if w.due <= now]:
             window = self._windows.pop(wid)
-            self._ended[wid] = (window, {**window.document(window.deadline, *self._roles), "timed_out": True})
+            self._ended[wid] = (window, {**window.document(window.due, *self._roles), "timed_out": True})
             self.changed = True
-        for wid in [wid for wid, (w, _) in self._ended.items() if w.deadline + KEEP_ENDED_S <= now]:
+        for wid in [wid for wid, (w, _) in self._ended.items() if w.due + KEEP_ENDED_S <= now]:
             del self._ended[wid]
         while len(self._ended) > MAX_ENDED:
             del self._ended[next(iter(self._ended))]
-        self._soonest = min((w.deadline for w in self._windows.values()), default=math.inf)
+        self._soonest = min((w.due for w in self._windows.values()), default=math.inf)
 
     def open_count(self, uid: int | None = None) -> int:
         return sum(1 for w in self._windows.values() if uid is None or w.uid == uid)
@@ -227,7 +233,7 @@ class EnergyWindows:
                 window.joules[device_id] = window.joules.get(device_id, 0.0) + joules
             if increment.unmeasured_s:
                 window.unmeasured_s += max(increment.unmeasured_s.values())
-        if self._soonest <= self._clock.wall():
+        if self._soonest <= self._clock.boottime():
             self.expire()
 
     def add_scoped(self, per_scope: Mapping[str, Mapping[str, float]]) -> None:
@@ -238,14 +244,17 @@ class EnergyWindows:
 
     # ---- persistence -----------------------------------------------------------------------------------
     def to_json(self) -> list[dict[str, Any]]:
-        return [{"id": w.id, "name": w.name, "uid": w.uid, "started": w.started, "deadline": w.deadline,
-                 "scope": w.scope, "joules": w.joules, "attributed": w.attributed,
+        """The open windows; ``begun`` and ``deadline``: their start and timeout as wall times by the wall
+        clock now (what a restart re-anchors on), ``started``: the wall time each was opened."""
+        wall = self._clock.wall() - self._clock.boottime()  # boot-clock s → wall s, now
+        return [{"id": w.id, "name": w.name, "uid": w.uid, "started": w.started, "begun": w.t0 + wall,
+                 "deadline": w.due + wall, "scope": w.scope, "joules": w.joules, "attributed": w.attributed,
                  "unmeasured_s": w.unmeasured_s, "restarts": w.restarts} for w in self._windows.values()]
 
     def restore(self, items: Iterable[Any], *, restarted: bool = True) -> int:
         """Windows saved by :meth:`to_json` (a previous daemon's); malformed entries are dropped, expired
         ones too. Returns how many were restored."""
-        n = 0
+        n, run = 0, self._clock.boottime() - self._clock.wall()  # wall s → boot-clock s, now
         for d in items if isinstance(items, list) else []:
             try:
                 w = Window(int(d["id"]), str(d["name"])[:MAX_NAME], int(d["uid"]), float(d["started"]),
@@ -254,6 +263,7 @@ class EnergyWindows:
                            {str(k): float(v) for k, v in dict(d.get("attributed") or {}).items()},
                            float(d.get("unmeasured_s") or 0.0), int(d.get("restarts") or 0) + int(restarted))
                 parse_scope(w.scope)
+                w.t0, w.due = float(d.get("begun", w.started)) + run, w.deadline + run
             except (KeyError, TypeError, ValueError, AithermError):
                 continue
             if w.id > 0 and w.id not in self._windows:
