@@ -66,6 +66,9 @@ class Wall:
     def monotonic(self) -> float:
         return self.t
 
+    def boottime(self) -> float:  # the windows' run clock: the simulated time, which no NTP steps
+        return self.t
+
 
 class Listener:
     """A hub listener: the bodies of the D-Bus ``Event`` signals the daemon sends, as ``Daemon1`` makes them
