@@ -3,9 +3,12 @@
 
 A mixin of :class:`~aithermd.backends.nvml.NvmlBackend` (which provides ``nvml``, ``life``, ``worker``,
 ``clock``, ``_names`` and ``_log``). Every call runs on the NVML worker under the GPU's deadline; a GPU
-that is lost, down or hung refuses at once. ``NVML_ERROR_NO_PERMISSION`` on a write (as root: a container
-without CAP_SYS_ADMIN) makes the knob read-only with that reason, once: it is not tried again, and the
-runtime learns of it through ``take_changes()``.
+that is lost, down or hung refuses at once. ``NVML_ERROR_NO_PERMISSION`` on a write of a knob that never took
+one (as root: a container without CAP_SYS_ADMIN) makes the knob read-only with that reason (the runtime
+learns of it through ``take_changes()``); a write asked of it later is still made (the applier asks only a
+safety decision's, with backoff), and one that goes through makes it writable again. The same answer from
+a knob that took writes before is a refusal of that moment, not a capability (attack4 B5): the knob stays
+writable and is tried again whenever asked (``knob_write_refused``, said once, until ``knob_write_back``).
 
 Any other failed write (``NVML_ERROR_UNKNOWN`` from one set call broken on one board or driver branch, a
 ``TIMEOUT``) is a fault of that knob, not of the GPU (its reads go on; see
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from aithermd import units
@@ -91,8 +95,8 @@ class NvmlKnobs:
         """Power limit in W (→ mW, within the limit constraints), target temperature in °C (NVML's acoustic
         threshold: :mod:`aithermd.backends.nvml_acoustic`), fan duty in % (switches the fan to manual), or
         the top of a locked SM clock range in MHz (the card's top clock: unlocked). Raises OutOfRange,
-        NoPermission (the knob is then read-only: :meth:`take_changes`), NotSupported, DeviceLost,
-        BackendTimeout, BackendError, UnknownKnob."""
+        NoPermission (read-only then, unless it took writes before: see the module doc), NotSupported,
+        DeviceLost, BackendTimeout, BackendError, UnknownKnob."""
         self._on(knob_id, self._write, value)
 
     def _write(self, knob_id: str, value: float) -> None:
@@ -120,10 +124,9 @@ class NvmlKnobs:
     def _write_now(self, knob_id: str, value: float) -> None:
         slot, attr = self._knob(knob_id)
         knob = slot.reader.knobs[attr]
-        if not knob.writable:
-            raise (NoPermission if "NO_PERMISSION" in (knob.why_not or "") else NotSupported)(
-                f"{knob_id}: {knob.why_not}"
-            )
+        denied = not knob.writable and "NO_PERMISSION" in (knob.why_not or "")  # tried: it may take it now
+        if not knob.writable and not denied:
+            raise NotSupported(f"{knob_id}: {knob.why_not}")
         unit = knob.unit
         if (
             value is None
@@ -146,10 +149,27 @@ class NvmlKnobs:
             else:
                 self._do(slot, f"{knob_id} := {value:g} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
                          round(value))
-        except NoPermission:
-            self.life.deny(slot, attr, NO_PERMISSION_WHY)
-            self._log.error("knob_read_only", knob=knob_id, reason=NO_PERMISSION_WHY)
+        except NoPermission as exc:
+            took: set[str] = self.__dict__.setdefault("_took", set())  # knobs that took a write
+            refused: set[str] = self.__dict__.setdefault("_refused", set())  # ... and refuse them now
+            if knob_id in took:
+                if knob_id not in refused:
+                    refused.add(knob_id)
+                    self._log.error("knob_write_refused", knob=knob_id, value=value, error=str(exc),
+                                    message=f"{knob_id}: NVML_ERROR_NO_PERMISSION although it took writes "
+                                            "before: refused for now, not read-only; tried again when asked")
+            elif not denied:
+                self.life.deny(slot, attr, NO_PERMISSION_WHY)
+                self._log.error("knob_read_only", knob=knob_id, reason=NO_PERMISSION_WHY)
             raise
+        self.__dict__.setdefault("_took", set()).add(knob_id)
+        if denied:
+            self.life.deny(slot, attr, None)
+            self._log.warning("knob_writable_again", knob=knob_id, value=value,
+                              message=f"{knob_id} took a write after NVML_ERROR_NO_PERMISSION: writable")
+        elif knob_id in self.__dict__.get("_refused", ()):
+            self.__dict__["_refused"].discard(knob_id)
+            self._log.warning("knob_write_back", knob=knob_id, value=value)
 
     def _set_limit(self, slot: Slot, knob_id: str, value: float) -> None:
         """Set the power limit to ``value`` W. A driver may refuse (INVALID_ARGUMENT) a value inside the
@@ -163,6 +183,11 @@ class NvmlKnobs:
             self._do(slot, f"{knob_id} := {asked:g} W", SET_LIMIT, units.w_to_mw(asked))
             return
         except OutOfRange:
+            if self._reread_limits(slot, knob_id):  # the constraints changed: clamped to the new ones
+                floors.pop(knob_id, None)
+                asked = slot.reader.knobs["power_limit"].clamp(value)
+                self._do(slot, f"{knob_id} := {asked:g} W", SET_LIMIT, units.w_to_mw(asked))
+                return
             in_force = units.mw_to_w(self._do(slot, f"{knob_id}: read", "nvmlDeviceGetPowerManagementLimit"))
             if in_force is None or asked >= in_force - FLOOR_STEP_W:
                 raise
@@ -179,6 +204,29 @@ class NvmlKnobs:
                           message=f"{knob_id}: the driver refuses limits under {taken:g} W (its constraints "
                                   f"say {slot.reader.knobs['power_limit'].min:g} W): {value:g} W asked, "
                                   f"{taken:g} W set")
+
+    def _reread_limits(self, slot: Slot, knob_id: str) -> bool:
+        """Read the power limit's constraints and default again (a refused value inside those known: a driver
+        reloaded with another VBIOS, a 12VHPWR cable's sense pins; attack4 B2). True when they changed: the
+        knob then holds the new ones (the runtime rediscovers it: :meth:`take_changes`) and it is said."""
+        knob, reader, n = slot.reader.knobs["power_limit"], slot.reader, units.num
+        bounds, code = reader.attempt("nvmlDeviceGetPowerManagementLimitConstraints")
+        default, _ = reader.attempt("nvmlDeviceGetPowerManagementDefaultLimit")
+        if code is not None:
+            return False  # unreadable now: the refusal stands as it is
+        new = (units.mw_to_w(bounds[0]), units.mw_to_w(bounds[1]),
+               knob.default if default is None else units.mw_to_w(default))
+        if new == (knob.min, knob.max, knob.default):
+            return False
+        reader.knobs["power_limit"] = replace(knob, min=new[0], max=new[1], default=new[2])
+        slot.device = replace(slot.device, knobs=tuple(reader.knobs.values()))
+        self.life.changed = True
+        self._log.warning("power_limit_constraints_changed", knob=knob_id,
+                          was=[knob.min, knob.max, knob.default], now=list(new),
+                          message=f"{knob_id}: the driver's limits changed under the daemon: {n(knob.min)}–"
+                                  f"{n(knob.max)} W (default {n(knob.default)} W) → {n(new[0])}–{n(new[1])} W "
+                                  f"(default {n(new[2])} W); clamped to them from now on")
+        return True
 
     def set_fan_auto(self, knob_id: str) -> None:
         """Hand fan ``knob_id`` back to the driver's automatic curve (nvmlDeviceSetDefaultFanSpeed_v2)."""
@@ -276,8 +324,7 @@ class NvmlKnobs:
             if attr == KNOB:
                 slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
             elif attr == "power_limit":
-                mw = int(saved["limit_mw"])
-                do(f"restore {mw} mW", "nvmlDeviceSetPowerManagementLimit", mw)
+                return self._restore_limit(slot, knob_id, int(saved["limit_mw"]))
             elif attr == nvml_acoustic.ATTR:
                 do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
             elif manual:
@@ -300,6 +347,19 @@ class NvmlKnobs:
                 raise exc from None
             return f"{exc}; handed to the driver's automatic curve instead of {saved['speed_pct']} % manual"
         return None
+
+    def _restore_limit(self, slot: Slot, knob_id: str, mw: int) -> str | None:
+        """Put back the original limit ``mw``, clamped into the GPU's constraints now (they may have changed
+        since it was saved: a driver reload; the card's own range is never worse than found): a note then."""
+        try:
+            lo, hi = (int(v) for v in slot.reader.call("nvmlDeviceGetPowerManagementLimitConstraints"))
+        except (slot.reader.nv.NVMLError, Lost, Down):
+            lo, hi = mw, mw  # unreadable: the original is tried as it is
+        to = min(max(mw, lo), hi)
+        self._do(slot, f"{knob_id}: restore {to} mW", SET_LIMIT, to)
+        return None if to == mw else (
+            f"the original {mw / 1000:g} W is outside the GPU's power-limit constraints now ({lo / 1000:g}–"
+            f"{hi / 1000:g} W: they changed since it was saved, e.g. a driver reload): {to / 1000:g} W set")
 
     def _in_place(self, slot: Slot, attr: str, saved: dict[str, Any], manual: bool) -> bool:
         """Whether ``attr`` of ``slot`` reads back as ``saved`` (False when it cannot be read)."""

@@ -257,8 +257,9 @@ class NvmlLife:
 
     @staticmethod
     def _keep_denied(old: Device, fresh: GpuReader) -> None:
-        """Knobs found read-only at a write stay read-only (a re-probe as root would call them writable)."""
-        for knob in old.knobs:
+        """Knobs found read-only at a write stay read-only when the re-probe did not try a write (as root it
+        calls them writable); one that did try tells (only a knob that never took a write is denied)."""
+        for knob in old.knobs if not getattr(fresh, "probe_writes", False) else ():
             attr = knob.id.partition("/")[2]
             if not knob.writable and attr in fresh.knobs and fresh.knobs[attr].writable:
                 fresh.knobs[attr] = replace(fresh.knobs[attr], writable=False, why_not=knob.why_not)
@@ -335,9 +336,10 @@ class NvmlLife:
         return n
 
     # -- on request ------------------------------------------------------------------------------------
-    def deny(self, slot: Slot, attr: str, why: str) -> Knob:
-        """Make knob ``attr`` of ``slot`` read-only with ``why`` (a write answered NO_PERMISSION)."""
-        knob = replace(slot.reader.knobs[attr], writable=False, why_not=why)
+    def deny(self, slot: Slot, attr: str, why: str | None) -> Knob:
+        """Make knob ``attr`` of ``slot`` read-only with ``why`` (a write answered NO_PERMISSION), or
+        writable again with None (a write went through)."""
+        knob = replace(slot.reader.knobs[attr], writable=why is None, why_not=why)
         slot.reader.knobs[attr] = knob
         slot.device = replace(slot.device, knobs=tuple(slot.reader.knobs.values()))
         self.changed = True

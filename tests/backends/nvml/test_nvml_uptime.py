@@ -220,9 +220,39 @@ def test_no_permission_on_a_write_as_root_makes_the_knob_read_only_once(make):
     knob = next(k for k in backend.discover()[0].knobs if k.id == "gpu0/power_limit")
     assert not knob.writable and "NO_PERMISSION" in knob.why_not and "CAP_SYS_ADMIN" in knob.why_not
     n = fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0)
-    with pytest.raises(NoPermission):
+    with structlog.testing.capture_logs() as logs, pytest.raises(NoPermission):
+        backend.write_knob("gpu0/power_limit", 300.0)  # asked anyway (the applier: a safety decision)
+    assert fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) == n + 1, "tried: it may take it now"
+    assert not backend.take_changes() and not logs, "said once: still read-only"
+    fake.privileged = True
+    with structlog.testing.capture_logs() as logs:
         backend.write_knob("gpu0/power_limit", 300.0)
-    assert fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0) == n, "no NVML call: read-only now"
+    assert fake.power_limit_w(0) == 300.0 and [e["event"] for e in logs] == ["knob_writable_again"]
+    assert backend.take_changes()
+    assert next(k for k in backend.discover()[0].knobs if k.id == "gpu0/power_limit").writable
+
+
+def test_no_permission_after_writes_that_went_through_is_refused_for_now_not_read_only(make, clock):
+    """attack4 B5: one NO_PERMISSION (across a safety cut) made the limit read-only for the daemon's life;
+    a knob that took writes before stays writable, each write asked is made, and said once."""
+    fake = two()
+    backend = make(fake, probe_writes=False)
+    backend.discover()
+    backend.write_knob("gpu0/power_limit", 400.0)  # taken
+    fake.inject("nvmlDeviceSetPowerManagementLimit", 0, E.NVML_ERROR_NO_PERMISSION)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            with pytest.raises(NoPermission):
+                backend.write_knob("gpu0/power_limit", 200.0)
+            clock.advance(1.0)
+    assert fake.calls["nvmlDeviceSetPowerManagementLimit"] == 4, "every write asked is made"
+    assert [e["event"] for e in logs] == ["knob_write_refused"], "said once"
+    assert not backend.take_changes(), "not read-only: nothing to rediscover"
+    assert next(k for k in backend.discover()[0].knobs if k.id == "gpu0/power_limit").writable
+    fake.clear_injections()
+    with structlog.testing.capture_logs() as logs:
+        backend.write_knob("gpu0/power_limit", 200.0)
+    assert fake.power_limit_w(0) == 200.0 and [e["event"] for e in logs] == ["knob_write_back"]
 
 
 def test_pre_volta_energy_is_integrated_from_power_and_marked_estimated(make, clock):
