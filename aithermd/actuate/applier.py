@@ -5,7 +5,8 @@
 - **Read back** after each write. A value that does not stick (the read-back differs from the request
   beyond the knob's resolution, or the mode is not manual) is *drift*, reported once per distinct case with
   the knob named (an enforced power limit below the requested one is :mod:`aithermd.actuate.caps`'s, every
-  tick). A write refused with NoPermission before the knob was ever written leaves no journal entry.
+  tick). A write refused with NoPermission before the knob was ever written leaves no journal entry; one
+  refused is tried again (:mod:`aithermd.actuate.refusals`: a safety decision every tick, with an alarm).
 - **Behind our back**: :meth:`Applier.observe` compares each tick's sampled value of an owned knob with the
   value read back after our last write; a change is drift (another fan controller such as fancontrol or
   CoolerControl, a BMC, the driver on resume). :data:`CONFLICT_COUNT` such changes within
@@ -15,20 +16,18 @@
   fan) is written whatever the knob's drift, step-back or conflict state, every tick it does not hold. The
   journal entry stays, so the original is put back when the daemon stops.
 - **Quantised knobs**: a pwm knob's ``settles_at(value)`` (hwmon's ``pwm_knob``: the driver's level at or
-  above the duty asked) is what the read-back is compared with, so a driver's rounding is neither drift
-  nor a reason to write again.
-- **Power limits the driver keeps its own way** (:func:`~aithermd.actuate.readback.limit_kept`): a safety
-  cut read back at or below the target holds (a driver quantising to 25 W steps keeps it under: as safe;
-  not the ceiling that lets a released cut rise, ``CEILING_RULE``); the limit the driver kept after the
-  same value was written, still in place, is not written again.
-- **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver that refuses
+  above the duty asked) is what the read-back is compared with: a driver's rounding is neither drift nor a
+  reason to write again. **Power limits the driver keeps its own way** (:func:`~aithermd.actuate.readback.
+  limit_kept`): a safety cut read back at or below the target holds (a driver quantising to 25 W steps keeps
+  it under; not the ceiling that lets a released cut rise, ``CEILING_RULE``); the limit the driver kept
+  after the same value was written, still in place, is not written again.
+- **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver refusing
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
-- **No-ops** are dropped: a value already in place (within resolution, mode manual) is not rewritten.
-- **Dry-run** logs each actuation it would make and writes nothing, not even the journal.
-- **Paused** (:meth:`Applier.pause`, while the machine sleeps): nothing is written or handed back and no
-  drift is counted (a driver resetting knobs on resume is not a conflict) until :meth:`Applier.resume`, nor
-  for :data:`RESUME_GRACE_S` after it (firmware that resets fan control a moment after the resume).
+- **No-ops** are dropped (a value in place within resolution, mode manual). **Dry-run** logs each actuation
+  it would make and writes nothing, not even the journal. **Paused** (:meth:`Applier.pause`, asleep):
+  nothing is written or handed back and no drift counted until :meth:`Applier.resume`, nor for
+  :data:`RESUME_GRACE_S` after it (firmware that resets fan control a moment after the resume).
 
 Every method is synchronous (NVML knobs are driven from the loop's worker thread) and never raises for a
 device fault: faults come back as :class:`~aithermd.model.Event` and in :attr:`Applier.faults`.
@@ -55,6 +54,7 @@ from aithermd.actuate.readback import (
     tolerance,
     trails,
 )
+from aithermd.actuate.refusals import Refusals, denied
 from aithermd.actuate.restore import restore_one
 from aithermd.backends.base import Backend
 from aithermd.errors import NoPermission
@@ -67,8 +67,7 @@ CONFLICT_COUNT = 3
 CONFLICT_WINDOW_S = 60.0
 FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
 RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
-# After a resume, firmware resetting fans late (amdgpu's SMU, an EC or SMM re-running SmartFan init after S3)
-RESUME_GRACE_S = 30.0  # is written over silently, not counted as another program
+RESUME_GRACE_S = 30.0  # after a resume, firmware resetting fans late (SMU, EC): written over, not counted
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
 
 
@@ -90,19 +89,18 @@ class Applier:
     """Writes knobs for one daemon run. ``owned`` holds the knobs written (or, in dry-run, that would have
     been) and not handed back; ``stepped_back`` those left to another program (for policy decisions);
     ``faults`` knob id → the last write or read error, cleared by the next success; ``alarms`` knob id →
-    :class:`~aithermd.model.Alarm` for what needs a person: ``conflict`` (stepped back) and
-    ``uncontrollable`` (a fan whose driver refuses both its mode and its duty)."""
+    :class:`~aithermd.model.Alarm` for what needs a person: ``conflict`` (stepped back), ``uncontrollable``
+    (a fan whose driver refuses its mode and its duty), ``refused`` (:mod:`~aithermd.actuate.refusals`)."""
 
     def __init__(self, journal: Journal, *, dry_run: bool = False, conflict_count: int = CONFLICT_COUNT,
                  conflict_window_s: float = CONFLICT_WINDOW_S) -> None:
-        self.journal = journal
-        self.dry_run = dry_run
-        self.conflict_count = conflict_count
-        self.conflict_window_s = conflict_window_s
+        self.journal, self.dry_run = journal, dry_run
+        self.conflict_count, self.conflict_window_s = conflict_count, conflict_window_s
         self._owned: dict[str, _Owned] = {}
         self.stepped_back: set[str] = set()
         self.faults: dict[str, str] = {}
         self.alarms: dict[str, Alarm] = {}
+        self.refusals = Refusals(self.alarms)  # writes refused permission, tried again
         self._log = structlog.get_logger("aithermd.actuate")
         self._who: dict[str, tuple[str, Any]] = {}  # knob → (rule, layer) of its last logged write
         self.paused = False
@@ -203,7 +201,8 @@ class Applier:
         writable, paused, already at ``value``, or asked already without sticking), its bookkeeping
         done; the executor then has no worker hop to make for it."""
         safety = decision.layer == Layer.SAFETY
-        if (knob.id in self.stepped_back and not safety) or not knob.writable or self.paused:
+        if (knob.id in self.stepped_back and not safety) or self.paused \
+                or not (knob.writable or (safety and denied(knob))):
             return True
         own = self._owned.get(knob.id)
         if force and own is not None and not self.dry_run:
@@ -213,6 +212,7 @@ class Applier:
                 or limit_kept(knob, decision, value, current, own):
             if own is not None:
                 own.requested, own.after = value, current
+            self.refusals.settled(knob.id)
             return True
         # asked already; it did not stick and was reported
         return (not safety and own is not None and own.after is not None and current == own.after
@@ -227,7 +227,8 @@ class Applier:
         written even to a knob stepped back from, and again every tick it does not hold."""
         if knob.id in self.stepped_back and decision.layer != Layer.SAFETY and knob.kind in FAN_KINDS:
             return current, self._hand_back(backend, knob, t_wall)
-        if self.unchanged(backend, knob, decision, value, current, force):
+        if self.unchanged(backend, knob, decision, value, current, force) \
+                or self.refusals.waits(knob, decision.layer == Layer.SAFETY, t_wall):
             return current, []
         safety = decision.layer == Layer.SAFETY
         own = self._owned.get(knob.id)
@@ -261,12 +262,9 @@ class Applier:
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
             if recorded and isinstance(exc, NoPermission) and own is None:
                 self._unrecord(knob.id)  # refused before anything changed: no original to put back
-            if type(exc).__name__ == "Uncontrollable" and knob.id not in self.alarms:
-                self.alarms[knob.id] = Alarm("uncontrollable", str(exc), t_wall)
+            self.refusals.failed(knob, decision, value, old, own is not None, exc, t_wall)
             return current, self._fault(t_wall, knob, device_id, "write", exc)
-        alarm = self.alarms.get(knob.id)
-        if alarm is not None and alarm.kind == "uncontrollable":
-            del self.alarms[knob.id]
+        self.refusals.settled(knob.id, "uncontrollable")
         own = self._owned.setdefault(knob.id, _Owned(device_id, value))
         own.requested, own.handed = value, None
         if safety and knob.id in self.stepped_back and not own.overridden:
@@ -333,7 +331,7 @@ class Applier:
             return []
         own = self._owned.pop(knob.id, None)
         self.stepped_back.discard(knob.id)
-        self.alarms.pop(knob.id, None)
+        self.refusals.drop(knob.id)
         self._who.pop(knob.id, None)
         if own is None:
             return []
@@ -351,7 +349,8 @@ class Applier:
     def forget(self, knob_id: str) -> None:
         """Drop all memory of a knob (after the journal was restored as a whole)."""
         self.stepped_back.discard(knob_id)
-        for table in (self._owned, self.alarms, self.faults, self._who):
+        self.refusals.drop(knob_id)  # and its alarm
+        for table in (self._owned, self.faults, self._who):
             table.pop(knob_id, None)
 
     # -- reporting -----------------------------------------------------------------------------------
