@@ -146,7 +146,8 @@ class NvmlBackend(NvmlKnobs):
 
     def take_changes(self) -> bool:
         """True (once) when the devices changed since the last discovery: a GPU adopted or dropped, a knob
-        found read-only; the runtime then rediscovers this backend."""
+        found read-only or writable again, power-limit constraints read again; the runtime then rediscovers
+        this backend."""
         changed, self.life.changed = self.life.changed, False
         return changed
 

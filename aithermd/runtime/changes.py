@@ -46,6 +46,7 @@ from aithermd.runtime.inbox import (
     Unrelease,
 )
 from aithermd.runtime.world import Engine, PolicySet, World, load_policies, with_inventory, with_policies
+from aithermd.units import num
 
 SUSPEND_SETTLE_S = 5.0
 
@@ -312,9 +313,24 @@ async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: 
             log.error("fault", subject=knob_id, message=f"cannot forget the journal entry: {exc}")
         events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} forgotten: its device is gone, its "
                             "original cannot be restored", {"action": "forgotten"}))
+    for knob_id, new in inventory.knobs.items():  # constraints re-read, a knob refused or writable again
+        old = world.knobs.get(knob_id)
+        if old is not None and (old.min, old.max, old.default, old.writable) != \
+                (new.min, new.max, new.default, new.writable):
+            events.append(Event("hotplug", t_wall, knob_id, knob_change(old, new), {"action": "changed"}))
     for e in events:
         log.info("hotplug", subject=e.subject, message=e.message)
     return with_inventory(world, inventory), events
+
+
+def knob_change(old: Any, new: Any) -> str:
+    """What changed of a knob (:class:`~aithermd.model.Knob`) at a rediscovery, in words."""
+    def span(k: Any) -> str:
+        return f"{num(k.min)}–{num(k.max)} {k.unit} (default {num(k.default)} {k.unit})"
+    said = [f"{span(old)} → {span(new)}"] if span(old) != span(new) else []
+    if new.writable != old.writable:
+        said.append("writable again" if new.writable else f"read-only: {new.why_not}")
+    return f"{new.id}: " + "; ".join(said)
 
 
 def unsourced_message(policy: str, rule: str, curve: str, fans: Sequence[str]) -> str:

@@ -6,6 +6,7 @@ the enforced limit alerted and the limit written again once, a GPU released."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pynvml as E
 
@@ -223,3 +224,45 @@ async def test_a_udev_remove_of_a_gpu_releases_it_first(tmp_path, root, policy_d
     released = [e for e in events if e.data.get("action") == "released"]
     assert [e.subject for e in released] == ["gpu0"] and fake.power_limit_w(0) == original
     assert [x.id for x in d.hub.latest.devices] == ["gpu1"]
+
+
+MAX_LIMIT = """\
+description: watchers - every GPU's power limit at its maximum
+rules:
+  - {name: limit, kind: gpu_power_limit, limit: max}
+"""
+
+
+async def test_constraints_changed_under_the_daemon_are_read_again_clamped_to_and_restored_within(
+        tmp_path, root, policy_dir, clock):
+    """attack4 B2: a driver reload with another VBIOS lowers gpu0's maximum (and default) under the limit the
+    daemon found; the stale maximum was written and refused every tick, and the stop's restore failed."""
+    (policy_dir / "max.yaml").write_text(MAX_LIMIT)
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    original, top = fake.power_limit_w(0), fake.gpus[0].max_mw / 1000
+    lower = original - 50.0
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
+    d = Daemon(settings_for(tmp_path, root, policy_dir, "max"), clock=clock, backends=[backend],
+               sleep=clock.sleep, watchers=WatcherOptions())
+    events: list = []
+    d.hub.add_listener(lambda snap, evs: events.extend(evs))
+    sets: dict[int, int] = {}
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq == 3:
+            g = fake.gpus[0]
+            g.profile = dataclasses.replace(g.profile, max_power_limit_w=lower, default_power_limit_w=lower)
+            g.limit_mw = int(lower * 1000)
+        sets[seq] = fake.calls.get("nvmlDeviceSetPowerManagementLimit", 0)
+        return seq >= 15
+
+    assert await d.run(until=step) == 0, "the stop's restore succeeded"
+    assert top > original and d.tick is not None
+    assert sets[15] - sets[4] <= 2, "the refused maximum once, then the new one: no write storm"
+    changed = [e for e in events if e.kind == "hotplug" and e.subject == "gpu0/power_limit"]
+    assert len(changed) == 1 and f"{top:g} W" in changed[0].message, changed
+    assert f"→ {fake.gpus[0].min_mw / 1000:g}–{lower:g} W (default {lower:g} W)" in changed[0].message, changed
+    assert d.world.knobs["gpu0/power_limit"].max == lower
+    assert fake.power_limit_w(0) == lower, "the original clamped into the constraints now"
+    assert not d.not_restored and "gpu0/power_limit" not in d.tick.applier.journal.entries()
