@@ -198,8 +198,9 @@ class Applier:
     def unchanged(self, backend: Backend, knob: Knob, decision: Decision, value: float,
                   current: KnobValue | None, force: bool = False) -> bool:
         """True when :meth:`apply` leaves ``knob`` as it is without a backend call (stepped back from, not
-        writable, paused, already at ``value``, or asked already without sticking), its bookkeeping
-        done; the executor then has no worker hop to make for it."""
+        writable (a safety decision is still tried on a knob refused permission), paused, already at
+        ``value``, or asked already without sticking), its bookkeeping done; the executor then has no worker
+        hop to make for it."""
         safety = decision.layer == Layer.SAFETY
         if (knob.id in self.stepped_back and not safety) or self.paused \
                 or not (knob.writable or (safety and denied(knob))):
