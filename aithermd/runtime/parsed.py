@@ -22,8 +22,9 @@ test, ``aithermd check``) validates in-process, as does the daemon when the chil
 An entry is found only by the hash of the text read now and of the schema's sources and version, so an
 edited file or an upgraded aithermd is parsed again. The file is trusted as the journal beside it is
 (whoever can write the state directory can already restore knobs): a file that is not ours (unreadable, not
-JSON, another format, or, for a daemon running as root, one that a non-root user could have written) is
-ignored and written anew; an entry that does not decode sends its file through the full parse.
+JSON, another format, owned by another user than the daemon's or root, writable by every user, or, for a
+daemon running as root, one that a non-root user could have written) is ignored and written anew; an entry
+that does not decode sends its file through the full parse.
 ``--dry-run`` reads it and writes nothing.
 """
 
@@ -66,10 +67,29 @@ def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
     if strict_permissions:
         from aithermd.policy.loader import permission_problems
         problems = permission_problems(path) + permission_problems(path.parent)
-        if problems:
-            _log().warning("parsed policies ignored", path=str(path), problem=problems[0])
-            return {}
+    else:
+        problems = _not_ours(path)
+    if problems:
+        _log().warning("parsed policies ignored", path=str(path), problem=problems[0])
+        return {}
     return _entries(raw)
+
+
+def _not_ours(path: Path) -> list[str]:
+    """Why a daemon not running as root should not trust ``path``: owned by another user (root aside), or
+    writable by every user."""
+    import os
+    import stat
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return [f"cannot stat {path}: {exc.strerror}"]
+    problems = []
+    if st.st_uid not in (os.geteuid(), 0):
+        problems.append(f"file {path} is owned by uid {st.st_uid}, not this daemon's {os.geteuid()}")
+    if st.st_mode & stat.S_IWOTH:
+        problems.append(f"file {path} is writable by every user")
+    return problems
 
 
 def _entries(raw: bytes) -> dict[str, Any]:

@@ -183,3 +183,18 @@ def test_the_schema_builds_no_validator_at_import_and_the_parser_child_loads_no_
     entries = json.loads(done.stdout)["entries"]
     assert list(entries) == [text_digest(text)]
     assert entries[text_digest(text)] == load_and_keep(tmp_path / "p")[text_digest(text)]
+
+
+@pytest.mark.parametrize("problem", ["foreign-owned", "world-writable"])
+def test_a_daemon_not_as_root_ignores_a_state_file_another_user_could_have_written(tmp_path, problem,
+                                                                                    monkeypatch):
+    parsed.keep(tmp_path, {}, {"a": {}}, ["a"])
+    path = tmp_path / parsed.FILE_NAME
+    assert parsed.read(tmp_path, strict_permissions=False) == {"a": {}}  # ours: taken
+    if problem == "world-writable":
+        os.chmod(path, 0o666)
+    else:  # the daemon runs as a user other than the file's owner (nor is root the owner)
+        if os.geteuid() == 0:
+            os.chown(path, 4242, 4242)
+        monkeypatch.setattr(os, "geteuid", lambda: 4343)
+    assert parsed.read(tmp_path, strict_permissions=False) == {}
