@@ -6,26 +6,26 @@ the first seconds after each change left out (:data:`SETTLE_S`):
 
 1. **baseline** at the card's default limit: the job's own draw (mean power), its peak (the highest 1 s
    reading) and its throughput signal (two windows; one for a progress rate, read per busy second below);
-2. **snap** to the job's own peak draw — nearly free (the Zeus sweeps: a cap 1.1 × a job's mean draw
-   costs ~0.5 % median) and kept if the signal holds within the budget; a job that bursts within the
-   second (its 1 s peak is not its real one) misses: then once halfway back up, and it settles there if
-   that holds (at the default if not): a search moves back up at most once;
+2. **snap** to the job's own peak draw (a cap 1.1 × a job's mean draw costs ~0.5 %: the Zeus sweeps),
+   kept if the signal holds; else once halfway back up, settled there if that holds (else the default).
+   A progress rate **jumps** instead to where the Zeus sweeps' median job loses :data:`JUMP_USE` of the
+   budget (1.05 × the own draw at 3 %, 1.0 × at 5 %);
 3. **step down** ``step_pct`` of the own draw at a time (:data:`ABOVE_OWN` times that while the next limit
-   stays above the own draw, where a cap only trims the job's bursts and costs little, and for a progress
-   rate while its last window used under :data:`FAR_USED` of the budget) while the signal keeps
-   ≥ (1 − budget) of the baseline's and work per joule (signal / power) does not fall; a window reads its
-   job's throughput with the job's own noise (loader stalls, phases), so a miss needs the shortfall to exceed
-   half a standard error of the ratio of the two windows (a progress rate: one, from block means), or work
-   per joule to fall by more than 5 %; at the first miss **back off** one step — a progress rate to where
-   the line through the last kept window and the miss crosses the budget;
+   stays above the own draw, where a cap only trims the job's bursts) while the signal keeps
+   ≥ (1 − budget) of the baseline's and work per joule (signal / power) does not fall; a progress rate
+   steps toward the budget's edge its last window predicts (its loss scales the Zeus sweeps' median
+   curve: :func:`~aithermd.policy.search_window.edge_cap`; 1 to :data:`MAX_JUMP` steps). A miss needs the
+   shortfall to exceed half a standard error of the two windows' ratio (a progress rate: one, from block
+   means), or work per joule to fall by more than 5 %; at the first miss **back off** one step — a progress
+   rate to where the line through the last kept window and the miss crosses the budget;
 4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
    stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
    different job or phase) — then it searches again from the baseline.
 
 It **reverts** to the default limit at once, and waits ``measure_s`` before searching again, on a thermal
-event (the driver's thermal slowdown in the clock-event reasons) or when its signal cannot be read. A
-window in which the job was away (ended or paused: :meth:`Acc.away`) gives no verdict and is measured
-again at the same limit.
+event (the driver's thermal slowdown in the clock-event reasons), when its signal cannot be read, or
+or when the job ended (and the signal with it). A window in which the job was away (ended or paused:
+:meth:`Acc.away`) gives no verdict and is measured again at the same limit.
 
 The same search runs on the top of a locked SM clock range (``kind: gpu_clocks``, ``max_mhz:
 efficient``, ``clocks``): unlocked first, then down ``step_pct`` of the top clock per window, no snap. It is
@@ -39,12 +39,9 @@ window's mean utilization against the baseline's, so that the job's own loader s
 window to the next and are the same at any limit, do not read as the cap's cost: :func:`_ratio`), GPM tensor
 activity × SM clock (Hopper and newer), utilization × SM clock. The cheap proxy overstates the slowdown of
 memory-bound jobs (the clock falls further than the work): it is read through the job's memory-bound share
-(:func:`proxy_ratio`), measured in the baseline as memory utilization over utilization. Memory traffic
-overlaps compute on real GPUs, so that share is an upper bound of the time a job waits on memory:
-:data:`MEM_TRUST` of it counts, and up to all of it where the window's own memory utilization confirms it — a
-job's memory traffic per unit of work is fixed, so its memory utilization falls with its throughput, not with
-its clock (:func:`_ratio`). A proxy follows the job's demand, which swings over tens of seconds: its window's
-standard error comes from block means (:meth:`~aithermd.policy.search_window.Acc.spread`).
+(:func:`proxy_ratio`), measured in the baseline as memory utilization over utilization: :data:`MEM_TRUST`
+of it, up to all of it where the window's memory utilization confirms it (:func:`_ratio`). A proxy's
+window error comes from block means (:meth:`~aithermd.policy.search_window.Acc.spread`).
 """
 
 from __future__ import annotations
@@ -56,7 +53,7 @@ from functools import lru_cache
 from typing import Any
 
 from aithermd.model import Reading, Status
-from aithermd.policy.search_window import Acc
+from aithermd.policy.search_window import Acc, edge_cap, zeus_cap
 
 SETTLE_S = 3.0  # seconds after a limit change left out of the measurement (the driver and the job adjust)
 EFF_TOLERANCE = 0.05  # a step whose work per joule falls more than this share below the best is a miss
@@ -64,9 +61,8 @@ LIGHTER = 0.7  # settled: mean power under this share of the limit, or of the jo
 #                sits above it, = the job got lighter (a cap at the own draw leaves ~0.89 of it drawn: the
 #                Zeus sweeps; a limit above the own draw leaves the own draw)
 PHASE_MOVE = 0.06  # settled: the signal moving this far (or 2 × the budget) from where it settled = new phase
-WATCH_WINDOWS = 2  # the baseline (the reference of every step) and the settled watch read this many
-#                   measurement windows at once: a job's own loader stalls move one window by ±2 %; a
-#                   progress rate per busy second leaves the stalls out and its baseline reads one (_rate)
+WATCH_WINDOWS = 2  # windows the baseline and the settled watch read at once (loader stalls move one by ±2 %;
+#                   a progress rate per busy second leaves them out and its baseline reads one)
 HISTORY = 12  # steps kept for explain
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
 MISS_Z_PROGRESS = 1.0  # … of a progress rate read per busy second (its error from block means: rate_spread)
@@ -74,8 +70,9 @@ AWAY_SHARE = 0.15  # a window with over 15 % of its seconds away (search_window.
 #                    running draw) saw the job away (ended, paused): no verdict, measured again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
 ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
-FAR_USED = 0.5  # a progress search's steps are ABOVE_OWN times longer, below the own draw too, while its last
-#                 kept window used under this share of the budget (the budget's edge is at least a step away)
+JUMP_USE = 0.5  # a progress search jumps first to where the Zeus median job loses this share of budget
+MAX_JUMP = 3.0  # … then toward the budget's edge each kept window predicts: 1 to this many steps
+ENDED_S = 15.0  # settled: a window whose last this many seconds averaged under IDLE_UTIL_PCT saw the job end
 MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
 MEM_MAX = 0.8  # … and never more than this
 IDLE_UTIL_PCT = 10.0  # a signal lost with utilization under this: the job ended (the shipped idle bound)
@@ -249,6 +246,8 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
                     base_se=_spread(acc, trim, rate), history=((s.start, 1.0, 0.0, "baseline"),),
                     mem=MEM_TRUST * top, mem_top=top, base_mem=mem_sum / n if n else 0.0,
                     base_util=util_sum / n if n and s.signal == "progress" and not spec.clocks else 0.0)
+        if rate:
+            return _jump(spec, s, t, lo_w)
         target = max(peak, lo_w or 0.0)
         if spec.clocks or target >= 0.98 * s.start:  # a clock has no "peak draw" to snap to
             return _step_down(spec, s, t)
@@ -268,7 +267,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             s = replace(s, best=s.limit, best_eff=max(eff, s.best_eff), best_ratio=ratio)
             if s.backoffs:  # after its one back-off a search goes no lower
                 return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W, halfway back up from the peak")
-            return _step_down(spec, s, t)
+            return _predict(spec, s, t, ratio, se / z) if rate else _step_down(spec, s, t)
         far = s.best - s.limit > 2.0 * spec.step * s.own
         if s.phase == SNAP and not spec.clocks and s.steps == 1 and far:
             # the peak a 1 s reading shows was not free (a job that bursts within the second): try once
@@ -289,12 +288,16 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
                          best=mid, best_ratio=target, backoffs=s.backoffs + 1)
         return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} {unit}: {_miss(ratio, eff, s, spec)}",
                      backoffs=s.backoffs + 1)
-    # settled: watch for a new phase
+    # settled: watch for a new phase (a job that stopped reads as one: said as such)
+    recent = acc.recent_util(ENDED_S)
+    ended = recent is not None and recent < IDLE_UTIL_PCT
+    why = (f"the job ended or paused (the GPU idle at {recent:.0f} % over the last {ENDED_S:g} s): back to "
+           "the default limit, measuring again" if ended else "")
     if not spec.clocks and s.limit < s.start and pw < LIGHTER * min(s.limit, s.own or s.limit):
-        return _restart(s, t, f"the job got lighter ({pw:.0f} W, its own draw {s.own:.0f} W, under a "
+        return _restart(s, t, why or f"the job got lighter ({pw:.0f} W, its own draw {s.own:.0f} W, under a "
                         f"{s.limit:g} W limit): search again")
     if abs(ratio - s.best_ratio) > max(PHASE_MOVE, 2.0 * spec.budget):
-        return _restart(s, t, f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
+        return _restart(s, t, why or f"throughput moved to {100 * ratio:.1f} % of the baseline: search again")
     return replace(s, acc=_window(t - SETTLE_S), mem_sums=(0.0, 0.0, 0))
 
 
@@ -333,14 +336,39 @@ def _step_down(spec: Spec, s: Search, t: float) -> Search:
     size = spec.step * scale
     if not spec.clocks and s.best - ABOVE_OWN * size >= s.own > 0:
         size *= ABOVE_OWN  # above the own draw a cap trims only the job's bursts (Zeus sweeps: ~1 % at 1.1)
-    elif s.base_util and 1.0 - s.best_ratio < FAR_USED * spec.budget:
-        size *= ABOVE_OWN  # the rate per busy second read the last step far inside the budget
     nxt = round(s.best - size, 0 if spec.clocks else 1)
     floor = spec.floor * scale
     if nxt < floor:
         why = f"settled at {s.best:g} {unit}: the floor {floor:.0f} {unit} is next"
         return _move(s, t, SETTLED, s.best, why)
     return _move(s, t, STEP, nxt, f"step down to {nxt:g} {unit}", steps=s.steps + 1)
+
+
+def _jump(spec: Spec, s: Search, t: float, lo_w: float | None) -> Search:
+    """A progress search's first step, straight from the baseline to where the Zeus sweeps' median job
+    loses :data:`JUMP_USE` of the budget (1.05 × its own draw at 3 %, 1.0 × at 5 %): the snap and the
+    long steps above the own draw, which cost the median job little, in one window."""
+    x = zeus_cap(JUMP_USE * -math.log(1.0 - spec.budget))
+    nxt = round(max(x * s.own, lo_w or 0.0, spec.floor * s.own), 1)
+    if nxt >= 0.98 * s.start:
+        return _predict(spec, s, t, 1.0, 0.0)
+    return _move(s, t, STEP, nxt, f"jump to {nxt:g} W ({100 * x:.0f} % of the job's own draw {s.own:.0f} W), "
+                 f"where the Zeus sweeps' median job loses {100 * JUMP_USE * spec.budget:.1f} %", steps=1)
+
+
+def _predict(spec: Spec, s: Search, t: float, ratio: float, err: float) -> Search:
+    """The next step of a progress search after a kept window: toward the budget's edge that window predicts
+    (:func:`~aithermd.policy.search_window.edge_cap`, from the window's lower end: ``ratio`` less one
+    standard error ``err``), at least one step and at most :data:`MAX_JUMP`; the miss that follows backs off
+    to where the last two windows cross the budget."""
+    own, unit = s.own, spec.step * s.own
+    edge = edge_cap(ratio - err, s.best / own, spec.budget) * own
+    nxt = round(s.best - min(max(s.best - edge, unit), MAX_JUMP * unit), 1)
+    floor = spec.floor * own
+    if nxt < floor:
+        return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W: the floor {floor:.0f} W is next")
+    return _move(s, t, STEP, nxt, f"step down to {nxt:g} W: {100 * ratio:.1f} % at {s.best:g} W puts the "
+                 f"budget's edge near {edge:.0f} W", steps=s.steps + 1)
 
 
 def _restart(s: Search, t: float, why: str) -> Search:

@@ -8,6 +8,7 @@ progress rate per busy second, :meth:`Acc.rate_spread`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
@@ -95,6 +96,15 @@ class Acc:
                 steps, busy, span = 0.0, 0.0, 0.0
         return _se(blocks)
 
+    def recent_util(self, seconds: float) -> float | None:
+        """Mean utilization (%) over the window's last ``seconds`` (None before any sample)."""
+        busy = span = 0.0
+        for dt, _sg, _p, util in reversed(self.samples):
+            busy, span = busy + dt * util, span + dt
+            if span >= seconds:
+                break
+        return busy / span if span > 0 else None
+
 
 def _se(values: list[float]) -> float:
     """The standard error of the mean of ``values``, relative to that mean (0 for fewer than 2)."""
@@ -103,3 +113,40 @@ def _se(values: list[float]) -> float:
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     return (var / len(values)) ** 0.5 / mean if mean > 0 else 0.0
+
+
+# What a cap costs the median training job on the Zeus power-limit sweeps (measured, 119 binding
+# configurations; aithermd/sim/CALIBRATION.md section 1): (cap as a share of the job's own draw, median
+# slowdown). Below 0.8 the last slope goes on; at 1.2 × the own draw a cap no longer binds.
+ZEUS_COST = ((0.6, 0.163), (0.8, 0.089), (0.9, 0.052), (1.0, 0.025), (1.1, 0.005), (1.2, 0.0))
+
+
+def zeus_loss(x: float) -> float:
+    """−ln(throughput ratio) of the Zeus sweeps' median job under a cap at ``x`` × its own draw
+    (:data:`ZEUS_COST`, linear between its points; 0 above 1.2, the last slope below 0.6)."""
+    pts = ZEUS_COST
+    if x >= pts[-1][0]:
+        return 0.0
+    (x0, c0), (x1, c1) = next(((a, b) for a, b in zip(pts, pts[1:], strict=False) if x < b[0]),
+                              (pts[0], pts[1]))
+    cost = c0 + (c1 - c0) * (x - x0) / (x1 - x0)
+    return -math.log(1.0 - min(cost, 0.9))
+
+
+def zeus_cap(loss: float) -> float:
+    """The cap (share of the own draw) at which the Zeus median job loses ``loss`` (−ln of its
+    throughput ratio): the inverse of :func:`zeus_loss` (1.2 for no loss)."""
+    lo, hi = 0.3, 1.2
+    for _ in range(40):  # zeus_loss falls with x: bisection
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if zeus_loss(mid) > loss else (lo, mid)
+    return hi
+
+
+def edge_cap(ratio: float, x: float, budget: float, least: float = 0.25) -> float:
+    """The cap (share of the own draw) at which a job that kept ``ratio`` of its throughput under a cap at
+    ``x`` × its own draw loses the whole ``budget`` (a share): its sensitivity λ (its loss over the Zeus
+    median job's at ``x``, at least ``least``; the Zeus p10 is about 0.5) scales the Zeus shape (a cap's
+    loss ∝ λ: the law of CALIBRATION section 1)."""
+    lam = max(least, -math.log(max(ratio, 0.05)) / max(zeus_loss(x), 1e-3))
+    return zeus_cap(-math.log(1.0 - budget) / lam)

@@ -8,7 +8,7 @@ import pytest
 
 from aithermd.model import Reading
 from aithermd.policy import efficient
-from aithermd.policy.efficient import SNAP, STEP, Spec
+from aithermd.policy.efficient import SETTLED, SNAP, STEP, Spec
 
 SPEC = Spec(budget=0.03, step=0.04, measure_s=30.0)
 
@@ -29,7 +29,7 @@ def run(job, seconds, spec=SPEC):
 
 
 def stalls_more_after_the_baseline(cost_at_300):
-    """300 W of own draw at 95 % utilization while measured at the default; from the snap on its loader
+    """300 W of own draw at 95 % utilization while measured at the default; from the first step on its loader
     stalls more (85 %), and a cap at 300 W costs ``cost_at_300`` of its speed per busy second."""
     def job(limit):
         util = 95.0 if limit >= 450.0 else 85.0
@@ -39,20 +39,21 @@ def stalls_more_after_the_baseline(cost_at_300):
 
 
 def test_a_window_with_more_stalls_is_not_read_as_the_caps_cost():
-    s = run(stalls_more_after_the_baseline(1.0), 33 + 34)  # the baseline's window, then the snap's
+    s = run(stalls_more_after_the_baseline(1.0), 33 + 34)  # the baseline's window, then the jump's
     assert s.base_util == pytest.approx(95.0) and s.own == pytest.approx(300.0)
-    snap = s.history[1]
+    first = s.history[1]
     # the rate fell to 85/95 = 89.5 % of the baseline's: the stalls; per busy second it is the same
-    assert snap[0] == 300.0 and snap[1] == pytest.approx(1.0, abs=1e-4) and snap[3] == "keep"
-    # 100 %: none of the budget used, so the next step is twice 4 % of the own draw (efficient.FAR_USED)
-    assert s.phase == STEP and s.limit == pytest.approx(300.0 - 2 * 0.04 * 300.0)
+    assert first[0] == 314.8 and first[1] == pytest.approx(1.0, abs=1e-4) and first[3] == "keep"
+    # 100 %: none of the budget used, so the next step is the longest, 3 × 4 % of the own draw (MAX_JUMP)
+    assert s.phase == STEP and s.limit == pytest.approx(314.8 - 3 * 0.04 * 300.0)
 
 
 def test_a_real_cost_still_misses_per_busy_second():
     s = run(stalls_more_after_the_baseline(0.95), 33 + 34)
-    snap = s.history[1]
-    assert snap[0] == 300.0 and snap[1] == pytest.approx(0.95, abs=1e-4) and snap[3] == "miss"
-    assert s.phase == SNAP and s.limit == 375.0 and s.backoffs == 1  # halfway back up, the one back-off
+    first = s.history[1]
+    assert first[0] == 314.8 and first[1] == pytest.approx(0.95, abs=1e-4) and first[3] == "miss"
+    # back up to where the line from the baseline to the miss crosses 97 %: the one back-off, settled
+    assert s.phase == SETTLED and s.limit == 368.9 and s.backoffs == 1
 
 
 def test_the_clock_search_and_the_proxies_read_their_signal_as_it_is():

@@ -1,6 +1,6 @@
 """How fast and how close to its budget's edge a power search on the progress rate settles: one baseline
-window, the rate's standard error from block means, longer steps while a window reads far inside the budget,
-and a back-off to where the last two windows cross the budget (fake clock: each tick is one simulated second
+window, the rate's standard error from block means, steps as long as the last window predicts (the first a
+jump: test_efficient_jump.py), and a back-off to where the last two windows cross the budget (fake clock: each tick is one simulated second
 handed to efficient.step)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from aithermd.model import Reading
 from aithermd.policy import efficient
-from aithermd.policy.efficient import BASELINE, SETTLED, SNAP, STEP, Spec
+from aithermd.policy.efficient import BASELINE, SETTLED, STEP, Spec
 from aithermd.policy.search_window import Acc
 
 SPEC = Spec(budget=0.03, step=0.04, measure_s=60.0)
@@ -41,7 +41,8 @@ def steady(limit, _t):
 
 def test_the_baseline_of_a_progress_search_is_one_window():
     s, limits = drive(steady, 64)  # settle 3 s, then 60 one-second samples
-    assert s.phase == SNAP and limits == [450.0, 300.0] and s.own == pytest.approx(300.0)
+    # then the jump to 1.05 × the own draw (test_efficient_jump.py)
+    assert s.phase == STEP and limits == [450.0, 314.8] and s.own == pytest.approx(300.0)
     # the proxies still read two windows at the default: their signal follows the job's demand
     p, limits = drive(steady, 64, spec=Spec(budget=0.03, step=0.04, measure_s=60.0, signal="proxy"),
                       signal="proxy")
@@ -68,9 +69,9 @@ def test_a_four_percent_cost_misses_a_three_percent_budget_when_the_count_is_ste
         return min(300.0, 0.95 * limit), 95.0, (2.0 if t % 2 else 4.0) * (1.0 if limit >= 450.0 else 0.96)
     s, limits = drive(job, 3 * 64)
     # the seconds' own spread (2 and 4 steps) puts the error at 4 % and would keep 96 %; block means do not
-    assert s.history[1][:2] == (300.0, 0.96) and s.history[1][3] == "miss"
-    # halfway back up (the snap's one way back), where 96 % misses again: the default
-    assert limits == [450.0, 300.0, 375.0, 450.0] and s.phase == SETTLED
+    assert s.history[1][:2] == (314.8, 0.96) and s.history[1][3] == "miss"
+    # back to where the line from the baseline (450 W, 100 %) to the miss crosses 97 %: a quarter of the way up
+    assert limits == [450.0, 314.8, 348.6] and s.phase == SETTLED and s.backoffs == 1
 
 
 def shallow_then_steep(limit, _t):
@@ -79,19 +80,19 @@ def shallow_then_steep(limit, _t):
     return min(300.0, 0.95 * limit), 95.0, 3.0 * cost
 
 
-def test_steps_are_twice_as_long_while_the_window_reads_far_inside_the_budget():
+def test_steps_are_as_long_as_the_last_window_predicts():
     s, limits = drive(shallow_then_steep, 64 * 3)
-    # the snap read 100 %: 0 of the budget used, the next step is 2 × 4 % of the own draw; at 276 W it read
-    # 98 %, 2 of the 3 % used: the next is 4 %
-    assert limits == [450.0, 300.0, 276.0, 264.0] and s.phase == STEP
+    # the jump read 100 %: no cost, the least sensitivity, the longest step (3 × 4 % of the own draw); at
+    # 278.8 W it read 98 %: the Zeus curve scaled to that puts the edge 1.7 steps lower
+    assert limits == [450.0, 314.8, 278.8, 258.9] and s.phase == STEP
     assert [h[1] for h in s.history[1:]] == [pytest.approx(1.0), pytest.approx(0.98)]
 
 
 def test_a_miss_settles_where_the_last_two_windows_cross_the_budget():
     s, limits = drive(shallow_then_steep, 64 * 4 + 5)
-    # kept 98 % at 276 W, missed at 264 W with 95 %: 97 % lies two thirds of the way up, at 272 W
-    assert s.history[-1][:2] == (264.0, 0.95) and s.history[-1][3] == "miss"
-    assert limits == [450.0, 300.0, 276.0, 264.0, 272.0] and s.phase == SETTLED and s.best == 272.0
+    # kept 98 % at 278.8 W, missed at 258.9 W with 95 %: 97 % lies two thirds of the way up, at 272.2 W
+    assert s.history[-1][:2] == (258.9, 0.95) and s.history[-1][3] == "miss"
+    assert limits == [450.0, 314.8, 278.8, 258.9, 272.2] and s.phase == SETTLED and s.best == 272.2
     assert s.backoffs == 1 and s.best_ratio == pytest.approx(0.97)
     # and it stays there: the watch reads 98 % at 272 W, within the budget of where it settled
     s, more = drive(shallow_then_steep, 64 * 4 + 5 + 2 * 64)
