@@ -345,9 +345,7 @@ def _step_down(spec: Spec, s: Search, t: float) -> Search:
 
 
 def _jump(spec: Spec, s: Search, t: float, lo_w: float | None) -> Search:
-    """A progress search's first step, straight from the baseline to where the Zeus sweeps' median job
-    loses :data:`JUMP_USE` of the budget (1.05 × its own draw at 3 %, 1.0 × at 5 %): the snap and the
-    long steps above the own draw, which cost the median job little, in one window."""
+    """A progress search's first step: where the Zeus median job loses :data:`JUMP_USE` of the budget."""
     x = zeus_cap(JUMP_USE * -math.log(1.0 - spec.budget))
     nxt = round(max(x * s.own, lo_w or 0.0, spec.floor * s.own), 1)
     if nxt >= 0.98 * s.start:
@@ -357,10 +355,8 @@ def _jump(spec: Spec, s: Search, t: float, lo_w: float | None) -> Search:
 
 
 def _predict(spec: Spec, s: Search, t: float, ratio: float, err: float) -> Search:
-    """The next step of a progress search after a kept window: toward the budget's edge that window predicts
-    (:func:`~aithermd.policy.search_window.edge_cap`, from the window's lower end: ``ratio`` less one
-    standard error ``err``), at least one step and at most :data:`MAX_JUMP`; the miss that follows backs off
-    to where the last two windows cross the budget."""
+    """A progress search's next step: toward the budget's edge its kept window predicts (``edge_cap`` of
+    ``ratio`` less one standard error ``err``), 1 to :data:`MAX_JUMP` steps."""
     own, unit = s.own, spec.step * s.own
     edge = edge_cap(ratio - err, s.best / own, spec.budget) * own
     nxt = round(s.best - min(max(s.best - edge, unit), MAX_JUMP * unit), 1)
