@@ -70,7 +70,7 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
 
 def run(args: argparse.Namespace) -> int:
     log.setup(level="error")
-    from aithermd.policy.devicecheck import check_devices, device_warnings, unsourced_fans
+    from aithermd.policy.devicecheck import check_devices, curve_warnings, device_warnings, unsourced_fans
     from aithermd.policy.loader import load_policy_file, permission_problems
     from aithermd.runtime.changes import unsourced_message
 
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             policy = load_policy_file(path)
             errors: list[PolicyError] = check_devices(policy, devices) if devices is not None else []
+            warnings = [w.format("warning") for w in curve_warnings(policy)]
             if devices is not None:
-                warnings = [w.format("warning") for w in device_warnings(policy, devices)] + [
+                warnings += [w.format("warning") for w in device_warnings(policy, devices)] + [
                     f"{name}: warning: {unsourced_message(policy.name, *u)}"
                     for u in unsourced_fans(policy, devices)]
         except PolicyErrors as exc:

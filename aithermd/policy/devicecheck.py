@@ -31,6 +31,7 @@ from aithermd.policy.kinds import (
     GpuPowerLimitRule,
     MetricCondition,
     MixCurve,
+    PointsCurve,
     parse_clock,
     parse_power,
 )
@@ -260,6 +261,27 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
                     else ", so the curve runs on its other inputs here")
             out.append(((*loc, fn, index),
                         f"'{pattern}' matches no temperature sensor on this machine{what}"))
+    return _placed(policy, where, out)
+
+
+def curve_warnings(policy: Any) -> list[PolicyError]:
+    """Each points curve (named, or inline in a fan rule) whose duty falls as the temperature rises, at the
+    point where it does: almost always two points swapped (fan2go refuses such a curve), and the fans would
+    slow down as it heats. Needs no machine."""
+    doc, where = policy.document, str(policy.path or f"<{policy.name}>")
+    found = [(("curves", name, curve.kind, "points"), curve) for name, curve in doc.curves.items()]
+    found += [(("rules", i, rule.kind, "curve", "inline", rule.curve.kind, "points"), rule.curve)
+              for i, rule in enumerate(doc.rules) if isinstance(rule, FanRule) and rule.curve is not None
+              and not isinstance(rule.curve, str | MixCurve)]
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for loc, curve in found:
+        if not isinstance(curve, PointsCurve):
+            continue
+        for k, ((t0, d0), (t1, d1)) in enumerate(zip(curve.points, curve.points[1:], strict=False)):
+            if d1 < d0:
+                out.append(((*loc, k + 1), f"the duty falls from {d0:g} % at {t0:g} °C to {d1:g} % at {t1:g} "
+                            "°C: the fans would slow down as it heats (two points swapped?)"))
+                break
     return _placed(policy, where, out)
 
 

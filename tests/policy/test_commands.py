@@ -431,3 +431,25 @@ def test_check_warns_about_a_quiet_ceiling_below_the_rules_minimum_and_over_a_fi
                       "cannot lower power for these fans and holds them at the ceiling until a watched "
                       "temperature comes within danger_margin_c of its safety threshold; give the rule a curve")
     assert len(err) == 2
+
+
+def test_check_warns_about_a_curve_whose_duty_falls_as_it_heats(tmp_path, capsys):
+    """attack4 B7: two duties swapped by a typo (80 % at 60 °C, 35 % at 80 °C) passed check silently; the fans
+    slowed down as the GPU heated. Named and inline curves, no machine needed; a rising curve says nothing."""
+    p = tmp_path / "swapped.yaml"
+    p.write_text("curves:\n"
+                 "  board: {kind: points, source: 'gpu*/temperature', points: [[40, 30], [60, 80], [80, 35]]}\n"
+                 "rules:\n"
+                 "  - {name: f, kind: fan, fans: {chip: ['nct*']}, curve: board}\n"
+                 "  - name: g\n"
+                 "    kind: fan\n"
+                 "    fans: {chip: ['it87*']}\n"
+                 "    curve: {kind: points, source: 'k10temp*/Tctl', points: [[30, 50], [70, 40], [80, 100]]}\n")
+    assert main(["check", str(p)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"{p}:2:82: warning: curves.board.points[2]: the duty falls from 80 % at 60 °C to 35 % at 80 °C: the "
+        "fans would slow down as it heats (two points swapped?)",
+        f"{p}:8:71: warning: rules[1].curve.points[1]: the duty falls from 50 % at 30 °C to 40 % at 70 °C: the "
+        "fans would slow down as it heats (two points swapped?)"]
+    p.write_text(p.read_text().replace("[60, 80], [80, 35]", "[60, 35], [80, 80]").replace("[70, 40]", "[70, 60]"))
+    assert main(["check", str(p)]) == 0 and capsys.readouterr().err == ""
