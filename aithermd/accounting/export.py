@@ -1,13 +1,13 @@
 """What Prometheus gets of the accounting: bounded, monotonic counters.
 
 Per device: total, idle, unattributed and attributed joules (present at 0 from the moment the device is
-known). Per family (``unit``, ``job``, ``container``, ``process``): at most ``top_n`` consumers get series
-of their own; a consumer is admitted when there is room, by the energy it used in the interval it appeared
+known). Per family (``unit``, ``job``, ``container``, ``process``): at most ``top_n`` consumers get series of
+their own; a consumer is admitted when there is room, by the energy it used in the interval it appeared
 (largest first), and keeps its series while it used energy within ``ttl_s`` (on the boot clock the energy
-service gives: an NTP step of the wall clock neither keeps nor ends it); then its series ends. Energy
-of consumers without a series goes to the family's ``other`` series. So every series only grows, and per
-device ``sum(family) = attributed`` at every scrape (``rate()`` sums hold). The export is rebuilt after each
-accounting pass as frozen tuples: the scrape thread reads it without a lock.
+service gives: an NTP step of the wall clock neither keeps nor ends it); then its series ends and what it had
+counted moves to the family's ``other`` series, where the energy of consumers without a series goes. So every
+series only grows, and per device ``sum(family) = attributed`` at every scrape (``rate()`` sums hold). The
+export is rebuilt after each accounting pass as frozen tuples: the scrape thread reads it without a lock.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class TopN:
         for name, last in list(self.members.items()):
             if t - last > self.ttl_s and name not in increments:
                 del self.members[name]
-                for key in [k for k in self.counters if k[0] == name]:
-                    del self.counters[key]
+                for key in [k for k in self.counters if k[0] == name]:  # its joules stay in the family's sum
+                    self.other[key[1]] = self.other.get(key[1], 0.0) + self.counters.pop(key)
         newcomers = sorted((n for n in increments if n not in self.members),
                            key=lambda n: -sum(increments[n].values()))
         for name in newcomers:

@@ -68,4 +68,6 @@ def test_a_consumer_that_stops_leaves_room_and_its_series_ends():
     top.add(30.0, {("b",): {"gpu0": 1.0}})  # a is quiet, but within its ttl: b still has no room
     assert top.other == {"gpu0": 2.0}
     top.add(100.0, {("b",): {"gpu0": 1.0}})
-    assert [r[0] for r in top.rows(1)] == [("b",), ("other",)] and top.other == {"gpu0": 2.0}
+    # a's 5 J move to other (attack4 B9: they left the family's sum, which fell short of the attributed)
+    assert top.rows(1) == ((("b",), "gpu0", 1.0), (("other",), "gpu0", 7.0))
+    assert sum(j for _, _, j in top.rows(1)) == 8.0  # every joule added, at every scrape
