@@ -5,7 +5,11 @@ each knob: clamps the value to the knob's own constraints, reads the knob first 
 fresh value, then hands it to the :class:`~aithermd.actuate.applier.Applier` (journal first, write, read
 back, drift, no-op). Knobs of inline backends (hwmon, powercap) are written on the event loop; those of
 threaded ones (NVML) in one job on the loop's :class:`~aithermd.actuate.worker.Worker`, awaited under a
-budget. Knobs no decision claims any more are handed back (their journaled original restored) first.
+budget. Knobs no decision claims any more are handed back (their journaled original restored) first. When
+the threaded knobs lower a power limit, the inline ones that raise one (a budget moving watts from a GPU to
+the CPU package) are written after the worker's job returns, and left for the next tick when it is late:
+the limits in force never add up to more than the budget, even for a tick (a sim budget test saw 1 tick of
+1200 over on a loaded machine).
 
 Every job on the worker that writes is tracked until it returns, with the knob it is writing at that
 moment. :meth:`Executor.settle` waits for them (suspend); :meth:`Executor.close` stops every later write
@@ -30,6 +34,31 @@ from aithermd.actuate.restore import RestoreReport, restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
 from aithermd.model import Decision, Event, Knob, KnobValue
+from aithermd.policy.safety import POWER_KINDS
+
+
+def _cuts(knobs: Mapping[str, Knob], wanted: Sequence[tuple[str, Decision]],
+          current: Mapping[str, KnobValue] | None) -> bool:
+    """Whether ``wanted`` lowers a power limit (or may: its value now unknown)."""
+    for knob_id, dec in wanted:
+        if knobs[knob_id].kind in POWER_KINDS:
+            kv = current.get(knob_id) if current is not None else None
+            if kv is None or kv.value is None or knobs[knob_id].clamp(float(dec.value)) < kv.value:
+                return True
+    return False
+
+
+def _raises(knobs: Mapping[str, Knob], wanted: Sequence[tuple[str, Decision]],
+            current: Mapping[str, KnobValue] | None) -> list[tuple[str, Decision]]:
+    """The items of ``wanted`` that raise a power limit above what it reads now."""
+    out = []
+    for item in wanted:
+        knob = knobs[item[0]]
+        kv = current.get(item[0]) if current is not None else None
+        if knob.kind in POWER_KINDS and kv is not None and kv.value is not None \
+                and knob.clamp(float(item[1].value)) > kv.value:
+            out.append(item)
+    return out
 
 
 class Knobs(Protocol):
@@ -112,19 +141,27 @@ class Executor:
                 (here if owner[item[0]] in inline else there).append(item)
         back_here = [k for k in back if owner[k] in inline]
         back_there = [k for k in back if owner[k] not in inline]
+        later = _raises(knobs, here, current) if _cuts(knobs, there, current) else []
+        if later:  # a budget holds only if power comes down before it goes up elsewhere (module doc)
+            here = [item for item in here if item not in later]
         self._batch(world, here, back_here, current, t_wall, None, out, force)
         if there and current is not None and threaded:
             there = self._in_place(world, there, current, out, force)  # no worker hop for those
         if not (there or back_there) or not threaded:
+            if later and threaded:
+                self._batch(world, later, [], current, t_wall, None, out, force)
+            elif later:
+                out.late = [k for k, _ in later]
             return out
         now = None if current is None else {**current, **out.after}
         job = _Job([k for k, _ in there] + back_there)
         result = await self.worker.hop(self._batch, world, there, back_there, now, t_wall, job, None, force,
                                        budget_s=budget_s, submitted=lambda f: self._track(job, f))
         if result is None:
-            out.late = list(job.knobs)
+            out.late = list(job.knobs) + [k for k, _ in later]  # a raise waits for the cuts that are late
         else:
             self._merge(out, result)
+            self._batch(world, later, [], current, t_wall, None, out, force)
         return out
 
     def _in_place(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
