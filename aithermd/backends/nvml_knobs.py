@@ -17,6 +17,8 @@ without an NVML call and tried again with backoff (:data:`WRITE_BACKOFF_S`), unt
 (``knob_write_back``); a different value (a safety cut after a policy value failed) is tried at once. The restore at the stop is tried whatever the GPU's or the knob's state, each knob on
 its own: a write that fails leaves the knob restored when it reads back as its original, and a fan whose
 manual duty cannot be put back is handed to the driver's automatic curve instead (the restore's note).
+A power limit the driver refuses inside its constraints (INVALID_ARGUMENT) is
+:mod:`aithermd.backends.nvml_floor`'s: as deep as the driver takes, a floor kept for a while only.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from aithermd import units
 from aithermd.backends import nvml_acoustic
 from aithermd.backends.nvml_clocks import KNOB
+from aithermd.backends.nvml_floor import LimitWrites
 from aithermd.backends.nvml_gpu import Down, Lost
 from aithermd.backends.nvml_life import Slot
 from aithermd.errors import (
@@ -43,13 +46,12 @@ from aithermd.errors import (
 from aithermd.model import KnobValue, Status
 
 SET_LIMIT = "nvmlDeviceSetPowerManagementLimit"
-FLOOR_STEP_W = 1.0  # how close the search for the lowest limit a driver takes comes to it
 WRITE_BACKOFF_S = (2.0, 60.0)  # a knob whose writes fail: tried again 2 s later, doubling up to 60 s apart
 NO_PERMISSION_WHY = ("NVML_ERROR_NO_PERMISSION: NVML refused the write although the daemon runs as root "
                      "(a container without CAP_SYS_ADMIN, or the GPU's settings are locked)")
 
 
-class NvmlKnobs:
+class NvmlKnobs(LimitWrites):
     """Knob calls of the NVML backend (see the module doc)."""
 
     nvml: Any
@@ -170,40 +172,6 @@ class NvmlKnobs:
         elif knob_id in self.__dict__.get("_refused", ()):
             self.__dict__["_refused"].discard(knob_id)
             self._log.warning("knob_write_back", knob=knob_id, value=value)
-
-    def _set_limit(self, slot: Slot, knob_id: str, value: float) -> None:
-        """Set the power limit to ``value`` W. A driver may refuse (INVALID_ARGUMENT) a value inside the
-        constraints it reports (vGPU, notebooks under Dynamic Boost, some driver branches: nvidia-smi's "not
-        a valid power limit"); a refused cut then goes as deep as the driver takes, found by bisection (to
-        :data:`FLOOR_STEP_W`) between it and the limit in force, and that floor is kept for the knob so the
-        same refused call is not made again (the read-back above the request says the cut is partial)."""
-        floors: dict[str, float] = self.__dict__.setdefault("_limit_floors", {})  # knob → lowest taken, W
-        asked = max(value, floors.get(knob_id, value))
-        try:
-            self._do(slot, f"{knob_id} := {asked:g} W", SET_LIMIT, units.w_to_mw(asked))
-            return
-        except OutOfRange:
-            if self._reread_limits(slot, knob_id):  # the constraints changed: clamped to the new ones
-                floors.pop(knob_id, None)
-                asked = slot.reader.knobs["power_limit"].clamp(value)
-                self._do(slot, f"{knob_id} := {asked:g} W", SET_LIMIT, units.w_to_mw(asked))
-                return
-            in_force = units.mw_to_w(self._do(slot, f"{knob_id}: read", "nvmlDeviceGetPowerManagementLimit"))
-            if in_force is None or asked >= in_force - FLOOR_STEP_W:
-                raise
-        refused, taken = asked, in_force
-        while taken - refused > FLOOR_STEP_W:
-            mid = round((refused + taken) / 2.0)
-            try:
-                self._do(slot, f"{knob_id} := {mid:g} W", SET_LIMIT, units.w_to_mw(mid))
-                taken = mid
-            except OutOfRange:
-                refused = mid
-        floors[knob_id] = taken
-        self._log.warning("power_limit_floor", knob=knob_id, asked_w=value, floor_w=taken,
-                          message=f"{knob_id}: the driver refuses limits under {taken:g} W (its constraints "
-                                  f"say {slot.reader.knobs['power_limit'].min:g} W): {value:g} W asked, "
-                                  f"{taken:g} W set")
 
     def _reread_limits(self, slot: Slot, knob_id: str) -> bool:
         """Read the power limit's constraints and default again (a refused value inside those known: a driver
