@@ -1,7 +1,8 @@
 """What a simulated daemon published, kept for the run's summary (a hub listener): every actuation with
-the rule and reason that decided it, every knob handed back as found when no rule decided it any more (a
-clock lock released when work returns: a ``restore`` event, listed with ``rule`` None), the time each
-policy state lasted, and the GPUs the daemon found held high while idle."""
+the rule and reason that decided it (and ``took``, the value read back after it, when the card did not take
+the value asked: a power limit the driver refused under a floor), every knob handed back as found when no
+rule decided it any more (a clock lock released when work returns: a ``restore`` event, listed with ``rule``
+None), the time each policy state lasted, and the GPUs the daemon found held high while idle."""
 
 from __future__ import annotations
 
@@ -44,6 +45,9 @@ class Recorder:
                                         "reason": dec.reason if dec is not None else None})
                 self._found.setdefault(ev.subject, ev.data.get("old"))
                 self._now[ev.subject] = ev.data.get("new")
+            elif ev.kind == "drift" and ev.data.get("why") == "did_not_stick" and self.actuations \
+                    and self.actuations[-1]["knob"] == ev.subject and self.actuations[-1].get("rule"):
+                self.actuations[-1]["took"] = ev.data.get("got")  # read back after the write: what it took
             elif ev.kind == "restore" and ev.subject in self._now:  # handed back: no rule decides it now
                 self.actuations.append(self._handed_back(snapshot, ev))
         for gpu, attrs in snapshot.attrs.items():

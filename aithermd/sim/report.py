@@ -58,9 +58,12 @@ def _num(value: Any, fmt: str = "g") -> str:
 
 
 def actuation_line(a: Mapping[str, Any]) -> str:
-    """One actuation as ``  2:05  gpu0/power_limit  450 → 600 W  ai-training/raise``."""
-    return (f"  {clock(a['t_s']):>7}  {a['knob']:<28} {_num(a.get('old'))} → {_num(a.get('new'))} "
-            f"{a.get('unit') or ''}  {a.get('rule') or ''}").rstrip()
+    """One actuation as ``  2:05  gpu0/power_limit  450 → 600 W  ai-training/raise``; one the card did not
+    take as asked: ``450 → 250 W (150 W asked)``, what it took first."""
+    unit = a.get("unit") or ""
+    new = _num(a.get("new")) if "took" not in a else f"{_num(a['took'])} {unit} ({_num(a.get('new'))}"
+    return (f"  {clock(a['t_s']):>7}  {a['knob']:<28} {_num(a.get('old'))} → {new} "
+            f"{unit}{' asked)' if 'took' in a else ''}  {a.get('rule') or ''}").rstrip()
 
 
 def fault_line(t_s: float, what: str, spec: str) -> str:
@@ -205,8 +208,9 @@ def exit_reason(data: Mapping[str, Any]) -> str:
 
 
 def _no_op(actuation: Mapping[str, Any]) -> bool:
-    """An actuation that left its knob where it was (``450 → 450 W``): not a change."""
-    old, new = actuation.get("old"), actuation.get("new")
+    """An actuation that left its knob where it was (``450 → 450 W``, or a cut the card did not take): not a
+    change."""
+    old, new = actuation.get("old"), actuation.get("took", actuation.get("new"))
     return isinstance(old, int | float) and isinstance(new, int | float) and abs(new - old) < 0.05
 
 
