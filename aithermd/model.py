@@ -296,8 +296,7 @@ class PolicyStatus:
 @dataclass(frozen=True, slots=True)
 class Alarm:
     """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it),
-    ``uncontrollable`` (a fan refusing its mode and duty, a power limit refusing every cut), ``stalled`` (no
-    speed after a kick), ``empty`` (no fan); ``since``: wall-clock s."""
+    ``uncontrollable``, ``stalled`` (no speed after a kick), ``empty`` (no fan); ``since``: wall-clock s."""
 
     kind: str
     message: str
