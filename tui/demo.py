@@ -170,11 +170,15 @@ def metrics_unavailable(listen: str) -> str | None:
 
 def run_demo(args: argparse.Namespace) -> int:
     spawning: list[int] = []  # while the daemon is being started: the signals that came meanwhile
+    stopping: list[int] = []  # the signal that stopped the demo: those after it change nothing
 
     def on_term(signum: int, frame: object) -> None:
         if spawning:  # raised inside Popen after the fork, the daemon would run on, held by nobody
             spawning.append(signum)
             return
+        if stopping:  # a second one raised in the except clause, before the finally ignores signals, escaped
+            return  # as an uncaught KeyboardInterrupt: the demo died by SIGINT (-2) with its clean-up half done
+        stopping.append(signum)
         raise KeyboardInterrupt
 
     # SIGHUP too: a closed terminal must not orphan the daemon and the bus (they run in their own sessions)
@@ -206,6 +210,7 @@ def run_demo(args: argparse.Namespace) -> int:
             came = spawning[1:]
             spawning.clear()
         if came:  # now that it is held, it is stopped in the clean-up below
+            stopping.append(came[0])
             raise KeyboardInterrupt
         if not asyncio.run(wait_for_daemon(address, daemon)):
             if daemon.poll() == wire.EXIT_USAGE and (why := _usage_error(log)) is not None:
