@@ -290,7 +290,10 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
                                       dec.requested, inputs)
             continue
         decisions[kid] = Decision(kid, f.knob.clamp(ceiling), dec.layer, f"{policy}/quiet",
-                                  f"quiet ceiling {ceiling:.0f} % (the curve asks {dec.value:.0f} %)",
+                                  (f"quiet ceiling {f.ceiling_pct:g} %, held at the rule's minimum duty "
+                                   f"{f.floor_pct:g} % (the curve asks {dec.value:.0f} %)"
+                                   if f.ceiling_pct is not None and f.ceiling_pct < f.floor_pct else
+                                   f"quiet ceiling {ceiling:.0f} % (the curve asks {dec.value:.0f} %)"),
                                   dec.value, inputs)
     return QuietState(MappingProxyType(factors), MappingProxyType(found), MappingProxyType(new_caps), ctx.now,
                       MappingProxyType(low_since))
