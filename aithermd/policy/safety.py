@@ -6,13 +6,13 @@
   go to full: the GPU's own fans; hwmon fans whose curve reads that sensor; a GPU hwmon chip's (amdgpu) own
   pwm. A GPU's power limit is cut in proportion to how far over the trigger it reads (10 % of its draw at the
   trigger, 10 % more per °C over), to its minimum at the device's own threshold; for CPU temperature chips
-  (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to their minimum. The latch holds its cut (deeper
-  at most every 10 s) and releases only after 30 s at :data:`RELEASE_C` below the trigger
-  (:mod:`aithermd.policy.safety_latch`), so a temperature at the edge does not flap. A released power cut
-  leaves a *ceiling* on the knob (``safety/release-ramp``, :mod:`aithermd.policy.safety_ramp`) that rises a
-  step per 30 s of calm, stops under a ceiling that tripped, and caps the policy's value (a min,
-  :mod:`aithermd.policy.arbiter`) until it reaches the knob's maximum: a card that trips at its policy's value
-  settles under it instead of cycling.
+  (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to their minimum (:func:`package_floor_w`) and
+  every board fan (the non-GPU hwmon pwms) to full. The latch holds its cut (deeper at most every 10 s) and
+  releases only after 30 s at :data:`RELEASE_C` below the trigger (:mod:`aithermd.policy.safety_latch`), so a
+  temperature at the edge does not flap. A released power cut leaves a *ceiling* on the knob
+  (``safety/release-ramp``, :mod:`aithermd.policy.safety_ramp`) that rises a step per 30 s of calm, stops
+  under a ceiling that tripped, and caps the policy's value (a min, :mod:`aithermd.policy.arbiter`) until it
+  reaches the knob's maximum: a card that trips at its policy's value settles under it instead of cycling.
 - A fan whose source failed, is implausible, stale, or missing goes to full (100 %), never to zero. The
   policy's rules say which failures count (``fan_failed``): an optional input that fails, or an alternative
   with a later one that reads, does not; without that word every source channel must read.
@@ -46,10 +46,15 @@ CRITICAL_RULE = "safety/critical-temperature"
 
 # A CPU temperature chip that exports no crit/emergency threshold (k10temp and zenpower on Zen parts give
 # Tctl/Tdie/Tccd only: the kernel's k10temp exports thresholds for pre-Zen families alone; the recorded X470
-# and X570 trees here have none) is given this one: above every AMD Tjmax (90-95 °C, "Max. Operating
-# Temperature (Tjmax)" in AMD's product specifications for Ryzen 5000/7000/9000 and Threadripper 7000), so
-# a die over it is one the CPU's own throttling is not holding; under its THERMTRIP.
-CPU_DEFAULT_THRESHOLD_C = 105.0
+# and X570 trees here have none) is given this one: above every AMD Tjmax ("Max. Operating Temperature
+# (Tjmax)" in AMD's product specifications: 90-95 °C for desktop Ryzen 5000/7000/9000 and Threadripper 7000,
+# 105 °C for mobile Ryzen 4000/5000 H parts, which run there in spec: attack5 C3), so a die over it is one
+# the CPU's own throttling is not holding.
+CPU_DEFAULT_THRESHOLD_C = 115.0
+# intel_rapl exports no constraint_N_min_power_uw (no recorded zone has one), so a critical CPU temperature
+# had no value to cut PL1/PL2 to and cut nothing (attack5 C11). With no minimum of its own a package is cut to
+# this: the budget layer's lowest CPU share by default (schema: cpu_min_w), a desktop part's base-power class.
+PACKAGE_FLOOR_W = 45.0
 UNTHRESHOLDED_CPU_CHIPS = ("k10temp", "zenpower")
 
 
@@ -195,9 +200,20 @@ def _cooling(dev: Device, devices: Sequence[Device], latch: Latch | None = None,
                                         and dev.chip.startswith(GPU_CHIPS)):
             targets.append((k, FULL_PCT))
     if dev.kind == DeviceKind.HWMON and dev.chip and dev.chip.startswith(CPU_CHIPS):
-        targets += [(k, k.min) for d in devices if d.kind == DeviceKind.POWERCAP for k in d.knobs
-                    if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+        targets += [(k, package_floor_w(k)) for d in devices if d.kind == DeviceKind.POWERCAP
+                    for k in d.knobs if k.kind in (KnobKind.PL1, KnobKind.PL2)]
+        targets += [(k, FULL_PCT) for d in devices if d.kind == DeviceKind.HWMON and d.chip
+                    and not d.chip.startswith(GPU_CHIPS) for k in d.knobs if k.kind == KnobKind.PWM]
     return targets
+
+
+def package_floor_w(knob: Knob) -> float:
+    """Where a critical CPU temperature cuts a RAPL PL1/PL2 (W): the zone's own minimum, else
+    :data:`PACKAGE_FLOOR_W` (under a quarter of its maximum, its default if lower)."""
+    if knob.min is not None:
+        return knob.min
+    floor = min(PACKAGE_FLOOR_W, knob.max / 4) if knob.max else PACKAGE_FLOOR_W
+    return min(floor, knob.default) if knob.default else floor
 
 
 def _stalled(sp: SafetyPlan, fans: Mapping[str, str], fan_sources: Mapping[str, Iterable[str]],

@@ -158,7 +158,7 @@ def test_a_fixed_duty_fan_under_quiet_escapes_when_any_watched_temperature_nears
     Tctl (k10temp: no threshold of its own, the AMD default) or the GPU comes within danger_margin_c."""
     pol = fixed("quiet: {fans: [{fans: {chip: 'nct*'}, max_duty_pct: 20}]}")
     assert _fans_at(pol, COOL)[0] == [20.0, 20.0]
-    hot_cpu = {**COOL, f"{K10}/temp1": 92.0}  # trigger 105 - 5 = 100 °C; danger from 90 °C
+    hot_cpu = {**COOL, f"{K10}/temp1": 102.0}  # trigger 115 - 5 = 110 °C; danger from 100 °C
     duties, r = _fans_at(pol, hot_cpu)
     assert duties == [60.0, 60.0]
     assert f"{K10}/temp1 within 10 °C of its safety threshold" in r.decisions[FANS[0]].reason
@@ -173,5 +173,25 @@ def test_an_amd_cpu_without_a_threshold_of_its_own_is_critical_over_the_default(
     pol = fixed("")
     _, r = _fans_at(pol, {**COOL, f"{K10}/temp1": CPU_DEFAULT_THRESHOLD_C - 5.0 + 1.0})
     assert r.decisions[f"{PKG}/pl1"].layer == Layer.SAFETY and r.decisions[f"{PKG}/pl1"].value == 10.0
-    _, r = _fans_at(pol, {**COOL, f"{K10}/temp1": 95.0})  # a Ryzen 7000 at its Tjmax under load: not critical
+    _, r = _fans_at(pol, {**COOL, f"{K10}/temp1": 105.0})  # a Ryzen 5000 H laptop at its Tjmax: not critical
     assert f"{PKG}/pl1" not in r.decisions or r.decisions[f"{PKG}/pl1"].layer != Layer.SAFETY
+
+
+def test_a_critical_cpu_cuts_a_package_without_a_minimum_and_runs_every_board_fan_full():
+    """attack5 C11: intel_rapl exports no min_power_uw, so the critical cut of PL1/PL2 had no value and was
+    never written; board fans on a fixed duty (no curve reading the CPU) stayed at 20 % while the simulated
+    package passed 160 °C, with not a log line."""
+    from aithermd.model import Device, Knob
+    from aithermd.policy.safety import CPU_DEFAULT_THRESHOLD_C, PACKAGE_FLOOR_W
+    from tests.policy.machines import gpu, k10temp, nct, rapl
+
+    bare = rapl()
+    no_min = Device(bare.id, bare.kind, bare.name, bare.channels,
+                    tuple(Knob(k.id, k.device_id, k.kind, k.unit, None, 4090.0, 4090.0, True) for k in bare.knobs))
+    devices = (gpu(0), nct(), k10temp(), no_min)
+    pol = fixed("")
+    hot = {**COOL, f"{K10}/temp1": CPU_DEFAULT_THRESHOLD_C - 4.0}  # over the AMD default threshold − 5
+    r = evaluate(pol, (), tick(devices, 0.0, hot, knobs={f: 20.0 for f in FANS}), initial_state())
+    assert r.decisions[f"{PKG}/pl1"].layer == Layer.SAFETY and r.decisions[f"{PKG}/pl1"].value == PACKAGE_FLOOR_W
+    assert r.decisions[f"{PKG}/pl2"].value == PACKAGE_FLOOR_W
+    assert [(r.decisions[f].layer, r.decisions[f].value) for f in FANS] == [(Layer.SAFETY, 100.0)] * 2
