@@ -5,12 +5,12 @@ it is no measure but a bad sample: a 64-bit value read half-updated, a counter r
 reset or driver reload, a RAPL ``energy_uj`` reset read as a wrap. One such sample (NVML's total energy
 + 2**40 mJ, once: 1.1e9 J "in a second" on a 600 W card) otherwise stays in every total for good.
 
-The ceiling (:func:`ceiling_w`): :data:`POWER_MARGIN` × the device's maximum power limit where the device
-states one (NVML ``nvmlDeviceGetPowerManagementLimitConstraints`` max; the board's power capping holds that
-limit averaged over well under a second, its excursions above it last milliseconds, so twice the limit over
-a second or more is never a real draw), else the absolute :data:`MAX_PLAUSIBLE_W` (no single GPU, CPU
-package or RAPL zone draws 5 kW). The interval counts as at least :data:`MIN_GAP_S`: two reads close
-together may see a counter's update granularity, not a rate.
+The ceiling (:func:`ceiling_w`): :data:`POWER_MARGIN` × a GPU's maximum power limit where it states one (NVML
+``nvmlDeviceGetPowerManagementLimitConstraints`` max; the board's power capping holds that limit averaged over
+well under a second, its excursions above it last milliseconds, so twice the limit over a second or more is
+never a real draw), else the absolute :data:`MAX_PLAUSIBLE_W` (no single GPU, CPU package or RAPL zone draws 5
+kW). The interval counts as at least :data:`MIN_GAP_S`: two reads close together may see a counter's update
+granularity, not a rate.
 
 :class:`CounterGuard` applies it to energy readings (J) as a backend produces them: a reading whose increase
 over the last good one is implausible becomes ``implausible`` (logged once per episode), and the next good
@@ -52,13 +52,15 @@ def ceiling_w(max_limit_w: float | None) -> float:
 
 
 def device_ceiling_w(device: Device) -> float:
-    """:func:`ceiling_w` of ``device``: from the highest ``max`` (W) of its power-limit knobs (NVML power
-    limit, RAPL PL1/PL2), if it has any."""
+    """:func:`ceiling_w` of ``device``: from the highest ``max`` (W) of its GPU power-limit knobs, if it has
+    any. Not from RAPL PL1/PL2: their maximum (``constraint_N_max_power_uw``, about the TDP) bounds no draw
+    (PL2 and a board's "unlimited" firmware limits let a package draw more for minutes; a package over 2 ×
+    TDP lost a third of its energy as garbage, attack5 C8): a zone keeps :data:`MAX_PLAUSIBLE_W`."""
     limits = [k.max for k in device.knobs if k.kind in _LIMITS and k.max is not None and k.max > 0]
     return ceiling_w(max(limits) if limits else None)
 
 
-_LIMITS = frozenset({KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2})
+_LIMITS = frozenset({KnobKind.POWER_LIMIT})  # held by the board over well under a second (module doc)
 
 
 def implausible_w(delta_j: float, dt_s: float, ceiling: float, min_gap_s: float = MIN_GAP_S) -> float | None:

@@ -144,3 +144,27 @@ def test_the_meter_estimates_an_increase_no_device_can_make(tmp_path):
     feed(0.0, 100.0)
     assert feed(2.0, 100.0 + 2 * POWER_MARGIN * top) == {"gpu0": pytest.approx(2 * POWER_MARGIN * top)}
     assert feed(3.0, 1e12) == {"gpu0": pytest.approx(300.0)}  # garbage: 1 s at 300 W instead
+
+
+def test_a_package_drawing_over_twice_its_pl_maximum_is_counted_not_taken_for_garbage(tmp_path):
+    """attack5 C8: RAPL's constraint maximum (about the TDP: 125 W here) bounds no draw -- PL2 and an
+    "unlimited" board let a package draw 300 W for minutes. Its increases were held to 2 × 250 W, so a read
+    gap of a minute at 300 W became garbage and a third of the energy was estimated away."""
+    from aithermd.accounting.meter import EnergyMeter
+    from aithermd.backends.energy_rate import MAX_PLAUSIBLE_W, device_ceiling_w
+    from aithermd.model import Channel, Device, Quantity, Reading
+    from tests.policy.machines import PKG, rapl
+
+    bare = rapl()
+    zone = Device(bare.id, bare.kind, bare.name,
+                  (*bare.channels, Channel(f"{PKG}/energy", PKG, "energy", Quantity.ENERGY, "J")), bare.knobs)
+    assert device_ceiling_w(zone) == MAX_PLAUSIBLE_W
+    meter = EnergyMeter()
+
+    def feed(t: float, joules: float) -> dict[str, float]:
+        readings = {f"{PKG}/energy": Reading(f"{PKG}/energy", joules),
+                    f"{PKG}/power": Reading(f"{PKG}/power", 300.0)}
+        return meter.feed(Snapshot(0, 1000.0 + t, 5e8 + t, (zone,), readings)).joules
+
+    feed(0.0, 0.0)
+    assert feed(2.0, 1200.0) == {PKG: pytest.approx(1200.0)}  # 600 W for 2 s: over 2 × 250 W, a real draw
