@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from aithermd.backends.nvml import NvmlBackend
+from aithermd.clock import FakeClock
 from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.smi_dump import load_dump
 
@@ -40,3 +41,29 @@ def backend_over():
 def workstation():
     """Two GPUs: an RTX 4090 with two fans (manual/auto control) and an H100 (passive, HBM)."""
     return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[2, None], driver_version="590.48.01")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def make(clock):
+    """``make(fake)``: an NvmlBackend over the fake's bindings on the fake clock, discovered, closed after."""
+    made: list[NvmlBackend] = []
+
+    def build(fake: FakeNvml) -> NvmlBackend:
+        backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
+        made.append(backend)
+        backend.discover()
+        return backend
+
+    yield build
+    for b in made:
+        b.close()
+
+
+def two() -> FakeNvml:
+    """An RTX 4090 with one fan and an H100 without, as driver 590 shows them."""
+    return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[1, None], driver_version="590.48.01")

@@ -9,36 +9,10 @@ import pynvml as E
 import pytest
 import structlog
 
-from aithermd.backends.nvml import NvmlBackend
-from aithermd.clock import FakeClock
 from aithermd.errors import BackendError, DeviceLost, OutOfRange
 from aithermd.model import Status
 from aithermd.sim.fake_nvml import FakeNvml
-from tests.backends.nvml.conftest import H100, RTX4090, profile
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
-
-
-@pytest.fixture
-def make(clock):
-    made: list[NvmlBackend] = []
-
-    def build(fake: FakeNvml) -> NvmlBackend:
-        backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-        made.append(backend)
-        backend.discover()
-        return backend
-
-    yield build
-    for b in made:
-        b.close()
-
-
-def two() -> FakeNvml:
-    return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[1, None], driver_version="590.48.01")
+from tests.backends.nvml.conftest import two
 
 
 def inits(fake: FakeNvml) -> int:
