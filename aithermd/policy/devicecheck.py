@@ -213,18 +213,19 @@ def _quiet_problems(policy: Any, devices: Sequence[Device]) -> list[tuple[tuple[
     for i, block in enumerate(blocks):
         at = ("quiet", i) if isinstance(doc.quiet, list) else ("quiet",)
         for j, group in enumerate(block.fans):
-            floors, fixed = {}, set()
+            floors: dict[str, list[str]] = {}
+            fixed: set[str] = set()
             for knob in selectors.select_fans(group.fans, devices):
                 rule = next((r for r in rules if any(t.knob.id == knob.id for t in r.targets)), None)
                 if rule is None:
                     continue
                 low = fan_limits(rule.model, knob)[0]
                 if group.max_duty_pct is not None and low > group.max_duty_pct:
-                    floors[knob.id] = f"{low:g} % ({rule.name})"
-                if not rule.channels:
+                    floors.setdefault(f"{low:g} % (rule {rule.name})", []).append(knob.id)
+                if rule.curve_name is None:  # a curve whose source matches nothing is unsourced_fans' case
                     fixed.add(rule.name)
             if floors:
-                held = ", ".join(f"{k} {v}" for k, v in floors.items())
+                held = "; ".join(f"{v} for {', '.join(ids)}" for v, ids in floors.items())
                 out.append(((*at, "fans", j, "max_duty_pct"), "below the minimum duty of the rule driving "
                             f"these fans, which hold that instead: {held}"))
             if fixed:

@@ -426,7 +426,8 @@ def test_check_warns_about_a_quiet_ceiling_below_the_rules_minimum_and_over_a_fi
     assert main(["check", "--simulate", str(p)]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"{p}:3:46: warning: quiet.fans[0].max_duty_pct: below the minimum duty of the "
-                             "rule driving these fans, which hold that instead: hwmon:nct6798-isa-0290/pwm1 40 % (f)")
+                             "rule driving these fans, which hold that instead: 40 % (rule f) for "
+                             "hwmon:nct6798-isa-0290/pwm1, hwmon:nct6798-isa-0290/pwm2")
     assert err[1] == (f"{p}:3:7: warning: quiet.fans[0]: rule f reads no temperature (a fixed duty): quiet "
                       "cannot lower power for these fans and holds them at the ceiling until a watched "
                       "temperature comes within danger_margin_c of its safety threshold; give the rule a curve")
@@ -453,3 +454,17 @@ def test_check_warns_about_a_curve_whose_duty_falls_as_it_heats(tmp_path, capsys
         "fans would slow down as it heats (two points swapped?)"]
     p.write_text(p.read_text().replace("[60, 80], [80, 35]", "[60, 35], [80, 80]").replace("[70, 40]", "[70, 60]"))
     assert main(["check", str(p)]) == 0 and capsys.readouterr().err == ""
+
+
+def test_check_does_not_call_a_curve_rule_whose_source_matches_nothing_a_fixed_duty(tmp_path, capsys):
+    """A curve whose source matches no sensor is the unsourced-fans warning (its fans run at 100 %), not a
+    rule 'that reads no temperature (a fixed duty)' (first said so for both)."""
+    p = tmp_path / "q.yaml"
+    p.write_text("curves:\n"
+                 "  cpu: {kind: points, source: 'nosuch*/temp1', points: [[40, 30], [80, 100]], optional: true}\n"
+                 "quiet:\n"
+                 "  fans: [{fans: {chip: ['nct*']}, max_duty_pct: 30}]\n"
+                 "rules:\n"
+                 "  - {name: board, kind: fan, fans: {chip: ['nct*']}, curve: cpu}\n")
+    main(["check", "--simulate", str(p)])
+    assert "reads no temperature" not in capsys.readouterr().err
