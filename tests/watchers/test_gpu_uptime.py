@@ -65,7 +65,8 @@ async def test_a_knob_nvml_refuses_to_root_is_read_only_once_with_no_journal_ent
         return d.hub.latest.seq >= 8
 
     assert await d.run(until=step) == 0  # nothing was changed, so nothing needs restoring
-    assert calls[-1] == calls[2] == 2, "each GPU's limit tried once, never again"
+    # The two writes run on worker threads, so the tick they land in is not fixed; the count over eight ticks is.
+    assert calls[-1] == 2, "each GPU's limit tried once, never again"
     knob = d.world.knobs["gpu0/power_limit"]
     assert not knob.writable and "CAP_SYS_ADMIN" in knob.why_not
     faults = [e for e in events if e.kind == "fault" and e.subject == "gpu0/power_limit"]
