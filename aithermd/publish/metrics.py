@@ -290,12 +290,12 @@ class MetricsHandle:
         """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``."""
         self._tick.observe(seconds)  # a new state tuple: the histogram's text is kept until then
 
-    def serve(self, host: str, port: int) -> None:
+    def serve(self, host: str, port: int, sock: Any = None) -> None:
         """Serve ``/metrics`` (:class:`~aithermd.publish.scrape.ScrapeServer`: one thread, asleep until a
         scraper connects, one request at a time, a client gets ``CLIENT_TIMEOUT_S`` to send its request),
         always in the classic text format (0.0.4: Prometheus accepts it, and it renders in two thirds of the
         time of OpenMetrics)."""
-        self._server = ScrapeServer(host, port, lambda: render(self))
+        self._server = ScrapeServer(host, port, lambda: render(self), sock)  # sock: its port, taken already
         self.address = self._server.address
 
     def stop(self) -> None:
@@ -307,11 +307,12 @@ class MetricsHandle:
             self._server = None
 
 
-def start(listen: str, hub: StateHub, energy: Any = None) -> MetricsHandle:
+def start(listen: str, hub: StateHub, energy: Any = None, sock: Any = None) -> MetricsHandle:
     """Serve ``/metrics`` on ``listen`` (``"HOST:PORT"``, port 0 picks a free one; ``"none"`` serves nothing
     but still counts, so ``observe_tick`` always works). ``energy``: the daemon's energy service, whose
     accounting families (:mod:`aithermd.publish.energy_metrics`) are added. Raises ValueError for a
-    malformed address and OSError when the port cannot be had (the daemon turns both into a warning)."""
+    malformed address and OSError when the port cannot be had (the daemon turns both into a warning).
+    ``sock``: the socket listening on ``listen`` already (:func:`aithermd.publish.listen.bind`), served."""
     handle = MetricsHandle(hub)
     if energy is not None:
         from aithermd.publish.energy_metrics import EnergyCollector
@@ -321,7 +322,7 @@ def start(listen: str, hub: StateHub, energy: Any = None) -> MetricsHandle:
     address = parse_listen(listen)
     if address is not None:
         try:
-            handle.serve(*address)
+            handle.serve(*address, sock)
         except BaseException:
             handle.stop()
             raise

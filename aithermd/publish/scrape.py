@@ -27,6 +27,8 @@ from typing import Any
 from prometheus_client.openmetrics import exposition as om
 from prometheus_client.utils import floatToGoString
 
+from aithermd.publish.listen import bind, parse_listen  # noqa: F401 - parse_listen: for metrics.py
+
 CLIENT_TIMEOUT_S = 5.0
 MAX_HEAD = 16 * 1024
 PREFIX_CACHE_MAX = 20_000
@@ -95,16 +97,6 @@ def exposition(families: Iterable[Any]) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-def parse_listen(listen: str) -> tuple[str, int] | None:
-    """``"HOST:PORT"`` (IPv6 as ``"[::1]:PORT"``) → (host, port); ``"none"`` → None. Raises ValueError."""
-    if listen.strip().lower() in ("none", ""):
-        return None
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"metrics listen address {listen!r}: expected HOST:PORT or 'none'")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
 class Exposition:
     """The text exposition of a registry's collectors, in the order they were added (the order
     ``generate_latest`` renders them in), each collector's text kept while its inputs are unchanged.
@@ -148,18 +140,12 @@ class Exposition:
 
 class ScrapeServer:
     """``/metrics`` on ``(host, port)`` (port 0: any) from a thread of its own; ``body()`` gives the text.
-    Raises OSError when the address cannot be had."""
+    ``sock``: that address's listening socket, taken already (:func:`~aithermd.publish.listen.bind`; the
+    server owns it from now on). Raises OSError when the address cannot be had."""
 
-    def __init__(self, host: str, port: int, body: Callable[[], bytes]) -> None:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            self._sock.bind((host, port))
-            self._sock.listen(16)
-        except BaseException:
-            self._sock.close()
-            raise
+    def __init__(self, host: str, port: int, body: Callable[[], bytes],
+                 sock: socket.socket | None = None) -> None:
+        self._sock = sock if sock is not None else bind(host, port)
         self.address: tuple[str, int] = (host, self._sock.getsockname()[1])
         self._body = body
         self._wake_r, self._wake_w = os.pipe()

@@ -9,8 +9,8 @@ build → start the services → tick on the deadlines → stop the services in 
   kept in the state directory > the config), then the apply path (:mod:`aithermd.actuate.execute`), the
   inbox and the tick.
 - **Start** (:mod:`aithermd.runtime.services`, in this order, each within a timeout; one that cannot start
-  is a warning): the sd_notify watchdog, energy accounting, D-Bus, the Prometheus exporter, then the
-  watchers (:mod:`aithermd.watchers`): udev hotplug, logind, the fast lane.
+  is a warning): the sd_notify watchdog, energy accounting, D-Bus, the Prometheus exporter (built and served
+  right after the first tick, fed what it missed), then the watchers: udev hotplug, logind, the fast lane.
 - **Run**: the :class:`~aithermd.runtime.scheduler.Scheduler` runs one :class:`~aithermd.runtime.tick.Tick`
   per deadline; ``READY=1`` after the first. Whatever happens between ticks (SIGHUP or D-Bus reload,
   hotplug, suspend and resume, the fast lane's events) is posted to the inbox the tick drains at its start.
@@ -392,6 +392,7 @@ class Daemon:
                   f"{len(snapshot.degraded)} degraded" + (" (dry-run)" if snapshot.dry_run else ""))
         if seq == 1:
             self.notifier.ready(status)
+            await self.services.start_late()  # the exporter: after READY=1 (services.MetricsService)
         else:
             self.notifier.status(status)
         self.changes.warn_unmatched(self.tick.world)

@@ -69,17 +69,29 @@ class ServiceGroup:
     async def start(self, services: Iterable[Service]) -> None:
         """Start each of ``services`` in turn; never raises for one that cannot start."""
         for service in services:
-            try:
-                await asyncio.wait_for(service.start(), self.start_timeout_s)
-            except Unavailable as exc:
-                self._log.warning(exc.event, **exc.fields)
-                continue
-            except Exception as exc:  # noqa: BLE001 - the daemon runs on without it
-                fields = getattr(service, "describe", dict)()
-                self._log.warning(f"{service.name}_unavailable", **fields,
-                                  error=f"{type(exc).__name__}: {exc}")
-                continue
-            self.started.append(service)
+            if await self._try(service, service.start):
+                self.started.append(service)
+
+    async def start_late(self) -> None:
+        """The second step of the started services that have one (``start_late()``, called once, after the
+        first tick: see :class:`MetricsService`); one that fails is a warning, as at :meth:`start`, and is
+        stopped and left out. Never raises."""
+        for service in [s for s in self.started if hasattr(s, "start_late")]:
+            if not await self._try(service, service.start_late):  # type: ignore[attr-defined]
+                self.started.remove(service)
+                await self._try(service, service.stop)
+
+    async def _try(self, service: Service, step: Callable[[], Any]) -> bool:
+        try:
+            await asyncio.wait_for(step(), self.start_timeout_s)
+        except Unavailable as exc:
+            self._log.warning(exc.event, **exc.fields)
+            return False
+        except Exception as exc:  # noqa: BLE001 - the daemon runs on without it
+            fields = getattr(service, "describe", dict)()
+            self._log.warning(f"{service.name}_unavailable", **fields, error=f"{type(exc).__name__}: {exc}")
+            return False
+        return True
 
     async def stop(self) -> None:
         """Stop the started services, the last started first; never raises."""
@@ -186,23 +198,77 @@ class DbusService:
 
 class MetricsService:
     """The Prometheus exporter on ``listen`` (:mod:`aithermd.publish.metrics`); a port that cannot be had is
-    the warning ``metrics_unavailable``. It records each tick's duration."""
+    the warning ``metrics_unavailable``. It records each tick's duration.
+
+    Started in two steps, so that the first tick does not wait for prometheus_client (issue 22: its import
+    is ~30 ms of the daemon's CPU to ``READY=1``; the package imports its HTTP exposition, http.server, email
+    and ssl whatever part of it is used): :meth:`start`, before the first tick, takes the port (a malformed
+    address or a port taken is the warning, as before) and keeps what the exporter would have seen — each
+    publish to the hub and each tick's duration; :meth:`start_late`, right after the first tick
+    (``READY=1`` sent), builds the exporter, hands it those publishes and durations in order (its listeners
+    get them as if they had been added first) and serves the port. So every counter counts from the first
+    tick, and a scraper that connects before the exporter is built waits in the backlog for the same answer
+    it had before."""
 
     name = "metrics"
 
     def __init__(self, listen: str, hub: StateHub, energy: Any) -> None:
         self.listen, self.hub, self.energy = listen, hub, energy
         self.handle: Any = None
+        self._early: list[tuple[Any, Any]] = []  # (snapshot, events) published before the exporter
+        self._ticks: list[float] = []  # each tick's duration (s) before the exporter
+        self._unlisten: Callable[[], None] | None = None
+        self._sock: Any = None  # the port, taken at start; the exporter's server owns it once built
 
     def describe(self) -> dict[str, Any]:
         return {"listen": self.listen}
 
     async def start(self) -> None:
+        from aithermd.publish.listen import bind, parse_listen
+
+        address = parse_listen(self.listen)
+        self._sock = bind(*address) if address is not None else None
+        self._unlisten = self.hub.add_listener(lambda snap, events: self._early.append((snap, events)))
+
+    async def start_late(self) -> None:
+        self._stop_keeping()
+        early, ticks, self._early, self._ticks = self._early, self._ticks, [], []
         mod = import_service("aithermd.publish.metrics")
-        self.handle = mod.start(self.listen, self.hub, self.energy)
+        hub = self.hub
+        add = hub.add_listener
+
+        def add_after_replay(listener: Any) -> Callable[[], None]:
+            for snapshot, events in early:  # as StateHub.publish calls it: a failure is logged, never raised
+                try:
+                    listener(snapshot, events)
+                except Exception:  # noqa: BLE001
+                    structlog.get_logger("aithermd.hub").exception("listener_failed", listener=repr(listener))
+            return add(listener)
+
+        hub.add_listener = add_after_replay  # type: ignore[method-assign] - for this construction only
+        try:
+            self.handle = mod.start(self.listen, hub, self.energy, sock=self._sock)
+        finally:
+            del hub.add_listener
+        self._sock = None  # the exporter's server owns it now
+        for seconds in ticks:
+            self.handle.observe_tick(seconds)
 
     def after_tick(self, seconds: float) -> None:
-        self.handle.observe_tick(seconds)
+        if self.handle is None:
+            self._ticks.append(seconds)
+        else:
+            self.handle.observe_tick(seconds)
+
+    def _stop_keeping(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
 
     async def stop(self) -> None:
-        self.handle.stop()
+        self._stop_keeping()
+        if self._sock is not None:  # stopped before the exporter was built
+            self._sock.close()
+            self._sock = None
+        if self.handle is not None:
+            self.handle.stop()

@@ -86,3 +86,75 @@ async def test_a_bus_that_is_not_there_at_start_is_joined_when_it_comes(settings
         bus.stop()
     assert [e["event"] for e in logs if e["event"].startswith("dbus_")][:1] == ["dbus_unavailable"]
     assert d.hub.status["dbus"]["connected"] is False  # stopped: the name released
+
+
+async def test_the_exporter_is_built_after_ready_and_counts_from_the_first_tick(settings, clock, monkeypatch):
+    """issue 22, start-up: prometheus_client is imported after READY=1, and the exporter then holds what it
+    would have held had it started first: the first tick's duration and its counters (every knob's drift
+    counter at 0, from the first snapshot's devices), the first tick's publish replayed into its listeners."""
+    from aithermd.runtime import sd_notify, services
+
+    order: list[str] = []
+    real_import = services.import_service
+    monkeypatch.setattr(services, "import_service", lambda m: order.append(m) or real_import(m))
+    real_ready = sd_notify.Notifier.ready
+    monkeypatch.setattr(sd_notify.Notifier, "ready",
+                        lambda self, *a: order.append("READY=1") or real_ready(self, *a))
+    s = settings.replace(**{"metrics_listen": "127.0.0.1:0"})
+    d = Daemon(s, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE)
+    seen = []
+
+    def after_first():
+        handle = d.services.get("metrics").handle
+        host, port = handle.address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+            seen.append((dict(handle.counters.drift), r.read().decode()))
+        return True
+
+    await d.run(max_ticks=3, until=after_first)
+    assert order == ["READY=1", "aithermd.publish.metrics"]
+    drift, body = seen[0]
+    knobs = {k.id for dev in d.hub.latest.devices for k in dev.knobs}
+    assert knobs and drift == dict.fromkeys(knobs, 0)
+    assert "aithermd_tick_duration_seconds_count 1.0" in body
+
+
+async def test_an_exporter_stopped_before_the_first_tick_keeps_nothing(clock):
+    from aithermd.publish.hub import StateHub
+    from aithermd.runtime.services import MetricsService
+
+    import socket
+
+    hub = StateHub()
+    service = MetricsService("127.0.0.1:0", hub, None)
+    await service.start()
+    port = service._sock.getsockname()[1]
+    service.after_tick(0.01)
+    await service.stop()
+    assert service.handle is None
+    assert hub._listeners == []  # the early keeper is detached: nothing grows for a service that is gone
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # the port is let go
+
+
+async def test_a_scraper_that_connects_before_the_exporter_is_built_waits_for_its_answer():
+    import socket
+
+    from aithermd.publish.hub import StateHub
+    from aithermd.runtime.services import MetricsService
+
+    service = MetricsService("127.0.0.1:0", StateHub(), None)
+    await service.start()  # the port is taken before the first tick
+    conn = socket.create_connection(service._sock.getsockname()[:2], timeout=10)  # in the backlog
+    try:
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        service.after_tick(0.02)
+        await service.start_late()
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    finally:
+        conn.close()
+        await service.stop()
+    assert answer.startswith(b"HTTP/1.1 200 OK")
+    assert b"aithermd_tick_duration_seconds_count 1.0" in answer
