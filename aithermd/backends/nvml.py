@@ -82,6 +82,8 @@ class NvmlBackend(NvmlKnobs):
         self.read_deadline_s = read_deadline_s
         self._worker, self._own_worker = worker, worker is None
         self._names = error_names(nvml)
+        if hasattr(type(nvml), "on_load"):  # LazyNvml (nvml_lazy.py): every error name once pynvml is in
+            nvml.on_load(lambda real: self._names.update(error_names(real)))
         self.life = NvmlLife(nvml, self._make_reader, self._names, self._base)
         self._procs: dict[str, ProcessReader] = {}
         # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's

@@ -27,6 +27,8 @@ dropping one no longer enumerated, a knob found read-only) say so through ``take
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -136,15 +138,22 @@ def open_backends(sysfs_root: str = "/sys", *, nvml: Any = None, cpu: bool = Tru
 def open_for_daemon(settings: Any) -> list[Backend]:
     """The daemon's backends for ``settings`` (a :class:`~aithermd.settings.DaemonSettings`):
     :func:`open_backends` on ``settings.sysfs_root``, NVML when ``settings.nvml`` and the bindings import
-    (a warning otherwise), nvme/drivetemp chips split into the slow lane. Nothing is read yet."""
-    nvml = None
+    (a warning otherwise; imported only once the NVML library can load, :mod:`aithermd.backends.nvml_lazy`,
+    unless ``pynvml`` is already), nvme/drivetemp chips split into the slow lane. Nothing is read yet."""
+    nvml: Any = None
     if settings.nvml:
         try:
-            import pynvml  # the bindings; the backend decides whether a driver answers
+            if "pynvml" in sys.modules:  # the bindings; the backend decides whether a driver answers
+                import pynvml as nvml
+            elif importlib.util.find_spec("pynvml") is None:
+                raise ModuleNotFoundError("No module named 'pynvml'", name="pynvml")
+            else:  # imported once NVML can load: nothing to pay for on a machine without the driver
+                from aithermd.backends.nvml_lazy import LazyNvml
 
+                nvml = LazyNvml()
             import aithermd.backends.nvml  # noqa: F401
-            nvml = pynvml
         except ImportError as exc:
+            nvml = None
             structlog.get_logger("aithermd.registry").warning("nvml_unavailable", error=str(exc))
     from aithermd.backends.slow import split_slow  # nvme/drivetemp chips: read in a worker of their own
     return split_slow(open_backends(str(settings.sysfs_root), nvml=nvml))
