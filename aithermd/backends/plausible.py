@@ -21,6 +21,18 @@ Three checks, each with its source:
   NVML) sits above the air that cools it, in a room above 0 °C, so a reading below :data:`DIE_FLOOR_C` is not
   a temperature; 0 °C is what a GPU's temperature reads when there is no reading (attack4 B6: an NVML die
   temperature stuck at 0 °C was trusted after one confirming read and released a critical cut).
+- **A die is above its air by its draw** (a GPU's ``temperature`` judged with its own ``power``,
+  :mod:`aithermd.backends.diewatch`): the die sits at least :data:`DIE_K_PER_W` per watt over its heatsink,
+  so a reading under ``DIE_FLOOR_C + DIE_K_PER_W × draw`` is not a temperature (3 °C at 208 W: attack5 C1);
+  and a reading that stays bit-identical while the draw held two levels :data:`STUCK_SWING_W` apart, each for
+  :data:`STUCK_SETTLE_S`, is a stuck sensor (a die moves ≥ 3 °C with such a step within seconds), and so is
+  one through two one-minute means of the draw :data:`STUCK_SLOW_SWING_W` apart (:data:`STUCK_SLOW_S`: the
+  die and its heatsink move ≥ 2.1 °C, twice a whole degree's quantization), unless it
+  sits within :data:`FIRMWARE_BAND_C` of the channel's own lowest threshold, where firmware holds a die flat
+  by moving its power (attack5 C1: a reading frozen at 30 or 40 °C released a cut to 598 W).
+  Sources: sim/CALIBRATION.md §4 — the H100 SXM dump's die is 0.025 K/W over its heatsink (59 °C at
+  629 W), the recorded RTX 4090's 0.05 K/W (35 → 49 °C within 3 s when ~300 W start, 55 → 38 °C within
+  6 s when they stop): the die follows its draw within a 1 s sample, the heatsink with τ ≈ 15–30 s.
 
 Rates (°C or RPM per second) are the fastest change a channel of that type shows on real machines; a
 faster jump is a spike to be confirmed by the next reading (:mod:`aithermd.backends.trust`). They are
@@ -72,6 +84,14 @@ READOUT_SPAN_C = 127.0  # coretemp: the digital readout is a 7-bit distance belo
 CPU_DRIVERS = frozenset({"coretemp", "k10temp", "zenpower", "cpu_thermal", "x86_pkg_temp"})
 GPU_DRIVERS = frozenset({"amdgpu", "nouveau", "radeon", "i915", "xe"})
 DIE_FLOOR_C = 1.0  # °C: the lowest a die (CPU, GPU: these drivers and "nvml") can read on a working machine
+DIE_K_PER_W = 0.025  # K/W: the least a GPU die sits over its heatsink per watt (H100 SXM; the 4090: 0.05)
+STUCK_SWING_W = 120.0  # W: a held draw step that moves a die ≥ 3 K (× DIE_K_PER_W): three whole NVML degrees
+STUCK_SETTLE_S = 5.0  # s: a draw counts as held after this long (the die follows within 1 s, settles in 3 s)
+HEATSINK_K_PER_W = 0.0104  # K/W: the least a heatsink rises per watt within STUCK_SLOW_S (H100: 1/93 W/K at
+# full chassis fans, 1500 J/K: 1 − e^(−60·93/1500) = 98 % settled; the fan-cooled 4090: 1/107 W/K, 600 J/K)
+STUCK_SLOW_S = 60.0  # s: the slower check's span: the draw's mean over a minute, the die and its heatsink
+STUCK_SLOW_SWING_W = 60.0  # W: a minute's mean step that moves die + heatsink ≥ 2.1 K (× 0.035 K/W)
+FIRMWARE_BAND_C = 10.0  # °C under the channel's lowest own threshold: firmware may hold the die flat there
 RATE_C_S_CPU = 80.0  # CPU dies: tens of °C within a second at a load step
 RATE_C_S_GPU = 30.0  # GPU dies and their memory (hwmon and NVML)
 RISE_C_S_NVML = 20.0  # fast-lane pacing of an NVML GPU temperature: 2 × its fastest 1 s rise (module doc)

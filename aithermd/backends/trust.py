@@ -13,6 +13,9 @@ the engine and decides, per channel, with a stated bound:
 - **Persistent faults** (``ENODEV``, ``ENOENT``, ``EACCES``, a lost GPU, any errno not known to
   be transient) and **confirmed** ones (``confirm_reads`` bad reads in a row, or a last good value too old
   to carry) pass through as they are: the safety layer drives the channel's fans to full.
+- **A GPU die against its own draw** (:mod:`aithermd.backends.diewatch`): a temperature colder than its
+  draw allows, or unchanged while its draw moved by a step that moves any die, is implausible — held once
+  like any implausible value, then confirmed (attack5 C1: a reading frozen at 30 °C released a cut).
 - **Spikes**: an ok value that moved faster than its channel type can
   (:func:`aithermd.backends.plausible.rate_limit`, over at least ``MIN_DT_S``) is held the same way; the
   next reading decides — still that far from the last good value: the rise is real and is taken at once;
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from aithermd.backends.diewatch import DieWatch
 from aithermd.backends.plausible import MIN_DT_S, rate_limit
 from aithermd.backends.sysfs import TRANSIENT
 from aithermd.model import HELD, Device, Reading, Status
@@ -79,6 +83,7 @@ class SensorTrust:
         # the channels whose reading :meth:`filter` handed back last is not ok (a by-product of its loop, so
         # that the health check need not look at every reading again)
         self.not_ok: list[str] = []
+        self._die = DieWatch()
         self._log = structlog.get_logger("aithermd.trust")
 
     def configure(self, devices: Iterable[Device]) -> None:
@@ -92,6 +97,7 @@ class SensorTrust:
                 if limit is not None:
                     limits[c.id] = limit
         self._limits = limits
+        self._die.configure(devices)
         known = {c.id for d in devices for c in d.channels}
         for table in (self._last_v, self._last_t, self._suspect):
             for cid in [c for c in table if c not in known]:
@@ -103,6 +109,9 @@ class SensorTrust:
         the channels whose returned reading is not ok, in ``readings`` order."""
         out: dict[str, Reading] | None = None
         not_ok: list[str] = []
+        if self._die.pairs and (judged := self._die.judge(t, readings)):
+            readings = {**readings, **judged}
+            out = dict(readings)
         last_v, last_t, limits, suspect = self._last_v, self._last_t, self._limits, self._suspect
         for cid, r in readings.items():
             status = r.status
