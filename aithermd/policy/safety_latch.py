@@ -12,8 +12,10 @@ between maximum and minimum ~90 times each in 20 minutes. So, per latched channe
   slowdown) it goes to the minimum at once, as before;
 - **deeper only, and not too often**: within a latch the cut only deepens, at most every
   :data:`HOLD_S` seconds (the jump to the minimum does not wait); it never creeps back up;
-- **released with a margin and a hold**: the latch ends only once the temperature has stayed
-  :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds; then the limit climbs back to the
+- **released with a margin and a hold, on a live reading**: the latch ends only once the temperature has
+  stayed :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds and its reading moved in
+  that time (a reading that jumped under the margin and froze there is no sign the die cooled: attack5
+  C1; a sensor found failed keeps the latch as before); then the limit climbs back to the
   policy's under a rising ceiling (:mod:`aithermd.policy.safety_ramp`), not at once: the policy's value was
   what tripped it.
 
@@ -44,6 +46,8 @@ class Latch:
     level: int
     changed: float
     cool_since: float | None = None
+    last_c: float | None = None  # the last reading while cool (°C)
+    moved: bool = False  # whether the reading changed since cool_since
 
 
 def level_for(value_c: float, trigger_c: float, threshold_c: float | None) -> int:
@@ -63,12 +67,15 @@ def step(prev: Latch | None, value_c: float, trigger_c: float, threshold_c: floa
         return Latch(now, draw_w, level_for(value_c, trigger_c, threshold_c), now)
     if value_c <= trigger_c - RELEASE_C:
         cool = prev.cool_since if prev.cool_since is not None else now
-        return None if now - cool >= RELEASE_HOLD_S - 1e-9 else replace(prev, cool_since=cool)
+        moved = prev.cool_since is not None and (prev.moved or value_c != prev.last_c)
+        if moved and now - cool >= RELEASE_HOLD_S - 1e-9:
+            return None
+        return replace(prev, cool_since=cool, last_c=value_c, moved=moved)
     level = level_for(value_c, trigger_c, threshold_c)
     if prev.level != MIN_LEVEL and level > prev.level and (
             level == MIN_LEVEL or now - prev.changed >= HOLD_S - 1e-9):
-        return replace(prev, level=level, changed=now, cool_since=None)
-    return replace(prev, cool_since=None) if prev.cool_since is not None else prev
+        return replace(prev, level=level, changed=now, cool_since=None, moved=False)
+    return replace(prev, cool_since=None, moved=False) if prev.cool_since is not None else prev
 
 
 def power_target_w(latch: Latch, minimum_w: float | None) -> float | None:

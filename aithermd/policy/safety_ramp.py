@@ -9,7 +9,11 @@ cut held (a GPU's ``power_limit``, the RAPL PL1/PL2 a CPU chip's cut sends to th
 
 - it starts at the cut the latch held (never above it) and rises by :data:`STEP_FRAC` of the knob's maximum
   once the channel has read at least :data:`~aithermd.policy.safety_latch.RELEASE_C` under its trigger for
-  :data:`STEP_HOLD_S` seconds since the last step; a reading in that margin (or none) holds it where it is;
+  :data:`STEP_HOLD_S` seconds since the last step; a reading in that margin holds it where it is; none (a
+  failed or implausible sensor: the readings that let it rise are in doubt, attack5 C1) takes it back to
+  the cut it started from; and a step needs the reading to have changed since the last one (a sign of
+  life: a frozen sensor reading a steady 40 °C raised a cut from 208 to 598 W under a die past its trip
+  point, attack5 C1; a live die's whole-degree reading moves within 30 s under a load);
 - a new trip during the ramp is the latch's again (cut in proportion, at once, never above the ceiling);
   the ceiling that tripped is remembered for :data:`TRIPPED_MEMORY_S` and the next ramp stops one step
   under it — the last value that held the temperature — so a card that trips at its policy's value settles
@@ -66,6 +70,9 @@ class Ramp:
     stop_until: float = 0.0
     tripped: float | None = None
     decision: Decision | None = None
+    low: float | None = None  # the cut it started from (W): where an unreadable channel takes it back
+    last_c: float | None = None  # the channel's last reading (°C)
+    moved: bool = False  # whether that reading changed since the ceiling last moved
 
 
 def _decision(r: Ramp, knob: Knob, now: float) -> Decision:
@@ -95,7 +102,7 @@ def start(knob: Knob, channel: str, trigger_c: float, cut: float | None, prev: R
     if cut >= knob.max:
         return None
     r = Ramp(knob.id, channel, trigger_c, cut, STEP_FRAC * knob.max, knob.max, now, now,
-             prev.stop_w if prev else None, prev.stop_until if prev else 0.0)
+             prev.stop_w if prev else None, prev.stop_until if prev else 0.0, low=cut)
     return replace(r, decision=_decision(r, knob, now))
 
 
@@ -113,18 +120,23 @@ def step(r: Ramp, value_c: float | None, trigger_c: float | None, now: float) ->
     top (the knob is the policy's again). ``trigger_c``: the channel's trigger now (None: keep the old)."""
     trig = r.trigger_c if trigger_c is None else trigger_c
     ceiling, cool = r.ceiling, None
-    if value_c is not None and value_c <= trig - RELEASE_C:
+    alive = r.moved or (value_c is not None and r.last_c is not None and value_c != r.last_c)
+    if value_c is None and r.low is not None:
+        ceiling = min(ceiling, r.low)
+    elif value_c is not None and value_c <= trig - RELEASE_C:
         cool = now if r.cool_since is None else r.cool_since
-        if now - max(cool, r.changed) >= STEP_HOLD_S - 1e-9:
+        if now - max(cool, r.changed) >= STEP_HOLD_S - 1e-9 and alive:
             cap = r.top if r.stop_w is None or now >= r.stop_until else min(r.top, r.stop_w)
             ceiling = max(ceiling, min(ceiling + r.step, cap))  # under a remembered trip: no step
             if ceiling >= r.top - 1e-9:
                 return None
-    if ceiling == r.ceiling and cool == r.cool_since and trig == r.trigger_c:
-        return r
     moved = ceiling != r.ceiling
+    alive = alive and not moved
+    if (not moved and cool == r.cool_since and trig == r.trigger_c and alive == r.moved
+            and value_c == r.last_c):
+        return r
     return replace(r, ceiling=ceiling, cool_since=cool, trigger_c=trig, changed=now if moved else r.changed,
-                   decision=None if moved or trig != r.trigger_c else r.decision)
+                   decision=None if moved or trig != r.trigger_c else r.decision, last_c=value_c, moved=alive)
 
 
 def decision(r: Ramp, knob: Knob, now: float) -> tuple[Ramp, Decision]:

@@ -51,7 +51,8 @@ def test_the_latch_holds_its_cut_and_releases_after_30_s_three_degrees_under():
     devices = [gpu(0)]
     state = initial_state()
     seen = []
-    temps = [85.5] + [84] * 5 + [81.9] * 29 + [82.5] + [81.9] * 31 + [84]
+    live = [81.9, 81.8] * 16  # a live sensor's last digit: a release needs a reading that moved (attack5 C1)
+    temps = [85.5] + [84] * 5 + live[:29] + [82.5] + live[:31] + [84]
     for t, temp in enumerate(temps):
         res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, 400, temp=temp)), state)
         state = res.state
@@ -63,6 +64,20 @@ def test_the_latch_holds_its_cut_and_releases_after_30_s_three_degrees_under():
     # (policy/safety_ramp.py): nothing jumps back to the default at once.
     assert seen[66] == seen[67] == (360.0, "safety/release-ramp")
     assert "gpu0/temperature" not in state.latched
+
+
+def test_a_reading_frozen_under_the_margin_does_not_release_the_latch():
+    """attack5 C1: a reading that jumped under the release margin and froze there (a driver returning a
+    cached value) released the cut after 30 s, and the die passed its trip point. A release needs the
+    reading to move; a failed one keeps the cut as before."""
+    devices, state, seen = [gpu(0)], initial_state(), []
+    for t, temp in enumerate([85.5] + [40.0] * 600 + [40.0, 40.5] * 20):
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, 400, temp=temp)), state)
+        state = res.state
+        d = res.decisions.get("gpu0/power_limit")
+        seen.append(None if d is None else d.rule)
+    assert set(seen[:601]) == {"safety/critical-temperature"}  # ten minutes frozen: the cut holds
+    assert seen[-1] == "safety/release-ramp"  # it moves: released after 30 s of a live reading
 
 
 def test_a_temperature_hovering_at_its_trip_point_changes_the_limit_at_most_6_times_a_minute():

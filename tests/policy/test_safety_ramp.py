@@ -56,7 +56,7 @@ class Run:
     def tick(self, temp: float | None = None, devices=None):
         temp = self.card.step(self.limit) if temp is None else temp
         devs = self.devices if devices is None else devices
-        values = gpu_values(0, 90, self.card.draw, temp=round(temp, 1)) if devs else {}
+        values = gpu_values(0, 90, self.card.draw, temp=round(temp, 1) + live(self.t)) if devs else {}
         res = evaluate(self.policy, (), tick(devs, float(self.t), values), self.state)
         self.state, d = res.state, res.decisions.get(KNOB)
         self.limit = d.value if d is not None and d.value is not None else self.default
@@ -71,6 +71,12 @@ class Run:
 
     def ramps(self) -> list[str]:
         return [k for k in self.state.latched if k.startswith(safety_ramp.KEY)]
+
+
+def live(t: int) -> float:
+    """A live sensor's last digit (°C at second ``t``): a ramp steps only on a reading that moved since its
+    last step, and the noise-free model settles to a constant."""
+    return 0.05 * (t % 2)
 
 
 def changes(seq) -> list[tuple[int, float, float]]:
@@ -115,7 +121,7 @@ def test_the_limit_after_release_rises_a_step_per_30_s_of_calm_up_to_the_policys
 def test_the_ceiling_never_raises_the_policys_value():
     low = Run(limit_policy(300), Card(demand_w=600.0, k_hs=0.13))  # 300 W: 30 + 39 + 15 = 84 °C, no trip
     low.go(30)
-    for temp in [88.0] + [70.0] * 200:  # a spike trips it; the cut (from 300 W) releases into a ramp
+    for temp in [88.0] + [70.0 + live(t) for t in range(200)]:  # a spike trips it; the cut releases
         low.tick(temp)
     rules = {d.rule for _t, _l, d in low.seq if d is not None}
     assert CUT in rules and low.ramps(), rules
@@ -123,7 +129,7 @@ def test_the_ceiling_never_raises_the_policys_value():
     assert low.seq[-1][1] == 300.0 and low.seq[-1][2].rule == "p/cap"  # under the ceiling: the policy's
     # nobody decides the knob: the ceiling until it reaches the knob's default (450 W), then handed back
     free = Run(NONE)
-    for temp in [86.0] + [70.0] * 600:
+    for temp in [86.0] + [70.0 + live(t) for t in range(600)]:
         free.tick(temp)
     values = [limit for _t, limit, d in free.seq if d is not None]
     assert values and max(values) < 450.0 and all(limit <= 450.0 for _t, limit, _d in free.seq)
@@ -158,7 +164,7 @@ def test_a_ceiling_that_tripped_holds_a_step_under_it_for_10_minutes():
     r = safety_ramp.start(knob, "gpu0/temperature", 85.0, 360.0, None, 0.0)
     assert r is not None and r.ceiling == 360.0
     r = safety_ramp.step(r, 80.0, 85.0, 10.0)
-    r = safety_ramp.step(r, 80.0, 85.0, 40.0)
+    r = safety_ramp.step(r, 80.5, 85.0, 40.0)
     assert r.ceiling == 390.0
     r = safety_ramp.step(r, 83.0, 85.0, 80.0)  # within the release margin: no step, however long
     assert r.ceiling == 390.0 and r.cool_since is None
@@ -166,7 +172,7 @@ def test_a_ceiling_that_tripped_holds_a_step_under_it_for_10_minutes():
     again = safety_ramp.start(knob, "gpu0/temperature", 85.0, 300.0, r, 150.0)  # released, cut to 300 W
     seen = [again.ceiling]
     for t in range(151, 800):
-        again = safety_ramp.step(again, 80.0, 85.0, float(t))
+        again = safety_ramp.step(again, 80.0 + live(t), 85.0, float(t))
         seen.append(again.ceiling)
     assert seen[0] == 300.0 and max(seen[:539]) == 360.0  # up to the last ceiling that held, no further
     assert seen[-1] > 360.0  # ten minutes on it tries the next step again
@@ -192,3 +198,20 @@ def test_the_arbiter_takes_a_ceiling_as_a_min_not_a_value():
     assert arbiter.merge([{KNOB: ceiling}, {KNOB: cut}], knobs)[KNOB] is cut
     assert arbiter.merge([{KNOB: ceiling}], knobs)[KNOB].value == 360.0  # nobody else: the ceiling
     assert arbiter.merge([{KNOB: dec(460.0, Layer.SAFETY, arbiter.CEILING_RULE)}], knobs) == {}  # ≥ default
+
+
+def test_a_frozen_reading_raises_nothing_and_an_unreadable_one_takes_the_ramp_back_to_its_cut():
+    """attack5 C1: a GPU temperature frozen at 40 °C (under the release margin) stepped a released cut from
+    208 W up to 598 W under a die past its trip point. A step needs a reading that moved since the last one,
+    and a sensor found failed (no reading) puts the cut back."""
+    knob = Knob(KNOB, "gpu0", KnobKind.POWER_LIMIT, "W", 150.0, 600.0, 450.0, True)
+    r = safety_ramp.start(knob, "gpu0/temperature", 45.0, 207.7, None, 0.0)
+    assert r is not None
+    for t in range(1, 600):
+        r = safety_ramp.step(r, 40.0, 45.0, float(t))
+    assert r.ceiling == 207.7  # ten minutes at a bit-identical 40 °C: not a step
+    for t in range(600, 700):
+        r = safety_ramp.step(r, 40.0 + live(t), 45.0, float(t))
+    assert 207.7 + STEP_W <= r.ceiling <= 207.7 + 4 * STEP_W  # alive: it climbs again, a step per 30 s
+    r = safety_ramp.step(r, None, 45.0, 700.0)
+    assert r.ceiling == 207.7 and safety_ramp.decision(r, knob, 700.0)[1].value == 207.7
