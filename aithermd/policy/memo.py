@@ -6,7 +6,10 @@ source temperatures this tick (smoothed where asked; a failed or untrusted input
 previous curve states, the duty the fan was last given (an override or the safety layer setting it
 elsewhere changes that), and for its explanation the machines' statistics, the rule's own ``when``
 statistics and the earlier rules' progress. :class:`FanMemo` keeps those inputs with the decision and the
-curve states it left; :func:`reuse` gives the same Decision object back when every one is equal.
+curve states it left; :func:`reuse` tells when every input of the duty is equal: the same Decision object
+is given back when the explanation's statistics are equal too, else (a machine's window statistic or a
+timer's progress moved, the duty's inputs did not) a new Decision with the same duty explained by this
+tick's statistics (:func:`explained`): the curves and the shaping are not worked out again.
 
 Time enters a fan's duty only through a PID curve (its integral and derivative) and the ramps, so a
 decision is kept only when it is *steady*: the duty it asks is the one the fan already has and shaping
@@ -43,6 +46,7 @@ class FanMemo:
     last: float | None
     decision: Decision
     out: tuple[tuple[str, CurveState], ...]  # the curve states it left (key in the policy's curves, state)
+    curve_pct: float | None  # the curve's own duty (for the explanation), None for a fixed duty
 
 
 def last_duty(t: Target, inp: Any, fans: Mapping[str, FanState]) -> float | None:
@@ -93,10 +97,23 @@ def carry(memo: FanMemo, now: float, out_curves: dict[str, CurveState]) -> None:
 
 
 def reuse(memo: FanMemo, rule: CRule, layer: Layer, policy: str, temps: Mapping[str, float],
-          raw: Mapping[str, float], used: Mapping[str, str], before: tuple[Mapping[str, Any], ...],
-          keys: Mapping[str, str], prev_curves: Mapping[str, CurveState], last: float | None) -> bool:
-    """Whether ``memo`` holds this tick's decision: every input equal (the rule the same object; ``keys``
-    and ``prev_curves`` give the previous curve states, compared last)."""
+          raw: Mapping[str, float], used: Mapping[str, str], keys: Mapping[str, str],
+          prev_curves: Mapping[str, CurveState], last: float | None) -> bool:
+    """Whether ``memo`` holds this tick's duty: every input of it equal (the rule the same object; ``keys``
+    and ``prev_curves`` give the previous curve states, compared last). The explanation's statistics
+    (``before``) are not among them: when only they moved, the caller keeps the duty and the curve states
+    and builds the decision again with them (:func:`explained`)."""
     return (memo.rule is rule and memo.temps == temps and memo.last == last and memo.layer is layer
-            and memo.policy == policy and memo.raw == raw and memo.used == used and memo.before == before
+            and memo.policy == policy and memo.raw == raw and memo.used == used
             and memo.states == states_in(keys, prev_curves))
+
+
+def explained(memo: FanMemo, before: tuple[Mapping[str, Any], ...], inputs: Mapping[str, Any]) -> FanMemo:
+    """``memo`` with its decision explained by this tick's ``before`` (the machines' and the rule's
+    statistics, the earlier rules' progress) and ``inputs`` built from them: the same duty, the same
+    curve states."""
+    d = memo.decision
+    dec = Decision(knob_id=d.knob_id, value=d.value, layer=d.layer, rule=d.rule, reason=d.reason,
+                   requested=d.requested, inputs=inputs)
+    return FanMemo(memo.rule, memo.layer, memo.policy, memo.temps, memo.raw, memo.used, before, memo.states,
+                   memo.last, dec, memo.out, memo.curve_pct)

@@ -247,8 +247,11 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             last = prev.duty_pct  # memo.last_duty
             prior = tuple([prev_curves.get(k) for k in keys.values()])
             kept = prev_memo.get(key)
-            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, before, keys,
-                                               prev_curves, last):  # no work for unchanged inputs (memo.py)
+            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, keys, prev_curves,
+                                               last):  # no work for unchanged inputs (memo.py)
+                if kept.before != before:  # only the explanation moved: the duty and curves kept
+                    kept = memo.explained(kept, before, Lazy(_fan_inputs, before, temps, raw, used,
+                                                             kept.curve_pct, eager=eager))
                 decisions[t.knob.id] = kept.decision
                 memo.carry(kept, ctx.now, out_curves)
                 memo_out[key] = kept
@@ -266,7 +269,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                                rule=f"{policy}/{rule.name}", reason=reason, requested=value, inputs=inputs)
                 decisions[t.knob.id] = dec
                 memo_out[key] = memo.FanMemo(rule, layer, policy, temps, raw, used, before, states, last, dec,
-                                             carried)
+                                             carried, curve_pct)
                 continue
         else:
             inputs = {**before[0], **before[1], **before[2]}

@@ -180,3 +180,54 @@ def test_the_held_idle_pass_starts_when_a_gpu_appears():
             assert not result.held_idle and "gpu0/sm_clock_lock" not in result.decisions
     assert not found[79] and found[81]  # held from t = 21 s, found a minute later
     assert result.decisions["gpu0/sm_clock_lock"].value == 210.0
+
+
+WINDOWED = """
+machines:
+  load:
+    per: machine
+    states:
+      - name: calm
+      - name: busy
+        enter: {metric: temperature_c, sensor: SYSTIN, stat: mean, window_s: 20, above: 90}
+curves:
+  cpu: {kind: points, source: Tctl, points: [[40, 30], [80, 100]]}
+rules:
+  - {name: cpu-fan, kind: fan, fans: {id: ["*/pwm1"]}, curve: cpu}
+"""
+MEAN = "temperature_c[SYSTIN].mean_20s"
+
+
+def test_a_statistic_that_moves_only_the_explanation_keeps_the_duty_and_explains_it_anew(monkeypatch):
+    """A machine's window mean moves every tick on a channel the fan does not read (SYSTIN): the fan's duty
+    and curve are kept (not worked out again), its decision shows this tick's statistic, not the last's."""
+    run = Run(monkeypatch)
+    run.policy = load_policy_text(WINDOWED, name="p")
+    worked: list[str] = []
+    real = rules._fan_value
+
+    def spy(rule, *args):
+        worked.append(rule.name)
+        return real(rule, *args)
+
+    monkeypatch.setattr(rules, "_fan_value", spy)
+    for _ in range(25):  # the 20 s window full
+        run.step()
+    aux = 40.0
+    for _ in range(4):
+        worked.clear()
+        aux += 2.0
+        res = run.step(**{SYSTIN: aux})
+        d = res.decisions[PWM1]
+        assert worked == [] and run.resolved == []
+        assert d.value == pytest.approx(47.5) and d.rule == "p/cpu-fan"
+        stat = d.inputs[MEAN]
+        assert stat > 40.0  # the mean of this tick's window, climbing
+    means = []
+    for _ in range(2):
+        aux += 2.0
+        d = run.step(**{SYSTIN: aux}).decisions[PWM1]
+        means.append(d.inputs[MEAN])
+    assert means[0] < means[1]
+    moved = run.step(**{TCTL: 60.0}).decisions[PWM1]
+    assert worked == ["cpu-fan"] and moved.value == pytest.approx(65.0)
