@@ -10,7 +10,6 @@ it). Waiting ends early when the stop event is set.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 from collections.abc import Awaitable, Callable
 
@@ -36,6 +35,7 @@ class Scheduler:
         self.last_duration_s = 0.0
         self._log = structlog.get_logger("aithermd.scheduler")
         self._stopper: asyncio.Task[object] | None = None  # waits on the stop event while run() runs
+        self._woken: asyncio.Future[None] | None = None  # the real-time wait in progress
 
     async def run(self, tick: TickFn, stop: asyncio.Event, max_ticks: int | None = None,
                   until: Callable[[], bool] | None = None) -> None:
@@ -83,21 +83,23 @@ class Scheduler:
         """Sleep ``delay`` s with the injected sleep, ending early when ``stop`` is set. In real time this is
         one timer and one future (no task created and cancelled per tick)."""
         if self.sleep is asyncio.sleep:
-            # one timer and one future a tick; the stop event is waited on by one task for the whole run (an
-            # ``asyncio.timeout`` around ``stop.wait()`` cancelled the waiting task and raised two exceptions
-            # through it at every tick)
+            # one timer and one future a tick; the stop event is waited on by one task for the whole run,
+            # whose one done callback wakes the wait in progress (an ``asyncio.timeout`` around
+            # ``stop.wait()`` cancelled the waiting task and raised two exceptions through it at every tick;
+            # a callback added and removed per wait cost a partial and two list edits)
             loop = asyncio.get_running_loop()
             if self._stopper is None:
                 self._stopper = loop.create_task(stop.wait())
-            woken = loop.create_future()
-            wake = functools.partial(_wake, woken)
-            timer = loop.call_later(delay, wake)
-            self._stopper.add_done_callback(wake)
+                self._stopper.add_done_callback(self._stopped)
+            woken = self._woken = loop.create_future()
+            timer = loop.call_later(delay, _wake, woken)
+            if self._stopper.done():  # set meanwhile (its callback ran already): end at once, as it would
+                loop.call_soon(_wake, woken)
             try:
                 await woken
             finally:
                 timer.cancel()
-                self._stopper.remove_done_callback(wake)
+                self._woken = None
             return
         sleeper = asyncio.ensure_future(self.sleep(delay))
         stopper = asyncio.ensure_future(stop.wait())
@@ -108,6 +110,10 @@ class Scheduler:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
+
+    def _stopped(self, _: object) -> None:
+        if self._woken is not None:
+            _wake(self._woken)
 
 
 def _wake(woken: asyncio.Future[None], *_: object) -> None:
