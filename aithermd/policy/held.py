@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from aithermd.model import Device, DeviceKind, KnobKind, Reading, Status
@@ -111,7 +111,8 @@ def update(prev: Mapping[str, GpuIdle], devices: tuple[Device, ...], readings: M
         g = prev.get(d.id, GpuIdle())
         util, power = _value(readings.get(f"{d.id}/utilization")), _value(readings.get(f"{d.id}/power"))
         if util is None or power is None or util > IDLE_UTIL_PCT:
-            state[d.id] = replace(g, recent=(), since=None, held_w=None)
+            # busy (the usual tick of a working GPU): its memory as it was, with nothing recent
+            state[d.id] = g if not g.recent and g.since is None and g.held_w is None else GpuIdle(g.floor_w)
             continue
         pstate = (attrs.get(d.id) or {}).get("pstate")
         low = _pstate_number(pstate) >= LOW_PSTATE
