@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from aithermd.backends.nvml_pass import Pass
 from aithermd.errors import BackendTimeout
 
 T = TypeVar("T")
@@ -266,8 +267,8 @@ class NvmlWorker:
                         done[g] = value
                 state["gpu"] = None
 
-            executor = self._current()
-            future = executor.submit(self._enter, one_pass, ())
+            executor, future = self._current(), Pass()
+            executor.put((self._enter, (one_pass, ()), future, None))
             while True:
                 wait = max(state["since"], self._beat) + deadline - time.monotonic()
                 try:
