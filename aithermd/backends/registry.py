@@ -73,6 +73,7 @@ class Inventory:
     device_owner: Mapping[str, Backend] = field(default_factory=lambda: MappingProxyType({}))
     inline: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
     threaded: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
+    changing: tuple[Backend, ...] = field(init=False, repr=False, compare=False)  # those with take_changes
 
     def __post_init__(self) -> None:
         # a backend that found nothing (NVML on a machine without a GPU, thermal zones or RAPL where there are
@@ -83,6 +84,8 @@ class Inventory:
                            tuple(b for b in self.backends if not is_threaded(b) and id(b) in owners))
         object.__setattr__(self, "threaded",
                            tuple(b for b in self.backends if is_threaded(b) and id(b) in owners))
+        object.__setattr__(self, "changing",  # asked every tick: the others need no getattr each time
+                           tuple(b for b in self.backends if callable(getattr(b, "take_changes", None))))
 
     def devices_of(self, backend: Backend) -> list[Device]:
         return [d for d in self.devices if self.device_owner.get(d.id) is backend]
@@ -212,8 +215,11 @@ def discover(backends: Iterable[Backend]) -> Inventory:
     return _index(backends, found)
 
 
-def changed_families(backends: Iterable[Backend]) -> set[str]:
-    """The families of ``backends`` whose ``take_changes()`` says their devices changed (each asked once)."""
+def changed_families(backends: Iterable[Backend] | Inventory) -> set[str]:
+    """The families of ``backends`` (an inventory: its backends) whose ``take_changes()`` says their devices
+    changed (each asked once)."""
+    if isinstance(backends, Inventory):
+        return {family_of(b) for b in backends.changing if b.take_changes()}  # type: ignore[attr-defined]
     out: set[str] = set()
     for b in backends:
         take = getattr(b, "take_changes", None)

@@ -306,7 +306,7 @@ class Daemon:
         noticed on their own that their devices changed (NVML adopting a GPU that became ready, dropping one
         no longer enumerated, a knob found read-only); before them, an NVIDIA PCI device udev removed or
         unbound is released (its originals restored), one added or bound back may be adopted again."""
-        families = changed_families(self.tick.world.backends) if self.tick is not None else set()
+        families = changed_families(self.tick.world.inventory) if self.tick is not None else set()
         out: list[Message] = []
         if self.hotplug is not None:
             families |= self.hotplug.poll()
