@@ -49,7 +49,7 @@ from aithermd.actuate.readback import (
     limit_kept,
     mode_refused,
     same_setting,
-    settles_at,
+    setting_held,
     settling,
     tolerance,
     trails,
@@ -208,8 +208,8 @@ class Applier:
         own = self._owned.get(knob.id)
         if force and own is not None and not self.dry_run:
             return False  # written again whatever the read-back says
-        holds = settles_at(backend, knob, value)
-        if same_setting(knob, current, holds, any_mode=mode_refused(backend, knob) is not None) \
+        holds, any_mode = setting_held(backend, knob, value)  # one look-up of the backend's pwm knob
+        if same_setting(knob, current, holds, any_mode=any_mode) \
                 or limit_kept(knob, decision, value, current, own):
             if own is not None:
                 own.requested, own.after = value, current
@@ -294,7 +294,7 @@ class Applier:
         own.after, own.levels = after, levels_of(backend, knob)
         if trails(own.levels):
             return after, events  # read at once it says nothing yet (observe follows it)
-        events.extend(self._check_stuck(knob, own, after, settles_at(backend, knob, value), t_wall))
+        events.extend(self._check_stuck(knob, own, after, setting_held(backend, knob, value)[0], t_wall))
         return after, events
 
     def _unrecord(self, knob_id: str) -> None:

@@ -45,6 +45,15 @@ def settles_at(backend: Backend, knob: Knob, value: float) -> float:
     return float(pwm.settles_at(value)) if pwm is not None else value
 
 
+def setting_held(backend: Backend, knob: Knob, value: float) -> tuple[float, bool]:
+    """:func:`settles_at` and whether :func:`mode_refused` gives a reason, with one look-up of the backend's
+    knob object (the applier asks both of every knob at every tick)."""
+    pwm = _pwm_knob(backend, knob)
+    if pwm is None:
+        return value, False
+    return float(pwm.settles_at(value)), pwm.mode_refused is not None
+
+
 def mode_refused(backend: Backend, knob: Knob) -> str | None:
     """Why ``knob``'s duty is written without manual mode (``PwmKnob.mode_refused``: a driver that refuses
     ``pwmN_enable := 1``), None where it is not or the backend has no such notion."""
