@@ -27,6 +27,12 @@ event (the driver's thermal slowdown in the clock-event reasons), when its signa
 or when the job ended (and the signal with it). A window in which the job was away (ended or paused:
 :meth:`Acc.away`) gives no verdict and is measured again at the same limit.
 
+A progress rate steps down only on readings it can trust: a window with a stall in it (a 20 s block
+under 3/4 of its median: :meth:`Acc.stalled`) is measured again (a baseline always, a step twice); a rate
+too noisy to resolve the budget (:data:`RESOLVE`) is measured longer, up to :data:`MAX_WINDOWS` windows,
+then a baseline gives way to the next signal (else stays at the default) and a step counts as a miss;
+a step reading more than 6 % (or twice the budget) above its baseline restarts the search.
+
 The same search runs on the top of a locked SM clock range (``kind: gpu_clocks``, ``max_mhz:
 efficient``, ``clocks``): unlocked first, then down ``step_pct`` of the top clock per window, no snap. It is
 the lever for memory-bound work such as LLM decode, which draws far below any power limit (so no cap
@@ -49,11 +55,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
-from aithermd.model import Reading, Status
-from aithermd.policy.search_window import Acc, edge_cap, zeus_cap
+from aithermd.model import Reading
+from aithermd.policy.search_window import Acc, edge_cap, explain_text, proxy_ratio, read_signal, zeus_cap
+from aithermd.policy.search_window import value_of as _ok
 
 SETTLE_S = 3.0  # seconds after a limit change left out of the measurement (the driver and the job adjust)
 EFF_TOLERANCE = 0.05  # a step whose work per joule falls more than this share below the best is a miss
@@ -72,6 +78,10 @@ AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bu
 ABOVE_OWN = 2.0  # steps this many times longer while they stay above the job's own draw (cheap there)
 JUMP_USE = 0.5  # a progress search jumps first to where the Zeus median job loses this share of budget
 MAX_JUMP = 3.0  # … then toward the budget's edge each kept window predicts: 1 to this many steps
+RESOLVE = 0.5  # a progress verdict needs its allowed error (MISS_Z_PROGRESS SEs of a step) within this share
+#                of the budget, else the window is measured longer (at most MAX_WINDOWS): a rate too noisy
+#                for that cannot tell a miss, so a baseline gives way to the next signal and a step is a miss
+MAX_WINDOWS = 4
 ENDED_S = 15.0  # settled: a window whose last this many seconds averaged under IDLE_UTIL_PCT saw the job end
 MEM_TRUST = 0.5  # the proxy's correction counts this share of the memory-busy share it measured (below)
 MEM_MAX = 0.8  # … and never more than this
@@ -122,6 +132,7 @@ class Search:
     steps: int = 0
     backoffs: int = 0
     redos: int = 0  # windows measured again in a row because the job was away
+    ext: int = 0  # progress only: windows the current one was extended by, its rate too noisy (RESOLVE)
     mem: float = 0.0  # proxy only: the memory-bound share its ratios are corrected for (proxy_ratio)
     mem_top: float = 0.0  # proxy only: the whole share measured (the most the memory traffic may confirm)
     base_mem: float = 0.0  # proxy only: the baseline's mean memory utilization (%)
@@ -129,33 +140,6 @@ class Search:
     mem_sums: tuple[float, float, int] = (0.0, 0.0, 0)  # this window's memory utilization, utilization, n
     history: tuple[tuple[float, float, float, str], ...] = ()
     why: str = ""
-
-
-def _ok(r: Reading | None) -> float | None:
-    if r is None or r.status != Status.OK or r.value is None or not math.isfinite(r.value):
-        return None
-    return float(r.value)
-
-
-def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float | None:
-    """The throughput signal ``kind`` of ``gpu`` this tick, or None when it cannot be read."""
-    if kind == "progress":
-        return _ok(readings.get(f"{gpu}/progress_rate"))
-    if kind == "memory":
-        return _ok(readings.get(f"{gpu}/memory_utilization"))
-    clock = _ok(readings.get(f"{gpu}/sm_clock"))
-    other = _ok(readings.get(f"{gpu}/tensor_activity" if kind == "gpm" else f"{gpu}/utilization"))
-    return None if clock is None or other is None else clock * other
-
-
-def proxy_ratio(raw: float, mem: float) -> float:
-    """The throughput ratio that a ratio ``raw`` of utilization × SM clock stands for in a job whose time is
-    a share ``mem`` memory-bound (Amdahl: that share does not slow with the SM clock): ``1 / ((1 − mem) /
-    raw + mem)``. The clock alone overstates a cap's cost: a job 40 % memory-bound whose clock falls 5 %
-    loses 3 %, not 5 % (the roofline; Ivanov et al., MLSys 2021, for the memory-bound share of training)."""
-    if mem <= 0.0 or raw <= 0.0:
-        return raw
-    return 1.0 / ((1.0 - mem) / raw + mem)
 
 
 def pick_signal(spec: Spec, gpu: str, readings: Mapping[str, Reading]) -> str | None:
@@ -195,7 +179,20 @@ def _lost(signal: str, power: float | None, util: float | None) -> str:
 
 
 def _move(s: Search, t: float, phase: str, limit: float, why: str, **kw: Any) -> Search:
-    return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, mem_sums=(0.0, 0.0, 0), **kw)
+    return replace(s, phase=phase, limit=limit, acc=_window(t), why=why, mem_sums=(0.0, 0.0, 0), ext=0, **kw)
+
+
+def _noisy(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Reading], se: float) -> Search:
+    """A progress baseline whose rate is too noisy to resolve the budget (:data:`RESOLVE`): measured one
+    window longer, at most :data:`MAX_WINDOWS`; then the next readable signal (``auto``), else the default."""
+    noise = f"the progress rate ±{100 * se:.1f} % over {s.ext + 1} window(s): too noisy for the " \
+            f"{100 * spec.budget:g} % budget"
+    if s.ext + 1 < MAX_WINDOWS:
+        return replace(s, ext=s.ext + 1, why=f"{noise}, measuring longer")
+    nxt = next((k for k in SIGNALS[1:] if read_signal(k, gpu, readings) is not None), None)
+    if spec.signal != "auto" or nxt is None:
+        return _move(s, t, BASELINE, s.start, f"{noise}: staying at the default, measuring again")
+    return _move(s, t, BASELINE, s.start, f"{noise}: searching on the {nxt} signal instead", signal=nxt)
 
 
 def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Reading],
@@ -223,7 +220,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             s = replace(s, mem_sums=(m + (mem or 0.0), u + util, n + 1))
     rate = s.signal == "progress" and not spec.clocks  # read per busy second (_ratio), its error by blocks
     windows = WATCH_WINDOWS if s.phase == SETTLED or (s.phase == BASELINE and not rate) else 1
-    window = spec.measure_s * windows
+    window = spec.measure_s * (windows + s.ext)
     if acc.span < window - 1e-9:
         return s
     trim = s.signal != "progress"
@@ -233,12 +230,20 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, mem_sums=(0.0, 0.0, 0),
                        why=f"the job was away {away} % of the window (ended or paused): no verdict, "
                        "measuring again")
+    if rate and (s.phase == BASELINE or s.phase == STEP and s.redos < AWAY_REDOS) and acc.stalled():
+        # a baseline is never trusted with a stall: every later window would read against a wrong base
+        return replace(s, acc=_window(t - SETTLE_S), redos=s.redos + 1, ext=0, mem_sums=(0.0, 0.0, 0),
+                       why="the job stalled (its progress stopped for seconds while the GPU kept busy): no "
+                       "verdict, measuring again")
     s = replace(s, redos=0)
     if s.phase == REVERTED:
         return _move(s, t, BASELINE, s.start, "measuring the job at the default again")
     if s.phase == BASELINE:
         if sig <= 0 or pw <= 0:
             return _move(s, t, BASELINE, s.start, "no work to measure yet")
+        err = MISS_Z_PROGRESS * acc.rate_spread() * math.sqrt(2.0) if rate else 0.0  # a step's, alike
+        if err > RESOLVE * spec.budget:
+            return _noisy(spec, s, gpu, t, readings, err / math.sqrt(2.0))
         peak = math.ceil(acc.peak)
         mem_sum, util_sum, n = s.mem_sums
         top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 and s.signal == "proxy" else 0.0
@@ -259,8 +264,15 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
         z = MISS_Z_PROGRESS if rate else MISS_Z
         se = z * ratio * (_spread(acc, trim, rate) ** 2 + s.base_se ** 2) ** 0.5
+        noisy = rate and se > RESOLVE * spec.budget
+        if noisy and s.ext + 1 < MAX_WINDOWS:
+            return replace(s, ext=s.ext + 1, why=f"the progress rate ±{100 * se:.1f} % at {s.limit:g} W: "
+                           f"too noisy for the {100 * spec.budget:g} % budget, measuring longer")
+        if ratio > 1.0 + max(PHASE_MOVE, 2.0 * spec.budget) and not noisy:  # no cap makes a job this fast
+            return _restart(s, t, f"throughput {100 * ratio:.1f} % of the baseline under a lower limit: the "
+                            "baseline was not this job's (or its phase changed): measuring again")
         kept_eff = s.phase == SNAP or eff >= s.best_eff * (1.0 - EFF_TOLERANCE)
-        good = ratio + se >= 1.0 - spec.budget and kept_eff
+        good = ratio + se >= 1.0 - spec.budget and kept_eff and not noisy
         entry = (s.limit, round(ratio, 4), round(gain, 4), "keep" if good else "miss")
         s = replace(s, history=(s.history + (entry,))[-HISTORY:])
         if good:
@@ -277,6 +289,10 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
                          steps=2, backoffs=s.backoffs + 1)
         unit = "MHz" if spec.clocks else "W"
         target = 1.0 - spec.budget
+        if noisy:  # a step it cannot tell from the noise counts as a miss: a wrong keep costs the whole job
+            return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} W: the progress rate (±"
+                         f"{100 * se:.1f} %) cannot tell {100 * ratio:.1f} % at {s.limit:g} W from a miss",
+                         backoffs=s.backoffs + 1)
         if s.base_util and s.phase == STEP and ratio < target < s.best_ratio:
             # the rate per busy second reads a step to a few tenths of a percent: settle where the line
             # through the last kept window and the miss crosses the budget. A cap's cost grows faster the
@@ -375,25 +391,6 @@ def _restart(s: Search, t: float, why: str) -> Search:
 
 def explain(s: Search, spec: Spec) -> tuple[str, dict[str, Any]]:
     """The reason text and the inputs of the decision this search makes now (a fresh dict each call)."""
-    text, inputs = _explain(spec, s.phase, s.signal, s.why, s.history, s.own, s.peak, s.best_ratio,
-                            s.best_eff, s.base_eff)
+    text, inputs = explain_text(spec.clocks, spec.budget, s.phase, s.signal, s.why, s.history, s.own, s.peak,
+                                s.best_ratio, s.best_eff, s.base_eff)
     return text, dict(inputs)
-
-
-@lru_cache(maxsize=64)
-def _explain(spec: Spec, phase: str, signal: str, why: str, history: tuple, own: float, peak: float,
-             best_ratio: float, best_eff: float, base_eff: float) -> tuple[str, dict[str, Any]]:
-    # every tick asks, the answer changes once a window: the text is built once per change
-    unit = "MHz" if spec.clocks else "W"
-    steps = "; ".join(f"{lim:g} {unit} {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
-                                                  if verdict in ("keep", "miss") else "")
-                      for lim, r, g, verdict in history)
-    inputs: dict[str, Any] = {"search": phase, "signal": signal,
-                              "budget_pct": round(100 * spec.budget, 2), "steps": steps or "none yet"}
-    if own:
-        inputs.update(own_draw_w=round(own, 1), peak_draw_w=peak,
-                      slowdown_pct=round(100 * (1 - best_ratio), 2),
-                      gain_pct=round(100 * (best_eff / base_eff - 1), 2) if base_eff else 0.0)
-    what = "efficient clock" if spec.clocks else "efficient limit"
-    text = f"{what} ({phase}, signal {signal}): {why}"
-    return text, inputs

@@ -9,11 +9,17 @@ progress rate per busy second, :meth:`Acc.rate_spread`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from aithermd.model import Reading, Status
 
 TRIM = 0.1  # share of a window's seconds left out at each end of the signal's range (Acc.mean)
 AWAY = 0.4  # a second drawing under this share of the window's running draw (its 90th percentile) is away
 BLOCK_S = 20.0  # seconds per block of a window: their means give its standard error (spread, rate_spread)
+STALL = 0.75  # a block of a progress window under this share of the window's median block: a stall (stalled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,18 @@ class Acc:
         spread (:meth:`spread`) overstates the error of a window several times; a block's count is off by
         at most one step, and what moves a block beyond that (the job's stalls, its demand under a cap)
         moves the window. The partial last block is left out; 0 with fewer than two blocks."""
+        return _se(self._rate_blocks())
+
+    def stalled(self) -> bool:
+        """Whether a :data:`BLOCK_S` block of the window made under :data:`STALL` of the window's median
+        block's progress per busy second: the job stopped stepping while the GPU kept busy (a collective
+        that hangs, a loader stall, an evaluation pass). A cap slows every block alike, so that is the job's
+        own and such a window reads neither the job nor the cap (a clean job's blocks sit within ~4 % of
+        their median: the benchmark's training jobs)."""
+        blocks = sorted(self._rate_blocks())
+        return len(blocks) >= 2 and blocks[0] < STALL * blocks[len(blocks) // 2]
+
+    def _rate_blocks(self) -> list[float]:
         blocks, steps, busy, span = [], 0.0, 0.0, 0.0
         for dt, sg, _p, util in self.samples:
             steps += dt * sg
@@ -94,7 +112,7 @@ class Acc:
                 if busy > 0:
                     blocks.append(steps / busy)
                 steps, busy, span = 0.0, 0.0, 0.0
-        return _se(blocks)
+        return blocks
 
     def recent_util(self, seconds: float) -> float | None:
         """Mean utilization (%) over the window's last ``seconds`` (None before any sample)."""
@@ -150,3 +168,53 @@ def edge_cap(ratio: float, x: float, budget: float, least: float = 0.25) -> floa
     loss ∝ λ: the law of CALIBRATION section 1)."""
     lam = max(least, -math.log(max(ratio, 0.05)) / max(zeus_loss(x), 1e-3))
     return zeus_cap(-math.log(1.0 - budget) / lam)
+
+
+def value_of(r: Reading | None) -> float | None:
+    """The reading's value when it reads OK and finite, else None."""
+    if r is None or r.status != Status.OK or r.value is None or not math.isfinite(r.value):
+        return None
+    return float(r.value)
+
+
+def read_signal(kind: str, gpu: str, readings: Mapping[str, Reading]) -> float | None:
+    """The throughput signal ``kind`` of ``gpu`` this tick, or None when it cannot be read."""
+    if kind == "progress":
+        return value_of(readings.get(f"{gpu}/progress_rate"))
+    if kind == "memory":
+        return value_of(readings.get(f"{gpu}/memory_utilization"))
+    clock = value_of(readings.get(f"{gpu}/sm_clock"))
+    other = value_of(readings.get(f"{gpu}/tensor_activity" if kind == "gpm" else f"{gpu}/utilization"))
+    return None if clock is None or other is None else clock * other
+
+
+def proxy_ratio(raw: float, mem: float) -> float:
+    """The throughput ratio that a ratio ``raw`` of utilization × SM clock stands for in a job whose time is
+    a share ``mem`` memory-bound (Amdahl: that share does not slow with the SM clock): ``1 / ((1 − mem) /
+    raw + mem)``. The clock alone overstates a cap's cost: a job 40 % memory-bound whose clock falls 5 %
+    loses 3 %, not 5 % (the roofline; Ivanov et al., MLSys 2021, for the memory-bound share of training)."""
+    if mem <= 0.0 or raw <= 0.0:
+        return raw
+    return 1.0 / ((1.0 - mem) / raw + mem)
+
+
+@lru_cache(maxsize=64)
+def explain_text(clocks: bool, budget: float, phase: str, signal: str, why: str, history: tuple, own: float,
+                 peak: float, best_ratio: float, best_eff: float,
+                 base_eff: float) -> tuple[str, dict[str, Any]]:
+    """A search's reason text and decision inputs (:func:`aithermd.policy.efficient.explain`): ``clocks`` a
+    clock search (MHz) or a power one (W), ``budget`` a share, ``history`` (limit, ratio, gain, verdict)."""
+    # every tick asks, the answer changes once a window: the text is built once per change
+    unit = "MHz" if clocks else "W"
+    steps = "; ".join(f"{lim:g} {unit} {verdict}" + (f" {100 * r:.1f} %, {100 * g:+.1f} %/J"
+                                                  if verdict in ("keep", "miss") else "")
+                      for lim, r, g, verdict in history)
+    inputs: dict[str, Any] = {"search": phase, "signal": signal,
+                              "budget_pct": round(100 * budget, 2), "steps": steps or "none yet"}
+    if own:
+        inputs.update(own_draw_w=round(own, 1), peak_draw_w=peak,
+                      slowdown_pct=round(100 * (1 - best_ratio), 2),
+                      gain_pct=round(100 * (best_eff / base_eff - 1), 2) if base_eff else 0.0)
+    what = "efficient clock" if clocks else "efficient limit"
+    text = f"{what} ({phase}, signal {signal}): {why}"
+    return text, inputs
