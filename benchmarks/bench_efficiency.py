@@ -15,9 +15,12 @@ Baselines, side by side:
 - ``best static``: per job, the best single setting in hindsight under the same slowdown budget (power
   limits 0.6–1.3 × the job's own draw, 2.5 % apart below 1.1; for decode, clock locks 15–100 % of the
   top clock), each a full run:
-  the ceiling of any static choice. The grid is walked from its most generous setting down and stops at
-  the first setting over the largest budget: a lower limit or clock never makes a job faster, so no later
-  setting could meet a budget;
+  the ceiling of any static choice on that grid. The grid is walked from its most generous setting down
+  and stops at the first setting over the largest budget: a lower limit or clock never makes a job faster,
+  so no later setting could meet a budget;
+- ``oracle at edge``: per job, the static setting that costs exactly the budget (its gain linear between
+  the two grid settings around it, no extra run): the ceiling of any limit a search could settle on,
+  held from the job's first second, with no grid between it and the budget;
 - ``search exact``: ``balanced`` with the job's progress rate (``aithermctl run --progress-regex``);
 - ``search proxy``: the same with what NVML shows alone (GPM tensor activity × SM clock on Hopper-class
   cards, utilization × SM clock elsewhere; memory utilization for a clock search).
@@ -135,6 +138,19 @@ def best_static(prof, prep: loop.Prepared, job, kind: str) -> dict[float, Outcom
     for b in budgets:
         ok = [o for o in runs if o.slowdown <= b]
         best[b] = max(ok, key=lambda o: o.gain) if ok else Outcome(0.0, 0.0)
+        best[-b] = edge(runs, b, best[b])
+    return best
+
+
+def edge(runs: list[Outcome], budget: float, best: Outcome) -> Outcome:
+    """The per-job oracle at the budget's edge: the static setting that costs exactly ``budget`` %, its
+    gain linear between the two grid settings around it (``runs`` most generous first), or ``best`` when
+    that is more (or no setting went past the budget)."""
+    for a, b in zip(runs, runs[1:], strict=False):
+        if a.slowdown <= budget < b.slowdown:
+            f = (budget - a.slowdown) / (b.slowdown - a.slowdown)
+            gain = a.gain + f * (b.gain - a.gain)
+            return Outcome(gain, budget) if gain > best.gain else best
     return best
 
 
@@ -154,11 +170,14 @@ def one_job(args: tuple[str, str, int, float]) -> dict[str, Outcome]:
     best = best_static(prof, prep, w.job(0, IDLE_BEFORE_S + 1), kind)
     if kind == "decode":
         rows["best static (2 %)"] = best[2.0]
+        rows["oracle at edge (2 %)"] = best[-2.0]
         rows["search exact (2 %)"] = search(policy=policy(), progress=True)
         rows["search proxy (2 %)"] = search(policy=policy())
         return rows
     rows["best static (3 %)"] = best[3.0]
+    rows["oracle at edge (3 %)"] = best[-3.0]
     rows["best static (5 %)"] = best[5.0]
+    rows["oracle at edge (5 %)"] = best[-5.0]
     rows["search exact (3 %)"] = search(policy=policy(), progress=True)
     rows["search exact (5 %)"] = search(policy=policy(5.0), progress=True)
     rows["search proxy (3 %)"] = search(policy=policy())

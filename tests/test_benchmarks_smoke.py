@@ -48,16 +48,22 @@ def test_bench_efficiency_smoke(tmp_path):
         "consumer Ada/Ampere training", "A100/H100-class training", "memory-bound decode (locked clocks)"}
     training = doc["classes"]["consumer Ada/Ampere training"]
     assert set(training) == {"stock", "fixed 70 %", "best static (3 %)", "best static (5 %)",
-                             "search exact (3 %)", "search exact (5 %)", "search proxy (3 %)"}
+                             "oracle at edge (3 %)", "oracle at edge (5 %)", "search exact (3 %)",
+                             "search exact (5 %)", "search proxy (3 %)"}
     assert training["stock"] == {"gain_pct": 0.0, "slowdown_pct": 0.0, "p95_slowdown_pct": 0.0}
     assert training["fixed 70 %"]["gain_pct"] > 5.0 and training["fixed 70 %"]["slowdown_pct"] > 1.0
     for budget in (3, 5):
         assert 0.0 < training[f"best static ({budget} %)"]["p95_slowdown_pct"] <= budget
         assert training[f"best static ({budget} %)"]["gain_pct"] > 0.0
+        # the oracle at the budget's edge: never under the grid's best, never over the budget
+        edge = training[f"oracle at edge ({budget} %)"]
+        assert edge["gain_pct"] >= training[f"best static ({budget} %)"]["gain_pct"] - 1e-9
+        assert 0.0 < edge["p95_slowdown_pct"] <= budget + 1e-9
     assert training["search exact (3 %)"]["gain_pct"] > 0.0
     decode = doc["classes"]["memory-bound decode (locked clocks)"]
     assert decode["fixed 70 %"]["gain_pct"] == pytest.approx(0.0, abs=0.5)  # no cap binds decode
     assert decode["best static (2 %)"]["gain_pct"] > 10.0
+    assert decode["oracle at edge (2 %)"]["gain_pct"] >= decode["best static (2 %)"]["gain_pct"] - 1e-9
     assert doc["held_idle"]["found"] == doc["held_idle"]["cases"] == 2
     assert doc["held_idle"]["median_recovered_w"] > 0.0
     assert set(doc["quality"]) == {"rtx4090-vlm-workload-padded-10min-idle.csv",

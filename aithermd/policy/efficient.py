@@ -15,9 +15,10 @@ the first seconds after each change left out (:data:`SETTLE_S`):
    ≥ (1 − budget) of the baseline's and work per joule (signal / power) does not fall; a progress rate
    steps toward the budget's edge its last window predicts (its loss scales the Zeus sweeps' median
    curve: :func:`~aithermd.policy.search_window.edge_cap`; 1 to :data:`MAX_JUMP` steps). A miss needs the
-   shortfall to exceed half a standard error of the two windows' ratio (a progress rate: one, from block
-   means), or work per joule to fall by more than 5 %; at the first miss **back off** one step — a progress
-   rate to where the line through the last kept window and the miss crosses the budget;
+   shortfall to exceed :data:`MISS_Z_POWER` standard errors of the two windows' ratio (a progress rate:
+   one, from block means; a clock search: half), or work per joule to fall by more than 5 %; at the first
+   miss **back off** — a power search to where the line through the last kept window and the miss crosses
+   the budget, else one step;
 4. **settled** at the last good limit, watching for a new phase over two windows at a time: the cap
    stops binding (the job got lighter) or the signal moves by more than 6 % or twice the budget (a
    different job or phase) — then it searches again from the baseline.
@@ -72,6 +73,7 @@ WATCH_WINDOWS = 2  # windows the baseline and the settled watch read at once (lo
 HISTORY = 12  # steps kept for explain
 MISS_Z = 0.5  # a step misses when its throughput falls short of the budget by this many standard errors
 MISS_Z_PROGRESS = 1.0  # … of a progress rate read per busy second (its error from block means: rate_spread)
+MISS_Z_POWER = 0.9  # … of a power search's GPM or proxy signal (MISS_Z: a clock search's): the budget used
 AWAY_SHARE = 0.15  # a window with over 15 % of its seconds away (search_window.AWAY: under 40 % of its own
 #                    running draw) saw the job away (ended, paused): no verdict, measured again
 AWAY_REDOS = 2  # … at most twice in a row: a job that is always half away (bursty) is judged as it is
@@ -262,7 +264,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
     gain = eff / s.base_eff - 1.0 if s.base_eff > 0 else 0.0
     if s.phase in (SNAP, STEP):
         # a miss needs evidence: the shortfall must exceed MISS_Z standard errors of the two windows' ratio
-        z = MISS_Z_PROGRESS if rate else MISS_Z
+        z = MISS_Z_PROGRESS if rate else MISS_Z if spec.clocks else MISS_Z_POWER
         se = z * ratio * (_spread(acc, trim, rate) ** 2 + s.base_se ** 2) ** 0.5
         noisy = rate and se > RESOLVE * spec.budget
         if noisy and s.ext + 1 < MAX_WINDOWS:
@@ -293,9 +295,9 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
             return _move(s, t, SETTLED, s.best, f"back off to {s.best:g} W: the progress rate (±"
                          f"{100 * se:.1f} %) cannot tell {100 * ratio:.1f} % at {s.limit:g} W from a miss",
                          backoffs=s.backoffs + 1)
-        if s.base_util and s.phase == STEP and ratio < target < s.best_ratio:
-            # the rate per busy second reads a step to a few tenths of a percent: settle where the line
-            # through the last kept window and the miss crosses the budget. A cap's cost grows faster the
+        if not spec.clocks and s.phase == STEP and ratio < target < s.best_ratio:
+            # settle where the line through the last kept window and the miss crosses the budget (not a
+            # whole step back: the proxies then used 2.5 % of 3 %). A cap's cost grows faster the
             # deeper it goes (the law's knee), so that line runs under the job's curve: the limit it gives
             # keeps the budget or more
             mid = round(s.limit + (s.best - s.limit) * (target - ratio) / (s.best_ratio - ratio), 1)
