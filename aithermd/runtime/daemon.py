@@ -29,6 +29,7 @@ energy is attributed over) and ``stop_timeout_s`` (each wait of the stop).
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -393,6 +394,7 @@ class Daemon:
         if seq == 1:
             self.notifier.ready(status)
             await self.services.start_late()  # the exporter: after READY=1 (services.MetricsService)
+            gc.enable()  # `aithermd run` starts with it off (aithermd.cli.main)
         else:
             self.notifier.status(status)
         self.changes.warn_unmatched(self.tick.world)

@@ -158,3 +158,32 @@ async def test_a_scraper_that_connects_before_the_exporter_is_built_waits_for_it
         await service.stop()
     assert answer.startswith(b"HTTP/1.1 200 OK")
     assert b"aithermd_tick_duration_seconds_count 1.0" in answer
+
+
+def test_aithermd_run_starts_with_the_collector_off_and_turns_it_on_again(monkeypatch):
+    """issue 22, start-up: ``aithermd run`` imports and discovers with gc off (no cyclic-garbage passes over
+    what start-up builds); on again if the command returns before the daemon's first tick."""
+    import gc
+
+    from aithermd import cli
+    from aithermd.commands import run
+
+    seen = []
+    monkeypatch.setattr(run, "run", lambda args: seen.append(gc.isenabled()) or 0)
+    assert gc.isenabled()
+    assert cli.main(["run"]) == 0
+    assert seen == [False] and gc.isenabled()
+
+
+async def test_the_daemon_turns_the_collector_on_after_its_first_tick(settings, clock):
+    import gc
+
+    seen = []
+    d = Daemon(settings, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE,
+               before_sample=lambda t: seen.append(gc.isenabled()))
+    gc.disable()
+    try:
+        assert await d.run(max_ticks=3) == 0
+        assert seen == [False, True, True] and gc.isenabled()
+    finally:
+        gc.enable()
