@@ -120,10 +120,10 @@ async def test_the_exporter_is_built_after_ready_and_counts_from_the_first_tick(
 
 
 async def test_an_exporter_stopped_before_the_first_tick_keeps_nothing(clock):
+    import socket
+
     from aithermd.publish.hub import StateHub
     from aithermd.runtime.services import MetricsService
-
-    import socket
 
     hub = StateHub()
     service = MetricsService("127.0.0.1:0", hub, None)
