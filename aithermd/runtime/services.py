@@ -219,6 +219,7 @@ class MetricsService:
         self._ticks: list[float] = []  # each tick's duration (s) before the exporter
         self._unlisten: Callable[[], None] | None = None
         self._sock: Any = None  # the port, taken at start; the exporter's server owns it once built
+        self._address: tuple[str, int] | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"listen": self.listen}
@@ -226,7 +227,7 @@ class MetricsService:
     async def start(self) -> None:
         from aithermd.publish.listen import bind, parse_listen
 
-        address = parse_listen(self.listen)
+        self._address = address = parse_listen(self.listen)
         self._sock = bind(*address) if address is not None else None
         self._unlisten = self.hub.add_listener(lambda snap, events: self._early.append((snap, events)))
 
@@ -247,12 +248,14 @@ class MetricsService:
 
         hub.add_listener = add_after_replay  # type: ignore[method-assign] - for this construction only
         try:
-            self.handle = mod.start(self.listen, hub, self.energy, sock=self._sock)
+            self.handle = mod.start("none", hub, self.energy)  # built, counting, not serving yet
         finally:
             del hub.add_listener
-        self._sock = None  # the exporter's server owns it now
         for seconds in ticks:
             self.handle.observe_tick(seconds)
+        if self._address is not None:  # served only now: a scraper waiting in the backlog sees all of it
+            self.handle.serve(*self._address, self._sock)
+            self._sock = None  # the exporter's server owns it now
 
     def after_tick(self, seconds: float) -> None:
         if self.handle is None:
