@@ -33,6 +33,7 @@ from aithermd.errors import (
 from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.expiry import Expiries
+from aithermd.runtime.operator_file import move_aside, read_operator_state, usable_overrides
 from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
@@ -80,31 +81,25 @@ class Control:
     # -- persistence -----------------------------------------------------------------------------------
     def _load(self, default_policy: str, pinned: bool) -> None:
         try:
-            doc = json.loads(self.path.read_text())
+            doc = read_operator_state(self.path, self._knobs())
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
             self._log.warning("operator_state_unreadable", path=str(self.path), error=str(exc))
             return
-        kept = doc.get("active_policy")
-        if isinstance(kept, str) and kept and not pinned:
-            self.active = kept
-        for knob_id, entry in (doc.get("overrides") or {}).items():
-            try:
-                expires = entry.get("expires_wall")
-                self.overrides[str(knob_id)] = (float(entry["value"]),
-                                                None if expires is None else float(expires))
-                if expires is not None:
-                    self._due.anchor(("o", str(knob_id)), float(expires))
-            except (KeyError, TypeError, ValueError, AttributeError):
-                self._log.warning("override_unreadable", knob=knob_id)
+        if doc.dropped:  # kept aside for whoever wants it; the good part is saved again below
+            aside = move_aside(self.path)
+            self._log.error("operator_state_invalid", path=str(self.path), dropped=doc.dropped,
+                            moved_to=str(aside) if aside else None,
+                            message="started with the rest of it; the parts named were dropped")
+        if doc.active and not pinned:
+            self.active = doc.active
+        for knob_id, (value, expires) in doc.overrides.items():
+            self.overrides[knob_id] = (value, expires)
+            if expires is not None:
+                self._due.anchor(("o", knob_id), expires)
         per_uid: dict[int | None, int] = {}
-        for raw in doc.get("holds") or []:
-            try:
-                hold = Hold(**raw)
-            except TypeError:
-                self._log.warning("hold_unreadable", hold=raw)
-                continue
+        for hold in doc.holds:
             # the bounds of hold_policy hold for what a state file from before them brings back (uid 0: root)
             others = sum(n for u, n in per_uid.items() if u != 0)
             if hold.uid != 0 and (per_uid.get(hold.uid, 0) >= MAX_HOLDS_PER_UID or others >= MAX_HOLDS):
@@ -117,6 +112,8 @@ class Control:
                 self._due.anchor(("h", hold.cookie), hold.expires)
         # the cookies go on from the random start (__init__), never from these: a cookie of the last run's
         # caller holds, gone with it, would otherwise be handed out again
+        if doc.dropped:
+            self._save()
 
     def _save(self, kept: tuple | None = None) -> None:
         """Write the state. On failure: with ``kept`` (:meth:`_state` before a change meant to survive a
@@ -167,7 +164,7 @@ class Control:
         return events
 
     def override_values(self) -> dict[str, float]:
-        return {k: v for k, (v, _) in self.overrides.items()}
+        return usable_overrides(self.overrides, self._knobs())
 
     def hold_names(self) -> list[str]:
         """Held policies, oldest first (the last wins)."""
