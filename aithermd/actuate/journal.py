@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from aithermd.errors import AithermError
+from aithermd.files import read_state_file, trusted_state_dir
 
 JOURNAL_FILE = "journal.json"
 FORMAT_VERSION = 1
@@ -64,6 +65,16 @@ def current_boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
             return f.read().strip()
     except (OSError, ValueError):
         return ""
+
+
+def read_journal(state_dir: Path, path: Path) -> bytes:
+    """The journal's bytes, read only from a state directory and file this process may trust (its own
+    uid's or root's, writable by nobody else; the file not a symlink: :mod:`aithermd.files`): root must
+    not restore a journal planted by a user into whatever its locator names. Raises FileNotFoundError (no
+    journal), UntrustedStateFile (refused, contents unread), OSError."""
+    if state_dir.is_dir():
+        trusted_state_dir(state_dir)
+    return read_state_file(path)
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -110,7 +121,7 @@ class Journal:
     def _load(self) -> dict[str, JournalEntry]:
         self._remove_leftovers()
         try:
-            raw = self.path.read_bytes()
+            raw = read_journal(self.state_dir, self.path)
         except FileNotFoundError:
             return {}
         except OSError as exc:

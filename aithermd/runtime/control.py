@@ -33,7 +33,7 @@ from aithermd.errors import (
 from aithermd.model import Event, Hold, Knob, KnobKind, PolicyStatus
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.expiry import Expiries
-from aithermd.runtime.operator_file import move_aside, read_operator_state, usable_overrides
+from aithermd.runtime.operator_file import is_untrusted, move_aside, read_operator_state, usable_overrides
 from aithermd.runtime.progress import Progress
 
 STATE_FILE = "operator.json"
@@ -84,8 +84,9 @@ class Control:
             doc = read_operator_state(self.path, self._knobs())
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
-            self._log.warning("operator_state_unreadable", path=str(self.path), error=str(exc))
+        except (OSError, ValueError) as exc:  # an untrusted one is left as it is, unread: an error
+            (self._log.error if is_untrusted(exc) else self._log.warning)(
+                "operator_state_unreadable", path=str(self.path), error=str(exc))
             return
         if doc.dropped:  # kept aside for whoever wants it; the good part is saved again below
             aside = move_aside(self.path)

@@ -27,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from aithermd.errors import AithermError
+from aithermd.files import open_state_file, trusted_state_dir
 
 LOCK_FILE = "aithermd.lock"
 DEFAULT_RUNTIME_DIR = Path("/run/aithermd")
@@ -53,8 +54,9 @@ def _owner(path: Path) -> str:
 
 
 def _take(path: Path, what: str) -> int:
-    """Open ``path`` and lock it; the fd. Raises AlreadyRunning, OSError."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """Open ``path`` (:func:`~aithermd.files.open_state_file`) and lock it; the fd. Raises AlreadyRunning,
+    UntrustedStateFile, OSError."""
+    fd = open_state_file(path, os.O_RDWR | os.O_CREAT, 0o644)  # never through a symlink, never another's
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -80,9 +82,11 @@ class InstanceLock:
         self._fds: list[int] = []
 
     def acquire(self) -> None:
-        """Take both locks. Raises AlreadyRunning (nothing held then), OSError for a state directory that
-        cannot hold its lock."""
+        """Take both locks. Raises AlreadyRunning (nothing held then), UntrustedStateFile for a state
+        directory or lock file owned by another user or writable by others, or a symlinked lock, OSError
+        for a state directory that cannot hold its lock."""
         self.state_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        trusted_state_dir(self.state_path.parent)  # others can write it: UntrustedStateFile
         self._fds.append(_take(self.state_path, f"state directory {self.state_path.parent}"))
         try:
             self.machine_path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -108,7 +112,7 @@ def held_by_other(state_dir: Path) -> str | None:
     """Who holds ``state_dir``'s daemon lock (``"another aithermd (pid N)"``), or None when nobody does."""
     path = Path(state_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     try:

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from aithermd.errors import AithermError
+from aithermd.files import UntrustedStateFile, read_state_file
 from aithermd.model import Hold, Knob
 
 BAD_SUFFIX = ".bad"
 _HOLD_TYPES = {"cookie": (int,), "policy": (str,), "reason": (str,), "owner": (str,),
-               "uid": (int, type(None)), "created": (int, float), "expires": (int, float, type(None)), "detached": (bool,)}
+               "uid": (int, type(None)), "created": (int, float), "expires": (int, float, type(None)),
+               "detached": (bool,)}
 
 
 @dataclass
@@ -38,8 +40,9 @@ class OperatorState:
 
 def read_operator_state(path: Path, knobs: Mapping[str, Knob]) -> OperatorState:
     """The checked content of ``path``; ``knobs``: id → Knob of the devices found now. Raises
-    FileNotFoundError when there is none, OSError/ValueError when it cannot be read or is not JSON."""
-    doc = json.loads(Path(path).read_text())
+    FileNotFoundError when there is none, UntrustedStateFile (another user's, writable by others, a
+    symlink: not read), OSError/ValueError when it cannot be read or is not JSON."""
+    doc = json.loads(read_state_file(path).decode())  # not another user's, never through a symlink
     out = OperatorState()
     if not isinstance(doc, dict):
         out.dropped.append(f"the whole file: a JSON {type(doc).__name__}, not an object")
@@ -128,6 +131,10 @@ def _hold_problem(raw: Any) -> str | None:
                             or (bool not in types and isinstance(raw[name], bool))):
             return f"{name} {raw[name]!r} is not a {'/'.join(t.__name__ for t in types)}"
     return None
+
+
+def is_untrusted(exc: BaseException) -> bool:
+    return isinstance(exc, UntrustedStateFile)
 
 
 def move_aside(path: Path) -> Path | None:
