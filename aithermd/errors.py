@@ -100,5 +100,11 @@ class LimitExceeded(AithermError):
     """The caller already has as many holds as one may (D-Bus ``io.github.aithermd.Error.LimitExceeded``)."""
 
 
+class Busy(AithermError):
+    """Not now: the thing asked for is held by something that must finish first (a safety decision on a
+    GPU's knobs, too many of the caller's own requests in flight)
+    (D-Bus ``io.github.aithermd.Error.Busy``)."""
+
+
 class InvalidArgument(AithermError):
     """An argument out of range or malformed (D-Bus ``OutOfRange`` / ``InvalidArgument``)."""

@@ -43,6 +43,7 @@ _ERRORS: tuple[tuple[type[Exception], str], ...] = (
     (energy.NotOwner, wire.ERROR_NOT_AUTHORIZED),
     (errors.LimitExceeded, wire.ERROR_LIMIT_EXCEEDED),
     (errors.StateNotSaved, wire.ERROR_STATE_NOT_SAVED),
+    (errors.Busy, wire.ERROR_BUSY),
     (errors.InvalidArgument, wire.ERROR_INVALID_ARGUMENT),
 )
 MAX_TEXT = 1024

@@ -215,7 +215,7 @@ class Changes:
                                             t_wall=self.clock.wall())
             events += found
         elif isinstance(message, Release):
-            world = await self._release(world, message, events)
+            world = await self._release(world, message, events, decisions)
         elif isinstance(message, Unrelease):
             for backend in world.backends:
                 unrelease = getattr(backend, "unrelease", None)
@@ -225,14 +225,17 @@ class Changes:
             events += await self._resume(world, decisions, message.why)
         return world
 
-    async def _release(self, world: World, message: Release, events: list[Event]) -> World:
+    async def _release(self, world: World, message: Release, events: list[Event],
+                       decisions: Mapping[str, Decision]) -> World:
         from aithermd.runtime.release import gpu_of_bus, release_gpu
 
         gpu = message.device_id or gpu_of_bus(world, message.bus_id or "")
         if gpu is None:  # udev: a GPU the daemon does not use
             return world
         try:
-            world, done, sentence = await release_gpu(world, self.executor, gpu, self.clock.wall())
+            # on request only: a udev remove/unbind is the device going away, whatever safety holds
+            world, done, sentence = await release_gpu(world, self.executor, gpu, self.clock.wall(),
+                                                      decisions if message.device_id else None)
         except Exception as exc:  # noqa: BLE001 - the caller hears it; udev's rediscovery drops it anyway
             if message.device_id is None:
                 self._log.warning("release_failed", gpu=gpu, error=f"{type(exc).__name__}: {exc}")

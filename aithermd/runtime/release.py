@@ -12,13 +12,14 @@ when udev says it is back (``add``/``bind`` of its PCI device) or the daemon res
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from aithermd.actuate.restore import restore_one
-from aithermd.errors import InvalidArgument, UnknownKnob
-from aithermd.model import DeviceKind, Event
+from aithermd.errors import Busy, InvalidArgument, UnknownKnob
+from aithermd.model import Decision, DeviceKind, Event, Layer
 from aithermd.runtime.changes import rediscover
 
 
@@ -30,15 +31,32 @@ def gpu_of_bus(world: Any, bus_id: str) -> str | None:
     return None
 
 
-async def release_gpu(world: Any, executor: Any, device_id: str, t_wall: float
-                      ) -> tuple[Any, list[Event], str]:
+def safety_hold(device: Any, decisions: Mapping[str, Decision]) -> str | None:
+    """Why a safety decision holds one of ``device``'s knobs in the last tick's ``decisions`` (knob id →
+    Decision), in words, or None."""
+    for knob in device.knobs:
+        decision = decisions.get(knob.id)
+        if decision is not None and decision.layer == Layer.SAFETY:
+            value = "" if decision.value is None else f" at {decision.value:g} {knob.unit}".rstrip()
+            return f"{knob.id} is held{value} by {decision.rule} ({decision.reason})"
+    return None
+
+
+async def release_gpu(world: Any, executor: Any, device_id: str, t_wall: float,
+                      decisions: Mapping[str, Decision] | None = None) -> tuple[Any, list[Event], str]:
     """Restore ``device_id``'s originals through ``executor`` (the one apply path) and drop it (see the
-    module doc); call under the tick lock (the tick's inbox does). Returns the new world, the events and a
-    sentence for the caller. Raises UnknownKnob for no such GPU, InvalidArgument for a GPU whose backend
-    cannot let go of it."""
+    module doc); call under the tick lock (the tick's inbox does). ``decisions``: the last tick's (knob id
+    → Decision), given for a release on request: one refused while a safety decision holds a knob of the
+    GPU (a critical-temperature cut lifted by handing back its original limit). Returns the new world,
+    the events and a sentence for the caller. Raises UnknownKnob for no such GPU, Busy while safety holds
+    it, InvalidArgument for a GPU whose backend cannot let go of it."""
     device = next((d for d in world.devices if d.id == device_id and d.kind is DeviceKind.GPU), None)
     if device is None:
         raise UnknownKnob(f"no GPU {device_id!r}")
+    held = safety_hold(device, decisions or {})
+    if held:
+        raise Busy(f"{device_id} not released: {held}; releasing it now would lift that cut while the GPU "
+                   "still runs. Stop its work (or let it cool) and release it once the cut has ended")
     backend = world.device_owner[device_id]
     if not callable(getattr(backend, "release", None)):
         raise InvalidArgument(f"{device_id}: its backend cannot release a GPU")
