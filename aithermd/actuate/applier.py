@@ -176,7 +176,7 @@ class Applier:
             return []  # not ours, handed back already, or nothing to hand back
         own.handed = dict(self.journal.entries()[knob.id].saved)  # journaled again as found, if written again
         try:
-            note = restore_one(self.journal, backend, knob.id)
+            note = restore_one(self.journal, backend, knob.id, to_writer=True)
         except Exception as exc:  # noqa: BLE001 - stays journaled; restored at exit
             return self._fault(t_wall, knob, own.device_id, "hand back", exc)
         return [self._event("restore", t_wall, knob, own.device_id,

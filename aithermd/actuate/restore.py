@@ -11,8 +11,11 @@ entry's backend opens on a real root (a sysfs root must hold a ``class`` directo
 proves nothing) and answers :class:`~aithermd.errors.UnknownKnob`, the knob is *absent*: there is nothing to
 put back now, so it is not a failure. An absent entry stays journaled while its device may come back in this
 boot (a module loaded late, a GPU lost and reset: its original still applies then) and is reported
-(``RestoreReport.absent``); an absent entry recorded in an earlier boot (the kernel's boot id differs) is
-forgotten with a warning (``RestoreReport.forgotten``): a reboot re-initialised the device. A knob whose
+(``RestoreReport.absent``). Every entry recorded in an earlier boot (the kernel's boot id differs), its
+device present or not, is forgotten with a warning and nothing written (``RestoreReport.forgotten``): the
+reboot re-initialised the device, and what its firmware or driver set since (a BIOS fan setting changed, a
+limit set at boot) is the state found now (attack6 G11: a crash, a reboot, and the old boot's fan curve
+came back over the new BIOS setting). A knob whose
 device is there but whose write fails (a lost GPU, EIO, EACCES) and a backend that cannot be opened keep
 their entries and fail the restore.
 
@@ -37,7 +40,7 @@ from typing import Any
 import structlog
 
 from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
-from aithermd.backends.base import Backend
+from aithermd.backends.base import TO_WRITER, Backend
 from aithermd.errors import DeviceLost, UnknownKnob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
@@ -46,8 +49,8 @@ Opener = Callable[[Mapping[str, Any]], Backend]
 @dataclass(frozen=True)
 class RestoreReport:
     """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``absent``: knob id →
-    why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, absent since
-    an earlier boot, dropped (not a failure); ``kept``: restored but still journaled (a write to them may
+    why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, journaled in
+    an earlier boot, dropped with nothing written (not a failure); ``kept``: restored but still journaled (a write to them may
     still land); ``fallbacks``: knob id → what was done instead of the original (restored, but not as
     found: full duty, or the driver's automatic mode)."""
 
@@ -109,8 +112,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     are opened with ``opener`` (default :func:`aithermd.backends.registry.open_backend`) and closed
     afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
-    --sysfs-root``). A knob its backend does not know is absent: kept, or forgotten when it was recorded
-    in a boot other than ``boot_id`` (default: the current one; see the module doc).
+    --sysfs-root``). An entry recorded in a boot other than ``boot_id`` (default: the current one) is
+    forgotten, nothing written; a knob its backend does not know is absent, and kept (see the module doc).
     The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
     its restore begins stays journaled once restored (``RestoreReport.kept``): a write to it may still land
     (the daemon's final restore, :mod:`aithermd.actuate.execute`).
@@ -133,6 +136,13 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     reopened: set[str] = set()  # locators whose backend was opened afresh after the daemon's lost a device
     try:
         for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
+            if entry.boot_id and boot_now and entry.boot_id != boot_now:
+                forgotten[entry.knob_id] = (f"{entry.device_id} was journaled in an earlier boot: the reboot "
+                                            "re-initialised it, and what its firmware or driver set now stands; "
+                                            "entry forgotten, nothing written")
+                _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
+                     message=forgotten[entry.knob_id])
+                continue
             locator = _relocate(entry.locator, sysfs_root)
             key = locator_key(locator)
             backend = open_now.get(key)
@@ -168,16 +178,10 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             except Exception as exc:  # noqa: BLE001
                 why = f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, UnknownKnob) and _proves_absence(locator):
-                    if entry.boot_id and boot_now and entry.boot_id != boot_now:
-                        forgotten[entry.knob_id] = (f"{entry.device_id} absent since an earlier boot "
-                                                    "(the reboot re-initialised it): entry forgotten")
-                        _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
-                             message=forgotten[entry.knob_id])
-                    else:
-                        absent[entry.knob_id] = (f"{entry.device_id} not found: kept until it is back or "
-                                                 "the machine reboots")
-                        _say(log.warning, "restore_absent", knob=entry.knob_id, device=entry.device_id,
-                             message=absent[entry.knob_id])
+                    absent[entry.knob_id] = (f"{entry.device_id} not found: kept until it is back or the "
+                                             "machine reboots")
+                    _say(log.warning, "restore_absent", knob=entry.knob_id, device=entry.device_id,
+                         message=absent[entry.knob_id])
                     continue
                 failures[entry.knob_id] = why
                 _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
@@ -205,11 +209,13 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     return RestoreReport(tuple(restored), failures, absent, forgotten, tuple(kept), fallbacks)
 
 
-def restore_one(journal: Journal, backend: Backend, knob_id: str) -> str | None:
-    """Put one journaled knob back (hand it back: no decision owns it any more) and forget it. Returns the
-    backend's note when it left the knob safe instead of as found (full duty). Raises BackendError (the
-    entry stays) or KeyError when ``knob_id`` is not journaled."""
+def restore_one(journal: Journal, backend: Backend, knob_id: str, to_writer: bool = False) -> str | None:
+    """Put one journaled knob back (hand it back: no decision owns it any more) and forget it; ``to_writer``:
+    to another program that keeps writing it (a fan's manual mode is then put back at any duty:
+    :data:`aithermd.backends.base.TO_WRITER`). Returns the backend's note when it left the knob
+    safe instead of as found (full duty). Raises BackendError (the entry stays) or KeyError when ``knob_id``
+    is not journaled."""
     entry = journal.entries()[knob_id]
-    note = backend.restore_knob(knob_id, dict(entry.saved))
+    note = backend.restore_knob(knob_id, {**entry.saved, TO_WRITER: True} if to_writer else dict(entry.saved))
     journal.forget(knob_id)
     return note if isinstance(note, str) else None

@@ -7,6 +7,15 @@ from typing import Any, Protocol, runtime_checkable
 from aithermd.errors import UnknownKnob
 from aithermd.model import Device, KnobValue, Sample
 
+# A fan's manual original below this duty is not put back at restore: it goes to the driver's automatic mode
+# (the product's rule "never in manual mode at a low duty"; half duty is the line: a board or GPU fan at half
+# speed cools its part at moderate load, below it not reliably). What the daemon finds when a fan's true
+# original was lost (a journal moved aside, a driver reload, another controller's crash: attack6 G1, G5, G9).
+LOW_DUTY_PCT = 50.0
+# Key set in a saved state handed back to another program that keeps writing the knob (the applier's
+# step-back): that program drives the fan, so its manual mode is put back at any duty.
+TO_WRITER = "to_writer"
+
 
 @runtime_checkable
 class Backend(Protocol):
@@ -20,7 +29,10 @@ class Backend(Protocol):
     - ``read_knob(knob_id)`` reads one knob back.
     - ``save_knob(knob_id)`` returns the knob's original raw state as a JSON-able dict (value and mode, in
       the hardware's units); ``restore_knob(knob_id, saved)`` puts exactly that back, or leaves the knob safe
-      instead (a fan at full duty) and returns a note saying so (None: the original is back).
+      instead (a fan at full duty) and returns a note saying so (None: the original is back). A fan found
+      in manual mode below :data:`LOW_DUTY_PCT` is handed to its driver's automatic mode instead (nothing
+      would drive it once the daemon is gone), unless ``saved`` holds :data:`TO_WRITER` (it is handed back
+      to the program that keeps writing it).
     - ``locator()`` is a JSON-able dict naming the backend and its root (``{"backend": "hwmon",
       "sysfs_root": "/sys"}``), enough for :func:`aithermd.backends.registry.open_backend` to rebuild it in
       another process (``aithermd restore``).

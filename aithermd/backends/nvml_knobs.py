@@ -30,6 +30,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends import nvml_acoustic
+from aithermd.backends.base import LOW_DUTY_PCT, TO_WRITER
 from aithermd.backends.nvml_clocks import KNOB
 from aithermd.backends.nvml_floor import LimitWrites
 from aithermd.backends.nvml_gpu import Down, Lost
@@ -46,6 +47,13 @@ from aithermd.errors import (
 from aithermd.model import KnobValue, Status
 
 SET_LIMIT = "nvmlDeviceSetPowerManagementLimit"
+
+
+def _kept(speed: Any) -> bool:
+    """Whether a manual fan speed (%) found at the first write is put back as it is: a number from
+    :data:`~aithermd.backends.base.LOW_DUTY_PCT` to 100 (below it nothing would drive the fan once the daemon
+    is gone; anything else does not decode)."""
+    return isinstance(speed, int | float) and not isinstance(speed, bool) and LOW_DUTY_PCT <= speed <= 100
 WRITE_BACKOFF_S = (2.0, 60.0)  # a knob whose writes fail: tried again 2 s later, doubling up to 60 s apart
 NO_PERMISSION_WHY = ("NVML_ERROR_NO_PERMISSION: NVML refused the write although the daemon runs as root "
                      "(a container without CAP_SYS_ADMIN, or the GPU's settings are locked)")
@@ -295,9 +303,13 @@ class NvmlKnobs(LimitWrites):
                 return self._restore_limit(slot, knob_id, int(saved["limit_mw"]))
             elif attr == nvml_acoustic.ATTR:
                 do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
-            elif manual:
+            elif manual and (saved.get(TO_WRITER) or _kept(saved.get("speed_pct"))):
                 do(f"restore {saved['speed_pct']} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
                    int(saved["speed_pct"]))
+            elif manual:  # nothing would drive it at that speed, or it does not decode: the driver curve
+                do("auto instead", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
+                return (f"{knob_id}: found in manual mode at {saved.get('speed_pct')!r} %, which nothing would "
+                        "drive once the daemon is gone: handed to the driver's automatic curve")
             else:
                 do("restore auto", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
         except BackendError as exc:

@@ -27,27 +27,27 @@ What real drivers do, and what this module does about it:
   fan in manual mode at a stale duty. Refused outright, or :data:`DUTY_FAILURES` times in a row, the fan is
   handed back: full duty asked on a driver whose ``pwmN_enable`` 0 is full speed gets that, anything else the
   mode the fan was found in (or the driver's automatic one), with :class:`Uncontrollable` (alarm, journaled).
-- **Restore never leaves a fan in manual mode at a low duty.** A restore that fails ends at full duty
-  (manual, 255; then ``pwmN_enable`` 0 for drivers whose 0 documents full speed) and returns a note that
-  says so; only when even that fails does it raise.
+- **Restore never leaves a fan in manual mode at a low duty** (:mod:`aithermd.backends.pwm_restore`): a
+  manual original at a low duty, or one that does not decode, goes to the driver's automatic mode; a restore
+  that fails ends at full duty (manual, 255; then ``pwmN_enable`` 0 for drivers whose 0 documents full
+  speed) and returns a note that says so; only when even that fails does it raise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import math
 from typing import Any
 
 from aithermd import units
+from aithermd.backends import pwm_restore
 from aithermd.backends.fast import ok_knob
 from aithermd.backends.pwm_levels import Levels, say_blind
+from aithermd.backends.pwm_restore import FULL, MANUAL
 from aithermd.backends.sysfs import Attribute, Nonsense, classify_oserror, errno_name, write_error
 from aithermd.errors import BackendError, DeviceLost, NoPermission, OutOfRange
 from aithermd.model import Knob, KnobValue, Status
 
-MANUAL = 1
-FULL = 0
 # errnos by which a driver refuses a pwmN_enable value (not a lost device: the duty write then tells)
 _REFUSED = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENODEV, errno.ENOSYS,
                       errno.EBUSY})
@@ -311,78 +311,13 @@ class PwmKnob:
         return saved
 
     def restore(self, saved: dict[str, Any]) -> str | None:
-        """Put back what :meth:`save` returned: manual → enable then pwm; automatic → pwm (best effort: the
-        driver owns it in automatic mode) then enable; no enable file → pwm; an original whose mode could
-        not be read → the driver's automatic mode, or full duty. Returns None when the original is back,
-        else a note saying what was done instead (full duty). Raises DeviceLost when the chip is gone from
-        its path, BackendError when not even full duty could be set."""
-        kid = self.knob.id
+        """Put back what :meth:`save` returned, or leave the fan safe instead
+        (:func:`aithermd.backends.pwm_restore.restore`: the rules). Returns None when the original is back,
+        else a note saying what was done instead. Raises DeviceLost when the chip is gone from its path,
+        BackendError when not even full duty could be set."""
         self.manual_seen = self.full_fallback = False
         self.duty_failures = 0
-        try:
-            if saved.get("enable_unreadable") and self.enable is not None:
-                auto, why = saved.get("auto"), saved["enable_unreadable"]
-                if auto is None:
-                    return self._full(f"{kid}: the original mode could not be read ({why}) and no automatic "
-                                      f"mode is known for {self.driver or 'this driver'}")
-                self._write(self.enable, int(auto), f"{kid}: restore enable {auto}")
-                return (f"{kid}: the original mode could not be read ({why}): handed to the driver's "
-                        f"automatic mode (enable {auto})")
-            if self.levels.blind and saved.get("enable") in (None, MANUAL):
-                # its manual duty was read through a read-back found meaningless later (pwm_levels): 0 read
-                # back would stop the fan for good; the driver's automatic mode, else full duty
-                why, auto = f"{kid}: the original duty is unknown (pwm reads back nothing true)", None
-                if self.enable is not None and (auto := driver_auto(self.driver)) is not None:
-                    self._write(self.enable, auto, f"{kid}: enable {auto}")
-                    return f"{why}: handed to the driver's automatic mode (enable {auto})"
-                return self._full(why)
-            self._restore_exact(saved)
-        except DeviceLost:
-            raise  # not at this path any more (a reload renumbered the chip): the caller looks it up again
-        except BackendError as exc:
-            return self._full(f"{kid}: restoring the original failed ({exc})")
-        return None
-
-    def _restore_exact(self, saved: dict[str, Any]) -> None:
-        kid = self.knob.id
-        enable, pwm = saved.get("enable"), saved.get("pwm")
-        if enable is None or enable == MANUAL or self.enable is None:
-            if enable == MANUAL and self.enable is not None:
-                self._write(self.enable, MANUAL, f"{kid}: restore enable 1")
-            if pwm is not None:
-                self._write(self.pwm, int(pwm), f"{kid}: restore pwm {pwm}")
-            return
-        if pwm is not None:
-            try:
-                self.pwm.write_int(int(pwm))
-            except OSError:
-                pass
-        with contextlib.suppress(OSError, Nonsense):
-            if self._enable() == int(enable):
-                return  # the mode is as found (a refused duty handed it back): nothing to rewrite
-        self._write(self.enable, int(enable), f"{kid}: restore enable {enable}")
-
-    def _full(self, why: str) -> str:
-        """Full duty after a failed restore: manual 255, else ``pwmN_enable`` 0 where it means full speed.
-        Returns the note; raises BackendError when neither holds."""
-        errors = []
-        if self.enable is not None:
-            try:
-                self.enable.write_int(MANUAL)
-            except OSError as exc:
-                errors.append(f"enable := 1: {errno_name(exc.errno)}")
-        try:
-            self.pwm.write_int(units.PWM_MAX)
-            return f"{why}: left at full duty (pwm 255) instead"
-        except OSError as exc:
-            errors.append(f"pwm := 255: {errno_name(exc.errno)}")
-        if self.enable is not None and self.driver.startswith(FULL_ON_ZERO):
-            try:
-                self.enable.write_int(FULL)
-                return f"{why}: left at full speed (enable 0) instead"
-            except OSError as exc:
-                errors.append(f"enable := 0: {errno_name(exc.errno)}")
-        raise BackendError(f"{why}; full duty failed too ({'; '.join(errors)}): the fan may be left as it is")
+        return pwm_restore.restore(self, saved)
 
     def close(self) -> None:
         self.pwm.close()

@@ -300,7 +300,10 @@ async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: 
                      timeout_s: float = 10.0) -> tuple[World, list[Event]]:
     """Rediscover the backends of ``families`` (``*``: all) off the loop; returns the new world (``world``
     itself when nothing changed) and the ``hotplug`` events. Vanished knobs are forgotten by ``applier``
-    (an :class:`~aithermd.actuate.applier.Applier`) and its journal."""
+    (an :class:`~aithermd.actuate.applier.Applier`), but their journal entries stay: a device that comes
+    back in this boot (a driver reloaded: a Super I/O keeps its fan registers, as the daemon left them) has
+    its true original put back at the stop, not the daemon's own manual duty found when it came back
+    (attack6 G9); one that stays away is reported absent by the restore and forgotten after a reboot."""
     log = structlog.get_logger("aithermd.hotplug")
     inventory, events = await registry.rediscover(world.inventory, families, t_wall=t_wall,
                                                   timeout_s=timeout_s)
@@ -310,12 +313,9 @@ async def rediscover(world: World, families: set[str], *, applier: Any, t_wall: 
         if knob_id not in applier.owned and knob_id not in applier.journal:
             continue
         applier.forget(knob_id)
-        try:
-            applier.journal.forget(knob_id)
-        except Exception as exc:  # noqa: BLE001 - JournalError: the entry stays; 'aithermd restore' reports it
-            log.error("fault", subject=knob_id, message=f"cannot forget the journal entry: {exc}")
-        events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} forgotten: its device is gone, its "
-                            "original cannot be restored", {"action": "forgotten"}))
+        events.append(Event("hotplug", t_wall, knob_id, f"{knob_id} gone with its device: its original stays "
+                            "journaled, put back if it returns (else forgotten at the next boot)",
+                            {"action": "forgotten"}))
     for knob_id, new in inventory.knobs.items():  # constraints re-read, a knob refused or writable again
         old = world.knobs.get(knob_id)
         if old is not None and (old.min, old.max, old.default, old.writable) != \

@@ -87,7 +87,7 @@ def test_changes_behind_our_back_are_drift_then_step_back(setup):
     assert knob.id in applier.stepped_back
     assert len(b.writes) == 3  # the first write and two attempts; none after stepping back
     # the fan is handed back to its original (automatic mode) at once, not left manual at the last duty
-    assert knob.id not in j and b.restored == [(knob.id, {"pwm": 100, "enable": 2})]
+    assert knob.id not in j and b.restored == [(knob.id, {"pwm": 100, "enable": 2, "to_writer": True})]
 
 
 def test_a_knob_stepped_back_from_is_taken_again_later_and_for_longer_each_time(setup):
@@ -146,7 +146,8 @@ def test_safety_never_gives_up_a_knob_stepped_back_from(setup):
     _, events = applier.apply(b, knob, b.device_id, DEC, 60.0, b.sample().knobs[knob.id], 300.0)
     assert len(b.writes) == writes + 3  # a policy decision is still not written: the fan is handed back
     # (handed back at the step-back, then again once the safety writes are over; the original both times)
-    assert [e.kind for e in events] == ["restore"] and b.restored == [(knob.id, {"pwm": 100, "enable": 2})] * 2
+    assert [e.kind for e in events] == ["restore"]
+    assert b.restored == [(knob.id, {"pwm": 100, "enable": 2, "to_writer": True})] * 2
 
 
 def test_a_fan_whose_read_back_lags_settling_on_its_request_is_no_drift(setup):

@@ -10,8 +10,9 @@ from aithermd.backends.sysfs import SysfsIO
 class FaultIO(SysfsIO):
     """``faults[suffix]`` is a list of outcomes for reads of files whose path ends with ``suffix``: an
     ``OSError`` to raise, ``bytes`` to return, or None for the real content; the last outcome repeats.
-    ``open_faults[suffix]`` works the same for ``open``. ``denied_writes`` holds suffixes whose writes
-    raise EACCES; ``writes`` records (path, data)."""
+    ``open_faults[suffix]`` works the same for ``open``. ``write_faults[suffix]`` is an ``OSError`` every write to
+    such a file raises, or a list of outcomes, one per write (``None``: it goes through); ``writes`` records
+    (path, data)."""
 
     def __init__(self) -> None:
         self.faults: dict[str, list] = {}
@@ -55,6 +56,10 @@ class FaultIO(SysfsIO):
     def write(self, path: str, data: bytes) -> None:
         for suffix, exc in self.write_faults.items():
             if path.endswith(suffix):
+                if isinstance(exc, list):  # outcomes one write each (None: the write goes through), then none
+                    exc = exc.pop(0) if exc else None
+                    if exc is None:
+                        continue
                 raise exc
         self.writes.append((path, data))
         super().write(path, data)

@@ -62,12 +62,61 @@ def test_save_and_restore_automatic_mode(x570):
 def test_save_and_restore_manual_mode(x570):
     backend, io, chip = x570
     (chip / "pwm3_enable").write_text("1\n")
+    (chip / "pwm3").write_text("160\n")
+    saved = backend.save_knob(f"{NCT}/pwm3")
+    assert saved == {"pwm": 160, "enable": 1}
+    backend.write_knob(f"{NCT}/pwm3", 100.0)
+    io.writes.clear()
+    assert backend.restore_knob(f"{NCT}/pwm3", saved) is None
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm3_enable", b"1\n"), ("pwm3", b"160\n")]
+
+
+@pytest.mark.parametrize("to_writer", [False, True])
+def test_a_fan_found_manual_at_a_low_duty_goes_to_the_drivers_automatic_mode_unless_its_writer_takes_it(
+        x570, to_writer):
+    """Found in manual mode at 44 % (what the daemon finds when the true original was lost: a journal moved
+    aside, a driver reload, a chip back under another name; attack6 G1/G5/G9): put back there, the fan would
+    run at 44 % with nothing driving it. Handed back to the program that keeps writing it, it is as found."""
+    backend, io, chip = x570
+    (chip / "pwm3_enable").write_text("1\n")
     saved = backend.save_knob(f"{NCT}/pwm3")
     assert saved == {"pwm": 112, "enable": 1}
     backend.write_knob(f"{NCT}/pwm3", 100.0)
     io.writes.clear()
-    backend.restore_knob(f"{NCT}/pwm3", saved)
-    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm3_enable", b"1\n"), ("pwm3", b"112\n")]
+    note = backend.restore_knob(f"{NCT}/pwm3", {**saved, "to_writer": True} if to_writer else saved)
+    writes = [(p.rsplit("/", 1)[1], d) for p, d in io.writes]
+    if to_writer:
+        assert note is None and writes == [("pwm3_enable", b"1\n"), ("pwm3", b"112\n")]
+    else:
+        assert writes == [("pwm3_enable", b"5\n")] and (chip / "pwm3_enable").read_text() == "5\n"
+        assert "found in manual mode at 44 %" in note and "automatic mode (enable 5)" in note
+
+
+@pytest.mark.parametrize("saved", [{"pwm": "abc", "enable": 1}, {"pwm": 300, "enable": 1},
+                                   {"pwm": 200, "enable": "manual"}, {"pwm": 2.5, "enable": 1}, [1]])
+def test_a_saved_state_that_does_not_decode_goes_to_the_drivers_automatic_mode(x570, saved):
+    """attack6 G2: ``"pwm": "abc"`` raised ValueError past the full-duty fallback; the fan stayed manual at a
+    low duty."""
+    backend, io, chip = x570
+    backend.write_knob(f"{NCT}/pwm3", 16.0)
+    note = backend.restore_knob(f"{NCT}/pwm3", saved)
+    assert (chip / "pwm3_enable").read_text() == "5\n" and "handed to the driver's automatic mode" in note
+
+
+def test_a_restore_write_busy_for_a_moment_is_tried_again(x570):
+    """attack6 G7: one EAGAIN on pwmN_enable during the exit restore left the fan at full duty, and its true
+    original was forgotten for good."""
+    backend, io, chip = x570
+    saved = backend.save_knob(f"{NCT}/pwm2")
+    assert saved == {"pwm": 88, "enable": 5}
+    backend.write_knob(f"{NCT}/pwm2", 30.0)
+    io.write_faults["pwm2_enable"] = [OSError(errno.EAGAIN, "busy"), OSError(errno.EBUSY, "busy")]
+    assert backend.restore_knob(f"{NCT}/pwm2", saved) is None
+    assert (chip / "pwm2_enable").read_text() == "5\n"
+    backend.write_knob(f"{NCT}/pwm2", 30.0)
+    io.write_faults["pwm2_enable"] = [OSError(errno.EAGAIN, "busy")] * 3  # busy every try: full duty
+    note = backend.restore_knob(f"{NCT}/pwm2", saved)
+    assert "full duty" in note and (chip / "pwm2").read_text() == "255\n"
 
 
 def test_driver_without_pwm_enable(tmp_path):

@@ -104,8 +104,8 @@ def remove_amdgpu(root):
     (root / "class" / "hwmon" / "hwmon0").unlink()
 
 
-async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_gone(tmp_path, root,
-                                                                                    policy_dir, clock):
+async def test_rediscovery_keeps_ids_and_a_gone_knobs_original_for_its_return(tmp_path, root, policy_dir,
+                                                                              clock):
     saved = tmp_path / "amdgpu"
     shutil.copytree(root / AMDGPU, saved, symlinks=True)
     tick = make_tick(settings_for(tmp_path, root, policy_dir), [HwmonBackend(str(root))], clock)
@@ -125,7 +125,8 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
         assert [d.id for d in world.devices] == [i for i in ids if i != AMD]
         assert [(e.kind, e.subject, e.data["action"]) for e in events] == [
             ("hotplug", AMD, "removed"), ("hotplug", f"{AMD}/pwm1", "forgotten")]
-        assert f"{AMD}/pwm1" not in journal and f"{AMD}/pwm1" not in tick.applier.owned
+        assert f"{AMD}/pwm1" not in tick.applier.owned
+        original = journal.entries()[f"{AMD}/pwm1"].saved  # kept for its return (attack6 G9)
         assert "hwmon:nct6798-isa-0290/pwm1" in journal  # the others stay
 
         shutil.copytree(saved, root / AMDGPU, symlinks=True)
@@ -133,6 +134,9 @@ async def test_rediscovery_keeps_ids_and_forgets_a_knob_only_once_its_device_is_
         world, events = await rediscover(world, {"hwmon"}, applier=tick.applier, t_wall=3.0)
         assert [d.id for d in world.devices] == ids  # back, under the same id
         assert [(e.subject, e.data["action"]) for e in events] == [(AMD, "added")]
+        tick.world = world
+        await tick.run(2)  # taken again: its original is the one found before the daemon's first write
+        assert f"{AMD}/pwm1" in tick.applier.owned and journal.entries()[f"{AMD}/pwm1"].saved == original
     finally:
         tick.executor.worker.shutdown()
 
@@ -157,7 +161,7 @@ async def test_a_removed_last_gpu_is_dropped_and_its_knobs_forgotten(two_gpus):
     assert [d.id for d in world.devices] == ["gpu0"]
     assert {(e.subject, e.data["action"]) for e in events} == {
         ("gpu1", "removed"), ("gpu1/power_limit", "forgotten"), ("gpu1/fan0", "forgotten")}
-    assert "gpu1/power_limit" not in journal and "gpu0/power_limit" in journal
+    assert "gpu1/power_limit" in journal and "gpu0/power_limit" in journal  # put back if it returns
 
 
 async def test_a_removed_first_gpu_leaves_the_other_its_id(two_gpus):

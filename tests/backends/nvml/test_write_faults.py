@@ -119,12 +119,31 @@ def test_the_restore_tries_each_knob_whatever_one_set_call_does(make, clock):
 def test_a_manual_fan_whose_duty_cannot_be_put_back_is_handed_to_the_driver(make):
     fake = two()
     backend = make(fake)
-    backend.write_knob("gpu0/fan0", 40.0)  # found manual at 40 % (another tool left it so)
+    backend.write_knob("gpu0/fan0", 60.0)  # found manual at 60 % (another tool left it so)
     fan = backend.save_knob("gpu0/fan0")
     backend.write_knob("gpu0/fan0", 80.0)
     fake.inject("nvmlDeviceSetFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
     note = backend.restore_knob("gpu0/fan0", fan)
-    assert fake.fan_auto(0, 0) and "automatic curve instead of 40 % manual" in note
+    assert fake.fan_auto(0, 0) and "automatic curve instead of 60 % manual" in note
+
+
+@pytest.mark.parametrize("found, to_writer, auto", [(40.0, False, True), (40.0, True, False),
+                                                    (60.0, False, False)])
+def test_a_fan_found_manual_at_a_low_speed_goes_to_the_drivers_curve_unless_its_writer_takes_it(
+        make, found, to_writer, auto):
+    """A GPU fan found in manual mode under 50 % (what is found when the true original was lost: a journal
+    moved aside, another tool's crash) is not put back there: nothing would drive it once the daemon is gone
+    (attack6 G1/G5/G9). Handed back to the program that keeps writing it, it is put back as found."""
+    fake = two()
+    backend = make(fake)
+    backend.write_knob("gpu0/fan0", found)
+    fan = backend.save_knob("gpu0/fan0")
+    backend.write_knob("gpu0/fan0", 80.0)
+    note = backend.restore_knob("gpu0/fan0", {**fan, "to_writer": True} if to_writer else fan)
+    assert fake.fan_auto(0, 0) is auto
+    assert (note is not None and "found in manual mode at 40 %" in note) is auto
+    if not auto:
+        assert backend.read_knob("gpu0/fan0").value == pytest.approx(found, abs=1.0)
 
 
 def test_a_restore_whose_write_fails_but_finds_the_original_in_place_is_done(make):
