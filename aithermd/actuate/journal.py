@@ -10,6 +10,13 @@ torn one, and a knob is never written before its original is on disk.
 An entry already present is never overwritten: after a crash whose restore failed, the entry still holds
 the state found before the first daemon touched the knob. The file exists only while it holds entries
 ("dirty"); :meth:`Journal.clear` removes it.
+
+A journal that cannot be decoded (a filesystem repaired after a power cut, a restored backup, an editor:
+attack6 G1) cannot say what any knob was. Opened with ``quarantine=True`` (the daemon, ``aithermd
+restore``) it is moved aside to ``journal.json.corrupt-<unix time>`` for a person to read, the journal
+starts empty and :attr:`Journal.lost` says so; the caller then hands every fan found in manual mode at a
+low duty to its driver's automatic mode (:func:`aithermd.actuate.restore.make_fans_safe`), since nothing
+else would drive it. Without it (tools that only read) it raises :class:`JournalError`.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +40,10 @@ FORMAT_VERSION = 1
 
 class JournalError(AithermError):
     """The journal cannot be read (not JSON, wrong shape) or written (disk full, read-only state dir)."""
+
+
+class _Undecodable(ValueError):
+    """The journal's bytes were read but are no journal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +125,30 @@ class Journal:
     """The journal of one state directory. Not thread-safe: one writer at a time (the control loop, or
     ``aithermd restore`` while no daemon runs)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, quarantine: bool = False) -> None:
+        """Raises JournalError when the file cannot be read, or cannot be decoded and ``quarantine`` is
+        false (or the move aside fails)."""
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / JOURNAL_FILE
-        self._entries: dict[str, JournalEntry] = self._load()
+        self.lost: str | None = None  # why the originals are lost (a journal moved aside), else None
+        try:
+            self._entries: dict[str, JournalEntry] = self._load()
+        except _Undecodable as exc:
+            if not quarantine:
+                raise JournalError(f"{exc}; 'aithermd restore' moves it aside and hands every fan left in "
+                                   "manual mode at a low duty to its driver's automatic mode") from None
+            self._entries = {}
+            self.lost = self._move_aside(str(exc))
+
+    def _move_aside(self, why: str) -> str:
+        aside = self.path.with_name(f"{JOURNAL_FILE}.corrupt-{int(time.time())}")
+        try:
+            os.replace(self.path, aside)
+            fsync_dir(self.state_dir)
+        except OSError as exc:
+            raise JournalError(f"{why}; it cannot be moved aside ({exc.strerror or exc})") from None
+        return (f"{why}: moved to {aside.name}; the originals it held are lost, so every fan found in manual "
+                "mode at a low duty goes to its driver's automatic mode")
 
     def _load(self) -> dict[str, JournalEntry]:
         self._remove_leftovers()
@@ -129,8 +161,7 @@ class Journal:
         try:
             doc = json.loads(raw)
         except ValueError as exc:  # UnicodeDecodeError too
-            raise JournalError(f"{self.path}: not a journal (not JSON: {exc}); move it aside and restore the "
-                               "knobs by hand") from exc
+            raise _Undecodable(f"{self.path}: not a journal (not JSON: {exc})") from exc
         entries = doc.get("entries") if isinstance(doc, dict) else None
         keys = ("knob_id", "locator", "saved")
         problem = "not a JSON object with a list of 'entries'" if not isinstance(entries, list) else next(
@@ -141,8 +172,7 @@ class Journal:
                 return {e["knob_id"]: JournalEntry.from_json(e) for e in entries}
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"an entry does not decode: {exc}"  # a locator or saved state of the wrong shape
-        raise JournalError(f"{self.path}: not a journal ({problem}); move it aside and restore the knobs by "
-                           "hand")
+        raise _Undecodable(f"{self.path}: not a journal ({problem})")
 
     def _remove_leftovers(self) -> None:
         if not self.state_dir.is_dir():

@@ -42,6 +42,7 @@ import structlog
 from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
 from aithermd.backends.base import TO_WRITER, Backend
 from aithermd.errors import DeviceLost, UnknownKnob
+from aithermd.model import Knob, KnobKind
 
 Opener = Callable[[Mapping[str, Any]], Backend]
 
@@ -50,9 +51,9 @@ Opener = Callable[[Mapping[str, Any]], Backend]
 class RestoreReport:
     """``restored``: knob ids put back; ``failed``: knob id → why (still journaled); ``absent``: knob id →
     why, its device not there, still journaled (not a failure); ``forgotten``: knob id → why, journaled in
-    an earlier boot, dropped with nothing written (not a failure); ``kept``: restored but still journaled (a write to them may
-    still land); ``fallbacks``: knob id → what was done instead of the original (restored, but not as
-    found: full duty, or the driver's automatic mode)."""
+    an earlier boot, dropped with nothing written (not a failure); ``kept``: restored but still journaled (a
+    write to them may still land); ``fallbacks``: knob id → what was done instead of the original
+    (restored, but not as found: full duty, or the driver's automatic mode)."""
 
     restored: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)
@@ -138,8 +139,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
         for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
             if entry.boot_id and boot_now and entry.boot_id != boot_now:
                 forgotten[entry.knob_id] = (f"{entry.device_id} was journaled in an earlier boot: the reboot "
-                                            "re-initialised it, and what its firmware or driver set now stands; "
-                                            "entry forgotten, nothing written")
+                                            "re-initialised it, and what its firmware or driver set now "
+                                            "stands; entry forgotten, nothing written")
                 _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
                      message=forgotten[entry.knob_id])
                 continue
@@ -219,3 +220,50 @@ def restore_one(journal: Journal, backend: Backend, knob_id: str, to_writer: boo
     note = backend.restore_knob(knob_id, {**entry.saved, TO_WRITER: True} if to_writer else dict(entry.saved))
     journal.forget(knob_id)
     return note if isinstance(note, str) else None
+
+
+def make_fans_safe(owner: Mapping[str, Backend], knobs: Iterable[Knob]) -> dict[str, str]:
+    """After the originals were lost (:attr:`~aithermd.actuate.journal.Journal.lost`): put every fan knob
+    back as it is found, by the restore's rules, so that one found in manual mode at a low duty goes to its
+    driver's automatic mode (:data:`~aithermd.backends.base.LOW_DUTY_PCT`); the others keep what they have.
+    ``owner``: knob id → its backend. Returns knob id → what was done (only the fans changed), or why it
+    failed. Never raises for one fan."""
+    log = structlog.get_logger("aithermd.restore")
+    done: dict[str, str] = {}
+    for knob in knobs:
+        if knob.kind not in (KnobKind.PWM, KnobKind.FAN) or not knob.writable:
+            continue
+        backend = owner[knob.id]
+        try:
+            note = backend.restore_knob(knob.id, backend.save_knob(knob.id))
+        except Exception as exc:  # noqa: BLE001 - said, and the others are still made safe
+            done[knob.id] = f"{knob.id}: cannot be made safe: {type(exc).__name__}: {exc}"
+            _say(log.error, "fan_unsafe", knob=knob.id, message=done[knob.id])
+            continue
+        if isinstance(note, str):
+            done[knob.id] = note
+            _say(log.warning, "fan_made_safe", knob=knob.id, message=note)
+    return done
+
+
+def restore_at_start(journal: Journal, owner: Mapping[str, Backend], knobs: Iterable[Knob],
+                     backends: Iterable[Backend], dry_run: bool) -> None:
+    """The daemon's start, before the first tick: a journal left by a crash is restored with the daemon's
+    ``backends``; a journal moved aside (:attr:`~aithermd.actuate.journal.Journal.lost`) makes the fans safe
+    (:func:`make_fans_safe`, over ``knobs`` and their ``owner``). A dry run writes nothing. Logs; never
+    raises for one knob."""
+    log = structlog.get_logger("aithermd.daemon")
+    if journal.lost is not None:  # the originals are lost: fans at a low manual duty go to automatic
+        _say(log.error, "journal_unreadable", error=journal.lost)
+        if not dry_run:
+            make_fans_safe(owner, knobs)
+    if not journal.dirty:
+        return
+    if dry_run:
+        _say(log.warning, "journal_dirty", knobs=list(journal.entries()),
+             message="left for a real run or 'aithermd restore' (dry-run writes nothing)")
+        return
+    _say(log.warning, "journal_dirty", knobs=list(journal.entries()), message="restoring after a crash")
+    report = restore_journal(journal, backends=backends)
+    if not report.ok:
+        _say(log.error, "restore_incomplete", failed=dict(report.failed))

@@ -8,7 +8,9 @@ directory (it restores on its own when it stops). Exit codes: 0 every present kn
 also a state directory that does not exist, said on stderr; ``ExecStopPost=`` runs this after a daemon that
 never started); a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1
 some knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
-be read.
+be read. A journal that is no journal (torn, garbage: attack6 G1) is moved aside to
+``journal.json.corrupt-TIME`` and every fan found in manual mode at a low duty is handed to its driver's
+automatic mode, since its original is lost and nothing else would drive it (exit 2 still: a person looks).
 """
 
 from __future__ import annotations
@@ -43,6 +45,31 @@ def _state_dir(args: argparse.Namespace) -> Path:
         return DEFAULT_STATE_DIR
 
 
+def _make_fans_safe(args: argparse.Namespace) -> dict[str, str]:
+    """The journal's originals are lost: every fan found in manual mode at a low duty goes to its driver's
+    automatic mode (:func:`aithermd.actuate.restore.make_fans_safe`), on the daemon's backends."""
+    from aithermd.actuate.restore import make_fans_safe
+    from aithermd.backends.registry import discover, open_for_daemon
+    from aithermd.errors import PolicyErrors
+    from aithermd.settings import DaemonSettings, load_settings
+    try:
+        settings = load_settings(args.config)
+    except PolicyErrors:
+        settings = DaemonSettings()
+    if args.sysfs_root is not None:
+        settings = settings.replace(sysfs_root=args.sysfs_root)
+    backends = open_for_daemon(settings)
+    try:
+        inventory = discover(backends)
+        return make_fans_safe(inventory.owner, inventory.knobs.values())
+    finally:
+        for backend in backends:
+            try:
+                backend.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
 def run(args: argparse.Namespace) -> int:
     from aithermd import log
     from aithermd.actuate.journal import Journal, JournalError
@@ -65,9 +92,14 @@ def run(args: argparse.Namespace) -> int:
               "(systemctl stop aithermd); nothing restored", file=sys.stderr)
         return 1
     try:
-        journal = Journal(state_dir)
+        journal = Journal(state_dir, quarantine=True)
     except JournalError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if journal.lost is not None:
+        print(f"error: {journal.lost}", file=sys.stderr)
+        for note in _make_fans_safe(args).values():
+            print(f"warning: {note}", file=sys.stderr)
         return 2
     if not journal.dirty:
         print(f"nothing to restore in {state_dir}")

@@ -41,7 +41,7 @@ from aithermd.accounting.service import EnergyService
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal, JournalError
-from aithermd.actuate.restore import restore_journal
+from aithermd.actuate.restore import restore_at_start
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
 from aithermd.backends.nvml_life import bus_id_of
@@ -198,14 +198,14 @@ class Daemon:
         assert self._stop is not None
         s = self.settings
         try:
-            journal = Journal(s.state_dir)
-        except JournalError as exc:
+            journal = Journal(s.state_dir, quarantine=True)  # one that is no journal is moved aside
+        except JournalError as exc:  # unreadable (EIO), or it could not be moved aside
             self._log.error("journal_unreadable", error=str(exc))
             return 1
         backends = self._injected if self._injected is not None else open_for_daemon(s)
         own_backends = self._injected is None
         inventory = discover(backends)
-        self._restore_dirty(journal, backends)
+        restore_at_start(journal, inventory.owner, inventory.knobs.values(), inventory.backends, s.dry_run)
         try:
             policy_set, skipped = load_policies_at_start(s, self.engine)
         except PolicyErrors as exc:
@@ -347,18 +347,6 @@ class Daemon:
         self._close(backends, own)
         self.notifier.close()
         return code
-
-    def _restore_dirty(self, journal: Journal, backends: Sequence[Backend]) -> None:
-        if not journal.dirty:
-            return
-        if self.settings.dry_run:
-            self._log.warning("journal_dirty", knobs=list(journal.entries()),
-                              message="left for a real run or 'aithermd restore' (dry-run writes nothing)")
-            return
-        self._log.warning("journal_dirty", knobs=list(journal.entries()), message="restoring after a crash")
-        report = restore_journal(journal, backends=backends)
-        if not report.ok:
-            self._log.error("restore_incomplete", failed=dict(report.failed))
 
     def _close(self, backends: Sequence[Backend], own: bool) -> None:
         if not own:

@@ -69,7 +69,13 @@ def test_a_journal_of_the_wrong_shape_says_what_is_wrong_not_a_python_error(tmp_
     with pytest.raises(JournalError) as info:
         Journal(tmp_path)
     assert str(info.value).startswith(f"{tmp_path / JOURNAL_FILE}: not a journal ({why}")
-    assert str(info.value).endswith("; move it aside and restore the knobs by hand")
+    assert str(info.value).endswith("; 'aithermd restore' moves it aside and hands every fan left in manual "
+                                    "mode at a low duty to its driver's automatic mode")
+    moved = Journal(tmp_path, quarantine=True)  # the daemon and `aithermd restore` (attack6 G1)
+    assert not moved.dirty and moved.lost.startswith(f"{tmp_path / JOURNAL_FILE}: not a journal ({why}")
+    assert "the originals it held are lost" in moved.lost and not (tmp_path / JOURNAL_FILE).exists()
+    (aside,) = tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*")
+    assert aside.read_bytes() == text.encode("latin-1") and Journal(tmp_path).lost is None
 
 
 def test_unwritable_state_dir_raises_journal_error(tmp_path):

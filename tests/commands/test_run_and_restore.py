@@ -56,10 +56,22 @@ def test_restore_failure_keeps_the_journal_and_exits_1(journaled, tmp_path, caps
     assert len(Journal(state).entries()) == 3
 
 
-def test_restore_with_a_corrupt_journal_exits_2(tmp_path, capsys):
-    (tmp_path / JOURNAL_FILE).write_text("nope")
-    assert main(["restore", "--state-dir", str(tmp_path)]) == 2
-    assert "not a journal" in capsys.readouterr().err
+def test_restore_with_a_corrupt_journal_moves_it_aside_hands_low_manual_fans_to_automatic_and_exits_2(
+        journaled, capsys):
+    """attack6 G1: restore exited 2 and left every fan in manual mode at the crash's duty; its advice (move the
+    journal aside) made the next daemon journal that duty as the originals."""
+    root, state, original = journaled
+    chip = root / "devices" / "platform" / "nct6775.656" / "hwmon" / "hwmon1"
+    (state / JOURNAL_FILE).write_text("nope")
+    (chip / "pwm1").write_text("40\n")  # manual 16 %: what the crash left
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "not a journal" in err and "moved to journal.json.corrupt-" in err
+    assert "pwm1: found in manual mode at 16 %" in err and "automatic mode (enable 5)" in err
+    assert (chip / "pwm1_enable").read_text() == "5\n"
+    assert (chip / "pwm2_enable").read_text() == "1\n" and (chip / "pwm2").read_text() == "255\n"  # full
+    assert not (state / JOURNAL_FILE).exists() and len(list(state.glob("journal.json.corrupt-*"))) == 1
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(root)]) == 0  # nothing left
 
 
 def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):

@@ -187,3 +187,30 @@ async def test_a_fan_overridden_to_stop_until_cleared_still_goes_to_full_at_a_cr
                         (5, Layer.SAFETY, 100.0, "255"), (6, Layer.SAFETY, 100.0, "255")]
     assert d.hub.latest.decisions[pwm_id].rule == "safety/critical-temperature"
     assert knob_files(root) == original
+
+
+async def test_a_journal_that_is_no_journal_is_moved_aside_and_a_fan_left_low_in_manual_goes_to_automatic(
+        machine, clock):
+    """attack6 G1: a torn journal after a crash made the daemon exit 1 (a restart loop, then failed) with every
+    fan left in manual mode at the crash's 16 %; moving the file aside by hand made the next run journal that
+    16 % as the originals. Now the file is moved aside, the fans left at a low manual duty go to the driver's
+    automatic mode before the first tick, and the daemon runs."""
+    root, settings, original = machine
+    chip = root / NCT
+    settings.state_dir.mkdir()
+    (settings.state_dir / "journal.json").write_bytes(b'{"version": 1, "entries": [{"knob_id"')  # torn
+    for i in (1, 2):
+        (chip / f"pwm{i}_enable").write_text("1\n")
+        (chip / f"pwm{i}").write_text("40\n")  # what the crash left: 16 %
+    (chip / "pwm3_enable").write_text("1\n")
+    (chip / "pwm3").write_text("200\n")  # manual at 78 %: kept as found
+    first = []
+    d = Daemon(settings, clock=clock, backends=[HwmonBackend(str(root))], sleep=clock.sleep,
+               before_sample=lambda t: first.append(knob_files(root)) if not first else None)
+    assert await d.run(max_ticks=2) == 0
+    assert first[0][f"{NCT}/pwm1_enable"] == first[0][f"{NCT}/pwm2_enable"] == "5\n"  # before the first tick
+    assert first[0][f"{NCT}/pwm3_enable"] == "1\n" and first[0][f"{NCT}/pwm3"] == "200\n"
+    assert [p.name.startswith("journal.json.corrupt-") for p in settings.state_dir.glob("journal.json*")] == [True]
+    after = knob_files(root)  # the stop put back what the first tick found: automatic, and manual 200
+    assert after[f"{NCT}/pwm1_enable"] == after[f"{NCT}/pwm2_enable"] == "5\n"
+    assert after[f"{NCT}/pwm3_enable"] == "1\n" and after[f"{NCT}/pwm3"] == "200\n"
