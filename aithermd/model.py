@@ -296,7 +296,8 @@ class PolicyStatus:
 @dataclass(frozen=True, slots=True)
 class Alarm:
     """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it),
-    ``uncontrollable``, ``stalled`` (no speed after a kick), ``empty`` (no fan); ``since``: wall-clock s."""
+    ``uncontrollable``, ``refused`` (a safety decision refused permission), ``stalled`` (no speed after a kick),
+    ``empty`` (no fan); ``since``: wall-clock s."""
 
     kind: str
     message: str

@@ -1,4 +1,5 @@
-"""Fan alarms for Prometheus: stalled fans, stalls counted, knobs in a conflict, uncontrollable fans.
+"""Fan and knob alarms for Prometheus: stalled fans, stalls counted, knobs in a conflict, knobs whose driver
+refuses what the daemon must write.
 
 Every series exists from the moment its fan or knob is known, at 0, so an alert fires on the first stall:
 
@@ -7,7 +8,15 @@ Every series exists from the moment its fan or knob is known, at 0, so an alert 
 - ``aithermd_fan_stalls_total``: stalls called, per fan input, counted from the hub's ``alarm`` events;
 - ``aithermd_knob_conflict{knob}``: 1 while another program keeps rewriting the knob (policy decisions step
   back; safety ones are still written), per writable knob;
-- ``aithermd_fan_uncontrollable{knob}``: 1 while a fan's driver refuses both its mode and its duty, per pwm.
+- ``aithermd_knob_uncontrollable{knob}``: 1 while the knob's driver refuses what it is asked every time (a fan
+  that takes neither its mode nor its duty; a GPU power limit the driver will not cut below the limit in force,
+  attack4 B10), per knob;
+- ``aithermd_knob_refused{knob}``: 1 while a *safety* decision is refused permission on a knob the daemon has
+  written (NVML ``NO_PERMISSION``: the knob stays at the daemon's value, e.g. a limit it raised, over a trip
+  point; :mod:`aithermd.actuate.refusals`), per knob. The decision is tried again every tick; this series is
+  what pages a person (attack5 C5).
+
+Alerts on them ship in ``packaging/fleet/prometheus/aithermd-alerts.yml``.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from aithermd.model import DeviceKind, Event, KnobKind, Quantity, Snapshot
+from aithermd.actuate.refusals import REFUSED
+from aithermd.model import DeviceKind, Event, Quantity, Snapshot
 from aithermd.publish.hub import StateHub
 from aithermd.publish.series_labels import node_exporter_chip
 from aithermd.publish.textfam import PROM, TextCollector
@@ -68,8 +78,11 @@ class FanCollector(TextCollector):
         conflict = f.gauge("aithermd_knob_conflict", "1 while another program keeps rewriting the "
                            "knob (policy decisions step back; safety ones are still written).",
                            labels=["knob"])
-        uncontrollable = f.gauge("aithermd_fan_uncontrollable", "1 while the fan's driver refuses "
-                                 "both its mode and its duty.", labels=["knob"])
+        uncontrollable = f.gauge("aithermd_knob_uncontrollable", "1 while the knob's driver refuses what "
+                                 "it is asked every time (a fan's mode and duty; a power limit cut).",
+                                 labels=["knob"])
+        refused = f.gauge("aithermd_knob_refused", "1 while a safety decision is refused permission on a "
+                          "knob the daemon has written (tried again every tick).", labels=["knob"])
         alarms = s.alarms
         counts = self._counter.stalls
         for dev in s.devices:
@@ -87,6 +100,6 @@ class FanCollector(TextCollector):
                 kind = alarm.kind if alarm is not None else ""
                 if knob.writable:
                     conflict.add_metric([knob.id], 1.0 if kind == "conflict" else 0.0)
-                if knob.kind is KnobKind.PWM:
-                    uncontrollable.add_metric([knob.id], 1.0 if kind == "uncontrollable" else 0.0)
-        yield from (stalled, stalls, conflict, uncontrollable)
+                uncontrollable.add_metric([knob.id], 1.0 if kind == "uncontrollable" else 0.0)
+                refused.add_metric([knob.id], 1.0 if kind == REFUSED else 0.0)
+        yield from (stalled, stalls, conflict, uncontrollable, refused)

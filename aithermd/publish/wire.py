@@ -161,9 +161,9 @@ class FanDoc(TypedDict):
 
 class AlarmDoc(TypedDict):
     """What needs a person about a knob or a fan input: ``kind`` ``conflict``, ``uncontrollable``,
-    ``stalled`` or ``empty``; since wall-clock ``since``."""
+    ``refused`` (a safety decision refused permission), ``stalled`` or ``empty``; since wall-clock ``since``."""
 
-    kind: Literal["conflict", "uncontrollable", "stalled", "empty"]
+    kind: Literal["conflict", "uncontrollable", "refused", "stalled", "empty"]
     message: str
     since: float
 

@@ -9,10 +9,12 @@ on at 600 W over its trip point. Now nothing is written while it is refused (a `
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import SEED, run_daemon
 
+from aithermd.publish.fan_metrics import FanCollector, StallCounter
 from aithermd.sim.faults import parse_all
 from aithermd.sim.report import format_summary
 from aithermd.sim.workload import CycleWorkload
@@ -35,13 +37,20 @@ def _hot_policy(tmp_path: Path) -> Path:
 def test_a_safety_cut_refused_for_a_while_is_written_when_the_refusal_ends_with_an_alarm_meanwhile(
         tmp_path, error, alarm):
     alarms: list[tuple[float, str]] = []
+    paged: list[float] = []  # when /metrics said so (attack5 C5: the alarm reached no series)
     t0: list[float] = []
+    series = f'aithermd_knob_{alarm}{{knob="{KNOB}"}}'
 
     def watch(snapshot, events):
         t0.append(snapshot.t_mono)
         held = snapshot.alarms.get(KNOB)
         if held is not None:
             alarms.append((snapshot.t_mono - t0[0], held.kind))
+        if int(snapshot.t_mono - t0[0]) % 10 == 5:  # a scrape every 10 s
+            text = FanCollector(SimpleNamespace(latest=snapshot), StallCounter()).text().decode()
+            assert f"{series} 1.0" in text or f"{series} 0.0" in text, "the series exists, at 0 or 1"
+            if f"{series} 1.0" in text:
+                paged.append(snapshot.t_mono - t0[0])
 
     run = run_daemon(tmp_path, "hot", 300.0, CycleWorkload(30, 660, 30, seed=SEED), listeners=[watch],
                      policy_dirs=[_hot_policy(tmp_path)], faults=parse_all(
@@ -56,6 +65,7 @@ def test_a_safety_cut_refused_for_a_while_is_written_when_the_refusal_ends_with_
     cut = [m for m in moves if m[0] >= REFUSED_S[1] and m[2].startswith("safety/")]
     assert cut and cut[0][0] <= REFUSED_S[1] + 2.0 and cut[0][1] < 400.0, moves  # when it ends
     assert not [t for t, kind in alarms if t > cut[0][0] + 1.0], "the alarm ends"
+    assert paged and REFUSED_S[0] <= min(paged) and max(paged) < cut[0][0] + 1.0, (paged, cut[0])
     assert not [m for m in moves if m[0] > cut[0][0] and m[1] >= 590.0 and m[2].startswith("safety/")], moves
 
 

@@ -111,11 +111,11 @@ def test_a_fan_whose_mode_and_duty_are_both_refused_is_an_uncontrollable_alarm(t
         metrics = ""
         for _ in range(100):  # the next snapshot carries the alarm
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-            if f'aithermd_fan_uncontrollable{{knob="{PWM2}"}} 1.0' in metrics:
+            if f'aithermd_knob_uncontrollable{{knob="{PWM2}"}} 1.0' in metrics:
                 break
             log.until(lambda e: False, 0.2)
-        assert f'aithermd_fan_uncontrollable{{knob="{PWM2}"}} 1.0' in metrics
-        assert 'aithermd_fan_uncontrollable{knob="hwmon:nct6798-isa-0290/pwm1"} 0.0' in metrics
+        assert f'aithermd_knob_uncontrollable{{knob="{PWM2}"}} 1.0' in metrics
+        assert 'aithermd_knob_uncontrollable{knob="hwmon:nct6798-isa-0290/pwm1"} 0.0' in metrics
         stopped = stop(proc, log)
     finally:
         _kill(proc)

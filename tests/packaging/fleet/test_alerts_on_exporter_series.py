@@ -5,6 +5,7 @@ checks that the alerts fire on them. A counter that appeared only at its first e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from _fleet import FLEET, need_tool
 from prometheus_client.parser import text_string_to_metric_families
 
-from aithermd.model import Event
+from aithermd.model import Alarm, Event
 from aithermd.publish import metrics
 from aithermd.publish.hub import StateHub
 from aithermd.publish.reference import reference_snapshot
@@ -22,14 +23,19 @@ INSTANCE = {"job": "aithermd", "instance": "node1:8736"}
 KNOB = "hwmon:nct6798-isa-0290/pwm2"
 
 
-def exporter_series(minutes: int, events_at: dict[int, list[Event]], names: set[str]) -> list[dict]:
-    """Scrape the real exporter once per simulated minute; promtool ``input_series`` for ``names``."""
+def exporter_series(minutes: int, events_at: dict[int, list[Event]], names: set[str],
+                    alarms_at: dict[int, dict[str, Alarm]] | None = None) -> list[dict]:
+    """Scrape the real exporter once per simulated minute; promtool ``input_series`` for ``names``; the
+    snapshot of minute m holds the alarms ``alarms_at[m]``."""
     hub = StateHub()
     handle = metrics.start("none", hub)
     seen: dict[tuple[str, tuple], list[str]] = {}
     try:
         for minute in range(minutes):
-            hub.publish(reference_snapshot(minute + 1, gpus=1), events_at.get(minute, []))
+            snapshot = reference_snapshot(minute + 1, gpus=1)
+            if alarms_at and minute in alarms_at:
+                snapshot = dataclasses.replace(snapshot, alarms=alarms_at[minute])
+            hub.publish(snapshot, events_at.get(minute, []))
             text = metrics.render(handle).decode()
             for family in text_string_to_metric_families(text):
                 for s in family.samples:
@@ -87,6 +93,36 @@ def test_alerts_fire_on_the_exporters_own_series(tmp_path: Path) -> None:
     }
     path = tmp_path / "exporter.test.yml"
     path.write_text(json.dumps(test, indent=1))  # JSON is YAML
+    done = subprocess.run([need_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_refused_safety_cut_pages_from_the_exporters_own_series(tmp_path: Path) -> None:
+    """attack5 C5: the ``refused`` alarm reached no series, so a critical cut the driver refused paged nobody."""
+    refused = {"gpu0/power_limit": Alarm("refused", "gpu0/power_limit: the safety decision is refused", 0.0)}
+    series = exporter_series(8, {}, {"aithermd_knob_refused"}, {m: refused for m in range(3, 8)})
+    gpu0 = next(s for s in series if 'knob="gpu0/power_limit"' in s["series"])
+    assert gpu0["values"].split() == ["0.0"] * 3 + ["1.0"] * 5  # at 0 from the start
+    assert len(series) > 1 and all(s["values"] == " ".join(["0.0"] * 8) for s in series if s is not gpu0)
+    test = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [
+            {"eval_time": "3m", "alertname": "AithermdSafetyWriteRefused", "exp_alerts": []},
+            {"eval_time": "4m", "alertname": "AithermdSafetyWriteRefused", "exp_alerts": [
+                {"exp_labels": {"severity": "critical", "knob": "gpu0/power_limit", **INSTANCE},
+                 "exp_annotations": {
+                     "summary": "the safety cut of gpu0/power_limit on node1:8736 is refused",
+                     "description": "The driver refuses aithermd's safety decision on gpu0/power_limit (NVML "
+                                    "NO_PERMISSION: a container without CAP_SYS_ADMIN, locked GPU settings, "
+                                    "another management agent). The knob stays where aithermd set it. Stop "
+                                    "the load on that device, then see `aithermctl explain gpu0/power_limit` "
+                                    "and `journalctl -u aithermd`."}}]},
+        ]}],
+    }
+    path = tmp_path / "refused.test.yml"
+    path.write_text(json.dumps(test, indent=1))
     done = subprocess.run([need_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
