@@ -51,6 +51,17 @@ def exporter_series(minutes: int, events_at: dict[int, list[Event]], names: set[
              "values": " ".join(values)} for (name, labels), values in sorted(seen.items())]
 
 
+def promtool_passes(tmp_path: Path, series: list[dict], alert_rule_test: list[dict]) -> None:
+    """``promtool test rules`` of the shipped rules on ``series`` (one sample a minute) passes."""
+    test = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": alert_rule_test}]}
+    path = tmp_path / "exporter.test.yml"
+    path.write_text(json.dumps(test, indent=1))  # JSON is YAML
+    done = subprocess.run([need_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def fault(minute: int) -> Event:
     return Event("fault", 60.0 * minute, "gpu0/temperature", "read failed", {"device": "gpu0"})
 
@@ -64,13 +75,7 @@ def test_alerts_fire_on_the_exporters_own_series(tmp_path: Path) -> None:
     series = exporter_series(12, events, {"aithermd_faults_total", "aithermd_drift_total"})
     gpu0 = next(s for s in series if 'device="gpu0"' in s["series"])
     assert gpu0["values"].split()[:6] == ["0.0", "0.0", "0.0", "0.0", "1.0", "1.0"]  # at 0 from the start
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "alert_rule_test": [
+    promtool_passes(tmp_path, series, [
                 {"eval_time": "3m", "alertname": "AithermdDeviceFaults", "exp_alerts": []},
                 {"eval_time": "5m", "alertname": "AithermdDeviceFaults", "exp_alerts": [
                     {"exp_labels": {"severity": "warning", "device": "gpu0", **INSTANCE},
@@ -88,27 +93,17 @@ def test_alerts_fire_on_the_exporters_own_series(tmp_path: Path) -> None:
                                         "minutes. Another program (fancontrol, CoolerControl, nvidia-smi "
                                         "-pl, a BMC) is probably writing the same knob; aithermd steps back "
                                         "from a knob it keeps losing. See `journalctl -u aithermd`."}}]},
-            ],
-        }],
-    }
-    path = tmp_path / "exporter.test.yml"
-    path.write_text(json.dumps(test, indent=1))  # JSON is YAML
-    done = subprocess.run([need_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+    ])
 
 
 def test_a_refused_safety_cut_pages_from_the_exporters_own_series(tmp_path: Path) -> None:
-    """attack5 C5: the ``refused`` alarm reached no series, so a critical cut the driver refused paged nobody."""
+    """attack5 C5: the ``refused`` alarm reached no series: a critical cut the driver refused paged nobody."""
     refused = {"gpu0/power_limit": Alarm("refused", "gpu0/power_limit: the safety decision is refused", 0.0)}
     series = exporter_series(8, {}, {"aithermd_knob_refused"}, {m: refused for m in range(3, 8)})
     gpu0 = next(s for s in series if 'knob="gpu0/power_limit"' in s["series"])
     assert gpu0["values"].split() == ["0.0"] * 3 + ["1.0"] * 5  # at 0 from the start
     assert len(series) > 1 and all(s["values"] == " ".join(["0.0"] * 8) for s in series if s is not gpu0)
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": [
+    promtool_passes(tmp_path, series, [
             {"eval_time": "3m", "alertname": "AithermdSafetyWriteRefused", "exp_alerts": []},
             {"eval_time": "4m", "alertname": "AithermdSafetyWriteRefused", "exp_alerts": [
                 {"exp_labels": {"severity": "critical", "knob": "gpu0/power_limit", **INSTANCE},
@@ -119,10 +114,4 @@ def test_a_refused_safety_cut_pages_from_the_exporters_own_series(tmp_path: Path
                                     "another management agent). The knob stays where aithermd set it. Stop "
                                     "the load on that device, then see `aithermctl explain gpu0/power_limit` "
                                     "and `journalctl -u aithermd`."}}]},
-        ]}],
-    }
-    path = tmp_path / "refused.test.yml"
-    path.write_text(json.dumps(test, indent=1))
-    done = subprocess.run([need_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                          timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+    ])
