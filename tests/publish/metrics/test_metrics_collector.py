@@ -101,6 +101,13 @@ def test_label_sets_of_a_vanished_device_are_removed():
     assert not [k for k in after if ("gpu_index", "1") in k[1]]
     assert not [k for k in after if any(v.startswith("gpu1") for _, v in k[1])]
     assert value(after, "aithermd_gpu_power_watts", gpu_index="0") > 0
+    # it comes back: its counters go on from where they were, never from 0 (a reset to rate())
+    hub.publish(reference_snapshot(4), [Event("fault", 4.0, "gpu1", "GPU is lost", {"device": "gpu1"})])
+    back = scrape(handle)
+    assert value(back, "aithermd_faults_total", device="gpu1") == 2.0
+    assert value(back, "aithermd_drift_total", knob="gpu1/fan0") == 1.0
+    # its limit's decision before it left, and again on its return
+    assert value(back, "aithermd_decisions_total", knob="gpu1/power_limit", rule="balanced/power_limit") == 2
 
 
 def test_decision_drift_and_fault_counters_count():
