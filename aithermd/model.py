@@ -295,9 +295,8 @@ class PolicyStatus:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it),
-    ``uncontrollable``, ``refused`` (a safety decision refused permission), ``stalled`` (no speed after a kick),
-    ``empty`` (no fan); ``since``: wall-clock s."""
+    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it), ``uncontrollable``,
+    ``refused`` (a safety write refused), ``stalled`` (no speed after a kick), ``empty``; ``since``: wall s."""
 
     kind: str
     message: str
