@@ -295,7 +295,7 @@ class PolicyStatus:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer rewrites it), ``uncontrollable``,
+    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer), ``uncontrollable``,
     ``refused`` (a safety write refused), ``stalled`` (no speed after a kick), ``empty``; ``since``: wall s."""
 
     kind: str
