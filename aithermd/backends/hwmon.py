@@ -39,7 +39,7 @@ from aithermd import units
 from aithermd.backends.chipname import chip_name_for
 from aithermd.backends.fast import read_inputs
 from aithermd.backends.guard import Quarantine
-from aithermd.backends.ids import natural_key, unique_ids
+from aithermd.backends.ids import natural_key, same_chip_renamed, unique_ids
 from aithermd.backends.labels import alias
 from aithermd.backends.plausible import PLAUSIBLE, SENTINEL_CEILING_C, sentinel, temperature_range
 from aithermd.backends.pwm import PwmKnob
@@ -362,8 +362,19 @@ class HwmonBackend(Quarantine):
         return self._pwm(knob_id).save()
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> str | None:
-        """Put ``saved`` back; returns a note when full duty had to stand in (see :meth:`PwmKnob.restore`)."""
-        return self._pwm(knob_id).restore(saved)
+        """Put ``saved`` back; returns a note when full duty had to stand in (see :meth:`PwmKnob.restore`).
+        A knob no longer known under its id is looked for on a chip at the same bus address under another
+        driver name (:func:`aithermd.backends.ids.same_chip_renamed`: a driver swapped or upgraded without a
+        reboot names the nct6798 at ISA 0x290 nct6796; attack6 G5), and restored there, with a note."""
+        pwm = self._pwms.get(knob_id)
+        if pwm is None:
+            now = same_chip_renamed(knob_id, self._pwms)
+            if now is None:
+                raise UnknownKnob(knob_id)
+            note = self._pwms[now].restore(saved)
+            said = f"{knob_id}: restored as {now} (its chip's driver names it so now)"
+            return f"{said}; {note}" if note else said
+        return pwm.restore(saved)
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "hwmon", "sysfs_root": self.sysfs_root}

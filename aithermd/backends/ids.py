@@ -34,3 +34,19 @@ def unique_ids(base_ids: Iterable[str]) -> list[str]:
         taken.add(candidate)
         out.append(candidate)
     return out
+
+
+ADDRESSED_BUSES = ("isa", "pci", "i2c", "spi")  # lm-sensors bus types whose address names one physical chip
+
+
+def same_chip_renamed(knob_id: str, known: Iterable[str]) -> str | None:
+    """The one id of ``known`` for the same attribute of the chip at the same bus address as ``knob_id`` but
+    another driver name (``hwmon:nct6798-isa-0290/pwm1`` → ``hwmon:nct6796-isa-0290/pwm1``), or None: none,
+    more than one, or a bus whose address names no physical chip (``virtual``, ``acpi``)."""
+    chip, _, attr = knob_id.partition("/")
+    parts = chip.rsplit("-", 2)
+    if len(parts) != 3 or parts[1] not in ADDRESSED_BUSES:
+        return None
+    family, tail = chip.partition(":")[0] + ":", f"-{parts[1]}-{parts[2]}/{attr}"
+    found = [k for k in known if k.endswith(tail) and k != knob_id and k.startswith(family)]
+    return found[0] if len(found) == 1 else None

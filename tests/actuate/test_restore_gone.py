@@ -148,3 +148,28 @@ async def test_the_daemon_stops_clean_with_an_absent_device_in_its_journal(setti
     assert await d.run(max_ticks=2) == 0
     assert list(Journal(settings.state_dir).entries()) == left
     assert b.pwm == {"pwm1": 40, "pwm2": 40} and b.enable == {"pwm1": 2, "pwm2": 2}
+
+
+def test_a_chip_back_under_another_driver_name_gets_its_originals(tmp_path, capsys):
+    """attack6 G5: after a crash, the nct6798 at ISA 0x290 came back from a driver swap named nct6796: its
+    originals stayed "absent" under the old id and the next daemon journaled the crash's manual 20 % as the
+    originals. The chip at the same bus address with the same pwm is the same fan."""
+    root, state, original = _journaled(tmp_path)
+    chip = root / "devices" / "platform" / "nct6775.656" / "hwmon" / "hwmon1"
+    (chip / "name").write_text("nct6796\n")
+    assert main(["restore", "--state-dir", str(state)]) == 0
+    out = capsys.readouterr()
+    assert f"{NCT}/pwm1: restored as hwmon:nct6796-isa-0290/pwm1" in out.err and "restored 2 knob(s)" in out.out
+    assert knob_files(root) == original and not (state / JOURNAL_FILE).exists()
+
+
+@pytest.mark.parametrize("known, found", [
+    (["hwmon:nct6796-isa-0290/pwm1", "hwmon:nct6796-isa-0290/pwm2"], "hwmon:nct6796-isa-0290/pwm1"),
+    (["hwmon:nct6796-isa-0290/pwm2"], None),  # not that pwm
+    (["hwmon:it8792-isa-0a60/pwm1"], None),  # another address
+    (["hwmon:nct6796-isa-0290/pwm1", "hwmon:nct6687-isa-0290/pwm1"], None),  # two: which one is unknown
+])
+def test_only_one_chip_at_the_same_address_counts_as_renamed(known, found):
+    from aithermd.backends.ids import same_chip_renamed
+    assert same_chip_renamed(f"{NCT}/pwm1", known) == found
+    assert same_chip_renamed("hwmon:dell_smm-virtual-0/pwm1", ["hwmon:other-virtual-0/pwm1"]) is None
