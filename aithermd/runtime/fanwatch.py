@@ -17,6 +17,13 @@ fan input:
    to full, the power limits of the devices it cools to their minimum);
 3. turning again for :data:`RECOVER_S` → ok, said once.
 
+A fan that a kick frees every time and that reads 0 again at the same duty — :data:`BLIND_KICKS` kicks within
+:data:`BLIND_WINDOW_S` — has a tach that cannot be read there, not a stuck rotor: a 3-pin fan on a header in
+PWM mode (its tach is powered only in the PWM on-phase), an old Super I/O whose fan-divisor counter
+overflows at low speed. It is said once (an ``alarm`` event ``blind``, suggesting ``aithermctl fans
+calibrate``) and not judged again at or below that duty: before, it was kicked to full every ~5 s for the
+daemon's life, 50 → 100 → 50 % (attack6 G10). It is still judged above that duty, so a stall there is caught.
+
 A fan input that has never turned since the daemon started and that detection has not placed behind this
 pwm is not called stalled but **empty** (nothing connected, or a tach that follows another pwm): reported
 once, after the same kick, with no failed cooler. A pwm that detection found drives no fan input is
@@ -40,6 +47,8 @@ FAR_BELOW = 0.3  # under 30 % of its calibrated RPM at this duty counts as not t
 DEFAULT_START_PCT = 40.0  # uncalibrated: above this every fan of Intel's 4-wire PWM specification turns
 STOP_MARGIN_PCT = 2.0  # a running fan is expected to turn this far above its calibrated stop duty
 TURNING_RPM = 1.0
+BLIND_KICKS = 3  # kicks that freed the fan at once, at the same duty, within BLIND_WINDOW_S: a blind tach
+BLIND_WINDOW_S = 120.0
 
 KICK, STALLED = "kick", "stalled"
 
@@ -56,6 +65,9 @@ class _Watch:
     since: float = 0.0
     turned: bool = False  # it has turned since the daemon started
     turning: bool = False  # it turned at the last tick
+    low_duty: float = 0.0  # the duty at which it was last found low
+    freed: tuple[tuple[float, float], ...] = ()  # (monotonic s, duty %) of kicks that freed it at once
+    blind_pct: float = -1.0  # its tach is not read at or below this duty (learnt: see the module doc)
 
 
 class FanWatch:
@@ -97,6 +109,7 @@ class FanWatch:
                     if prev is not None:
                         w.phase, w.since = prev.phase, prev.since
                         w.turned, w.turning = prev.turned, prev.turning
+                        w.low_duty, w.freed, w.blind_pct = prev.low_duty, prev.freed, prev.blind_pct
                     self._watches.append(w)
         for knob_id, message in self._empty_pwms.items():
             if knob_id not in self.alarms:
@@ -129,10 +142,12 @@ class FanWatch:
             if r is None or r.status is not Status.OK or r.value is None or kv is None or kv.value is None:
                 continue  # a failed tach or pwm read is health's to report
             rpm, duty = float(r.value), float(kv.value)
-            should = duty > (w.stop_pct if w.turning else w.start_pct)
+            should = duty > max(w.stop_pct if w.turning else w.start_pct, w.blind_pct)
             low = should and (rpm <= TURNING_RPM or self._far_below(w, rpm, duty))
             w.turning = rpm > TURNING_RPM
             w.turned = w.turned or w.turning
+            if low and w.phase in ("ok", "low"):
+                w.low_duty = duty
             self._step(w, low, t_mono, t_wall, events)
             if w.phase in (KICK, STALLED):
                 stalled = w.phase == STALLED and w.confirmed
@@ -164,6 +179,7 @@ class FanWatch:
                 w.phase = "ok"
                 events.append(self._event("recovered", t_wall, w.tach, f"{w.tach} turns again after the "
                                           "kick-start", knob=w.knob_id))
+                self._freed(w, t_mono, t_wall, events)
             elif t_mono - w.since >= KICK_S:
                 if w.turned or w.confirmed:
                     w.phase, w.since = STALLED, t_mono
@@ -191,9 +207,24 @@ class FanWatch:
             w.phase = "ok"
             self.alarms.pop(w.tach, None)
 
+    def _freed(self, w: _Watch, t_mono: float, t_wall: float, events: list[Event]) -> None:
+        """A kick freed ``w`` at once: the :data:`BLIND_KICKS`-th within :data:`BLIND_WINDOW_S` makes its tach
+        blind at and below the highest duty those kicks found it low at (said once per duty learnt)."""
+        w.freed = (*(f for f in w.freed if f[0] > t_mono - BLIND_WINDOW_S), (t_mono, w.low_duty))
+        duty = max(d for _t, d in w.freed)
+        if len(w.freed) < BLIND_KICKS or duty >= 100.0:
+            return
+        w.blind_pct, w.freed = max(w.blind_pct, duty), ()
+        events.append(self._event("blind", t_wall, w.tach, (
+            f"{w.tach} reads no speed at {w.blind_pct:.0f} % duty but turns at once at full duty "
+            f"({BLIND_KICKS} kick-starts in {BLIND_WINDOW_S:.0f} s): its speed cannot be read at or below "
+            f"{w.blind_pct:.0f} % (a 3-pin fan on a PWM-mode header, a fan-divisor overflow), so it is not "
+            "kick-started there any more; 'aithermctl fans calibrate' measures where it reads"),
+            knob=w.knob_id, duty_pct=w.blind_pct))
+
     def _event(self, what: str, t_wall: float, subject: str, message: str, **data: object) -> Event:
-        level = self._log.error if what == STALLED else self._log.warning if what in (KICK, "empty") \
-            else self._log.info
+        level = self._log.error if what == STALLED else \
+            self._log.warning if what in (KICK, "empty", "blind") else self._log.info
         level("fan_" + what, subject=subject, message=message, **data)
-        kind = "alarm" if what in (STALLED, "empty", KICK) else "recovered"
+        kind = "alarm" if what in (STALLED, "empty", KICK, "blind") else "recovered"
         return Event(kind, t_wall, subject, message, {"alarm": what, **data})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from aithermd.model import FanCalibration, KnobValue, Reading, Status
-from aithermd.runtime.fanwatch import CONFIRM_S, KICK_S, RECOVER_S, FanWatch
+from aithermd.runtime.fanwatch import BLIND_KICKS, CONFIRM_S, KICK_S, RECOVER_S, FanWatch
 from tests.policy.machines import NCT, nct
 
 FAN1, FAN2, PWM1, PWM2 = f"{NCT}/fan1", f"{NCT}/fan2", f"{NCT}/pwm1", f"{NCT}/pwm2"
@@ -123,3 +123,29 @@ def test_a_failed_tach_read_is_healths_not_a_stall():
         knobs = {PWM1: KnobValue(PWM1, 50.0), PWM2: KnobValue(PWM2, 50.0)}
         r.watch.check(r.devs, readings, knobs, r.t, r.t)
     assert r.watch.actions == {} and r.watch.alarms == {}
+
+
+def test_a_tach_that_reads_0_below_a_duty_while_the_fan_turns_is_learnt_not_kicked_for_ever():
+    """attack6 G10: a 3-pin fan on a PWM-mode header (its tach powered only in the on-phase) reads 0 RPM
+    under 55 % and its real speed above: uncalibrated, it was kicked to full every ~5 s for the daemon's life
+    (50 → 100 → 50 %). After BLIND_KICKS kicks that freed it at once, its tach is not judged at or below
+    50 % any more, said once; above it, a real stall is still kicked."""
+    r = Run(devices(cal1=None))
+
+    def fan(duty):  # what the tach shows
+        return 0.0 if duty < 55 else 1800.0
+
+    duty, kicks, duties = 50.0, 0, []
+    for _ in range(60):
+        actions = r.tick(fan(duty), duty)
+        duty = 100.0 if actions.get(PWM1) == "kick" else 50.0  # the safety layer's kick, else the policy
+        duties.append(duty)
+    kicks = [k for k in r.kinds() if k[1] == "kick"]
+    assert len(kicks) == BLIND_KICKS and duties[-30:] == [50.0] * 30  # then no more cycling
+    blind = [e for e in r.events if e.data.get("alarm") == "blind"]
+    assert len(blind) == 1 and blind[0].kind == "alarm" and blind[0].data["duty_pct"] == 50.0
+    assert "cannot be read at or below 50 %" in blind[0].message and "fans calibrate" in blind[0].message
+    assert r.watch.alarms == {}
+    for _ in range(int(CONFIRM_S) + 1):
+        actions = r.tick(0.0, 80.0)  # stopped at 80 %, where its tach reads: a real stall, kicked
+    assert actions == {PWM1: "kick"}
