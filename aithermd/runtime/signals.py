@@ -57,7 +57,9 @@ class Signals:
         self.pending.append(signum)
 
     def _remember_all(self) -> None:
-        for sig in SIGNALS:
+        # SIGTERM last: once it is caught (what a supervisor or test sees in /proc/PID/status SigCgt) every
+        # other is too; a SIGINT between the two installs raised KeyboardInterrupt and exited 130 (a CI flake)
+        for sig in sorted(SIGNALS, key=lambda s: s == signal.SIGTERM):
             signal.signal(sig, self._remember)
 
     def attach(self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None],
