@@ -141,14 +141,21 @@ class Journal:
             self.lost = self._move_aside(str(exc))
 
     def _move_aside(self, why: str) -> str:
-        aside = self.path.with_name(f"{JOURNAL_FILE}.corrupt-{int(time.time())}")
+        """Rename the journal to a name no earlier one took (attack7 H5: two in one second overwrote the
+        first); when it cannot be moved (a file system remounted read-only after the error that tore it:
+        attack7 H4) it stays, and the fans are made safe all the same."""
+        stamp = int(time.time())
+        aside = next(p for n in range(1, 1000) if not (p := self.path.with_name(
+            f"{JOURNAL_FILE}.corrupt-{stamp}" + (f"-{n}" if n > 1 else ""))).exists())
         try:
-            os.replace(self.path, aside)
+            os.link(self.path, aside)  # never over an existing file
+            os.unlink(self.path)
             fsync_dir(self.state_dir)
+            where = f"moved to {aside.name}"
         except OSError as exc:
-            raise JournalError(f"{why}; it cannot be moved aside ({exc.strerror or exc})") from None
-        return (f"{why}: moved to {aside.name}; the originals it held are lost, so every fan found in manual "
-                "mode at a low duty goes to its driver's automatic mode")
+            where = f"it cannot be moved aside ({exc.strerror or exc}) and stays"
+        return (f"{why}: {where}; the originals it held are lost, so every fan found in manual mode at a low "
+                "duty goes to its driver's automatic mode")
 
     def _load(self) -> dict[str, JournalEntry]:
         self._remove_leftovers()

@@ -257,7 +257,7 @@ class HwmonGpuBackend:
             why = f"pwm1 not writable ({why})"
         knob = Knob(f"{card.id}/fan0", card.id, KnobKind.FAN, "%", 0.0, 100.0, writable=why is None, why_not=why,
                     fan_channel=f"{card.id}/fan0_rpm" if "fan1_input" in files else None)
-        card.fan = PwmKnob(knob, Attribute(self.io, os.path.join(hw, "pwm1")), enable)
+        card.fan = PwmKnob(knob, Attribute(self.io, os.path.join(hw, "pwm1")), enable, card.driver)
         self._knobs[knob.id] = card
         ch = Channel(f"{card.id}/fan0", card.id, "fan0", Quantity.DUTY, "%")
         card.inputs.append(_Input(ch, card.fan.pwm, units.pwm_to_pct))
@@ -354,21 +354,22 @@ class HwmonGpuBackend:
         except Nonsense as exc:
             raise BackendError(f"{knob_id}: cannot read the original: {exc}") from exc
 
-    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        """Put ``saved`` back on the card at its PCI address (the id may have moved), else on ``knob_id``."""
+    def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> str | None:
+        """Put ``saved`` back on the card at its PCI address (the id may have moved), else on ``knob_id``; a
+        fan by the pwm rules (:mod:`aithermd.backends.pwm_restore`), with their note."""
         card = next((c for c in self._cards if c.pci == saved.get("pci")), None) or self._card(knob_id)
         what = knob_id.rsplit("/", 1)[1]
         if what == "fan0":
             if card.fan is None:
                 raise UnknownKnob(knob_id)
-            card.fan.restore({k: saved.get(k) for k in ("pwm", "enable")})
-            return
+            return card.fan.restore({k: v for k, v in saved.items() if k != "pci"})
         if card.cap is None:
             raise UnknownKnob(knob_id)
         try:
             card.cap[1].write_int(int(saved["cap_uw"]))
         except OSError as exc:
             raise write_error(exc, f"{knob_id}: restore {saved['cap_uw']} µW") from exc
+        return None
 
     def locator(self) -> dict[str, Any]:
         return {"backend": "hwmon-gpu", "sysfs_root": self.sysfs_root}

@@ -296,6 +296,7 @@ class NvmlKnobs(LimitWrites):
 
         manual = attr.startswith("fan") and (
             saved.get("mode") == "manual" or (saved.get("mode") is None and not slot.reader.fan_policy))
+        low = manual and not (saved.get(TO_WRITER) or _kept(saved.get("speed_pct")))
         try:
             if attr == KNOB:
                 slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
@@ -303,13 +304,13 @@ class NvmlKnobs(LimitWrites):
                 return self._restore_limit(slot, knob_id, int(saved["limit_mw"]))
             elif attr == nvml_acoustic.ATTR:
                 do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
-            elif manual and (saved.get(TO_WRITER) or _kept(saved.get("speed_pct"))):
+            elif low:  # nothing would drive it at that speed, or it does not decode: the driver's curve
+                do("auto instead", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
+                return (f"{knob_id}: found in manual mode at {saved.get('speed_pct')!r} %, which nothing "
+                        "would drive once the daemon is gone: handed to the driver's automatic curve")
+            elif manual:
                 do(f"restore {saved['speed_pct']} %", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]),
                    int(saved["speed_pct"]))
-            elif manual:  # nothing would drive it at that speed, or it does not decode: the driver curve
-                do("auto instead", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
-                return (f"{knob_id}: found in manual mode at {saved.get('speed_pct')!r} %, which nothing would "
-                        "drive once the daemon is gone: handed to the driver's automatic curve")
             else:
                 do("restore auto", "nvmlDeviceSetDefaultFanSpeed_v2", int(attr[3:]))
         except BackendError as exc:
@@ -317,8 +318,11 @@ class NvmlKnobs(LimitWrites):
                 raise DeviceLost(f"{knob_id}: {slot.id} is {slot.state} ({slot.why})") from exc
             if isinstance(exc, DeviceLost):
                 raise
-            if self._in_place(slot, attr, saved, manual):
+            if not low and self._in_place(slot, attr, saved, manual):
                 return None  # the write failed, but the knob holds its original: nothing to put back
+            if low:  # never left at that low speed: full speed, else the restore fails (attack7 H6)
+                do("full instead", "nvmlDeviceSetFanSpeed_v2", int(attr[3:]), 100)
+                return f"{exc}; left at 100 % instead of {saved.get('speed_pct')!r} % manual"
             if not manual:
                 raise
             try:  # safe instead of as found: the driver's own curve

@@ -87,8 +87,14 @@ def restore(knob: PwmKnob, saved: dict[str, Any]) -> str | None:
             return automatic(knob, f"{kid}: found in manual mode at {units.pwm_to_pct(pwm or 0):.0f} % (pwm "
                                    f"{pwm}), which nothing would drive once the daemon is gone")
         _exact(knob, pwm, enable)
-    except DeviceLost:
-        raise  # not at this path any more (a reload renumbered the chip): the caller looks it up again
+    except DeviceLost as lost:
+        # not at this path any more (a reload renumbered the chip: the caller looks it up again), or a driver
+        # that answered ENODEV once: the duty may already be written (an automatic original's duty goes
+        # first), so full duty if the chip still takes it (attack7 H3: five fans left manual at 0–44 %)
+        try:
+            return full(knob, f"{kid}: restoring the original failed ({lost})")
+        except BackendError:
+            raise lost from None
     except BackendError as exc:
         return full(knob, f"{kid}: restoring the original failed ({exc})")
     return None
@@ -103,8 +109,6 @@ def automatic(knob: PwmKnob, why: str, auto: int | None = None) -> str:
         return full(knob, f"{why}; no automatic mode is known for {knob.driver or 'this driver'}")
     try:
         _write(knob.enable, auto, f"{knob.knob.id}: enable {auto}")
-    except DeviceLost:
-        raise
     except BackendError as exc:
         return full(knob, f"{why}; the driver's automatic mode was refused ({exc})")
     return f"{why}: handed to the driver's automatic mode (enable {auto})"

@@ -21,8 +21,10 @@ A fan that a kick frees every time and that reads 0 again at the same duty — :
 :data:`BLIND_WINDOW_S` — has a tach that cannot be read there, not a stuck rotor: a 3-pin fan on a header in
 PWM mode (its tach is powered only in the PWM on-phase), an old Super I/O whose fan-divisor counter
 overflows at low speed. It is said once (an ``alarm`` event ``blind``, suggesting ``aithermctl fans
-calibrate``) and not judged again at or below that duty: before, it was kicked to full every ~5 s for the
-daemon's life, 50 → 100 → 50 % (attack6 G10). It is still judged above that duty, so a stall there is caught.
+calibrate``) and not judged at or below that duty for :data:`BLIND_FOR_S`: before, it was kicked to full
+every ~5 s for the daemon's life, 50 → 100 → 50 % (attack6 G10). It is still judged above that duty, so a
+stall there is caught; and only up to :data:`BLIND_MAX_PCT`: a fan that reads nothing at a high duty until
+kicked is a fan that turns only when kicked, kicked and then called stalled as ever.
 
 A fan input that has never turned since the daemon started and that detection has not placed behind this
 pwm is not called stalled but **empty** (nothing connected, or a tach that follows another pwm): reported
@@ -49,6 +51,10 @@ STOP_MARGIN_PCT = 2.0  # a running fan is expected to turn this far above its ca
 TURNING_RPM = 1.0
 BLIND_KICKS = 3  # kicks that freed the fan at once, at the same duty, within BLIND_WINDOW_S: a blind tach
 BLIND_WINDOW_S = 120.0
+# A tach blind above this duty is no PWM-phase artefact (the on-phase powers it most of the time) but a fan
+# that turns only when kicked: a stall, never learnt away (attack7 H2: a worn bearing learnt "blind" at 90 %)
+BLIND_MAX_PCT = 60.0
+BLIND_FOR_S = 1800.0  # what is learnt is judged again after this long: one kick-start per half hour at most
 
 KICK, STALLED = "kick", "stalled"
 
@@ -68,6 +74,7 @@ class _Watch:
     low_duty: float = 0.0  # the duty at which it was last found low
     freed: tuple[tuple[float, float], ...] = ()  # (monotonic s, duty %) of kicks that freed it at once
     blind_pct: float = -1.0  # its tach is not read at or below this duty (learnt: see the module doc)
+    blind_until: float = 0.0  # monotonic s: judged again at and below blind_pct from then on
 
 
 class FanWatch:
@@ -110,6 +117,7 @@ class FanWatch:
                         w.phase, w.since = prev.phase, prev.since
                         w.turned, w.turning = prev.turned, prev.turning
                         w.low_duty, w.freed, w.blind_pct = prev.low_duty, prev.freed, prev.blind_pct
+                        w.blind_until = prev.blind_until
                     self._watches.append(w)
         for knob_id, message in self._empty_pwms.items():
             if knob_id not in self.alarms:
@@ -142,6 +150,8 @@ class FanWatch:
             if r is None or r.status is not Status.OK or r.value is None or kv is None or kv.value is None:
                 continue  # a failed tach or pwm read is health's to report
             rpm, duty = float(r.value), float(kv.value)
+            if w.blind_pct >= 0.0 and t_mono >= w.blind_until:
+                w.blind_pct = -1.0  # judged again (a tach blind for good is learnt again, three kicks on)
             should = duty > max(w.stop_pct if w.turning else w.start_pct, w.blind_pct)
             low = should and (rpm <= TURNING_RPM or self._far_below(w, rpm, duty))
             w.turning = rpm > TURNING_RPM
@@ -212,9 +222,9 @@ class FanWatch:
         blind at and below the highest duty those kicks found it low at (said once per duty learnt)."""
         w.freed = (*(f for f in w.freed if f[0] > t_mono - BLIND_WINDOW_S), (t_mono, w.low_duty))
         duty = max(d for _t, d in w.freed)
-        if len(w.freed) < BLIND_KICKS or duty >= 100.0:
+        if len(w.freed) < BLIND_KICKS or duty > BLIND_MAX_PCT:
             return
-        w.blind_pct, w.freed = max(w.blind_pct, duty), ()
+        w.blind_pct, w.freed, w.blind_until = max(w.blind_pct, duty), (), t_mono + BLIND_FOR_S
         events.append(self._event("blind", t_wall, w.tach, (
             f"{w.tach} reads no speed at {w.blind_pct:.0f} % duty but turns at once at full duty "
             f"({BLIND_KICKS} kick-starts in {BLIND_WINDOW_S:.0f} s): its speed cannot be read at or below "

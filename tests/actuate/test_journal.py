@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -182,3 +183,25 @@ def test_restore_one_forgets_only_that_knob(tmp_path):
     assert b.pwm["pwm1"] == 33 and b.enable["pwm1"] == 2
     assert list(j.entries()) == [b.kid("pwm2")]
     assert json.loads((tmp_path / JOURNAL_FILE).read_text())["entries"][0]["knob_id"] == b.kid("pwm2")
+
+
+def test_a_journal_moved_aside_twice_in_a_second_keeps_both_copies(tmp_path):
+    """attack7 H5: the second move overwrote the first .corrupt file, the one holding the originals."""
+    for text in ("{torn", "[also torn"):
+        (tmp_path / JOURNAL_FILE).write_text(text)
+        assert Journal(tmp_path, quarantine=True).lost is not None
+    assert sorted(p.read_text() for p in tmp_path.glob(f"{JOURNAL_FILE}.corrupt-*")) == ["[also torn", "{torn"]
+
+
+def test_a_journal_that_cannot_be_moved_aside_still_makes_the_fans_safe(tmp_path, monkeypatch):
+    """attack7 H4: on a file system remounted read-only after the error that tore the journal, the move
+    failed, JournalError was raised, and no fan was made safe."""
+    (tmp_path / JOURNAL_FILE).write_text("{torn")
+
+    def refuse(*_a, **_k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("aithermd.actuate.journal.os.link", refuse)
+    j = Journal(tmp_path, quarantine=True)
+    assert not j.dirty and "cannot be moved aside (Read-only file system) and stays" in j.lost
+    assert "every fan found in manual mode at a low duty goes to its driver's automatic mode" in j.lost

@@ -246,3 +246,23 @@ def test_a_card_that_vanishes_is_lost_and_the_others_keep_their_ids(tmp_path):
         os.symlink("../../devices/pci0000:00/0000:03:00.0/hwmon/hwmon8", root / "class" / "hwmon" / link)
     assert {d.id: d.info["pci_bus_id"] for d in backend.discover()} == first
     backend.close()
+
+
+@pytest.mark.parametrize("to_writer", [False, True])
+def test_an_amdgpu_fan_found_manual_at_a_low_duty_goes_to_amdgpus_automatic_mode_with_a_note(tmp_path,
+                                                                                               to_writer):
+    """attack7 H1: the amdgpu fan's PwmKnob had no driver name, so a fan found manual at a low duty went to
+    manual 255 (no automatic mode known), silently (the note dropped), and the hand-back flag was dropped."""
+    root = tree(tmp_path, "rx6900xt")
+    backend, _, _ = read(root)
+    hw = root / "class" / "hwmon" / "hwmon5"
+    (hw / "pwm1_enable").write_text("1\n")
+    (hw / "pwm1").write_text("40\n")  # a crash left it at 16 %
+    saved = backend.save_knob("gpu0/fan0")
+    backend.write_knob("gpu0/fan0", 80.0)
+    note = backend.restore_knob("gpu0/fan0", {**saved, "to_writer": True} if to_writer else saved)
+    if to_writer:  # handed back to the program that keeps writing it: as found
+        assert note is None and (hw / "pwm1_enable").read_text() == "1\n" and (hw / "pwm1").read_text() == "40\n"
+    else:
+        assert (hw / "pwm1_enable").read_text() == "2\n" and "automatic mode (enable 2)" in note
+    backend.close()

@@ -233,3 +233,16 @@ def test_fast_constructors_build_the_same_objects():
     assert _ok_reading("a/temp1", 33.0) == Reading("a/temp1", 33.0)
     assert repr(_ok_reading("a/temp1", 33.0)) == repr(Reading("a/temp1", 33.0))
     assert _ok_knob("a/pwm1", 40.0, "auto") == KnobValue("a/pwm1", 40.0, "auto")
+
+
+def test_enodev_once_during_a_restore_leaves_the_fan_at_full_duty_not_at_the_duty_written_first(x570):
+    """attack7 H3: an automatic original's duty goes first; ENODEV on pwmN_enable then raised DeviceLost past
+    the full-duty fallback, and the fan stayed manual at that (low) duty."""
+    backend, io, chip = x570
+    saved = backend.save_knob(f"{NCT}/pwm2")
+    assert saved == {"pwm": 88, "enable": 5}
+    backend.write_knob(f"{NCT}/pwm2", 30.0)
+    io.write_faults["pwm2_enable"] = [OSError(errno.ENODEV, "no such device")]
+    note = backend.restore_knob(f"{NCT}/pwm2", saved)
+    assert "full duty" in note and (chip / "pwm2").read_text() == "255\n"
+    assert (chip / "pwm2_enable").read_text() == "1\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from aithermd.model import FanCalibration, KnobValue, Reading, Status
-from aithermd.runtime.fanwatch import BLIND_KICKS, CONFIRM_S, KICK_S, RECOVER_S, FanWatch
+from aithermd.runtime.fanwatch import BLIND_FOR_S, BLIND_KICKS, CONFIRM_S, KICK_S, RECOVER_S, FanWatch
 from tests.policy.machines import NCT, nct
 
 FAN1, FAN2, PWM1, PWM2 = f"{NCT}/fan1", f"{NCT}/fan2", f"{NCT}/pwm1", f"{NCT}/pwm2"
@@ -149,3 +149,27 @@ def test_a_tach_that_reads_0_below_a_duty_while_the_fan_turns_is_learnt_not_kick
     for _ in range(int(CONFIRM_S) + 1):
         actions = r.tick(0.0, 80.0)  # stopped at 80 %, where its tach reads: a real stall, kicked
     assert actions == {PWM1: "kick"}
+
+
+def test_a_fan_that_turns_only_when_kicked_is_never_learnt_blind_and_what_is_learnt_expires():
+    """attack7 H2: a worn bearing that turns only at full duty read like a blind tach at 90 % and was never
+    judged again: 0 RPM, no alarm, no failed cooler for the daemon's life. Above BLIND_MAX_PCT nothing is
+    learnt (kicked, then called stalled); below it, what is learnt is judged again after BLIND_FOR_S."""
+    r = Run(devices(cal1=None))
+    duty = 90.0
+    for _ in range(60):
+        actions = r.tick(1800.0 if duty == 100.0 else 0.0, duty)
+        duty = 100.0 if actions.get(PWM1) == "kick" else 90.0
+    assert not [e for e in r.events if e.data.get("alarm") == "blind"]
+    assert len([k for k in r.kinds() if k[1] == "kick"]) > BLIND_KICKS  # still kicked: judged every time
+
+    r = Run(devices(cal1=None))
+    duty = 50.0
+    for _ in range(60):  # learnt blind at 50 %, as in the G10 test
+        actions = r.tick(0.0 if duty < 55 else 1800.0, duty)
+        duty = 100.0 if actions.get(PWM1) == "kick" else 50.0
+    assert [e.data["duty_pct"] for e in r.events if e.data.get("alarm") == "blind"] == [50.0]
+    kicks = len([k for k in r.kinds() if k[1] == "kick"])
+    for _ in range(int(BLIND_FOR_S / 60) + 2):
+        r.tick(0.0, 50.0, dt=60.0)  # half an hour later it is judged again: low, then kicked
+    assert len([k for k in r.kinds() if k[1] == "kick"]) == kicks + 1

@@ -189,3 +189,16 @@ def test_a_cut_the_driver_refuses_goes_as_deep_as_it_takes_and_the_refused_call_
     with pytest.raises(OutOfRange):  # outside the reported constraints: refused as before, no search
         backend.write_knob("gpu0/power_limit", 50.0)
 
+
+
+def test_a_fan_found_manual_at_a_low_speed_whose_curve_is_refused_is_left_at_full_speed_not_there(make):
+    """attack7 H6: the driver's curve refused once, the fan was found "in place" (manual 20 %, as saved) and
+    the restore said it was done: left manual at 20 % with no note."""
+    fake = two()
+    backend = make(fake)
+    backend.write_knob("gpu0/fan0", 20.0)  # found manual at 20 % (a crash left it so)
+    saved = backend.save_knob("gpu0/fan0")
+    fake.inject("nvmlDeviceSetDefaultFanSpeed_v2", 0, E.NVML_ERROR_UNKNOWN)
+    note = backend.restore_knob("gpu0/fan0", saved)
+    assert note is not None and "left at 100 % instead of 20" in note
+    assert backend.read_knob("gpu0/fan0").value == pytest.approx(100.0, abs=1.0)
