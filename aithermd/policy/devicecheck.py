@@ -31,6 +31,7 @@ from aithermd.policy.kinds import (
     GpuPowerLimitRule,
     MetricCondition,
     MixCurve,
+    PidCurve,
     PointsCurve,
     parse_clock,
     parse_power,
@@ -268,7 +269,8 @@ def source_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
 def curve_warnings(policy: Any) -> list[PolicyError]:
     """Each points curve (named, or inline in a fan rule) whose duty falls as the temperature rises, at the
     point where it does: almost always two points swapped (fan2go refuses such a curve), and the fans would
-    slow down as it heats. Needs no machine."""
+    slow down as it heats; each PID curve with a negative gain, at that gain (attack5 C9). Needs no
+    machine."""
     doc, where = policy.document, str(policy.path or f"<{policy.name}>")
     found = [(("curves", name, curve.kind, "points"), curve) for name, curve in doc.curves.items()]
     found += [(("rules", i, rule.kind, "curve", "inline", rule.curve.kind, "points"), rule.curve)
@@ -276,6 +278,14 @@ def curve_warnings(policy: Any) -> list[PolicyError]:
               and not isinstance(rule.curve, str | MixCurve)]
     out: list[tuple[tuple[Any, ...], str]] = []
     for loc, curve in found:
+        if isinstance(curve, PidCurve):  # duty = base + kp·e + ki·∫e + kd·de/dt, e = temperature − setpoint
+            neg = [f"{g} {getattr(curve, g):g}" for g in ("kp", "ki", "kd") if getattr(curve, g) < 0]
+            if neg:
+                verb = "are" if neg[1:] else "is"
+                out.append(((*loc[:-1], neg[0].split()[0]),
+                            f"{' and '.join(neg)} {verb} negative: the duty would fall as the temperature "
+                            "rises (e = temperature − setpoint); drop the minus sign"))
+            continue
         if not isinstance(curve, PointsCurve):
             continue
         for k, ((t0, d0), (t1, d1)) in enumerate(zip(curve.points, curve.points[1:], strict=False)):

@@ -468,3 +468,25 @@ def test_check_does_not_call_a_curve_rule_whose_source_matches_nothing_a_fixed_d
                  "  - {name: board, kind: fan, fans: {chip: ['nct*']}, curve: cpu}\n")
     main(["check", "--simulate", str(p)])
     assert "reads no temperature" not in capsys.readouterr().err
+
+
+def test_check_warns_about_a_pid_curve_with_a_negative_gain(tmp_path, capsys):
+    """attack5 C9: a PID curve with kp/ki negative (duty falls as the temperature rises: the fans at 100 %
+    while cool, toward 0 % over the setpoint) passed check silently. Named and inline, at the gain."""
+    p = tmp_path / "pidneg.yaml"
+    p.write_text("curves:\n"
+                 "  board: {kind: pid, source: 'gpu*/temperature', setpoint_c: 60, kp: -4, ki: -0.2}\n"
+                 "rules:\n"
+                 "  - {name: f, kind: fan, fans: {chip: ['nct*']}, curve: board}\n"
+                 "  - name: g\n"
+                 "    kind: fan\n"
+                 "    fans: {chip: ['it87*']}\n"
+                 "    curve: {kind: pid, source: 'k10temp*/Tctl', setpoint_c: 70, kp: 3, ki: -0.1}\n")
+    assert main(["check", str(p)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"{p}:2:70: warning: curves.board.kp: kp -4 and ki -0.2 are negative: the duty would fall as the "
+        "temperature rises (e = temperature − setpoint); drop the minus sign",
+        f"{p}:8:76: warning: rules[1].curve.ki: ki -0.1 is negative: the duty would fall as the temperature "
+        "rises (e = temperature − setpoint); drop the minus sign"]
+    p.write_text(p.read_text().replace("-4", "4").replace("-0.2", "0.2").replace("-0.1", "0.1"))
+    assert main(["check", str(p)]) == 0 and capsys.readouterr().err == ""
