@@ -19,8 +19,11 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
   calibrated stop duty plus a margin) unless every heat source it has has been at its lowest factor for
   :data:`SETTLE_S` (the heat needs that long to answer) and the temperature has reached the ceiling
   temperature anyway (*exhausted*), or a source is within
-  ``danger_margin_c`` of its safety threshold (*danger*): then the curve's own value stands. The built-in
-  safety layer is applied after this and overrides it.
+  ``danger_margin_c`` of its safety threshold (*danger*): then the curve's own value stands, until every
+  source has read :data:`DANGER_HYST_C` under its danger line for :data:`DANGER_HOLD_S` (a stop/start is the
+  loudest thing a fan does: a fixed duty under a 0 % ceiling stopped and restarted its fans 145 times in 30
+  minutes on a per-tick escape, attack5 C2; now at most 3600 / DANGER_HOLD_S = 12 starts an hour). The
+  built-in safety layer is applied after this and overrides it.
 
 With ``gpu_target_temp_c``, every GPU whose driver exposes NVML's acoustic threshold (the GPU Target
 Temperature) gets it while the block holds, clamped to the driver's range: the GPU's own boost then holds it
@@ -48,6 +51,8 @@ from aithermd.policy import safety, selectors, sources
 from aithermd.policy.kinds import MixCurve, PidCurve, PointsCurve
 
 SMOOTH_S = 10.0  # the source temperature quiet reads: its time-weighted mean over this long
+DANGER_HYST_C = 5.0  # a danger escape ends only once every source reads this far under its danger line
+DANGER_HOLD_S = 300.0  # ... for this long: each escape lasts at least this (≤ 12 fan starts an hour)
 SETTLE_S = 30.0  # a limit must have been at its lowest this long before the heat counts as beyond it
 RPM_GAIN = 0.3  # how far an RPM ceiling's duty moves toward its new estimate each tick
 EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -84,6 +89,8 @@ class QuietState:
     caps: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     t: float | None = None
     low_since: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    escaped: Mapping[str, tuple[str, float | None]] = field(default_factory=lambda: EMPTY)  # fan → (the
+    # channel that was in danger, since when every source has read DANGER_HYST_C under its line; None: not)
 
 
 def ceiling_c(curve: Any, curves: Mapping[str, Any], duty_pct: float, depth: int = 0) -> float:
@@ -270,6 +277,7 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         decisions[knob.id] = Decision(knob.id, value, layer, f"{policy}/quiet",
                                       f"quiet: {knob.device_id} target temperature {value:g} °C (NVML acoustic "
                                       "threshold)", spec.gpu_target_temp_c, {})
+    escaped: dict[str, tuple[str, float | None]] = {}
     for kid, (f, ceiling, p, temp, t_ceil) in fan_info.items():
         dec = decisions.get(kid)
         if dec is None or dec.value is None or dec.value <= ceiling:
@@ -277,14 +285,23 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         exhausted = bool(f.heat) and p >= 1.0 and all(
             ctx.now - low_since.get(k.id, ctx.now) >= SETTLE_S for k in f.heat)
         no_heat = not f.heat and p >= 1.0
-        danger = next((cid for cid, at in f.danger_c if (v := _ok(inp.readings, cid)) is not None and v >= at),
-                      None)
+        danger, lately = _danger(f, inp.readings, 0.0), False
+        if danger is not None:
+            escaped[kid] = (danger, None)
+        elif (was := prev.escaped.get(kid)) is not None:  # escaped: it ends DANGER_HOLD_S after it cooled
+            near = _danger(f, inp.readings, DANGER_HYST_C)
+            clear = None if near is not None else ctx.now if was[1] is None else was[1]
+            if clear is None or ctx.now - clear < DANGER_HOLD_S:
+                escaped[kid], danger, lately = (near or was[0], clear), near or was[0], True
         inputs = {**dec.inputs, "quiet_ceiling_pct": round(ceiling, 1)}
         if temp is not None:
             inputs["quiet_source_c"], inputs["quiet_ceiling_c"] = round(temp, 1), round(t_ceil, 1)
         if danger is not None or exhausted or no_heat:
             why = (f"{danger} within {spec.danger_margin_c:g} °C of its safety threshold" if danger
                    else "power limits at their lowest and the temperature at the ceiling")
+            if lately:
+                why += (f" lately (held until every source is {DANGER_HYST_C:g} °C under for "
+                        f"{DANGER_HOLD_S:g} s)")
             decisions[kid] = Decision(kid, dec.value, dec.layer, dec.rule,
                                       f"{dec.reason}; above its {ceiling:.0f} % quiet ceiling: {why}",
                                       dec.requested, inputs)
@@ -296,4 +313,10 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
                                    f"quiet ceiling {ceiling:.0f} % (the curve asks {dec.value:.0f} %)"),
                                   dec.value, inputs)
     return QuietState(MappingProxyType(factors), MappingProxyType(found), MappingProxyType(new_caps), ctx.now,
-                      MappingProxyType(low_since))
+                      MappingProxyType(low_since), MappingProxyType(escaped))
+
+
+def _danger(f: QFan, readings: Mapping[str, Any], under_c: float) -> str | None:
+    """The first source of ``f`` reading within ``under_c`` of its danger line or over it, or None."""
+    return next((cid for cid, at in f.danger_c
+                 if (v := _ok(readings, cid)) is not None and v >= at - under_c), None)

@@ -195,3 +195,23 @@ def test_a_critical_cpu_cuts_a_package_without_a_minimum_and_runs_every_board_fa
     assert r.decisions[f"{PKG}/pl1"].layer == Layer.SAFETY and r.decisions[f"{PKG}/pl1"].value == PACKAGE_FLOOR_W
     assert r.decisions[f"{PKG}/pl2"].value == PACKAGE_FLOOR_W
     assert [(r.decisions[f].layer, r.decisions[f].value) for f in FANS] == [(Layer.SAFETY, 100.0)] * 2
+
+
+def test_a_fixed_duty_fans_danger_escape_is_held_so_its_fans_start_at_most_12_times_an_hour():
+    """attack5 C2: under a 0 % ceiling with no minimum duty, the escape was decided per tick — the fans ran at
+    60 % until the CPU cooled under the danger line, stopped, and started again a few seconds later (145
+    stop/starts in 30 simulated minutes). An hour on the fake clock of a CPU heading for 112 °C with its
+    fans stopped and 88 °C under them (danger from 100 °C): each escape now lasts until every source has
+    been 5 °C under its line for 300 s."""
+    pol = fixed("quiet: {fans: [{fans: {chip: 'nct*'}, max_duty_pct: 0}]}")
+    devices, knobs, state = workstation(1), {f: 0.0 for f in FANS}, initial_state()
+    tctl, duties = 95.0, []
+    for t in range(3600):
+        tctl += ((88.0 if knobs[FANS[0]] > 0 else 112.0) - tctl) / 20.0
+        r = evaluate(pol, (), tick(devices, float(t), {**COOL, f"{K10}/temp1": tctl}, knobs=knobs), state)
+        state = r.state
+        knobs.update({f: r.decisions[f].value for f in FANS})
+        duties.append(knobs[FANS[0]])
+    starts = sum(1 for a, b in zip(duties, duties[1:], strict=False) if a == 0.0 < b)
+    assert 2 <= starts <= 12, starts  # it does escape, and stops and starts again, but at most 12 times
+    assert max(duties) == 60.0 and min(duties[60:]) == 0.0
