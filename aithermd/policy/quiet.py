@@ -14,7 +14,11 @@ Each tick :func:`apply` takes the first block whose ``when`` holds and, for each
   ``approach_c`` below the ceiling temperature, 0 below the band and 1 at the ceiling;
 - each heat source's *factor* moves toward 1 − pressure × (1 − ``min_limit_pct``/100) by at most
   ``ramp_pct_s`` per second, and its limit is the factor × what the policy asks (never below the knob's
-  minimum): a proportional band, so the temperature settles inside it while the fans hold their ceiling;
+  minimum): a proportional band, so the temperature settles inside it while the fans hold their ceiling.
+  What the policy asks is clamped to the knob first: a RAPL PL1 at firmware's "unlimited" 4090 W over a
+  95 W maximum has its band on 95 W, and quiet keeps it there for :data:`HANDBACK_S` after its last
+  pressure instead of handing 4090 W back each time the band lets go (attack5 C6: PL1 flapped 4090 ↔ 95 W
+  19 times in 34 s, the package swinging 300 ↔ 95 W);
 - the fan's duty is held at the ceiling (never below its rule's minimum duty, ``min_duty_pct`` or the
   calibrated stop duty plus a margin) unless every heat source it has has been at its lowest factor for
   :data:`SETTLE_S` (the heat needs that long to answer) and the temperature has reached the ceiling
@@ -54,6 +58,7 @@ SMOOTH_S = 10.0  # the source temperature quiet reads: its time-weighted mean ov
 DANGER_HYST_C = 5.0  # a danger escape ends only once every source reads this far under its danger line
 DANGER_HOLD_S = 300.0  # ... for this long: each escape lasts at least this (≤ 12 fan starts an hour)
 SETTLE_S = 30.0  # a limit must have been at its lowest this long before the heat counts as beyond it
+HANDBACK_S = 300.0  # a limit asked above its maximum is handed back this long after its last pressure
 RPM_GAIN = 0.3  # how far an RPM ceiling's duty moves toward its new estimate each tick
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -89,6 +94,8 @@ class QuietState:
     caps: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     t: float | None = None
     low_since: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+    pressed: Mapping[str, float] = field(default_factory=lambda: EMPTY)  # power knob asked above its
+    # maximum → when quiet last pressed it
     escaped: Mapping[str, tuple[str, float | None]] = field(default_factory=lambda: EMPTY)  # fan → (the
     # channel that was in danger, since when every source has read DANGER_HYST_C under its line; None: not)
 
@@ -251,6 +258,7 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
     found = dict(prev.found)
     step = spec.ramp_pct_s / 100.0 * dt
     heat = {k.id: k for f in cq.fans for k in f.heat}
+    pressed: dict[str, float] = {}
     for kid, knob in heat.items():
         target = 1.0 - min(1.0, max(0.0, pressure.get(kid, 0.0))) * (1.0 - low)
         f0 = prev.factors.get(kid, 1.0)
@@ -263,15 +271,24 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
         if kid not in found and kv is not None and kv.status == Status.OK and kv.value:
             found[kid] = float(kv.value)
         ask = dec.value if dec is not None and dec.value is not None else found.get(kid)
-        if ask is None or fac >= 1.0 - 1e-9:
+        if ask is None:
             continue
-        value = knob.clamp(max(ask * fac, knob.min or 0.0))
+        base = knob.clamp(ask)  # the band is on what the knob can hold (module doc)
+        if fac < 1.0 - 1e-9:
+            if base != ask:
+                pressed[kid] = ctx.now
+        elif base == ask or ctx.now - prev.pressed.get(kid, -math.inf) >= HANDBACK_S:
+            continue
+        else:
+            pressed[kid] = prev.pressed[kid]
+        value = knob.clamp(max(base * fac, knob.min or 0.0))
         inputs = {**(dec.inputs if dec is not None else {}), "quiet_factor": round(fac, 3),
                   "quiet_pressure": round(pressure.get(kid, 0.0), 3)}
-        reason = (f"quiet: fans near their ceiling, {kid} at {fac:.0%} of {ask:.0f} W"
+        reason = (f"quiet: fans near their ceiling, {kid} at {fac:.0%} of {base:.0f} W"
+                  + (f" (its maximum; {ask:.0f} W asked)" if base != ask else "")
                   + (f" (asked by {dec.rule})" if dec is not None else ""))
         decisions[kid] = Decision(knob_id=kid, value=value, layer=dec.layer if dec is not None else layer,
-                                  rule=f"{policy}/quiet", reason=reason, requested=ask * fac, inputs=inputs)
+                                  rule=f"{policy}/quiet", reason=reason, requested=base * fac, inputs=inputs)
     for knob in cq.targets:  # NVML's acoustic threshold: the GPU's boost holds it cooler, its fans do less
         value = knob.clamp(spec.gpu_target_temp_c)
         decisions[knob.id] = Decision(knob.id, value, layer, f"{policy}/quiet",
@@ -313,7 +330,7 @@ def apply(cq: CQuiet, policy: str, layer: Layer, decisions: dict[str, Decision],
                                    f"quiet ceiling {ceiling:.0f} % (the curve asks {dec.value:.0f} %)"),
                                   dec.value, inputs)
     return QuietState(MappingProxyType(factors), MappingProxyType(found), MappingProxyType(new_caps), ctx.now,
-                      MappingProxyType(low_since), MappingProxyType(escaped))
+                      MappingProxyType(low_since), MappingProxyType(pressed), MappingProxyType(escaped))
 
 
 def _danger(f: QFan, readings: Mapping[str, Any], under_c: float) -> str | None:
