@@ -152,7 +152,8 @@ class Quiet(Model, kinds.Quiet):
     min_limit_pct: Annotated[float, Field(ge=10, le=100)] = Field(50.0, description=(
         "the lowest limit quiet sets, % of what the rule asks (never below the device's minimum)"))
     danger_margin_c: Annotated[float, Field(ge=0, le=40)] = Field(10.0, description=(
-        "within this many °C of the safety threshold a fan may pass its ceiling at once"))
+        "within this many °C of the safety threshold a fan may pass its ceiling at once, until every source "
+        "has read 5 °C under that line for 300 s"))
     ramp_pct_s: Annotated[float, Field(gt=0, le=100)] = Field(2.0, description=(
         "how fast a limit moves under quiet, % of the rule's limit per s (down and up)"))
     gpu_target_temp_c: Annotated[float, Field(ge=40, le=100)] | None = Field(None, description=(
