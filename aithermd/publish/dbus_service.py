@@ -46,7 +46,7 @@ from aithermd.publish.dbus_control import PrivilegedCalls, mapped_errors
 from aithermd.publish.document import DocumentCache, event_signals, hold_document, with_processes
 from aithermd.publish.history import History
 from aithermd.publish.hub import StateHub
-from aithermd.publish.polkit import Authorizer
+from aithermd.publish.polkit import CHECK_TIMEOUT_S, Authorizer
 
 __all__ = ["BusUnavailable", "Daemon1", "DbusHandle", "start"]
 
@@ -326,10 +326,13 @@ class DbusHandle:
 async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: bool = False,
                 root_uids: Sequence[int] = (0,), clock: Clock | None = None,
                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, snapshot_interval_s: float = 1.0,
-                energy_per_uid: int = 8, energy: EnergyService | None = None) -> DbusHandle:
+                energy_per_uid: int = 8, energy: EnergyService | None = None,
+                polkit_timeout_s: float = CHECK_TIMEOUT_S) -> DbusHandle:
     """Export ``io.github.aithermd.Daemon1`` on ``bus`` (``"system"``, ``"session"``, ``"none"`` or a D-Bus
     address) and own its name. ``"none"`` returns an idle handle. ``energy``: the daemon's energy service
     (its windows persist); without one, a private one fed from ``hub`` (windows end with the service).
+    ``polkit_timeout_s``: how long (s, real time) a polkit check may stay unanswered before the caller is
+    refused (:mod:`~aithermd.publish.polkit`).
 
     Raises :class:`~aithermd.publish.dbus_bus.BusUnavailable` when the bus cannot be reached or the name is
     owned by another process (the daemon logs it as a warning and runs on without D-Bus).
@@ -341,7 +344,7 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
     try:
         tracker = CallTracker(conn, max_in_flight=max_in_flight)
         await tracker.install()
-        authorizer = Authorizer(conn, root_uids=root_uids)
+        authorizer = Authorizer(conn, root_uids=root_uids, check_timeout_s=polkit_timeout_s)
         privileged = PrivilegedCalls(conn, control, hub, authorizer, tracker)
         own_energy = energy is None
         if energy is None:

@@ -7,14 +7,24 @@
   manual, "org.freedesktop.PolicyKit1.Authority"), one action per method family (``wire.ACTION_*``).
 - A refusal, a dismissed prompt or an unreachable polkit all raise ``io.github.aithermd.Error.NotAuthorized``
   before anything changes.
+- A check polkit leaves unanswered (the caller's own authentication agent sitting on a prompt) is answered
+  NotAuthorized after ``check_timeout_s`` (20 s: under the system bus's 25-s reply timeout, so the caller
+  hears why) and cancelled (``CancelCheckAuthorization``). Every pending check holds one of the replies the
+  bus lets this connection await (128 on the system bus), so one uid may have at most
+  :data:`MAX_PENDING_PER_UID` checks pending (counted until polkit really answers, not only until the
+  timeout) and all uids together :data:`MAX_PENDING`: more are refused ``io.github.aithermd.Error.Busy``
+  without asking polkit. One user whose agent never answers cannot lock every other user out (attack6 G6);
+  root is never asked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Iterable
 
 import structlog
-from dbus_fast import Message, MessageType, Variant
+from dbus_fast import Message, MessageFlag, MessageType, Variant
 from dbus_fast.aio import MessageBus
 from dbus_fast.errors import DBusError
 
@@ -25,6 +35,9 @@ POLKIT_NAME = "org.freedesktop.PolicyKit1"
 POLKIT_PATH = "/org/freedesktop/PolicyKit1/Authority"
 POLKIT_INTERFACE = "org.freedesktop.PolicyKit1.Authority"
 ALLOW_USER_INTERACTION = 0x1
+CHECK_TIMEOUT_S = 20.0
+MAX_PENDING_PER_UID = 4  # a few commands of one user at once (aithermctl run, a hold, an override)
+MAX_PENDING = 64  # half of the replies the system bus lets one connection await
 
 
 class Authorizer:
@@ -32,12 +45,16 @@ class Authorizer:
 
     ``root_uids``: uids allowed without asking polkit (``{0}``; injectable so a test can treat a caller as
     unprivileged). ``interactive``: let polkit ask the user (an authentication agent) for the password.
-    ``polkit_name``: the bus name of the polkit authority.
+    ``polkit_name``: the bus name of the polkit authority. ``check_timeout_s``: how long a check may stay
+    unanswered (s, real time) before the caller is refused.
     """
 
     def __init__(self, bus: MessageBus, *, root_uids: Iterable[int] = (0,), interactive: bool = True,
-                 polkit_name: str = POLKIT_NAME) -> None:
+                 polkit_name: str = POLKIT_NAME, check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
         self._bus = bus
+        self._timeout_s = check_timeout_s
+        self._pending: dict[int, int] = {}  # uid → checks sent to polkit and not answered yet
+        self._ids = itertools.count(1)
         self._polkit = polkit_name
         self._root_uids = frozenset(root_uids)
         self._flags = ALLOW_USER_INTERACTION if interactive else 0
@@ -70,11 +87,7 @@ class Authorizer:
         uid = await self.uid_of(sender)
         if uid in self._root_uids:
             return uid
-        subject = ["system-bus-name", {"name": Variant("s", sender)}]
-        reply = await self._bus.call(Message(
-            destination=self._polkit, path=POLKIT_PATH, interface=POLKIT_INTERFACE,
-            member="CheckAuthorization",
-            signature="(sa{sv})sa{ss}us", body=[subject, action, {}, self._flags, ""]))
+        reply = await self._check(sender, uid, action)
         if reply.message_type is MessageType.ERROR:
             self._log.warning("polkit_unavailable", action=action, sender=sender, error=reply.error_name)
             raise DBusError(wire.ERROR_NOT_AUTHORIZED,
@@ -86,3 +99,54 @@ class Authorizer:
             self._log.info("not_authorized", action=action, sender=sender, uid=uid)
             raise DBusError(wire.ERROR_NOT_AUTHORIZED, f"{action}: {why} for uid {uid}")
         return uid
+
+    def pending(self, uid: int | None = None) -> int:
+        """Checks sent to polkit and not answered yet: ``uid``'s, or all."""
+        return sum(self._pending.values()) if uid is None else self._pending.get(uid, 0)
+
+    async def _check(self, sender: str, uid: int, action: str) -> Message:
+        """polkit's reply to CheckAuthorization for ``sender``. Raises DBusError: Busy over the caps,
+        NotAuthorized when polkit has not answered within the timeout (the check is then cancelled)."""
+        if self.pending(uid) >= MAX_PENDING_PER_UID or self.pending() >= MAX_PENDING:
+            self._log.warning("polkit_checks_capped", action=action, sender=sender, uid=uid,
+                              pending_uid=self.pending(uid), pending=self.pending())
+            raise DBusError(wire.ERROR_BUSY,
+                            f"{action}: {self.pending(uid)} authorization checks of uid {uid} "
+                            f"({self.pending()} in all) are waiting for polkit (an authentication prompt "
+                            "not answered?); answer or dismiss it, then try again")
+        cancel_id = f"aithermd-{next(self._ids)}"
+        subject = ["system-bus-name", {"name": Variant("s", sender)}]
+        call = asyncio.ensure_future(self._bus.call(Message(
+            destination=self._polkit, path=POLKIT_PATH, interface=POLKIT_INTERFACE,
+            member="CheckAuthorization",
+            signature="(sa{sv})sa{ss}us", body=[subject, action, {}, self._flags, cancel_id])))
+        self._pending[uid] = self._pending.get(uid, 0) + 1
+        call.add_done_callback(lambda _: self._answered(uid))  # held until polkit answers, whatever we do
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self._timeout_s)
+        except TimeoutError:
+            self._cancel(cancel_id)
+            self._log.warning("polkit_timeout", action=action, sender=sender, uid=uid,
+                              timeout_s=self._timeout_s)
+            raise DBusError(wire.ERROR_NOT_AUTHORIZED,
+                            f"{action}: polkit did not answer within {self._timeout_s:g} s (an "
+                            f"authentication prompt left unanswered?) for uid {uid}; try again") from None
+
+    def _answered(self, uid: int) -> None:
+        left = self._pending.get(uid, 0) - 1
+        if left > 0:
+            self._pending[uid] = left
+        else:
+            self._pending.pop(uid, None)
+
+    def _cancel(self, cancel_id: str) -> None:
+        """Ask polkit to drop the check (it then answers it with an error, which frees the bus's slot);
+        no reply awaited."""
+        try:
+            sent = self._bus.send(Message(destination=self._polkit, path=POLKIT_PATH,
+                                          interface=POLKIT_INTERFACE, member="CancelCheckAuthorization",
+                                          signature="s", body=[cancel_id],
+                                          flags=MessageFlag.NO_REPLY_EXPECTED))
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+        except Exception as exc:  # noqa: BLE001 - the timeout answer stands; the bus frees the slot later
+            self._log.debug("polkit_cancel_failed", error=str(exc))

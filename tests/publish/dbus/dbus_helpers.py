@@ -82,25 +82,29 @@ def _skip_unless_runnable_as(uid: int) -> None:
         pytest.skip(why)
 
 
-def run_client(address: str, calls: list, *, uid: int | None = NOBODY) -> list[dict]:
-    """Make ``calls`` ([member, signature, body]) from another process, as ``uid`` (None: as root).
+def run_client(address: str, calls: list, *, uid: int | None = NOBODY,
+               concurrent: bool = False) -> list[dict]:
+    """Make ``calls`` ([member, signature, body]) from another process, as ``uid`` (None: as root); with
+    ``concurrent``, all at once.
 
     Returns the JSON lines it printed: first {"unique_name", "uid"}, then one per call."""
-    cmd, env = [sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls)], None
+    more = ["--concurrent"] if concurrent else []
+    cmd, env = [sys.executable, str(HERE / "client_call.py"), address, json.dumps(calls), *more], None
     if uid is not None:
         _skip_unless_runnable_as(uid)
         python, where = _runtime_for_others()  # the base interpreter with our copy of dbus_fast first
         cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", python,
-               f"{where}/client_call.py", address, json.dumps(calls)]
+               f"{where}/client_call.py", address, json.dumps(calls), *more]
         env = dict(os.environ, PYTHONPATH=where)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-async def run_client_async(address: str, calls: list, *, uid: int | None = NOBODY) -> list[dict]:
+async def run_client_async(address: str, calls: list, *, uid: int | None = NOBODY,
+                           concurrent: bool = False) -> list[dict]:
     """:func:`run_client` without blocking the event loop the service runs on."""
-    return await asyncio.to_thread(run_client, address, calls, uid=uid)
+    return await asyncio.to_thread(run_client, address, calls, uid=uid, concurrent=concurrent)
 
 
 def free_port() -> int:
