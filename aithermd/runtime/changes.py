@@ -68,6 +68,9 @@ class Changes:
         self._checked: dict[str, tuple[int, int]] = {}  # policy → (policy, devices) last checked
         self._log = structlog.get_logger("aithermd.changes")
         inbox.add_source(self._pause_over)
+        from aithermd.runtime.release import Released
+        self.released = Released(clock)  # GPUs released on request, adopted again if never unbound
+        inbox.add_source(self.released.poll)
 
     @property
     def paused(self) -> bool:
@@ -217,6 +220,7 @@ class Changes:
         elif isinstance(message, Release):
             world = await self._release(world, message, events, decisions)
         elif isinstance(message, Unrelease):
+            self.released.settled(message.bus_id)
             for backend in world.backends:
                 unrelease = getattr(backend, "unrelease", None)
                 if callable(unrelease):
@@ -229,6 +233,8 @@ class Changes:
                        decisions: Mapping[str, Decision]) -> World:
         from aithermd.runtime.release import gpu_of_bus, release_gpu
 
+        if message.bus_id:  # udev: removed or unbound, as a release on request expects
+            self.released.settled(message.bus_id)
         gpu = message.device_id or gpu_of_bus(world, message.bus_id or "")
         if gpu is None:  # udev: a GPU the daemon does not use
             return world
@@ -242,6 +248,9 @@ class Changes:
             message.reply.append(exc)
             return world
         events += done
+        if message.device_id:
+            self.released.add(next((e.data.get("pci_bus_id", "") for e in done
+                                    if e.data.get("action") == "released"), ""))
         message.reply.append(sentence)
         return world
 

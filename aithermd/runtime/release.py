@@ -5,8 +5,12 @@ A driver unbind (``echo … > /sys/bus/pci/drivers/nvidia/unbind``), a hot-remov
 waits for every process that holds the GPU open. So the daemon: puts back every original it journaled for
 that GPU's knobs (through the one apply path, off the loop), asks the NVML backend to drop the GPU
 (:meth:`~aithermd.backends.nvml.NvmlBackend.release`: its handle forgotten, NVML initialised again without
-it), and rediscovers, so the GPU leaves the world and nothing touches it any more. It is adopted again only
-when udev says it is back (``add``/``bind`` of its PCI device) or the daemon restarts.
+it), and rediscovers, so the GPU leaves the world and nothing touches it any more. It is adopted again
+when udev says it is back (``add``/``bind`` of its PCI device), when the daemon restarts, or — released on
+request and no ``remove``/``unbind`` of it seen within :data:`READOPT_S` — by :class:`Released`: an unbind
+that never comes (a process holds the GPU, the admin gave up) must not leave a GPU that still runs its job
+unwatched for the daemon's life (attack6 G4). A release on request is refused while a safety decision
+holds one of its knobs (:func:`safety_hold`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,37 @@ from aithermd.actuate.restore import restore_one
 from aithermd.errors import Busy, InvalidArgument, UnknownKnob
 from aithermd.model import Decision, DeviceKind, Event, Layer
 from aithermd.runtime.changes import rediscover
+from aithermd.runtime.inbox import Message, Rediscover, Unrelease
+
+READOPT_S = 600.0  # s on the boot clock: an unbind follows a release within seconds when it follows at all
+
+
+class Released:
+    """GPUs released on request, by PCI bus id, adopted again :data:`READOPT_S` after the release unless
+    udev said meanwhile that the device was removed, unbound or is back. :meth:`poll` is an inbox source."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.due: dict[str, float] = {}  # bus id (upper case) → boot-clock time of the re-adoption
+
+    def add(self, bus_id: str) -> None:
+        if bus_id:
+            self.due[bus_id.upper()] = self.clock.monotonic() + READOPT_S
+
+    def settled(self, bus_id: str) -> None:
+        """udev had news of the device (removed, unbound, back): nothing to do for it any more."""
+        self.due.pop(bus_id.upper(), None)
+
+    def poll(self) -> list[Message]:
+        now = self.clock.monotonic()
+        due = [bus for bus, at in self.due.items() if at <= now]
+        for bus in due:
+            del self.due[bus]
+            structlog.get_logger("aithermd.release").warning(
+                "gpu_readopted", pci_bus_id=bus, after_s=READOPT_S,
+                message=f"PCI {bus} was released {READOPT_S:g} s ago and not unbound or removed since: "
+                        "adopted again (watched, its critical temperature cut again)")
+        return [*(Unrelease(bus) for bus in due), *([Rediscover(frozenset({"nvml"}))] if due else [])]
 
 
 def gpu_of_bus(world: Any, bus_id: str) -> str | None:

@@ -90,3 +90,47 @@ def test_busy_is_its_own_dbus_error(name):
     from aithermd.publish.dbus_control import dbus_error
 
     assert dbus_error(Busy("gpu1 not released")).type == name
+
+
+async def test_a_released_gpu_never_unbound_is_adopted_again_and_its_cut_returns(tmp_path, root, policy_dir,
+                                                                                 clock, monkeypatch):
+    """attack6 G4: released, no unbind followed (a process held the device, the admin gave up): gpu1 ran
+    over its trip point unwatched for the daemon's life. After READOPT_S it is adopted again and cut."""
+    from aithermd.runtime import release as release_module
+
+    monkeypatch.setattr(release_module, "READOPT_S", 30.0, raising=False)
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    temp = min(g.temp_c for g in fake.gpus)
+    (policy_dir / "hot.yaml").write_text(HOT % 110)
+    original = fake.power_limit_w(1)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
+    d = Daemon(settings_for(tmp_path, root, policy_dir, policy="hot"), clock=clock, backends=[backend],
+               sleep=clock.sleep, watchers=WatcherOptions())
+    seen: dict = {}
+    start = clock.monotonic()
+
+    async def release():
+        seen["message"] = await d.control.release_gpu("gpu1")
+        seen["released_at"] = clock.monotonic()
+        # the GPU's job goes on and it heats up past the trip point of the policy
+        (policy_dir / "hot.yaml").write_text(HOT % int(temp - 5))
+        d.reload_now()
+
+    def step():
+        devices = [x.id for x in d.hub.latest.devices]
+        if d.hub.latest.seq == 3:
+            seen["task"] = asyncio.get_running_loop().create_task(release())
+        if "released_at" in seen and "gone" not in seen and "gpu1" not in devices:
+            seen["gone"] = True
+        if seen.get("gone") and "gpu1" in devices and "back_at" not in seen:
+            seen["back_at"] = clock.monotonic()
+        if "back_at" in seen and fake.power_limit_w(1) < original:
+            seen["cut"] = fake.power_limit_w(1)
+        return "cut" in seen or clock.monotonic() - start > 600
+
+    assert await d.run(until=step) == 0
+    await seen["task"]
+    assert "released" in seen["message"] and seen.get("gone")
+    assert "back_at" in seen, "adopted again"
+    assert 30.0 <= seen["back_at"] - seen["released_at"] <= 60.0
+    assert seen.get("cut", original) < original, "its critical cut is back"
