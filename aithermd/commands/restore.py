@@ -8,7 +8,7 @@ directory (it restores on its own when it stops). Exit codes: 0 every present kn
 also a state directory that does not exist, said on stderr; ``ExecStopPost=`` runs this after a daemon that
 never started); a fan left at full duty or in its driver's automatic mode instead of as found is a warning), 1
 some knob could not be restored (it stays journaled; the log says why) or a daemon runs, 2 the journal cannot
-be read. A journal that is no journal (torn, garbage: attack6 G1) is moved aside to
+be read, or ``--sysfs-root`` is no sysfs tree (said up front: every knob would be unknown there). A journal that is no journal (torn, garbage: attack6 G1) is moved aside to
 ``journal.json.corrupt-TIME`` and every fan found in manual mode at a low duty is handed to its driver's
 automatic mode, since its original is lost and nothing else would drive it (exit 2 still: a person looks).
 """
@@ -86,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"aithermd restore: warning: {state_dir}: no such state directory, so nothing to restore "
               "(give the --state-dir the daemon ran with)", file=sys.stderr)
         return 0
+    if args.sysfs_root is not None and not (args.sysfs_root / "class").is_dir():  # every knob unknown
+        print(f"aithermd restore: error: {args.sysfs_root}: not a sysfs tree (no class/ directory); give "
+              "the root the daemon ran on, or leave --sysfs-root out; nothing restored", file=sys.stderr)
+        return 2
     owner = held_by_other(state_dir)
     if owner is not None:
         print(f"error: {owner} is running on {state_dir}: it restores every knob when it stops "

@@ -52,6 +52,11 @@ _TS = re.compile(r"^\s*(\d{4})[/-](\d{1,2})[/-](\d{1,2})[ T](\d{1,2}):(\d{2}):(\
 MAX_VALUE = 1e7
 PERCENT_FIELDS = ("utilization.", "fan.speed")  # nvidia-smi's shares of 100 %: 5000 % is a broken line
 MIN_STEP_S = 0.04  # samples closer than this are left out when estimating the period
+# The unit nvidia-smi writes after each numeric field's value (none with --format=csv,nounits); any other text
+# there is a malformed line (a "17.53 kW" read as 17.53 W before)
+UNITS = (("power.", "W"), ("enforced.", "W"), ("utilization.", "%"), ("fan.", "%"), ("memory.", "MiB"),
+         ("clocks.", "MHz"), ("temperature.", "C"))
+_UNIT = re.compile(r"\s*[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?\s*(%|[A-Za-z°]*)\s*")
 SHARED_MAX = 65_536  # distinct value texts and text rows shared between a trace's rows, at most
 _MISSING = object()
 _NONE_FAILED: frozenset[str] = frozenset()
@@ -132,6 +137,13 @@ def parse_time(text: str, line: int, cache: dict[str, float] | None = None) -> f
     return base + (float(m.group(7)) if m.group(7) else 0.0)
 
 
+def _unit_of(raw: str) -> str:
+    """The text after the number of a value (``33.09 W`` → ``W``, ``45`` → ``""``); ``?`` for anything that is
+    no unit (``33 garbage words``)."""
+    m = _UNIT.fullmatch(raw)
+    return m.group(1) if m else "?"
+
+
 def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
     """(value, failed). Raises TraceError for text that is neither a number nor an unknown marker, and for a
     number no nvidia-smi field can hold (negative where only temperatures may be, or beyond MAX_VALUE)."""
@@ -153,6 +165,11 @@ def _number(raw: str, column: str, line: int) -> tuple[float | None, bool]:
             raise TraceError(line, f"{column}: '{text}' is not a number") from None
         if value - value != 0.0:
             raise TraceError(line, f"{column}: '{text}' is not a finite number")
+    unit = _unit_of(raw)
+    if unit and unit != next((u for prefix, u in UNITS if column.startswith(prefix)), unit):
+        expected = dict(UNITS)[column.split(".")[0] + "."]
+        raise TraceError(line, f"{column}: '{raw.strip()}' is not in {expected}, as nvidia-smi writes it: "
+                               "fix or delete the line")
     low_end = -MAX_VALUE if column.startswith("temperature.") else 0.0
     high_end = 100.0 if column.startswith(PERCENT_FIELDS) else MAX_VALUE
     if not low_end <= value <= high_end:

@@ -130,8 +130,11 @@ def test_a_root_that_is_no_sysfs_tree_proves_nothing(tmp_path, capsys):
     root, state, original = _journaled(tmp_path)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(empty)]) == 1
-    assert f"error: {NCT}/pwm1" in capsys.readouterr().err
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(empty)]) == 2  # said up front
+    assert f"{empty}: not a sysfs tree (no class/ directory)" in capsys.readouterr().err
+    assert len(Journal(state).entries()) == 2
+    report = restore_journal(Journal(state), sysfs_root=empty)  # the daemon's path: failures, not "absent"
+    assert not report.ok and set(report.failed) == {f"{NCT}/pwm1", f"{NCT}/pwm2"} and not report.absent
     assert len(Journal(state).entries()) == 2
     assert main(["restore", "--state-dir", str(state)]) == 0  # the right root still puts them back
     assert knob_files(root) == original

@@ -49,11 +49,24 @@ def test_restore_with_another_sysfs_root(journaled, tmp_path):
     assert knob_files(moved) == original
 
 
-def test_restore_failure_keeps_the_journal_and_exits_1(journaled, tmp_path, capsys):
+def test_restore_on_a_root_that_is_no_sysfs_tree_keeps_the_journal_and_exits_2(journaled, tmp_path, capsys):
+    """A new user's typo: 14 lines of 'UnknownKnob' said nothing about the root; now one line does."""
     root, state, _ = journaled
-    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(tmp_path / "nowhere")]) == 1
-    assert "error: hwmon:nct6798-isa-0290/pwm1" in capsys.readouterr().err
+    assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "nowhere: not a sysfs tree (no class/ directory)" in err and len(err.splitlines()) == 1
     assert len(Journal(state).entries()) == 3
+
+
+def test_restore_failure_keeps_the_journal_and_exits_1(journaled, capsys):
+    root, state, _ = journaled
+    chip = root / "devices" / "platform" / "nct6775.656" / "hwmon" / "hwmon1"
+    for f in ("pwm1", "pwm1_enable"):  # the chip is there but its pwm1 cannot be written
+        (chip / f).unlink()
+        (chip / f).mkdir()
+    assert main(["restore", "--state-dir", str(state)]) == 1
+    assert "error: hwmon:nct6798-isa-0290/pwm1" in capsys.readouterr().err
+    assert list(Journal(state).entries()) == ["hwmon:nct6798-isa-0290/pwm1"]
 
 
 def test_restore_with_a_corrupt_journal_moves_it_aside_hands_low_manual_fans_to_automatic_and_exits_2(

@@ -152,3 +152,13 @@ def test_random_traces_parse_or_name_their_line(header, rows):
         return
     doc = replay(trace, [PROFILE] * len(trace.gpu_ids), resolve_policy("ai-training"))
     json.dumps(doc, allow_nan=False)
+
+
+@pytest.mark.parametrize("value, why", [("17.53 kW", "is not in W"), ("33 garbage words", "is not in W"),
+                                        ("33.09 %", "is not in W")])
+def test_a_power_value_in_another_unit_or_with_words_after_it_is_a_malformed_line(value, why):
+    """A new user's trace: '17.53 kW' was read as 17.53 W and '33 garbage words' as 33 W, silently."""
+    text = f"timestamp, power.draw [W], utilization.gpu [%]\n2026/01/03 15:36:53.000, {value}, 50 %\n"
+    with pytest.raises(TraceError) as info:
+        parse_trace(text, "t.csv")
+    assert info.value.line == 2 and why in str(info.value) and "fix or delete the line" in str(info.value)
