@@ -1,6 +1,7 @@
 """Shared runs of the daemon on the simulated workstation (in process, no waiting: ~2 s per 10 minutes)."""
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,16 @@ def run_daemon(tmp_path, policy: str, duration_s: float, workload: Workload | No
     result = asyncio.run(simulate(settings, opts, None))
     assert result.code == 0, f"{policy}: the daemon exited {result.code}"
     return result
+
+
+def hot_policy(tmp_path: Path, limit_c: float) -> Path:
+    """A policy directory holding ``hot``: the shipped ai-training policy with a GPU ceiling of ``limit_c``
+    °C, one the simulated load reaches."""
+    policy = (Path(__file__).parents[2] / "policies" / "ai-training.yaml").read_text()
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "hot.yaml").write_text(
+        policy.replace("\nmachines:", f"\nsafety: {{gpu_temp_limit_c: {limit_c:g}}}\n\nmachines:", 1))
+    return tmp_path / "policies"
 
 
 def run_stock(tmp_path, duration_s: float, workload: Workload | None = None) -> dict:

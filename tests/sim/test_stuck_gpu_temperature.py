@@ -7,21 +7,11 @@ and the ramp goes back to its cut."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from conftest import SEED, run_daemon
+from conftest import SEED, hot_policy, run_daemon
 
 from aithermd.sim.workload import CycleWorkload
 
 KNOB, FROZEN_AT_S, FROZEN_C = "gpu0/power_limit", 100.0, 40.0
-
-
-def _hot_policy(tmp_path: Path) -> Path:
-    policy = (Path(__file__).parents[2] / "policies" / "ai-training.yaml").read_text()
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "hot.yaml").write_text(
-        policy.replace("\nmachines:", "\nsafety: {gpu_temp_limit_c: 45}\n\nmachines:", 1))
-    return tmp_path / "policies"
 
 
 def _freeze(daemon, machine) -> None:
@@ -48,7 +38,7 @@ def test_a_frozen_gpu_temperature_releases_no_cut_and_is_found_failed_once_the_d
             fans.append((snapshot.t_mono, d.rule))
 
     run = run_daemon(tmp_path, "hot", 720.0, CycleWorkload(30, 660, 30, seed=SEED), on_daemon=_freeze,
-                     listeners=[watch], policy_dirs=[_hot_policy(tmp_path)]).data
+                     listeners=[watch], policy_dirs=[hot_policy(tmp_path, 45)]).data
     moves = [(a["t_s"], a["new"], a["rule"]) for a in run["actuations"] if a["knob"] == KNOB]
     cut = [m for m in moves if m[2] == "safety/critical-temperature" and m[0] < FROZEN_AT_S]
     assert cut, f"gpu0 never tripped before its sensor froze: nothing was tested ({moves})"

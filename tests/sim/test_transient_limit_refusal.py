@@ -8,11 +8,10 @@ on at 600 W over its trip point. Now nothing is written while it is refused (a `
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import SEED, run_daemon
+from conftest import SEED, hot_policy, run_daemon
 
 from aithermd.publish.fan_metrics import FanCollector, StallCounter
 from aithermd.sim.faults import parse_all
@@ -21,15 +20,6 @@ from aithermd.sim.workload import CycleWorkload
 
 KNOB = "gpu0/power_limit"
 REFUSED_S = (170.0, 200.0)  # across the first cut (2:59 without the fault)
-
-
-def _hot_policy(tmp_path: Path) -> Path:
-    """The shipped ai-training policy with a GPU ceiling the simulated load reaches."""
-    policy = (Path(__file__).parents[2] / "policies" / "ai-training.yaml").read_text()
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "hot.yaml").write_text(
-        policy.replace("\nmachines:", "\nsafety: {gpu_temp_limit_c: 62}\n\nmachines:", 1))
-    return tmp_path / "policies"
 
 
 @pytest.mark.parametrize("error, alarm", [("INVALID_ARGUMENT", "uncontrollable"),  # B10: no floor learnt
@@ -53,7 +43,7 @@ def test_a_safety_cut_refused_for_a_while_is_written_when_the_refusal_ends_with_
                 paged.append(snapshot.t_mono - t0[0])
 
     run = run_daemon(tmp_path, "hot", 300.0, CycleWorkload(30, 660, 30, seed=SEED), listeners=[watch],
-                     policy_dirs=[_hot_policy(tmp_path)], faults=parse_all(
+                     policy_dirs=[hot_policy(tmp_path, 62)], faults=parse_all(
                          [f"gpu0/nvmlDeviceSetPowerManagementLimit:{error}@{REFUSED_S[0]:g}s-"
                           f"{REFUSED_S[1]:g}s"])).data
     moves = [(a["t_s"], a["new"], a["rule"]) for a in run["actuations"] if a["knob"] == KNOB]
@@ -76,7 +66,7 @@ def test_a_cut_the_driver_takes_only_in_part_is_listed_as_what_the_card_took(tmp
         machine.nvml.refuse_power_below(0, 450.0)
 
     result = run_daemon(tmp_path, "hot", 240.0, CycleWorkload(30, 660, 30, seed=SEED), on_daemon=floor,
-                        policy_dirs=[_hot_policy(tmp_path)])
+                        policy_dirs=[hot_policy(tmp_path, 62)])
     cuts = [a for a in result.data["actuations"] if a["knob"] == KNOB and a["rule"].startswith("safety/")]
     assert cuts and cuts[0]["new"] < 449.0 and 450.0 <= cuts[0]["took"] <= 451.0, cuts
     listed = [line for line in format_summary(result.data).splitlines() if "safety/" in line and KNOB in line]
