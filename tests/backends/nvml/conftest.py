@@ -49,19 +49,9 @@ def clock():
 
 
 @pytest.fixture
-def make(clock):
-    """``make(fake)``: an NvmlBackend over the fake's bindings on the fake clock, discovered, closed after."""
-    made: list[NvmlBackend] = []
-
-    def build(fake: FakeNvml) -> NvmlBackend:
-        backend = NvmlBackend(nvml=fake.bindings(), clock=clock)
-        made.append(backend)
-        backend.discover()
-        return backend
-
-    yield build
-    for b in made:
-        b.close()
+def make(clock, backend_over):
+    """``make(fake)``: :func:`backend_over` on the fake clock (discovered, closed after)."""
+    return lambda fake: backend_over(fake, clock=clock)
 
 
 def two() -> FakeNvml:

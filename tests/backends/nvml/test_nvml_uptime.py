@@ -15,7 +15,7 @@ from aithermd.clock import FakeClock
 from aithermd.errors import BackendTimeout, NoPermission
 from aithermd.model import Status
 from aithermd.sim.fake_nvml import FakeNvml
-from tests.backends.nvml.conftest import DUMPS, H100, RTX4090, profile
+from tests.backends.nvml.conftest import DUMPS, profile, two
 
 
 @pytest.fixture
@@ -35,10 +35,6 @@ def make(clock):
     yield build
     for b in made:
         b.close()
-
-
-def two() -> FakeNvml:
-    return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[1, None], driver_version="590.48.01")
 
 
 def ok(sample, channel: str) -> float | None:
