@@ -30,16 +30,21 @@ async def test_an_unreachable_bus_and_a_taken_port_are_warnings(settings, clock,
     assert d.hub.latest.seq == 2
 
 
+def scrape_of(d: Daemon) -> tuple:
+    """(the running daemon's metrics handle, one scrape of its /metrics over HTTP)."""
+    handle = d.services.get("metrics").handle
+    host, port = handle.address
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        return handle, r.read().decode()
+
+
 async def test_metrics_are_served_from_the_published_snapshot_and_stopped(settings, clock):
     s = settings.replace(**{"metrics_listen": "127.0.0.1:0"})
     d = Daemon(s, clock=clock, backends=[FakeBackend()], sleep=clock.sleep, engine=STUB_ENGINE)
     scraped = []
 
     def scrape():
-        handle = d.services.get("metrics").handle
-        host, port = handle.address
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
-            scraped.append(r.read().decode())
+        scraped.append(scrape_of(d)[1])
         return True
 
     await d.run(max_ticks=3, until=scrape)
@@ -105,10 +110,8 @@ async def test_the_exporter_is_built_after_ready_and_counts_from_the_first_tick(
     seen = []
 
     def after_first():
-        handle = d.services.get("metrics").handle
-        host, port = handle.address
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
-            seen.append((dict(handle.counters.drift), r.read().decode()))
+        handle, text = scrape_of(d)
+        seen.append((dict(handle.counters.drift), text))
         return True
 
     await d.run(max_ticks=3, until=after_first)
