@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from aithermd.errors import PolicyError, PolicyErrors
-from aithermd.files import read_regular
+from aithermd.files import UntrustedStateFile, read_regular, read_state_file
 
 FILE_NAME = "policies.parsed.json"
 FORMAT = 1
@@ -60,36 +60,21 @@ def _log() -> Any:
 def read(state_dir: Path, *, strict_permissions: bool) -> dict[str, Any]:
     """The remembered documents by text digest; {} when there are none or the file is not to be used."""
     path = Path(state_dir) / FILE_NAME
-    try:
-        raw = read_regular(path, MAX_BYTES)
+    try:  # a state file as the journal's: ours (or root's), writable by nobody else, no symlink
+        raw = read_state_file(path, MAX_BYTES)
+    except UntrustedStateFile as exc:
+        _log().warning("parsed policies ignored", path=str(path), problem=exc.strerror)
+        return {}
     except OSError:
         return {}
-    if strict_permissions:
+    problems = []
+    if strict_permissions:  # a root daemon's: root-owned, as its policy files
         from aithermd.policy.loader import permission_problems
         problems = permission_problems(path) + permission_problems(path.parent)
-    else:
-        problems = _not_ours(path)
     if problems:
         _log().warning("parsed policies ignored", path=str(path), problem=problems[0])
         return {}
     return _entries(raw)
-
-
-def _not_ours(path: Path) -> list[str]:
-    """Why a daemon not running as root should not trust ``path``: owned by another user (root aside), or
-    writable by every user."""
-    import os
-    import stat
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return [f"cannot stat {path}: {exc.strerror}"]
-    problems = []
-    if st.st_uid not in (os.geteuid(), 0):
-        problems.append(f"file {path} is owned by uid {st.st_uid}, not this daemon's {os.geteuid()}")
-    if st.st_mode & stat.S_IWOTH:
-        problems.append(f"file {path} is writable by every user")
-    return problems
 
 
 def _entries(raw: bytes) -> dict[str, Any]:
