@@ -92,7 +92,9 @@ def merge(layers: Iterable[Mapping[str, Decision]], knobs: Mapping[str, Knob]) -
             cur = winners.get(knob_id)
             if cur is None or LAYER_RANK[dec.layer] <= LAYER_RANK[cur.layer]:
                 winners[knob_id] = dec
-    out = {k: clamped(knobs[k], d) for k, d in winners.items()}
+    out: dict[str, Decision] = {}
+    for k, d in winners.items():
+        out[k] = clamped(knobs[k], d)
     for knob_id, ceiling in ceilings.items():
         dec = capped(knobs[knob_id], out.get(knob_id), ceiling)
         if dec is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import is_
 from types import MappingProxyType
 from typing import Any
 
@@ -128,7 +129,7 @@ def _plan(policy: Any, devices: tuple[Device, ...], cache: tuple[Plan, ...]) -> 
 
 
 def _same_items(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(map(is_, a, b))  # no generator made per tick
 
 
 def _front(active: Any, holds: Sequence[Any], devices: tuple[Device, ...], state: EngineState
@@ -286,12 +287,13 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     if budget is not None:
         merged, report, budget_state = power_budget.apply(budget[0], budget[1], merged, inp, windows, ok,
                                                           state.budget)
-    fans = dict(state.fans)
+    fans: dict[str, FanState] = {}  # the fans still decided: this tick's duty, else their last
+    last_fans = state.fans
     for kid, dec in merged.items():
         if kid in fan_ids and dec.value is not None:
             fans[kid] = FanState(dec.value, inp.t_mono)
-    for kid in [k for k in fans if k not in merged]:
-        del fans[kid]
+        elif (was := last_fans.get(kid)) is not None:
+            fans[kid] = was
     new_state = EngineState(windows=MappingProxyType(windows), policies=MappingProxyType(new_policies),
                             fans=MappingProxyType(fans), latched=latched, plans=plans, sampler=sampler,
                             safety=sp, t_mono=inp.t_mono, budget=budget_state,

@@ -66,8 +66,7 @@ def bare(st: CurveState | None) -> tuple[float | None, float, float | None] | No
 def states_in(keys: Mapping[str, str], prev_curves: Mapping[str, CurveState]) -> tuple[Any, ...]:
     """One target's previous curve states without their times (``keys``: curve name → its key in the
     policy's curve states), in the rule's curve order."""
-    get = prev_curves.get
-    return tuple(bare(get(k)) for k in keys.values())
+    return tuple(map(bare, map(prev_curves.get, keys.values())))  # no generator made per call
 
 
 def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curves: Mapping[str, CurveState],

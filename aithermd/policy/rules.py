@@ -77,8 +77,7 @@ def _temps_kept(rule: CRule, inp: Any, ctx: Ctx, prev_memo: Mapping[str, Any], m
     if rule.smooth:
         temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
         return temps, hottest, raw, used, failed, {f"used:{k}": v for k, v in used.items()}
-    get = inp.readings.get
-    sig = tuple([get(c) for c in rule.channels])
+    sig = tuple(map(inp.readings.get, rule.channels))  # no comprehension made per tick
     key = TEMPS_KEY + rule.memo_key
     kept = prev_memo.get(key)
     if kept is None or kept[0] is not rule or kept[1] != sig:
@@ -245,7 +244,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 kv = inp.knobs.get(t.knob.id)
                 prev = fc.FanState(kv.value if kv is not None and kv.status == Status.OK else None, None)
             last = prev.duty_pct  # memo.last_duty
-            prior = tuple([prev_curves.get(k) for k in keys.values()])
+            prior = tuple(map(prev_curves.get, keys.values()))
             kept = prev_memo.get(key)
             if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, keys, prev_curves,
                                                last):  # no work for unchanged inputs (memo.py)
@@ -262,7 +261,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
             reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
-            states = tuple([memo.bare(st) for st in prior]) if steady else ()
+            states = tuple(map(memo.bare, prior)) if steady else ()
             carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
             if carried is not None:
                 dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,
