@@ -30,6 +30,9 @@ class CurveState:
     t: float | None = None
 
 
+_FRESH = CurveState()  # a curve's state before its first tick (frozen: shared)
+
+
 @dataclass(frozen=True, slots=True)
 class FanState:
     """Per fan: the last duty sent (%) and when (s), for ramp limits and the start kick."""
@@ -113,7 +116,9 @@ def evaluate(name: str, curve: PointsCurve | PidCurve | MixCurve, curves: Mappin
     temp = temps.get(name)
     if temp is None:
         return None
-    st = states.get(name, CurveState())
+    st = states.get(name)
+    if st is None:
+        st = _FRESH
     if isinstance(curve, PointsCurve):
         duty, new = points_step(curve, temp, st)
     else:
