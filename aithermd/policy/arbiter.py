@@ -94,7 +94,14 @@ def merge(layers: Iterable[Mapping[str, Decision]], knobs: Mapping[str, Knob]) -
                 winners[knob_id] = dec
     out: dict[str, Decision] = {}
     for k, d in winners.items():
-        out[k] = clamped(knobs[k], d)
+        knob, v = knobs[k], d.value
+        # the usual case inline: a value within the knob's bounds (and 0–100 % for a duty) with its request
+        # set is what clamped() gives back unchanged
+        if (v is None or d.requested is None or v != v or (knob.min is not None and not v >= knob.min)
+                or (knob.max is not None and not v <= knob.max)
+                or (knob.kind in DUTY_KINDS and not 0.0 <= v <= 100.0)):
+            d = clamped(knob, d)
+        out[k] = d
     for knob_id, ceiling in ceilings.items():
         dec = capped(knobs[knob_id], out.get(knob_id), ceiling)
         if dec is None:

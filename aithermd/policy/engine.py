@@ -78,6 +78,9 @@ class PolicyState:
     memo: Mapping[str, Any] = field(default_factory=_empty)  # fan decisions kept while steady (memo.py)
 
 
+_NO_STATE = PolicyState()  # a policy's state before its first tick (frozen: shared, not made per tick)
+
+
 @dataclass(frozen=True)
 class EngineState:
     """Everything the engine remembers between ticks (immutable; pass it back next tick)."""
@@ -260,8 +263,9 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
     budget: tuple[power_budget.CBudget, str] | None = None
     for idx, policy in enumerate(policies):
         layer = Layer.POLICY if idx == 0 and policy is active else Layer.HOLD
+        last_ps = state.policies.get(policy.name)
         decisions, ps, st, sources, chosen = _run_policy(by_policy[policy], layer, inp,
-                                                         state.policies.get(policy.name, PolicyState()),
+                                                         _NO_STATE if last_ps is None else last_ps,
                                                          windows, ok, state.fans, fan_failed)
         if chosen is not None:
             budget = (chosen, policy.name)  # the strongest policy with a budget in force has its way

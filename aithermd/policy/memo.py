@@ -23,7 +23,7 @@ evaluated every tick as before; only the curve, the shaping and the explanation 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,10 +63,18 @@ def bare(st: CurveState | None) -> tuple[float | None, float, float | None] | No
     return None if st is None else (st.ref_c, st.integral, st.prev_err)
 
 
+def bare_all(states: Iterable[CurveState | None]) -> tuple[Any, ...]:
+    """:func:`bare` of each of ``states`` (one call, no generator made per tick)."""
+    out = []
+    for st in states:
+        out.append(None if st is None else (st.ref_c, st.integral, st.prev_err))
+    return tuple(out)
+
+
 def states_in(keys: Mapping[str, str], prev_curves: Mapping[str, CurveState]) -> tuple[Any, ...]:
     """One target's previous curve states without their times (``keys``: curve name → its key in the
     policy's curve states), in the rule's curve order."""
-    return tuple(map(bare, map(prev_curves.get, keys.values())))  # no generator made per call
+    return bare_all(map(prev_curves.get, keys.values()))
 
 
 def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curves: Mapping[str, CurveState],
@@ -80,7 +88,7 @@ def left(rule: CRule, keys: Mapping[str, str], states: tuple[Any, ...], out_curv
             if before is not None:
                 return None
             continue
-        if bare(st) != before:
+        if (st.ref_c, st.integral, st.prev_err) != before:  # bare(st), inline
             return None
         curve = rule.curves[name]
         if isinstance(curve, PidCurve) and not (st.t == now and pid_pinned(curve, st)):

@@ -82,7 +82,10 @@ def _temps_kept(rule: CRule, inp: Any, ctx: Ctx, prev_memo: Mapping[str, Any], m
     kept = prev_memo.get(key)
     if kept is None or kept[0] is not rule or kept[1] != sig:
         temps, hottest, raw, used, failed = _temps(rule, inp, ctx)
-        kept = (rule, sig, temps, hottest, raw, used, failed, {f"used:{k}": v for k, v in used.items()})
+        eager = {}
+        for k, v in used.items():
+            eager[f"used:{k}"] = v
+        kept = (rule, sig, temps, hottest, raw, used, failed, eager)
     memo_out[key] = kept
     return kept[2], kept[3], kept[4], kept[5], kept[6], kept[7]
 
@@ -112,7 +115,10 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
                 done = result
                 break
         if done is None:
-            states = {n: st for n, st in zip(keys, before, strict=True) if st is not None}
+            states = {}
+            for n, st in zip(keys, before, strict=True):
+                if st is not None:
+                    states[n] = st
             new_states: dict[str, fc.CurveState] = {}
             duty = fc.evaluate(rule.curve_name, rule.curves[rule.curve_name], rule.curves, temps, ctx.now,
                                states, new_states) if rule.curve_name in rule.curves else None
@@ -261,7 +267,7 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
             reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
-            states = tuple(map(memo.bare, prior)) if steady else ()
+            states = memo.bare_all(prior) if steady else ()
             carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
             if carried is not None:
                 dec = Decision(knob_id=t.knob.id, value=t.knob.clamp(value), layer=layer,

@@ -74,8 +74,9 @@ def update(sampler: Sampler, t: float, readings: Mapping[str, Any], knob_values:
     ok: set[str] = set()
     get = readings.get
     for key, horizon, kind, a, b, c in sampler.items:
-        if kind == READING:
-            v = _ok(get(a))
+        if kind == READING:  # _ok() inline: the usual item
+            r = get(a)
+            v = None if r is None or r.status is not OK or (v := r.value) is None or v != v else float(v)
         elif kind == POWER_PCT:
             v = _ok(get(a))
             if v is not None:
