@@ -104,15 +104,19 @@ def carry(memo: FanMemo, now: float, out_curves: dict[str, CurveState]) -> None:
 
 
 def reuse(memo: FanMemo, rule: CRule, layer: Layer, policy: str, temps: Mapping[str, float],
-          raw: Mapping[str, float], used: Mapping[str, str], keys: Mapping[str, str],
-          prev_curves: Mapping[str, CurveState], last: float | None) -> bool:
-    """Whether ``memo`` holds this tick's duty: every input of it equal (the rule the same object; ``keys``
-    and ``prev_curves`` give the previous curve states, compared last). The explanation's statistics
-    (``before``) are not among them: when only they moved, the caller keeps the duty and the curve states
-    and builds the decision again with them (:func:`explained`)."""
-    return (memo.rule is rule and memo.temps == temps and memo.last == last and memo.layer is layer
-            and memo.policy == policy and memo.raw == raw and memo.used == used
-            and memo.states == states_in(keys, prev_curves))
+          raw: Mapping[str, float], used: Mapping[str, str], prior: tuple[CurveState | None, ...],
+          last: float | None) -> bool:
+    """Whether ``memo`` holds this tick's duty: every input of it equal (the rule the same object;
+    ``prior``: the previous curve states in the rule's curve order, compared last, without their times).
+    The explanation's statistics (``before``) are not among them: when only they moved, the caller keeps
+    the duty and the curve states and builds the decision again with them (:func:`explained`)."""
+    if not (memo.rule is rule and memo.temps == temps and memo.last == last and memo.layer is layer
+            and memo.policy == policy and memo.raw == raw and memo.used == used):
+        return False
+    for st, was in zip(prior, memo.states, strict=True):  # bare_all(prior) == memo.states, inline
+        if (None if st is None else (st.ref_c, st.integral, st.prev_err)) != was:
+            return False
+    return True
 
 
 def explained(memo: FanMemo, before: tuple[Mapping[str, Any], ...], inputs: Mapping[str, Any]) -> FanMemo:

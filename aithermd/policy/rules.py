@@ -252,13 +252,15 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
             last = prev.duty_pct  # memo.last_duty
             prior = tuple(map(prev_curves.get, keys.values()))
             kept = prev_memo.get(key)
-            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, keys, prev_curves,
+            if kept is not None and memo.reuse(kept, rule, layer, policy, temps, raw, used, prior,
                                                last):  # no work for unchanged inputs (memo.py)
                 if kept.before != before:  # only the explanation moved: the duty and curves kept
                     kept = memo.explained(kept, before, Lazy(_fan_inputs, before, temps, raw, used,
                                                              kept.curve_pct, eager=eager))
                 decisions[t.knob.id] = kept.decision
-                memo.carry(kept, ctx.now, out_curves)
+                for ck, st in kept.out:  # memo.carry(), inline: a PID's state with this tick's time
+                    out_curves[ck] = st if st.t is None else fc.CurveState(st.ref_c, st.integral, st.prev_err,
+                                                                          ctx.now)
                 memo_out[key] = kept
                 continue
             value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,

@@ -169,7 +169,7 @@ class Control:
 
     def hold_names(self) -> list[str]:
         """Held policies, oldest first (the last wins)."""
-        return [h.policy for h in self.holds]
+        return [h.policy for h in self.holds] if self.holds else []  # no comprehension made per tick
 
     def status(self, states: Mapping[str, Mapping[str, str]]) -> PolicyStatus:
         return PolicyStatus(self.active, tuple(self.holds), states)

@@ -36,7 +36,7 @@ from aithermd.actuate.caps import PowerCaps
 from aithermd.actuate.execute import Executor
 from aithermd.clock import Clock
 from aithermd.model import EMPTY, Alarm, Decision, Event, KnobValue, Layer, PolicyStatus, Snapshot
-from aithermd.policy.explain import eager_items
+from aithermd.policy.explain import Lazy, eager_items
 from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
 from aithermd.runtime.fanwatch import FanWatch
@@ -150,7 +150,8 @@ class Tick:
         if active is None:
             events.append(fault(t_wall, op.active, f"policy {op.active} is not loaded"))
             return False
-        holds = [world.policies[n] for n in op.hold_names() if n in world.policies]
+        names = op.hold_names()
+        holds = [world.policies[n] for n in names if n in world.policies] if names else []
         try:
             inp = self.engine.input_type(t_mono=t_mono, t_wall=t_wall, devices=world.devices,
                                          readings=readings, knobs=knobs, attrs=attrs, processes=procs,
@@ -177,8 +178,10 @@ class Tick:
             prev = old.get(knob_id)
             if prev is d:
                 continue
-            before = eager_items(prev.inputs) if prev is not None else EMPTY
-            for k, v in eager_items(d.inputs).items():
+            before = EMPTY
+            if prev is not None:
+                before = prev.inputs.eager if type(prev.inputs) is Lazy else eager_items(prev.inputs)
+            for k, v in (d.inputs.eager if type(d.inputs) is Lazy else eager_items(d.inputs)).items():
                 if k.startswith("used:") and before.get(k) != v:
                     self._log.info("source_in_use", knob=knob_id, curve=k[5:], channels=v,
                                    before=before.get(k) if prev is not None else None)
