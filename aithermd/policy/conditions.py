@@ -152,6 +152,8 @@ class Metric(Node):
         meet walks back only over the samples that met it."""
         whole = (self.stat == "max" and self.below is not None) or \
             (self.stat == "min" and self.above is not None)
+        if not whole and result is not None:  # the usual tick: a full window that decided, nothing to note
+            return
         keys = (f"{ctx.scope}/{self.attr}",) if self.attr and ctx.scope else self.keys
         windows = [ctx.windows.get(k) if k in ctx.ok else None for k in keys]
         if whole:

@@ -276,7 +276,7 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
             fan_sources[fan] = tuple(dict.fromkeys((*fan_sources.get(fan, ()), *src)))
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
                                     fan_failed=fan_failed, fans=inp.fan_alarms)
-    override = arbiter.override_decisions(overrides, knobs)
+    override = arbiter.override_decisions(overrides, knobs) if overrides else {}
     decided = (*layers, override, safe)
     last = state.arbitrated
     if last is not None and last[1] is knobs and _same(last[0], decided):
