@@ -111,13 +111,13 @@ class Tick:
         knobs, lost = sampled.knobs, sampled.lost
         readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)
-        events += self.fanwatch.check(world.devices, readings, knobs, t_mono, t_wall,
-                                       paused=self.applier.paused)
-        for knob_id in self.applier.owned:
+        applier = self.applier  # a property: looked up once a tick, not once per knob
+        events += self.fanwatch.check(world.devices, readings, knobs, t_mono, t_wall, paused=applier.paused)
+        for knob_id in applier.owned:
             knob = world.knobs.get(knob_id)
             if knob is not None and knob.device_id not in lost:
-                events += self.applier.observe(knob, knobs.get(knob_id), t_mono, t_wall)
-        capped, reapply = self.caps.observe(world, readings, knobs, self.applier.requested, t_mono, t_wall)
+                events += applier.observe(knob, knobs.get(knob_id), t_mono, t_wall)
+        capped, reapply = self.caps.observe(world, readings, knobs, applier.requested, t_mono, t_wall)
         events += capped
         events += self.control.expire(t_wall)
         progress = getattr(self.control, "progress_readings", None)  # jobs' own progress rates (D-Bus)
@@ -127,10 +127,11 @@ class Tick:
                                  events)
         if decided:
             events += await self._actuate(world, knobs, lost, t_wall, sampled.hop_ok, reapply)
-        degraded.update(self.applier.faults)
-        degraded.update(self.applier.stepped_back)
-        alarms: dict[str, Alarm] = {**self.fanwatch.alarms, **self.applier.alarms}
-        degraded.update(k for k, a in alarms.items() if a.kind != "empty")
+        degraded.update(applier.faults)
+        degraded.update(applier.stepped_back)
+        alarms: dict[str, Alarm] = {**self.fanwatch.alarms, **applier.alarms}
+        if alarms:  # no generator made on a tick without alarms
+            degraded.update(k for k, a in alarms.items() if a.kind != "empty")
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
                             knobs=knobs, attrs=with_held_idle(sampled.attrs, self.held_idle, t_mono),
                             decisions=self.decisions,
