@@ -79,7 +79,7 @@ class CounterGuard:
     in a row. :meth:`check` once per sample with the backend's readings."""
 
     def __init__(self) -> None:
-        # channel id → [last good raw J, its monotonic s, offset J, (raw J, s) of the bad reads in a row]
+        # channel id → [last good raw J, its boot-clock s, offset J, (raw J, s) of the bad reads in a row]
         self._state: dict[str, list] = {}
         self.implausible = 0  # bad samples seen (one per reading made implausible)
         self._devices: tuple[Device, ...] | None = None
@@ -109,7 +109,8 @@ class CounterGuard:
     def check(self, readings: MutableMapping[str, Reading], t: float,
               ceilings: Mapping[str, float], power: Mapping[str, float | None] | None = None) -> None:
         """Judge the ok readings of the energy channels in ``ceilings`` ({channel id: W ceiling}) read at
-        monotonic time ``t`` (s): replaced in ``readings`` by an ``implausible`` one, or by the re-anchored
+        boot-clock time ``t`` (s, CLOCK_BOOTTIME: it counts a suspend, in which
+        the counter runs on): replaced in ``readings`` by an ``implausible`` one, or by the re-anchored
         value of a re-based counter. ``power``: {channel id: the device's power now (W)} for the estimate
         of a re-based counter's interval."""
         state = self._state
