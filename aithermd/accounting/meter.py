@@ -4,12 +4,16 @@ A device's increment is the increase of its energy channel between two snapshots
 total energy consumption; ``powercap:<zone>/energy``: RAPL ``energy_uj``; both already in J). Kept right
 across a device that vanishes (its joules so far stay), a failed read (the next good one covers the gap:
 the last good point is carried) and a counter that goes backwards (RAPL wraps at ``max_energy_range_uj``;
-NVML's restarts with the driver): that interval is estimated from the device's power channel × the time
-between the snapshots, unless that time exceeds ``max_estimate_s`` (a daemon restart, a suspend): then it
+NVML's restarts with the driver): that interval is estimated from a rate × the time between the snapshots,
+unless that time exceeds ``max_estimate_s`` (a daemon restart, a suspend): then it
 counts as unmeasured time rather than a guess. An increase no device can make (more than its ceiling,
 :func:`aithermd.backends.energy_rate.device_ceiling_w`, over the gap: a garbage read or a counter re-based
 ahead that reached the snapshot) is a bad sample, handled the same way as a counter that went back: the
-joules between are estimated, never the garbage counted. The backends already hold such a reading
+joules between are estimated, never the garbage counted. The estimate's rate is bounded: never over the
+device's ceiling, and for a bad sample the lower of the device's power now and its last measured rate (for
+RAPL the power is derived from the same bad read, for a pre-Volta GPU the energy is integrated from it:
+attack8 T3). A counter that went back is estimated from the power now (the counter's reset is not the
+power channel's), capped at the ceiling. The backends already hold such a reading
 ``implausible`` (:class:`~aithermd.backends.energy_rate.CounterGuard`); this is the last line, for a point
 given back after a restart or a backend without the guard.
 
@@ -18,16 +22,20 @@ counting a suspend, in which the counters go on), else the snapshots' monotonic 
 wall clock neither stretches nor cuts an interval. Only a point given back after a restart measures its gap
 on the wall clock, the only clock that spans the restart.
 
-The points can be saved and given back (:meth:`EnergyMeter.points`, ``seed``) with each device's UUID, so
-that after a daemon restart the energy used while it was down is counted once the counters are read again
--- unless the device behind the id is another one (a renumbered GPU), whose point is dropped.
+The points can be saved and given back (:meth:`EnergyMeter.points`, ``seed``) with each device's UUID, the
+kernel's boot id and the boot clock, so that after a daemon restart the energy used while it was down is
+counted once the counters are read again, as ``Increment.downtime`` (joules no process can be charged:
+nobody watched who used them, attack8 T2), its gap measured on the boot clock -- unless the device behind
+the id is another one (a renumbered GPU), or the point was saved in another boot (the counters restarted),
+whose point is dropped. The first increment after a restart spans no time (``dt_s`` 0): the downtime is no
+accounting interval.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aithermd.backends.energy_rate import MIN_GAP_S, device_ceiling_w
@@ -46,6 +54,8 @@ class Point:
     t_wall: float
     identity: str | None = None
     t_run: float | None = None  # this run's boot-clock s; None for a point given back after a restart
+    boot: str | None = None  # the kernel's boot id it was read in (None: unknown)
+    t_boot: float | None = None  # boot-clock s it was read at (saved: spans a restart within one boot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +63,8 @@ class Increment:
     """What :meth:`EnergyMeter.feed` returns: ``joules`` per device id since the previous snapshot, over
     ``dt_s``; ``unmeasured_s`` per device where the counter went back after too long a gap; ``apart``,
     ``platform`` and ``estimated`` say which devices no total counts (:func:`aithermd.model.in_total`), which
-    are the platform (psys) and whose joules are estimated."""
+    are the platform (psys) and whose joules are estimated; ``downtime`` the part of ``joules`` per device
+    used while the daemon was down (counted in device totals, charged to no process)."""
 
     dt_s: float
     joules: Mapping[str, float]
@@ -61,6 +72,7 @@ class Increment:
     apart: frozenset[str] = frozenset()  # devices no total counts (a RAPL subzone, psys, an MMIO copy)
     platform: frozenset[str] = frozenset()  # psys: the platform, given apart
     estimated: frozenset[str] = frozenset()  # devices whose joules are integrated from power (pre-Volta)
+    downtime: Mapping[str, float] = field(default_factory=dict)  # J of ``joules`` used while the daemon was down
 
 
 def _identity(dev: Any) -> str | None:
@@ -75,15 +87,20 @@ class EnergyMeter:
 
     def __init__(self, *, kinds: tuple[DeviceKind, ...] = (DeviceKind.GPU, DeviceKind.POWERCAP),
                  max_estimate_s: float = 60.0, seed: Mapping[str, Point] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, boot_id: str | None = None) -> None:
         self.kinds = kinds
         self._clock = clock  # its boot clock times the intervals (None: the snapshots' t_mono)
+        self.boot_id = boot_id or None  # the kernel's boot id now (None: unknown)
         self.max_estimate_s = max_estimate_s
+        if self.boot_id is not None:  # a point of another boot (or of unknown boot) counts nothing now
+            seed = {cid: p for cid, p in (seed or {}).items() if p.boot == self.boot_id}
         # channel id → (device, J, power W or None, t_wall, identity, t_run or None)
         self._points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {
             cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None)
             for cid, p in (seed or {}).items()}
-        self._t_wall: float | None = max((p.t_wall for p in (seed or {}).values()), default=None)
+        # channel id → boot-clock s of a point given back, until its first new reading (downtime)
+        self._restored: dict[str, float | None] = {cid: p.t_boot for cid, p in (seed or {}).items()}
+        self._rate: dict[str, float] = {}  # channel id → its last measured rate (W)
         self._t_run: float | None = None
         self._devices: Any = None
         # (device, energy ch, power ch, id, ceiling W)
@@ -92,8 +109,10 @@ class EnergyMeter:
         self._roles: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(),) * 3
 
     def points(self) -> dict[str, Point]:
-        """{channel id: last good point} (for saving across a restart)."""
-        return {cid: Point(*p) for cid, p in self._points.items()}
+        """{channel id: last good point} (for saving across a restart), with the boot id and boot clock."""
+        restored, boot_clock = self._restored, self._clock is not None
+        return {cid: Point(*p, boot=self.boot_id, t_boot=restored[cid] if cid in restored
+                           else p[5] if boot_clock else None) for cid, p in self._points.items()}
 
     def _plan(self, devices: Any) -> None:
         layout = []
@@ -117,6 +136,8 @@ class EnergyMeter:
         run = s.t_mono if self._clock is None else self._clock.boottime()
         joules: dict[str, float] = {}
         unmeasured: dict[str, float] = {}
+        downtime: dict[str, float] = {}
+        restored, rates = self._restored, self._rate
         points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {}
         before_all = self._points
         for dev_id, cid, power_cid, identity, ceiling in self._layout:
@@ -134,30 +155,45 @@ class EnergyMeter:
             p = readings.get(power_cid) if power_cid is not None else None
             power = p.value if p is not None and p.status is ok else None
             points[cid] = (dev_id, value, power, now, identity, run)
+            was_down = cid in restored
+            t_boot = restored.pop(cid, None) if was_down else None
             if before is None:
                 continue  # a new device counts from its next snapshot
             delta = value - before[1]
-            # this run: the run clock's gap; a point given back after a restart: the wall clock's
-            gap = run - before[5] if before[5] is not None else now - before[3]
+            # this run: the run clock's gap; a point given back after a restart: the boot clock's where
+            # it was saved with it (this boot: checked above), else the wall clock's
+            if before[5] is not None:
+                gap = run - before[5]
+            elif t_boot is not None and self._clock is not None:
+                gap = self._clock.boottime() - t_boot
+            else:
+                gap = now - before[3]
             if delta < 0 or delta > ceiling * max(gap, MIN_GAP_S):  # wrapped or reset; or garbage
                 if 0 <= gap <= self.max_estimate_s:
-                    delta = (power or 0.0) * gap
+                    last = rates.get(cid)
+                    if delta < 0:  # went back: the power now is not the counter's
+                        rate = power if power is not None else last
+                    else:  # a bad sample: the lower of the power now and the last measured rate
+                        rate = min((x for x in (power, last) if x is not None), default=None)
+                    delta = min(max(rate or 0.0, 0.0), ceiling) * gap
                 else:
                     delta = 0.0
                     unmeasured[dev_id] = unmeasured.get(dev_id, 0.0) + max(0.0, gap)
+            elif gap > 0:
+                rates[cid] = delta / gap
             joules[dev_id] += delta
-        if self._t_run is not None:
-            dt = max(0.0, run - self._t_run)
-        else:  # the first snapshot: since the points given back (wall clock: across the restart), if any
-            dt = 0.0 if self._t_wall is None else max(0.0, now - self._t_wall)
-        self._t_wall, self._t_run = now, run
+            if was_down:
+                downtime[dev_id] = downtime.get(dev_id, 0.0) + delta
+        # the first snapshot spans no accounting time (what came before it is the daemon's downtime)
+        dt = 0.0 if self._t_run is None else max(0.0, run - self._t_run)
+        self._t_run = run
         self._points = points
-        return Increment(dt, joules, unmeasured, *self._roles)
+        return Increment(dt, joules, unmeasured, *self._roles, downtime=downtime)
 
 
 def points_to_json(points: Mapping[str, Point]) -> dict[str, Any]:
     return {cid: {"device": p.device, "joules": p.joules, "power_w": p.power_w, "t_wall": p.t_wall,
-                  "identity": p.identity} for cid, p in points.items()}
+                  "identity": p.identity, "boot": p.boot, "t_boot": p.t_boot} for cid, p in points.items()}
 
 
 def points_from_json(data: Any) -> dict[str, Point]:
@@ -167,8 +203,11 @@ def points_from_json(data: Any) -> dict[str, Point]:
         return out
     for cid, d in data.items():
         try:
+            t_boot = d.get("t_boot")
             p = Point(str(d["device"]), float(d["joules"]), None if d.get("power_w") is None
-                      else float(d["power_w"]), float(d["t_wall"]), d.get("identity"))
+                      else float(d["power_w"]), float(d["t_wall"]), d.get("identity"),
+                      boot=None if d.get("boot") is None else str(d["boot"]),
+                      t_boot=float(t_boot) if isinstance(t_boot, int | float) and math.isfinite(t_boot) else None)
         except (KeyError, TypeError, ValueError):
             continue
         if math.isfinite(p.joules) and math.isfinite(p.t_wall):

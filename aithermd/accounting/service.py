@@ -11,8 +11,9 @@ has no joules to share out: no pass runs (the scan of every process was most of 
 State is kept in the state directory: ``energy.json`` (open windows, the meter's counter points, the joules
 not yet accounted and where accounting stopped, idle floors) written at most every ``save_every_s`` and on
 stop, and ``energy-history.json``. So windows, their sums and the history survive a daemon restart, and the
-energy used while the daemon was down is counted (and attributed with the first interval after it) once the
-counters are read again.
+energy used while the daemon was down is counted once the counters are read again (in the same boot: the
+points carry the kernel's boot id): in the device totals and open windows, as *unattributed* -- nobody
+watched who used it, and the processes present after the restart did not (attack8 T2).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from typing import Any
 import structlog
 
 from aithermd.accounting.accountant import CPU, Accountant, is_package_zone
+from aithermd.accounting.attribution import Split
 from aithermd.accounting.export import Exporter
 from aithermd.accounting.history import FORMAT as HISTORY_FORMAT
 from aithermd.accounting.history import EnergyHistory
 from aithermd.accounting.meter import EnergyMeter, points_from_json, points_to_json
 from aithermd.accounting.procs import ProcessTable
 from aithermd.accounting.windows import EnergyWindows
+from aithermd.actuate.journal import current_boot_id
 from aithermd.clock import Clock, RealClock
 from aithermd.files import read_regular
 from aithermd.model import Event, Snapshot
@@ -59,7 +62,7 @@ class EnergyService:
     def __init__(self, clock: Clock | None = None, state_dir: Path | None = None, *, per_uid: int = 8,
                  max_windows: int = 256, save_every_s: float = 60.0, table: ProcessTable | None = None,
                  gpus: Sequence[Any] = (), interval_s: float = 5.0, cost_per_kwh: float | None = None,
-                 currency: str = "", top_n: int = 10) -> None:
+                 currency: str = "", top_n: int = 10, boot_id: str | None = None) -> None:
         self.clock = clock or RealClock()
         self.state_dir = None if state_dir is None else Path(state_dir)
         self.save_every_s = save_every_s
@@ -68,7 +71,9 @@ class EnergyService:
         self.gpus = list(gpus)
         self._log = structlog.get_logger("aithermd.energy")
         saved = self._load(STATE_FILE, FORMAT)
-        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")), clock=self.clock)
+        if boot_id is None and self.state_dir is not None:
+            boot_id = current_boot_id()
+        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")), clock=self.clock, boot_id=boot_id)
         self.windows = EnergyWindows(self.clock, per_uid=per_uid, max_windows=max_windows)
         restored = self.windows.restore(saved.get("windows") or [])
         if restored:
@@ -140,9 +145,12 @@ class EnergyService:
                 self.exporter.update(self._latest_run, (), self.accountant.info, {}, {}, self._known)
         if self.accountant is not None:
             self._pending_s += increment.dt_s
+            down = increment.downtime
             for device, joules in increment.joules.items():
                 if device.startswith("gpu") or is_package_zone(device):
-                    self._pending[device] = self._pending.get(device, 0.0) + joules
+                    self._pending[device] = self._pending.get(device, 0.0) + joules - down.get(device, 0.0)
+            if down:
+                self._book_downtime(down, snapshot.t_wall)
             if self._accounted_until is None:
                 self._accounted_until = snapshot.t_wall
             if self._next_pass is None:
@@ -154,6 +162,22 @@ class EnergyService:
         now = self.clock.monotonic()
         if self.windows.changed or self._last_save is None or now - self._last_save >= self.save_every_s:
             self.save()
+
+    def _book_downtime(self, down: dict[str, float], t_wall: float) -> None:
+        """The joules used while the daemon was down: in the device totals and the day's history as
+        unattributed (J; the CPU is its package zones' sum), charged to no process."""
+        assert self.accountant is not None
+        per: dict[str, float] = {}
+        for device, joules in down.items():
+            name = device if device.startswith("gpu") else CPU if is_package_zone(device) else None
+            if name is not None and joules > 0:
+                per[name] = per.get(name, 0.0) + joules
+        for device, joules in per.items():
+            split = Split(device, joules, (), 0.0, joules)
+            self.accountant.ledger.add(split, self.accountant.info, self._latest_run, 0.0)
+            self.history.add(split, self.accountant.info, t_wall)
+        if per:
+            self._log.info("energy_downtime_unattributed", joules={d: round(j, 3) for d, j in per.items()})
 
     # ---- one accounting pass -------------------------------------------------------------------------------
     async def account(self) -> None:

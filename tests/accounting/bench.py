@@ -50,14 +50,15 @@ class Bench:
         self.backend: NvmlBackend | None = None
         self.service: EnergyService | None = None
 
-    def start_daemon(self, state_dir: Path | None) -> EnergyService:
+    def start_daemon(self, state_dir: Path | None, boot_id: str | None = None) -> EnergyService:
         if self.backend is not None:
             self.backend.close()
         self.backend = NvmlBackend(nvml=self.nvml.bindings())
         self.backend.discover()
         table = ProcessTable(psutil_module=self.procs, reader=ProcReader(self.tmp / "proc"))
         self.service = EnergyService(self.clock, state_dir, table=table, gpus=[self.backend],
-                                     interval_s=float("inf"))
+                                     interval_s=float("inf"),
+                                     **({} if boot_id is None else {"boot_id": boot_id}))
         for i in range(self.gpus):
             self.service.accountant.floors.setdefault(self.nvml.gpu(i).uuid, IdleFloor(FLOOR_W))
         self.service.on_publish(self.snapshot())
