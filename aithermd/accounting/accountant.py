@@ -79,10 +79,13 @@ class Accountant:
 
     def account(self, t_wall: float, dt_s: float, joules: Mapping[str, float], usage: Sequence[GpuUsage],
                 cpu: Mapping[ProcKey, float], identities: Mapping[str, str | None] | None = None,
-                scopes: Iterable[str] = (), t_run: float | None = None) -> dict[str, dict[str, float]]:
+                scopes: Iterable[str] = (), t_run: float | None = None,
+                learn: bool = True) -> dict[str, dict[str, float]]:
         """Account one interval of ``dt_s`` ending at ``t_wall`` (``t_run``: then on the boot clock, which
         times how long exited processes are kept; None: ``t_wall``); ``identities``: {device id: uuid or
-        zone} (idle floors follow the board, not its index). Returns {scope: {device: J}} for ``scopes``."""
+        zone} (idle floors follow the board, not its index). ``learn`` False: the interval teaches the idle
+        floors nothing (the machine slept in it: its mean draw is the sleep's, attack8 T4). Returns
+        {scope: {device: J}} for ``scopes``."""
         identities = identities or {}
         splits: list[Split] = []
         for u in usage:
@@ -92,7 +95,7 @@ class Accountant:
             holders = self._holders(u)
             floor = self._floor(identities.get(u.device_id) or u.device_id)
             splits.append(split_gpu(u.device_id, energy, dt_s, floor.value, holders))
-            if dt_s > 0:
+            if dt_s > 0 and learn:
                 floor.observe(energy / dt_s, dt_s, idle=_gpu_idle(u))
         baseline = self._cpu_before is None  # no CPU times yet: cannot tell an idle CPU from a busy one
         used = self._cpu_used(cpu, t_wall)
@@ -101,7 +104,7 @@ class Accountant:
             energy = math.fsum(package)
             floor = self._floor("rapl:package")
             splits.append(split_cpu(CPU, energy, dt_s, floor.value, used))
-            if dt_s > 0 and not baseline:
+            if dt_s > 0 and not baseline and learn:
                 floor.observe(energy / dt_s, dt_s, idle=sum(used.values()) / dt_s < CPU_BUSY_CORES)
         t = t_wall if t_run is None else t_run
         for split in splits:

@@ -46,6 +46,7 @@ HISTORY_FILE = "energy-history.json"
 FORMAT = "aithermd-energy/1"
 MAX_STATE_BYTES = 16 << 20  # what is read back; the history is written within HISTORY_MAX_BYTES
 HISTORY_MAX_BYTES = 2 << 20
+SLEPT_S = 2.0  # boot clock ahead of the monotonic one by more than this between snapshots: a suspend
 
 
 def _floats(value: Any) -> dict[str, float]:
@@ -87,6 +88,8 @@ class EnergyService:
         pending_s = saved.get("pending_s")
         self._pending_s = float(pending_s) if isinstance(pending_s, int | float) and pending_s >= 0 else 0.0
         self._latest_run = self.clock.boottime()  # boot-clock s of the latest snapshot
+        self._latest_mono = self.clock.monotonic()  # and on the monotonic clock (stops in a suspend)
+        self._slept = False  # the machine slept since the last pass: that pass teaches no idle floor
         self._latest: Snapshot | None = None
         self._next_pass: float | None = None
         self._task: asyncio.Task[None] | None = None
@@ -136,7 +139,10 @@ class EnergyService:
     def on_publish(self, snapshot: Snapshot, events: Sequence[Event] = ()) -> None:
         increment = self.meter.feed(snapshot)
         self.windows.add(increment)
-        self._latest, self._latest_run = snapshot, self.clock.boottime()
+        run, mono = self.clock.boottime(), self.clock.monotonic()
+        if (run - self._latest_run) - (mono - self._latest_mono) > SLEPT_S:
+            self._slept = True  # a suspend: the interval's mean draw is the sleep's, no idle draw (T4)
+        self._latest, self._latest_run, self._latest_mono = snapshot, run, mono
         if self.accountant is not None and snapshot.devices is not getattr(self, "_devices", None):
             self._devices = snapshot.devices
             self._known = tuple(d for d in increment.joules if d.startswith("gpu")) + (
@@ -209,8 +215,9 @@ class EnergyService:
         (joules, self._pending), (dt, self._pending_s) = (self._pending, {}), (self._pending_s, 0.0)
         self._accounted_until = t_wall
         identities = {d.id: (d.info.get("uuid") or None) for d in self._latest.devices}
+        learn, self._slept = not self._slept, False
         per_scope = self.accountant.account(t_wall, dt, joules, usage, cpu, identities, self.windows.scopes(),
-                                            t_run=self._latest_run)
+                                            t_run=self._latest_run, learn=learn)
         self.windows.add_scoped(per_scope)
         for split in self.accountant.last_splits.values():
             self.history.add(split, self.accountant.info, t_wall)
