@@ -93,6 +93,8 @@ class RaplBackend:
         self._boottime = getattr(self.clock, "boottime", self.clock.monotonic)
         self.io = io or SysfsIO()
         self._zones: list[_Zone] = []
+        # zones gone at a rediscovery, by (id, energy file): their counts, for when they come back (T9)
+        self._away: dict[tuple[str, str], _Zone] = {}
         self._limits: dict[str, _Limit] = {}
         self._why_logged: dict[str, str] = {}  # zone → the reason its energy was last logged unreadable
 
@@ -121,8 +123,12 @@ class RaplBackend:
     def discover(self) -> list[Device]:
         """Every RAPL zone with a ``name``; ids ``powercap:<name>`` (``#2`` for repeats). Discovering again (a
         reload, hotplug) keeps the energy counter of a zone still there (same id and file): its power needs
-        no second read, its energy total runs on."""
-        counters = {(z.device_id, z.energy.path): z for z in self._zones}
+        no second read, its energy total runs on. A zone that left (``rmmod intel_rapl_msr``, a rescan
+        while it was absent) and comes back goes on from its total too, as the event counters of a device
+        that leaves and returns do (:mod:`aithermd.publish.event_counters`): the exported
+        ``aithermd_rapl_energy_joules_total`` never goes back without a restart (attack8 T9: 292 kJ →
+        30 kJ)."""
+        counters = {**self._away, **{(z.device_id, z.energy.path): z for z in self._zones}}
         self.close()
         io = self.io
         zones = []
@@ -147,6 +153,8 @@ class RaplBackend:
             if (old := counters.get((zone.device_id, zone.energy.path))) is not None:
                 zone.prev_raw, zone.prev_t, zone.total_uj = old.prev_raw, old.prev_t, old.total_uj
                 zone.prev_boot = old.prev_boot
+        present = {(z.device_id, z.energy.path) for z in self._zones}
+        self._away = {k: z for k, z in counters.items() if k not in present}
         return devices
 
     def _amd_sockets(self, taken: set[str]) -> list[Device]:

@@ -343,3 +343,34 @@ def test_discovering_again_keeps_each_zones_counter(node_root):
     assert readings["powercap:package-0/power"].value == pytest.approx(30.0)
     assert readings["powercap:package-0/energy"].value == pytest.approx(81.0)
     backend.close()
+
+
+def test_a_zone_that_leaves_and_comes_back_goes_on_from_its_total(node_root, tmp_path):
+    """``rmmod intel_rapl_msr`` with a rescan while the zone is absent, then ``modprobe``: the zone's energy
+    total (J) goes on from where it was, never from the raw counter (attack8 T9: 292 kJ → 30 kJ, which
+    Prometheus reads as a counter reset)."""
+    zone = node_root / "class" / "powercap" / "intel-rapl:0"
+    clock = SimClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    raw = MAX_RANGE - 30_000_000_000  # 30 kJ before the wrap
+    for _ in range(600):  # 10 min at 100 W, one wrap
+        clock.advance(1.0)
+        raw = (raw + 100_000_000) % (MAX_RANGE + 1)
+        (zone / "energy_uj").write_text(f"{raw}\n")
+        total = backend.sample().readings["powercap:package-0/energy"].value
+    assert total > 60_000.0
+    kept = tmp_path / "zone"
+    shutil.copytree(zone, kept)
+    shutil.rmtree(zone)
+    assert "powercap:package-0" not in {d.id for d in backend.discover()}
+    clock.advance(1.0)
+    raw += 100_000_000  # the hardware counter ran on while the driver was out
+    shutil.copytree(kept, zone)
+    (zone / "energy_uj").write_text(f"{raw}\n")
+    assert "powercap:package-0" in {d.id for d in backend.discover()}
+    clock.advance(1.0)
+    (zone / "energy_uj").write_text(f"{raw + 100_000_000}\n")
+    back = backend.sample().readings["powercap:package-0/energy"]
+    assert back.status is Status.OK and back.value == pytest.approx(total + 200.0)
+    backend.close()
