@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -128,11 +129,14 @@ async def release(client: DaemonClient, args: argparse.Namespace) -> int:
 
 
 async def run_child(command: Sequence[str],
-                    follow: Callable[[asyncio.subprocess.Process], Awaitable[int]] | None = None) -> int:
+                    follow: Callable[[asyncio.subprocess.Process], Awaitable[int]] | None = None,
+                    before_reap: Callable[[], Awaitable[None]] | None = None) -> int:
     """Run ``command`` with our stdio; SIGTERM, SIGHUP and SIGQUIT are forwarded, SIGINT is left to the
     terminal (it reaches the child's process group already). Returns its exit code, 128+N for signal N,
     127 not found, 126 not executable. With ``follow``, the child's stdout and stderr are pipes and
-    ``follow(proc)`` (which copies them on and returns the exit status) is awaited instead of the child."""
+    ``follow(proc)`` (which copies them on and returns the exit status) is awaited instead of the child.
+    With ``before_reap`` (not with ``follow``), it is awaited once the child has exited but before it is
+    reaped: still in /proc (a zombie), the daemon's accounting can tell whose child it was."""
     loop = asyncio.get_running_loop()
     forwarded = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     procs: list[asyncio.subprocess.Process] = []
@@ -150,7 +154,8 @@ async def run_child(command: Sequence[str],
     try:
         try:
             pipes = {"stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.PIPE} if follow else {}
-            procs.append(await asyncio.create_subprocess_exec(*command, **pipes))
+            procs.append(await asyncio.create_subprocess_exec(*command, **pipes) if before_reap is None
+                         else subprocess.Popen(list(command)))  # type: ignore[arg-type]
         except FileNotFoundError:
             _note(f"{command[0]}: command not found")
             return 127
@@ -159,7 +164,13 @@ async def run_child(command: Sequence[str],
             return 126
         for sig in early:
             procs[0].send_signal(sig)
-        rc = await (follow(procs[0]) if follow else procs[0].wait())
+        if before_reap is not None:  # not asyncio's child watcher: it would reap the child at once
+            with contextlib.suppress(ChildProcessError):  # a forwarded signal's poll() reaped it already
+                await asyncio.to_thread(os.waitid, os.P_PID, procs[0].pid, os.WEXITED | os.WNOWAIT)
+            await before_reap()
+            rc = await asyncio.to_thread(procs[0].wait)  # type: ignore[arg-type]
+        else:
+            rc = await (follow(procs[0]) if follow else procs[0].wait())
     finally:
         for sig in (*forwarded, signal.SIGINT):
             loop.remove_signal_handler(sig)
@@ -322,14 +333,20 @@ async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
     name = os.path.basename(args.command[0])[:64] or "energy"
     # the command is our child: the process tree under us is its own share of the devices
     window = await client.start_scoped_energy_window(name, args.timeout, f"pid:{os.getpid()}")
-    try:
-        rc = await run_child(args.command)
-    finally:
+    stopped: list[dict | None] = []
+
+    async def stop() -> None:  # CMD has exited, not yet reaped: the daemon settles its share (attack8 T6)
         try:
-            result = await client.stop_energy_window(window)
+            stopped.append(await client.stop_energy_window(window))
         except ClientError as exc:  # gone (an older daemon drops a timed-out window): CMD's status still
             sys.stderr.write(f"aithermctl energy: warning: {exc}; nothing to report\n")
-            result = None
+            stopped.append(None)
+    try:
+        rc = await run_child(args.command, before_reap=stop)
+    finally:
+        if not stopped:
+            await stop()
+    result = stopped[0]
     if result is None:
         return rc
     if result.get("timed_out"):

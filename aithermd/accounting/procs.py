@@ -169,6 +169,16 @@ class ProcessTable:
         self.reader = reader or ProcReader()
         self.info: dict[ProcKey, ProcessInfo] = {}
         self.by_pid: dict[int, ProcKey] = {}
+        # pid → identity of the processes gone at the last two scans (NVML's utilization samples of a
+        # process that ended between two passes still name it: charge its job, not an anonymous pid)
+        self._exited: dict[int, ProcessInfo] = {}
+        self._gone: dict[int, ProcessInfo] = {}
+
+    def _set(self, info: dict[ProcKey, ProcessInfo], by_pid: dict[int, ProcKey]) -> None:
+        gone = {k[0]: i for k, i in self.info.items() if k not in info and k[0] not in by_pid}
+        self._exited = {p: i for p, i in {**self._gone, **gone}.items() if p not in by_pid}
+        self._gone = gone
+        self.info, self.by_pid = info, by_pid
 
     def scan(self, pids: Iterable[int] | None = None) -> dict[ProcKey, float]:
         """{key: CPU seconds so far (user + system, with reaped children's)} of every process now (of
@@ -187,7 +197,7 @@ class ProcessTable:
             by_pid[pid] = key
             known = known_info.get(key)
             info[key] = known if known is not None else reader.identity(pid, key[1], ppid)
-        self.info, self.by_pid = info, by_pid
+        self._set(info, by_pid)
         return cpu
 
     def _lineage(self, pids: Iterable[int]) -> Iterator[tuple[int, int, float, float]]:
@@ -226,7 +236,7 @@ class ProcessTable:
                     ppid = 0
                 known = self.reader.identity(key[0], key[1], ppid)
             info[key] = known
-        self.info, self.by_pid = info, by_pid
+        self._set(info, by_pid)
         return cpu
 
     @staticmethod
@@ -234,16 +244,22 @@ class ProcessTable:
         return (int(proc.pid), round(float(proc.create_time()), 2))
 
     def lookup(self, pid: int) -> ProcessInfo:
-        """The identity of ``pid`` as of the last scan; an invisible one when it is not in the table."""
+        """The identity of ``pid`` as of the last scan (or of one of the two before, for a process that
+        ended since: attack8 T6); an invisible one when it is in none of them."""
         key = self.by_pid.get(pid)
         if key is not None:
             return self.info[key]
+        exited = self._exited.get(pid)
+        if exited is not None:
+            return exited
         return ProcessInfo(pid, 0.0, visible=False, comm=f"pid {pid}")
 
     def ancestors(self, key: ProcKey) -> Iterable[int]:
         """Pids of ``key``'s parent, its parent, … (as of the last scan)."""
         seen: set[int] = set()
         info = self.info.get(key)
+        if info is None and (exited := self._exited.get(key[0])) is not None and exited.key == key:
+            info = exited  # ended since the last scan: its parents as they were
         while info is not None and info.ppid and info.ppid not in seen:
             seen.add(info.ppid)
             yield info.ppid

@@ -193,6 +193,12 @@ class EnergyWindows:
         del self._windows[window_id]
         return owner.document(self._clock.boottime(), *self._roles)
 
+    def scoped(self, window_id: int, uid: int, *, root: bool = False) -> bool:
+        """Whether ``window_id`` is an open scoped window ``uid`` may stop (its last seconds need an
+        accounting pass before :meth:`stop`)."""
+        window = self._windows.get(window_id)
+        return window is not None and bool(window.scope) and (root or window.uid == uid)
+
     def list(self, uid: int, *, root: bool = False) -> list[dict[str, Any]]:
         """The caller's open windows (every window for root), oldest first, as :meth:`stop` documents them
         so far."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ class FakeDaemon:
     """``deny``: method names answered with NotAuthorized; ``reload_error``: text of a PolicyInvalid."""
 
     def __init__(self) -> None:
+        self.children_at_stop: list[str] | None = None  # states of a pid: scope's children at its stop
         self.doc = load("snapshot.json")
         self.doc["policy"]["holds"] = []
         self.history = load("history.json")
@@ -209,6 +211,8 @@ class FakeDaemon:
             raise _Err(wire.ERROR_UNKNOWN_WINDOW, f"no energy window {window}")
         name, start, scope = self.windows.pop(window)
         duration = time.monotonic() - start
+        if scope.startswith("pid:"):  # the states of the scope's children now (Z: exited, not yet reaped)
+            self.children_at_stop = _children_states(int(scope[4:]))
         # the daemon's own window document (fixtures/energy.json), its joules scaled to this window's length
         doc = load("energy.json")
         joules = {k: j * duration / doc["duration_s"] for k, j in doc["joules"].items()}
@@ -218,6 +222,21 @@ class FakeDaemon:
             attributed = {"cpu": joules["powercap:package-0"] / 10, "gpu0": joules["gpu0"]}
             doc.update(scope=scope, attributed=attributed, attributed_total_j=sum(attributed.values()))
         return json.dumps(doc)
+
+
+def _children_states(ppid: int) -> list[str]:
+    """The state letters (proc(5) ``stat`` field 3) of ``ppid``'s children."""
+    states = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace").read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == ppid:
+                states.append(fields[0])
+    return states
 
 
 class _Err(Exception):

@@ -398,6 +398,15 @@ async def test_energy_reports_joules_duration_and_mean_power(fake_daemon, privat
     assert rc == 0 and set(json.loads(out)["joules"]) == {"gpu0", "gpu1", "powercap:core", "powercap:package-0"}
 
 
+async def test_energy_stops_its_window_before_the_command_is_reaped(fake_daemon, private_bus):
+    """The command has exited but is still in /proc (a zombie) when the window is stopped: the daemon's
+    last accounting pass can still tell it was aithermctl's child and charge its last seconds to the window
+    (attack8 T6: a 4 s job under ``aithermctl energy`` was charged nothing)."""
+    rc, _, _ = await ctl(private_bus, "energy", "--", "sh", "-c", "exit 5")
+    assert rc == 5
+    assert fake_daemon.children_at_stop == ["Z"]
+
+
 async def test_doctor_reports_bus_and_daemon(fake_daemon, private_bus, tmp_path):
     gpu1 = next(d for d in fake_daemon.doc["devices"] if d["id"] == "gpu1")
     gpu1["knobs"][1].update(writable=False, why_not="NVML_ERROR_NO_PERMISSION: needs root")  # not root

@@ -176,3 +176,29 @@ async def test_processes_and_the_energy_report_over_dbus(bus_address, polkitd, c
             assert reply.error_name == wire.ERROR_INVALID_ARGUMENT
     finally:
         await handle.stop()
+
+
+async def test_a_scoped_window_stopped_over_dbus_gets_the_seconds_since_the_last_pass(
+        bus_address, polkitd, control, client, tmp_path):
+    """A 4 s job between two accounting passes (every 5 s): StopEnergyWindow settles one pass before it
+    answers, so the window's attributed joules are the job's, not nothing (attack8 T6: −100 %)."""
+    from aithermd.publish import dbus_service
+    from aithermd.publish.hub import StateHub
+    from tests.accounting.bench import Bench
+
+    bench = Bench(tmp_path)
+    energy = bench.start_daemon(None)
+    bench.run(5)  # one pass, nobody on the GPUs
+    handle = await dbus_service.start(bus_address, control, StateHub(), snapshot_interval_s=0.0,
+                                      energy=energy)
+    try:
+        (wid,) = await ok(client, "StartScopedEnergyWindow", "sds", ["job", 0.0, "job:101"])
+        bench.job(5001, 101, {0: 1.0})
+        bench.util[0], bench.power["gpu0"] = 100.0, 300.0
+        bench.run(4)  # no pass while it runs
+        (text,) = await ok(client, "StopEnergyWindow", "t", [wid])
+        doc = json.loads(text)
+        assert doc["joules"]["gpu0"] == pytest.approx(4 * 300.0)
+        assert doc["attributed"]["gpu0"] == pytest.approx(4 * 300.0)  # J: all of gpu0 while it ran
+    finally:
+        await handle.stop()
