@@ -33,6 +33,7 @@ from typing import Any
 import structlog
 
 from aithermd import units
+from aithermd.backends.energy_rate import POWER_MARGIN
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.powercap_energy import (  # noqa: F401 - energy_increase_uj, MAX_PLAUSIBLE_W: API
     MAX_PLAUSIBLE_W,
@@ -152,7 +153,7 @@ class RaplBackend:
         for zone in self._zones:
             if (old := counters.get((zone.device_id, zone.energy.path))) is not None:
                 zone.prev_raw, zone.prev_t, zone.total_uj = old.prev_raw, old.prev_t, old.total_uj
-                zone.prev_boot = old.prev_boot
+                zone.prev_boot, zone.rate_w = old.prev_boot, old.rate_w
         present = {(z.device_id, z.energy.path) for z in self._zones}
         self._away = {k: z for k, z in counters.items() if k not in present}
         return devices
@@ -229,7 +230,8 @@ class RaplBackend:
                 knobs.append(self._limit(dev_id, kind, prefix, window is not None))
             n += 1
         max_range = read_optional_int(io, os.path.join(path, "max_energy_range_uj"))
-        self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, max_w or None)))
+        self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, max_w or None),
+                                 POWER_MARGIN * max_w if max_w > 0 else None))
         return Device(id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs),
                       info=info)
 

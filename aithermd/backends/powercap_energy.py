@@ -14,6 +14,12 @@ the package drew at two very different rates in it) while its energy still count
 back (a reset with the package in S3 is as likely as a wrap: nothing is counted). Measured on the
 monotonic clock, 120 J drawn in an s2idle sleep read as one 119 W sample on a 50 W package, and an hour's
 sleep as an "implausible" reset whose energy was dropped.
+
+A read that implies more than twice the zone's highest constraint power *and* more than twice its last
+measured power is held one read (power ``stale``, energy not yet counted): the next read, measured from the
+last good one, says it all -- one bad ``energy_uj`` read (+4 kJ on a 50 W package, then back: attack8 T3,
+which the 5 kW bound let through) is never counted, a real surge (PL2, an "unlimited" board: attack5 C8) is
+counted in full one read late, and from then on is the zone's own rate.
 """
 
 from __future__ import annotations
@@ -33,12 +39,15 @@ SLEPT_S = 1.0
 
 class _Zone:
     __slots__ = ("device_id", "energy", "why_not", "max_range", "max_gap_s", "prev_raw", "prev_t",
-                 "prev_boot", "total_uj")
+                 "prev_boot", "total_uj", "suspect_w", "rate_w", "held")
 
     def __init__(self, device_id: str, energy: Attribute, why_not: str | None, max_range: int | None,
-                 max_gap: float | None = None) -> None:
+                 max_gap: float | None = None, suspect_w: float | None = None) -> None:
         self.device_id, self.energy, self.why_not, self.max_range = device_id, energy, why_not, max_range
         self.max_gap_s = max_gap if max_gap is not None else max_gap_s(max_range, None)
+        self.suspect_w = suspect_w  # W: 2 × the zone's highest constraint power (None: no limit stated)
+        self.rate_w = 0.0  # W: the last measured power
+        self.held = False  # the last read was held (see the module doc): the next one is measured as it is
         self.prev_raw: int | None = None
         self.prev_t = self.prev_boot = 0.0
         self.total_uj = 0
@@ -91,8 +100,16 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
     elif dt - awake > SLEPT_S:
         power = Reading(power_id, None, Status.STALE, f"the machine slept {dt - awake:.0f} s in this "
                         "interval: its energy counts, no power for it")
+    elif not zone.held and zone.suspect_w is not None and \
+            (watts := units.uj_to_j(delta) / dt) > max(zone.suspect_w, 2.0 * zone.rate_w):
+        zone.held = True  # the previous read stays the reference: the next one is measured from it
+        return (Reading(power_id, None, Status.STALE, f"{watts:.0f} W, over twice the zone's limits and its "
+                        f"last {zone.rate_w:.0f} W: held until the next read"),
+                Reading(energy_id, units.uj_to_j(zone.total_uj)))
     else:
         power = Reading(power_id, units.uj_to_j(delta) / dt)
+        zone.rate_w = power.value
+    zone.held = False
     zone.prev_raw, zone.prev_t, zone.prev_boot = raw, t, boot
     zone.total_uj += delta
     return power, Reading(energy_id, units.uj_to_j(zone.total_uj))

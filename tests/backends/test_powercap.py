@@ -374,3 +374,29 @@ def test_a_zone_that_leaves_and_comes_back_goes_on_from_its_total(node_root, tmp
     back = backend.sample().readings["powercap:package-0/energy"]
     assert back.status is Status.OK and back.value == pytest.approx(total + 200.0)
     backend.close()
+
+
+@pytest.mark.parametrize(("glitch_uj", "surge_w"), [(4_000_000_000, 0.0), (0, 300.0)])
+def test_one_bad_energy_read_is_never_counted_a_real_surge_is(node_root, glitch_uj, surge_w):
+    """A 50 W package (constraints up to 95 W): one ``energy_uj`` read +4 kJ (4 050 W, under the absolute
+    5 kW bound) is held and the next read, measured from the last good one, leaves it out (attack8 T3: +3.95
+    kJ counted); a real surge to 300 W (PL2, an "unlimited" board: attack5 C8) is counted in full."""
+    energy = zone_file(node_root, "intel-rapl:0", "energy_uj")
+    clock = SimClock()
+    backend = RaplBackend(str(node_root), clock=clock)
+    backend.discover()
+    raw, truth, first = 1_000_000, 0.0, None
+    for s in range(60):
+        watts = surge_w if surge_w and s >= 30 else 50.0
+        clock.advance(1.0)
+        raw += int(watts * 1e6)
+        truth += watts if s else 0.0
+        energy.write_text(f"{raw + (glitch_uj if s == 30 else 0)}\n")
+        readings = backend.sample().readings
+        first = readings["powercap:package-0/energy"].value if first is None else first
+        if s == 30:
+            assert readings["powercap:package-0/power"].status is Status.STALE
+    total = readings["powercap:package-0/energy"].value - first
+    assert total == pytest.approx(truth)  # J
+    assert readings["powercap:package-0/power"].value == pytest.approx(surge_w or 50.0)  # W
+    backend.close()
