@@ -72,7 +72,7 @@ class Increment:
     apart: frozenset[str] = frozenset()  # devices no total counts (a RAPL subzone, psys, an MMIO copy)
     platform: frozenset[str] = frozenset()  # psys: the platform, given apart
     estimated: frozenset[str] = frozenset()  # devices whose joules are integrated from power (pre-Volta)
-    downtime: Mapping[str, float] = field(default_factory=dict)  # J of ``joules`` used while the daemon was down
+    downtime: Mapping[str, float] = field(default_factory=dict)  # J of ``joules`` used while it was down
 
 
 def _identity(dev: Any) -> str | None:
@@ -207,7 +207,8 @@ def points_from_json(data: Any) -> dict[str, Point]:
             p = Point(str(d["device"]), float(d["joules"]), None if d.get("power_w") is None
                       else float(d["power_w"]), float(d["t_wall"]), d.get("identity"),
                       boot=None if d.get("boot") is None else str(d["boot"]),
-                      t_boot=float(t_boot) if isinstance(t_boot, int | float) and math.isfinite(t_boot) else None)
+                      t_boot=float(t_boot) if isinstance(t_boot, int | float) and math.isfinite(t_boot)
+                      else None)
         except (KeyError, TypeError, ValueError):
             continue
         if math.isfinite(p.joules) and math.isfinite(p.t_wall):

@@ -75,7 +75,8 @@ class EnergyService:
         saved = self._load(STATE_FILE, FORMAT)
         if boot_id is None and self.state_dir is not None:
             boot_id = current_boot_id()
-        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")), clock=self.clock, boot_id=boot_id)
+        self.meter = EnergyMeter(seed=points_from_json(saved.get("points")), clock=self.clock,
+                                 boot_id=boot_id)
         self.windows = EnergyWindows(self.clock, per_uid=per_uid, max_windows=max_windows)
         restored = self.windows.restore(saved.get("windows") or [])
         if restored:
