@@ -41,12 +41,14 @@ def _err(msg: str) -> None:
 def _profiles(args: argparse.Namespace, trace: Any) -> list[Any] | str:
     """One profile per trace GPU, or an error message (exit 2)."""
     if args.gpu_profile:
-        from aithermd.sim.smi_dump import load_dump
+        from aithermd.sim.smi_dump import DumpError, load_dump
         try:
             dump = load_dump(args.gpu_profile)
         except OSError as exc:
             return f"{args.gpu_profile}: cannot read: {exc.strerror or exc}"
-        except Exception as exc:  # noqa: BLE001 - DumpError and parse failures alike
+        except DumpError as exc:  # already PATH[:LINE]: error: what is wrong (cannot read, no GPU, bad XML)
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - a parse failure load_dump did not name
             return f"{args.gpu_profile}: not an nvidia-smi -q dump: {exc}"
         if not dump:
             return f"{args.gpu_profile}: no GPU in this dump"

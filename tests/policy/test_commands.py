@@ -156,13 +156,23 @@ def test_replay_malformed_trace_exits_1_with_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--policy", "nonesuch"], "no policy named 'nonesuch'"),
-    (["--policy", "balanced", "--gpu-profile", "/nonexistent.xml"], "cannot read"),
+    # the dump's own error, said once: not "not an nvidia-smi -q dump" for a file that is not there
+    (["--policy", "balanced", "--gpu-profile", "/nonexistent.xml"],
+     "aithermd replay: /nonexistent.xml: error: cannot read: No such file or directory\n"),
     (["--policy", "./nonexistent.yaml"], "./nonexistent.yaml: no such policy file"),
     (["--policy", str(FIX / "traces")], f"{FIX / 'traces'}: error: cannot read"),  # a directory
 ])
 def test_replay_usage_problems_exit_2(args, message, capsys):
     assert main(["replay", "--trace", str(TRACE_4090), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_replay_a_dump_without_a_gpu_says_so_once(tmp_path, capsys):
+    dump = tmp_path / "notes.txt"
+    dump.write_text("hello\n")
+    assert main(["replay", "--trace", str(TRACE_4090), "--policy", "balanced", "--gpu-profile", str(dump)]) == 2
+    assert capsys.readouterr().err == (f"aithermd replay: {dump}: error: no GPU found: expected the output of "
+                                       "`nvidia-smi -q` or `nvidia-smi -q -x`\n")
 
 
 def test_replay_invalid_policy_exits_1(capsys):
