@@ -331,8 +331,9 @@ async def simulate(settings: Any, opts: SimOptions, out: TextIO | None, signals:
 
 
 def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: Any = None) -> int:
-    """``aithermd run --simulate``: exit 0 after a clean run, 1 when the daemon failed, 2 for bad input
-    (an unreadable trace or dump, a bad flag), each with one line on stderr saying what to do."""
+    """``aithermd run --simulate``: exit 0 after a clean run, 1 when the daemon failed or the trace's content
+    is malformed (its file:line), 2 for bad input (an unreadable trace or dump, a bad flag), each with one line
+    on stderr saying what to do."""
     import sys
 
     from aithermd.policy.trace import TraceError, span_text
@@ -352,7 +353,10 @@ def run_simulated(settings: Any, args: Any, out: TextIO | None = None, signals: 
               f"read: {why} (give the CSV file that `nvidia-smi --query-gpu=timestamp,utilization.gpu,power.draw "
               "--format=csv -l 1` wrote)", file=sys.stderr)
         return 2
-    except (ValueError, TraceError) as exc:
+    except TraceError as exc:  # invalid trace content: 1, as `aithermd replay` says of the same file
+        print(f"aithermd run --simulate: malformed trace: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
         print(f"aithermd run --simulate: error: {exc}", file=sys.stderr)
         return 2
     for gap in getattr(load, "gaps", ()):
