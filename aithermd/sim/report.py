@@ -220,7 +220,7 @@ def format_summary(data: Mapping[str, Any]) -> str:
              f"{clock(data['duration_s'])} simulated",
              "workload: " + ", ".join(f"{k} {clock(v)}" for k, v in data.get("phase_s", {}).items()), ""]
     lines.append(f"{'':6}{'model':<32}{'energy kJ':>10}{'work':>9}{'work/kJ':>9}{'peak °C':>9}"
-                 f"{'slowdown °C':>13}{'W after exit (default/max)':>28}{'changes':>9}")
+                 f"{'throttle °C':>13}{'W after exit (default/max)':>28}{'changes':>9}")
     dry = bool(data.get("dry_run"))
     actuations = [a for a in data.get("actuations", ()) if not _no_op(a)]
     changes = [a for a in actuations if str(a.get("knob", "")).endswith(LIMIT_KNOBS)

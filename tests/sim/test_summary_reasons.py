@@ -69,6 +69,8 @@ def test_a_clock_lock_handed_back_is_listed_with_why_and_counted():
     text = report.format_summary(data)
     row = next(line for line in text.splitlines() if line.startswith("gpu0 "))
     assert row.split()[-1] == "3"  # one power-limit change, a clock locked and released
+    header = text.splitlines()[3]  # the GPU's own throttle temperature (NVML's slowdown threshold), not a slowdown
+    assert "peak °C  throttle °C" in header and "slowdown" not in header
     assert "changes: each GPU's power-limit and clock changes, listed below" in text
     assert "power-limit and clock changes (3), each with its reason:" in text
     assert "     3:01  gpu0/sm_clock_lock           210 → 3120 MHz" in text
