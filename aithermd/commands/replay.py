@@ -66,7 +66,8 @@ def _profiles(args: argparse.Namespace, trace: Any) -> list[Any] | str:
     return out
 
 
-FAN_STEP_SHOWN_PCT = 5.0  # a fan row is printed when its duty moved this much from the last one printed
+FAN_STEP_SHOWN_PCT = 5.0  # a fan row is printed when its duty moved this much from the last one printed (or its
+# rule changed); its "old" is the last printed row's "new", so the rows read as one chain (--json: every step)
 
 
 def _watts(v: float | None) -> str:
@@ -89,6 +90,8 @@ def print_text(doc: dict[str, Any], policy: str, trace_path: str, names: list[st
                 hidden += 1
                 continue
             shown[key] = (d["new"], d["rule"])
+            if last is not None:  # rows chain: "old" is the duty the last row shown left
+                d = {**d, "old": last}
         unit = (_watts(d["old"]), _watts(d["new"])) if d["knob"] == "power_limit" else \
             (f"{round(d['old'], 1):g} %" if d["old"] is not None else "—", f"{round(d['new'], 1):g} %")
         out.write(f"{d['t']:>9.1f}  {d['device']:<7} {d['knob']:<12} {unit[0] + ' → ' + unit[1]:<21} "

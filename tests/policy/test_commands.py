@@ -122,6 +122,10 @@ def test_replay_text_shows_the_fan_steps_that_count_and_says_how_many_it_left_ou
     assert 1 <= len(rows) < len(fans) / 10
     assert (f"({len(fans) - len(rows)} fan change(s) of less than 5 % from the last shown, by the same rule, "
             "not shown: --json lists every one)") in out
+    # the rows chain: each row's "old" is the duty the row before it showed (newuser7 #11: "0 % → 50 %" was
+    # followed by "46 % → 44 %")
+    pairs = [r.split()[3:7:3] for r in rows]  # ["0", "50"] from "3.0  gpu0  fan0  0 % → 50 %  rule"
+    assert len(pairs) >= 2 and all(a[1] == b[0] for a, b in zip(pairs, pairs[1:], strict=False)), rows
 
 
 def test_replay_marks_the_gpus_whose_limit_was_searched(capsys):
