@@ -381,8 +381,10 @@ def _predict(spec: Spec, s: Search, t: float, ratio: float, err: float) -> Searc
     floor = spec.floor * own
     if nxt < floor:
         return _move(s, t, SETTLED, s.best, f"settled at {s.best:g} W: the floor {floor:.0f} W is next")
-    return _move(s, t, STEP, nxt, f"step down to {nxt:g} W: {100 * ratio:.1f} % at {s.best:g} W puts the "
-                 f"budget's edge near {edge:.0f} W", steps=s.steps + 1)
+    why = f"step down to {nxt:g} W: {100 * ratio:.1f} % at {s.best:g} W puts the budget's edge near {edge:.0f} W"
+    if nxt < edge:  # the edge is within one step: the smallest step goes past it, to be measured there
+        why += f", less than one step ({unit:.1f} W) lower: one step to measure"
+    return _move(s, t, STEP, nxt, why, steps=s.steps + 1)
 
 
 def _restart(s: Search, t: float, why: str) -> Search:

@@ -97,3 +97,14 @@ def test_a_miss_settles_where_the_last_two_windows_cross_the_budget():
     # and it stays there: the watch reads 98 % at 272 W, within the budget of where it settled
     s, more = drive(shallow_then_steep, 64 * 4 + 5 + 2 * 64)
     assert more == limits and s.phase == SETTLED
+
+
+def test_a_step_past_an_edge_within_one_step_says_so():
+    """newuser7 #13: "step down to 243.8 W: 97.6 % at 254.2 W puts the budget's edge near 254 W" read as a
+    step past the edge it had just found; the smallest step is taken to measure there, and the reason says so."""
+    def near_edge(limit, _t):
+        return min(300.0, 0.95 * limit), 95.0, 3.0 if limit > 400 else 3.0 * 0.976
+    s, limits = drive(near_edge, 64 * 2 + 5)
+    assert limits[:2] == [450.0, 314.8] and len(limits) == 3 and limits[2] == pytest.approx(314.8 - 12.0)
+    assert s.why.startswith("step down to 302.8 W: 97.6 % at 314.8 W puts the budget's edge near 309 W")
+    assert s.why.endswith(", less than one step (12.0 W) lower: one step to measure")
