@@ -169,3 +169,24 @@ def test_four_h100s_at_gpu_burn_run_near_the_recorded_59_to_65_c():
     sim = simulate_card(h100, rows, air_c=30.0)
     steady = [temp for _, temp in sim[-300:]]
     assert 56.0 < statistics.median(steady) < 66.0
+
+
+def test_what_the_sweeps_allow_without_a_simulator():
+    """CALIBRATION.md §1's table of static caps on the measured points alone (r / u is work per joule against
+    the unbound run), on the 119 configurations a cap reaches."""
+    def p95(v):
+        return sorted(v)[min(len(v) - 1, int(0.95 * len(v)))]
+
+    def nearest(s, x):
+        i = min(range(len(s.x)), key=lambda i: abs(s.x[i] - x))
+        return 1 / s.r[i] - 1, s.r[i] / s.u[i] - 1
+
+    def best(s, budget):
+        ok = [(1 / r - 1, r / u - 1) for r, u in zip(s.r, s.u, strict=True) if 1 / r - 1 <= budget]
+        return max(ok, key=lambda p: p[1])
+
+    rows = {"own": [nearest(s, 1.0) for s in BINDING], "1.05": [nearest(s, 1.05) for s in BINDING],
+            "3": [best(s, 0.03) for s in BINDING], "5": [best(s, 0.05) for s in BINDING]}
+    got = {k: (round(100 * statistics.median(a for a, _ in v), 1), round(100 * p95([a for a, _ in v]), 1),
+               round(100 * statistics.median(g for _, g in v), 1)) for k, v in rows.items()}
+    assert got == {"own": (2.6, 10.6, 10.0), "1.05": (1.6, 6.6, 6.6), "3": (1.7, 2.8, 7.1), "5": (3.0, 4.8, 13.0)}
