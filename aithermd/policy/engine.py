@@ -275,7 +275,7 @@ def evaluate(active: Any, holds: Sequence[Any], inp: EngineInput, state: EngineS
         for fan, src in sources.items():
             fan_sources[fan] = tuple(dict.fromkeys((*fan_sources.get(fan, ()), *src)))
     safe, latched = safety.evaluate(sp, inp.readings, fan_sources, state.latched, inp.t_mono,
-                                    fan_failed=fan_failed, fans=inp.fan_alarms)
+                                    fan_failed=fan_failed, fans=inp.fan_alarms, knob_values=inp.knobs)
     override = arbiter.override_decisions(overrides, knobs) if overrides else {}
     decided = (*layers, override, safe)
     last = state.arbitrated

@@ -5,9 +5,9 @@
   and NVML report them); an AMD CPU chip that exports none, :data:`CPU_DEFAULT_THRESHOLD_C`. The fans it feeds
   go to full: the GPU's own fans; hwmon fans whose curve reads that sensor; a GPU hwmon chip's (amdgpu) own
   pwm. A GPU's power limit is cut in proportion to how far over the trigger it reads (10 % of its draw at the
-  trigger, 10 % more per °C over), to its minimum at the device's own threshold; for CPU temperature chips
-  (coretemp, k10temp, zenpower) the RAPL package PL1/PL2 go to their minimum (:func:`package_floor_w`) and
-  every board fan (the non-GPU hwmon pwms) to full. The latch holds its cut (deeper at most every 10 s) and
+  trigger, never from above the limit in force: :func:`latch_draw_w`; 10 % more per °C over), to its minimum
+  at the device's own threshold; for CPU temperature chips (coretemp, k10temp, zenpower) the RAPL package
+  PL1/PL2 go to their minimum (:func:`package_floor_w`) and every board fan (the non-GPU hwmon pwms) to full. The latch holds its cut (deeper at most every 10 s) and
   releases only after 30 s at :data:`RELEASE_C` below the trigger (:mod:`aithermd.policy.safety_latch`), so a
   temperature at the edge does not flap. A released power cut leaves a *ceiling* on the knob
   (``safety/release-ramp``, :mod:`aithermd.policy.safety_ramp`) that rises a step per 30 s of calm, stops
@@ -30,7 +30,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from aithermd.model import Decision, Device, DeviceKind, Knob, KnobKind, Layer, Quantity, Reading, Status
+from aithermd.model import (
+    Decision,
+    Device,
+    DeviceKind,
+    Knob,
+    KnobKind,
+    KnobValue,
+    Layer,
+    Quantity,
+    Reading,
+    Status,
+)
 from aithermd.policy import safety_latch, safety_ramp
 from aithermd.policy.safety_latch import RELEASE_C, Latch
 from aithermd.policy.safety_ramp import KEY as RAMP_KEY
@@ -115,12 +126,40 @@ def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
                       {d.id: d for d in devices}, MappingProxyType(thresholds))
 
 
+def latch_draw_w(sp: SafetyPlan, device_id: str, readings: Mapping[str, Reading],
+                 knobs: Mapping[str, KnobValue] | None) -> float | None:
+    """The draw (W) a new latch of ``device_id`` cuts from: its ``power`` reading, never above the power
+    limit in force (the lowest of its power-limit knobs' requested and enforced values in ``knobs``); None
+    when the reading is missing or failed (the cut is then to the minimum). A card draws no more than its limit for longer than its power controller's window, so a
+    reading above it on the latching tick is a glitch (one 2× power sample made the "cut" 414 W over a
+    337.5 W limit: nothing was cut for the latch's 196 s, attack8 T1)."""
+    draw = readings.get(f"{device_id}/power")
+    if not _ok(draw):
+        return None  # no draw to cut from: the minimum at once, as the latch always did
+    ref = float(draw.value)  # type: ignore[union-attr,arg-type]
+    dev = sp.by_id.get(device_id)
+    if dev is None or not knobs:
+        return ref
+    for k in dev.knobs:
+        if k.kind != KnobKind.POWER_LIMIT:
+            continue
+        kv = knobs.get(k.id)
+        if kv is None or kv.status != Status.OK:
+            continue
+        for limit in (kv.value, kv.extra.get("enforced_w")):
+            if limit is not None and math.isfinite(limit) and 0 < limit < ref:
+                ref = float(limit)
+    return ref
+
+
 def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: Mapping[str, Latch],
                       now: float, released: dict[str, tuple[Latch, float]] | None = None,
+                      knobs: Mapping[str, KnobValue] | None = None,
                       ) -> tuple[dict[str, tuple[float, float]], dict[str, Latch]]:
     """Channel id → (temperature, trigger) for every critical temperature, and the latches after this
     reading (:mod:`aithermd.policy.safety_latch`). A channel that fails to read keeps its latch. The
-    latches released by this reading go into ``released`` (channel id → (the latch, its trigger))."""
+    latches released by this reading go into ``released`` (channel id → (the latch, its trigger)). A new
+    latch cuts from :func:`latch_draw_w` (``knobs``: the knobs' values as read this tick)."""
     out, latches = {}, {}
     isfinite, ok = math.isfinite, Status.OK
     for cid, trig in sp.triggers:
@@ -134,9 +173,9 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
             continue
         thr = sp.thresholds.get(cid)
         value = float(r.value)
-        draw = readings.get(f"{cid.rsplit('/', 1)[0]}/power")
-        latch = safety_latch.step(latched.get(cid), value, trig, thr, now,
-                                  float(draw.value) if _ok(draw) else None)  # type: ignore[union-attr, arg-type]
+        prev = latched.get(cid)
+        draw = latch_draw_w(sp, cid.rsplit("/", 1)[0], readings, knobs) if prev is None else None
+        latch = safety_latch.step(prev, value, trig, thr, now, draw)
         if latch is not None:
             latches[cid] = latch
             out[cid] = (value, trig)
@@ -255,6 +294,7 @@ def _decide(knob: Knob, value: float | None, rule: str, reason: str, inputs: dic
 def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mapping[str, Iterable[str]],
              latched: Mapping[str, Latch] | frozenset[str], now: float = 0.0, *,
              fan_failed: Mapping[str, tuple[str, str]] | None = None, fans: Mapping[str, str] | None = None,
+             knob_values: Mapping[str, KnobValue] | None = None,
              ) -> tuple[dict[str, Decision], Mapping[str, Latch]]:
     """Safety decisions per knob id and the latches of the critical channels with the release ramps (the
     next call's ``latched``; a plain set, as the fast lane passes, counts as none).
@@ -263,14 +303,15 @@ def evaluate(sp: SafetyPlan, readings: Mapping[str, Reading], fan_sources: Mappi
     may read (from the policies); ``now``: monotonic time (s); ``fan_failed``: fan knob id → (channel,
     status) of the input that failed its source this tick (from the policies' rules); None: every channel in
     ``fan_sources`` must read; ``fans``: knob id → the stall detector's action (``kick``,
-    ``stalled``, ``failed``)."""
+    ``stalled``, ``failed``); ``knob_values``: the knobs' values as read this tick (a new latch cuts from the draw,
+    never above the power limit in force: :func:`latch_draw_w`)."""
     decisions: dict[str, Decision] = {}
     devices, by_id, knobs = sp.devices, sp.by_id, sp.knobs
     if type(latched) is not MappingProxyType and not isinstance(latched, Mapping):  # the engine's own type
         latched = {}  # first: no ABC check (three Python calls on 3.11) per tick
     ramps = {k[len(RAMP_KEY):]: v for k, v in latched.items() if k.startswith(RAMP_KEY)} if latched else {}
     released: dict[str, tuple[Latch, float]] = {}
-    critical, latches = critical_channels(sp, readings, latched, now, released)
+    critical, latches = critical_channels(sp, readings, latched, now, released, knob_values)
     fans_of: dict[str, list[str]] = {}
     if critical:
         for fan, sources in fan_sources.items():

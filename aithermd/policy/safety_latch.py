@@ -6,7 +6,8 @@ the minimum therefore drops the temperature under the trigger at once, the relea
 and the temperature is over the trigger again a second later: the safety layer swung four simulated H100s
 between maximum and minimum ~90 times each in 20 minutes. So, per latched channel:
 
-- **proportional**: the power limit goes to the draw the device had when it latched, less
+- **proportional**: the power limit goes to the draw the device had when it latched (never above the limit
+  then in force: a glitched reading is no reference, :func:`aithermd.policy.safety.latch_draw_w`), less
   :data:`CUT_PER_C` per whole °C at and above the trigger (10 % at the trigger, 20 % one degree over, …),
   never under the limit's minimum; at the device's own threshold (the trigger plus the margin: the driver's
   slowdown) it goes to the minimum at once, as before;

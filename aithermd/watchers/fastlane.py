@@ -50,7 +50,7 @@ import structlog
 from aithermd.backends.plausible import MIN_DT_S, rate_limit, rise_rate
 from aithermd.backends.registry import reader_for
 from aithermd.clock import Clock, RealClock
-from aithermd.model import DeviceKind, Event, Quantity, Reading, Snapshot, Status
+from aithermd.model import DeviceKind, Event, KnobValue, Quantity, Reading, Snapshot, Status
 from aithermd.policy import safety
 from aithermd.watchers.alarm import Alarm
 from aithermd.watchers.lanegpus import DirectReads, hot_gpus
@@ -117,6 +117,7 @@ class FastLane:
         self._nvml: dict[str, Any] = {}  # channel id → a reader awaited on its worker (aread(timeout_s))
         self._base: Mapping[str, Reading] = {}
         self._base_t = 0.0
+        self._knobs: Mapping[str, KnobValue] = {}
         self.quiet_until = 0.0  # clock.monotonic() before which no watched input can reach its trigger
         self._quiet_rt = 0.0  # the same on the polling thread's clock (time.monotonic())
         self._jump: dict[str, float] = {}  # channel → its rate limit (°C/s): a faster crossing is confirmed
@@ -152,6 +153,7 @@ class FastLane:
                                                        and plan.devices != world.devices):
             plan = safety.plan(world.devices, safety.SafetyParams())
         self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
+        self._knobs = snapshot.knobs  # the limits in force: a latch never cuts from above them
         hot = hot_gpus(world.devices, snapshot)
         watch: dict[str, float] = {}
         readings, ok, near_c = snapshot.readings, Status.OK, self.options.near_c
@@ -329,7 +331,7 @@ class FastLane:
             readings = dict(self._base)
             readings.update((cid, Reading(cid, v)) for cid, v in fresh.items())
             decided, _ = safety.evaluate(self._plan, readings, fan_sources(getattr(tick.state, "plans", ())),
-                                         frozenset())
+                                         frozenset(), knob_values=self._knobs)
             mine = {k: d for k, d in decided.items() if d.rule == CRITICAL_RULE and k in world.knobs
                     and not critical.keys().isdisjoint(d.inputs)}
             t_wall = self.clock.wall()

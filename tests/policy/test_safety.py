@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from aithermd.model import Layer, Status
 from aithermd.policy import safety
 from aithermd.policy.engine import evaluate, initial_state
@@ -37,6 +39,36 @@ def test_the_cut_deepens_with_each_degree_over_and_goes_to_min_at_the_threshold(
                     initial_state()).decisions["gpu0/power_limit"].value == 150.0  # the slowdown itself
     assert evaluate(NONE, (), tick(devices, 0.0, {"gpu0/temperature": 85.0}),
                     initial_state()).decisions["gpu0/power_limit"].value == 150.0  # no draw to cut from
+
+
+def test_a_glitched_draw_on_the_latching_tick_cuts_from_the_limit_in_force_for_the_whole_latch():
+    """attack8 T1: one 2× power reading on the tick the die reached its trigger made the latch's reference
+    675 W over a 337.5 W limit: the "cut" (607.5 W) was over the limit, nothing was written for the latch's
+    life. A new latch cuts from the draw, never from above the limit in force (requested or enforced)."""
+    devices = [gpu(0)]
+    state = initial_state()
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 90, 675.0, temp=85.0),
+                                  knobs={"gpu0/power_limit": 337.5}), state)
+    d = res.decisions["gpu0/power_limit"]
+    assert d.value == 303.75 and d.inputs["latched_draw_w"] == 337.5  # 10 % under the limit in force
+    # the next ticks read the true draw: the latch keeps its reference, and 2 °C over cuts 30 % of it
+    for t in (1.0, 12.0):
+        res = evaluate(NONE, (), tick(devices, t, gpu_values(0, 90, 300.0, temp=87.0),
+                                      knobs={"gpu0/power_limit": d.value}), res.state)
+    assert res.decisions["gpu0/power_limit"].value == pytest.approx(236.25)
+    # the enforced limit counts too, and a true draw under both is the reference as before
+    from aithermd.model import KnobValue
+    inp = tick(devices, 0.0, gpu_values(0, 90, 500.0, temp=85.0))
+    inp = type(inp)(**{**inp.__dict__, "knobs": {"gpu0/power_limit": KnobValue(
+        "gpu0/power_limit", 450.0, extra={"enforced_w": 400.0})}})
+    assert evaluate(NONE, (), inp, initial_state()).decisions["gpu0/power_limit"].value == 360.0
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 90, 250.0, temp=85.0),
+                                  knobs={"gpu0/power_limit": 337.5}), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 225.0
+    # no reading of the draw: the minimum at once, as before
+    res = evaluate(NONE, (), tick(devices, 0.0, {"gpu0/temperature": 85.0, "gpu0/power": Status.FAILED},
+                                  knobs={"gpu0/power_limit": 337.5}), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 150.0
 
 
 def test_shutdown_threshold_is_used_when_there_is_no_slowdown():
