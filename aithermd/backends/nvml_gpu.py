@@ -19,6 +19,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends import nvml_acoustic
+from aithermd.backends.energy_rate import ceiling_w
 from aithermd.backends.nvml_probe import _ROLE_CHANNEL, PLAUSIBLE, Down, GpuProbe, Lost, error_names
 from aithermd.model import Device, KnobValue, Reading, Status
 
@@ -63,6 +64,11 @@ class GpuReader(GpuProbe):
                          else partial(call, "nvmlDeviceGetFanSpeed_v2", i)))
         self._convert = {a: (_ROLE_CHANNEL.get(a, (None, float))[1], *PLAUSIBLE[ch.quantity])
                          for a, ch in self.channels.items()}
+        power = self.channels.get("power")
+        if power is not None:  # no card draws twice its highest limit (attack8 T7: a 10× sample was taken)
+            limit = self.knobs.get("power_limit")
+            fn, lo, hi = self._convert["power"]
+            self._convert["power"] = (fn, lo, min(hi, ceiling_w(limit.max if limit is not None else None)))
         return plan
 
     def read(

@@ -324,3 +324,16 @@ def test_a_gpu_die_reading_0_c_is_implausible(workstation, backend_over):
     assert (r.status, r.value, r.detail) == (Status.IMPLAUSIBLE, None, "0 °C out of range")
     workstation.set_dynamic(1, temp_c=1)
     assert backend.sample().readings["gpu1/temperature"].value == 1.0
+
+
+def test_a_power_reading_over_twice_the_cards_highest_limit_is_implausible(workstation, backend_over):
+    """attack8 T7: any GPU power reading up to 5 kW was taken: one 10× sample made the efficient search's
+    peak 2.5 kW and skewed the power budget for 8 s. No card draws twice its highest limit (the energy
+    counter's ceiling, backends/energy_rate.py): this RTX 4090 dump's 450 W → 900 W."""
+    backend = backend_over(workstation)
+    assert backend.sample().readings["gpu0/power"].status == Status.OK
+    workstation.set_dynamic(0, power_draw_w=950.0)
+    r = backend.sample().readings["gpu0/power"]
+    assert (r.status, r.value, r.detail) == (Status.IMPLAUSIBLE, None, "950 W out of range")
+    workstation.set_dynamic(0, power_draw_w=880.0)  # a transient over the limit is still a reading
+    assert backend.sample().readings["gpu0/power"].value == 880.0
