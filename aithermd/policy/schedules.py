@@ -3,7 +3,8 @@
 A :class:`Calendar` turns the engine's wall-clock time (s since the epoch, from the tick's input, so a
 replay sees the same answer) into a local date and minute of the day in the policy's ``timezone``:
 an IANA zone through :mod:`zoneinfo`, or ``local`` — the machine's own zone through the C library's
-``localtime`` (``/etc/localtime``, or ``TZ``). Both follow the zone's DST rules: on the night clocks go
+``localtime`` (``/etc/localtime``, or ``TZ``; a new ``/etc/localtime`` is read again within a minute by the
+running daemon: :mod:`aithermd.runtime.localzone`). Both follow the zone's DST rules: on the night clocks go
 forward, 22:00–07:00 lasts 8 hours; on the night they go back, 10; an hour that happens twice counts as
 its local minute both times.
 

@@ -41,6 +41,7 @@ from aithermd.publish.hub import StateHub
 from aithermd.runtime.changes import Changes
 from aithermd.runtime.fanwatch import FanWatch
 from aithermd.runtime.health import Health, fault
+from aithermd.runtime.localzone import LocalZone
 from aithermd.runtime.sampling import Sampler, list_processes
 from aithermd.runtime.world import Engine, World
 
@@ -85,6 +86,7 @@ class Tick:
         self.states: Mapping[str, Mapping[str, str]] = {}
         self.budget: Mapping[str, Any] = {}
         self.held_idle: Mapping[str, Any] = {}  # GPUs held high while idle (aithermd.policy.held)
+        self.zone = LocalZone()  # timezone: local follows timedatectl set-timezone (a look a minute)
         self.world = world
         self._log = structlog.get_logger("aithermd.tick")
 
@@ -104,6 +106,8 @@ class Tick:
     async def _run(self, seq: int, first: list[Event]) -> Snapshot:
         world = self.world
         t_mono, t_wall = self.clock.monotonic(), self.clock.wall()
+        if t_mono >= self.zone.due:
+            self.zone.check(t_mono)
         if self.before_sample is not None:
             self.before_sample(t_mono)
         sampled = await self.sampler.sample(world, t_wall)
