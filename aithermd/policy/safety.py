@@ -174,7 +174,11 @@ def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: 
         thr = sp.thresholds.get(cid)
         value = float(r.value)
         prev = latched.get(cid)
-        draw = latch_draw_w(sp, cid.rsplit("/", 1)[0], readings, knobs) if prev is None else None
+        if prev is None:
+            draw = latch_draw_w(sp, cid.rsplit("/", 1)[0], readings, knobs)
+        else:  # what the device draws under the cut (safety_latch: a cut that never binds is cut again)
+            r_w = readings.get(f"{cid.rsplit('/', 1)[0]}/power")
+            draw = float(r_w.value) if _ok(r_w) else None  # type: ignore[union-attr,arg-type]
         latch = safety_latch.step(prev, value, trig, thr, now, draw)
         if latch is not None:
             latches[cid] = latch

@@ -13,6 +13,11 @@ between maximum and minimum ~90 times each in 20 minutes. So, per latched channe
   slowdown) it goes to the minimum at once, as before;
 - **deeper only, and not too often**: within a latch the cut only deepens, at most every
   :data:`HOLD_S` seconds (the jump to the minimum does not wait); it never creeps back up;
+- **a cut that binds**: a cut the device has drawn under by more than :data:`UNBOUND` for a whole
+  :data:`HOLD_S` (its reference was a glitch, or the job's demand fell) takes the highest draw of that time as
+  its reference, so it cuts again from what the device really draws (attack8 T1: a reference from a 2×
+  reading left the cut at 304 W over a 230 W draw); a cut that binds holds the draw near it (the Zeus sweeps:
+  ~0.9 of a cap at the job's own draw), so this does not deepen it further;
 - **released with a margin and a hold, on a live reading**: the latch ends only once the temperature has
   stayed :data:`RELEASE_C` under the trigger for :data:`RELEASE_HOLD_S` seconds and its reading moved in
   that time (a reading that jumped under the margin and froze there is no sign the die cooled: attack5
@@ -33,6 +38,7 @@ RELEASE_C = 3.0
 RELEASE_HOLD_S = 30.0
 HOLD_S = 10.0
 CUT_PER_C = 0.10
+UNBOUND = 0.8  # a draw under this share of the cut for a whole HOLD_S: the cut does not bind
 MIN_LEVEL = 99  # the cut level meaning "the minimum"
 
 
@@ -49,6 +55,7 @@ class Latch:
     cool_since: float | None = None
     last_c: float | None = None  # the last reading while cool (°C)
     moved: bool = False  # whether the reading changed since cool_since
+    seen_w: float | None = None  # the highest draw read since ``changed``, after that tick (W)
 
 
 def level_for(value_c: float, trigger_c: float, threshold_c: float | None) -> int:
@@ -60,8 +67,8 @@ def level_for(value_c: float, trigger_c: float, threshold_c: float | None) -> in
 
 def step(prev: Latch | None, value_c: float, trigger_c: float, threshold_c: float | None, now: float,
          draw_w: float | None) -> Latch | None:
-    """The channel's latch after reading ``value_c`` at ``now``; None when it is not (or no longer)
-    critical."""
+    """The channel's latch after reading ``value_c`` at ``now`` with the device drawing ``draw_w`` (W; None:
+    unknown); None when it is not (or no longer) critical."""
     if prev is None:
         if value_c < trigger_c:
             return None
@@ -73,9 +80,16 @@ def step(prev: Latch | None, value_c: float, trigger_c: float, threshold_c: floa
             return None
         return replace(prev, cool_since=cool, last_c=value_c, moved=moved)
     level = level_for(value_c, trigger_c, threshold_c)
-    if prev.level != MIN_LEVEL and level > prev.level and (
-            level == MIN_LEVEL or now - prev.changed >= HOLD_S - 1e-9):
-        return replace(prev, level=level, changed=now, cool_since=None, moved=False)
+    held = now - prev.changed >= HOLD_S - 1e-9
+    if prev.level != MIN_LEVEL and level > prev.level and (level == MIN_LEVEL or held):
+        return replace(prev, level=level, changed=now, cool_since=None, moved=False, seen_w=None)
+    if draw_w is not None and prev.ref_w is not None and prev.level != MIN_LEVEL and now > prev.changed:
+        seen = draw_w if prev.seen_w is None else max(prev.seen_w, draw_w)
+        cut = prev.ref_w * (1.0 - CUT_PER_C * (1 + prev.level))
+        if held and seen < UNBOUND * cut:  # the cut never bound: cut again from what the device draws
+            return replace(prev, ref_w=seen, changed=now, cool_since=None, moved=False, seen_w=None)
+        if seen != prev.seen_w:
+            prev = replace(prev, seen_w=seen)
     return replace(prev, cool_since=None, moved=False) if prev.cool_since is not None else prev
 
 

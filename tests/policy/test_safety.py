@@ -51,11 +51,38 @@ def test_a_glitched_draw_on_the_latching_tick_cuts_from_the_limit_in_force_for_t
                                   knobs={"gpu0/power_limit": 337.5}), state)
     d = res.decisions["gpu0/power_limit"]
     assert d.value == 303.75 and d.inputs["latched_draw_w"] == 337.5  # 10 % under the limit in force
-    # the next ticks read the true draw: the latch keeps its reference, and 2 °C over cuts 30 % of it
+    # the next ticks read the true draw, 300 W, under the cut but not by 20 %: the cut binds, the reference
+    # holds, and 2 °C over cuts 30 % of it
     for t in (1.0, 12.0):
         res = evaluate(NONE, (), tick(devices, t, gpu_values(0, 90, 300.0, temp=87.0),
                                       knobs={"gpu0/power_limit": d.value}), res.state)
     assert res.decisions["gpu0/power_limit"].value == pytest.approx(236.25)
+    assert res.decisions["gpu0/power_limit"].inputs["latched_draw_w"] == 337.5
+
+
+def test_a_cut_the_gpu_draws_far_under_for_10_s_cuts_again_from_what_it_draws():
+    """attack8 T1, the rest: a reference from a 2× reading capped at the 337.5 W limit cut to 303.75 W, over
+    the 230 W the job drew: nothing was cut. After a whole hold (10 s) drawing under 80 % of the cut, the
+    highest draw of that time is the reference; a cut that then binds is not deepened again."""
+    devices = [gpu(0)]
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 90, 675.0, temp=85.0),
+                                  knobs={"gpu0/power_limit": 337.5}), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 303.75
+    draws = {t: 230.0 if t != 5 else 236.0 for t in range(1, 11)}  # the true draw, one second at 236 W
+    limits = []
+    for t, w in draws.items():
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, w, temp=85.5),
+                                      knobs={"gpu0/power_limit": 303.75}), res.state)
+        limits.append(res.decisions["gpu0/power_limit"].value)
+    assert limits[:-1] == [303.75] * 9  # not before a whole hold
+    assert limits[-1] == pytest.approx(0.9 * 236.0)  # 10 % under the highest draw of the hold
+    assert res.decisions["gpu0/power_limit"].inputs["latched_draw_w"] == 236.0
+    # now the cut binds: the draw sits at ~0.9 of it (the Zeus sweeps), and nothing deepens it for a minute
+    cut = limits[-1]
+    for t in range(11, 71):
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, 0.9 * cut, temp=85.5),
+                                      knobs={"gpu0/power_limit": cut}), res.state)
+        assert res.decisions["gpu0/power_limit"].value == pytest.approx(cut)
     # the enforced limit counts too, and a true draw under both is the reference as before
     from aithermd.model import KnobValue
     inp = tick(devices, 0.0, gpu_values(0, 90, 500.0, temp=85.0))
