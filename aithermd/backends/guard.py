@@ -23,9 +23,13 @@ reading (``reading``) and skips quarantined ones. A backend without it is quaran
 
 The same pass reads the threaded backends (NVML) after the inline ones, so a tick hands its reads to
 another thread once, not once here and again to the loop's worker (an asyncio hop that woke the loop
-through its self-pipe). Such a backend guards its own calls (NVML: a deadline per GPU on its worker, a hung
-GPU left out and the others read on), so its part of the pass gets a ``budget`` of its own, counted from
-when it begins; past it, it is held whole, as above, until its sample returns.
+through its self-pipe). Such a backend's part of the pass gets a ``budget`` of its own, counted from when
+it begins; past it, it is held whole, as above, until its sample returns. NVML reads its healthy GPUs in
+this thread itself (:func:`guarded`; no hop to its worker, two thread wake-ups a tick fewer) as a
+:class:`Quarantine` with a deadline per GPU (``hung_at``, from the last NVML call that began): a GPU whose
+read hangs is quarantined (held hung on the worker: its knobs refused, its readings stale) and the rest of
+the pass — the other GPUs, at this tick — runs on a new thread; once it returns, that GPU is read on the
+worker under its own deadline from then on (:mod:`aithermd.backends.nvml_pass`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,22 @@ class Quarantine:
     reading: str | None = None
     skip: dict[str, str]
 
+    def hung_at(self) -> float | None:
+        """For a backend with a deadline per device (NVML): the monotonic time (s) by which the device being
+        read counts as hung, its progress counted; None (the default): the pass's deadline."""
+        return None
+
+
+_here = threading.local()
+
+
+def guarded() -> bool:
+    """True on the read guard's thread while its pass is waited for: a backend may make there the calls
+    it would otherwise hand to a thread of its own under a deadline (NVML reads its GPUs there, no hop),
+    for a call that hangs quarantines its device (``Quarantine``) and the rest of the pass goes on anew."""
+    reader = getattr(_here, "reader", None)
+    return reader is not None and not reader.cut
+
 
 class _Reader:
     """One daemon thread that runs one pass at a time, handed over through two bare locks: ``start`` opens
@@ -67,6 +87,7 @@ class _Reader:
         self._error: BaseException | None = None
         self._ended = False
         self._late: Callable[[], None] | None = None  # called when a pass given up on ends
+        self.cut = False  # the pass was given up on (``guarded()`` turns False in its thread)
         self._thread = threading.Thread(target=self._run, name="aithermd-reads", daemon=True)
         self._thread.start()
 
@@ -88,10 +109,11 @@ class _Reader:
         with self._mutex:
             if self._ended:
                 return False
-            self._late = returned
+            self._late, self.cut = returned, True
             return True
 
     def _run(self) -> None:
+        _here.reader = self
         while True:
             self._go.acquire()
             fn = self._fn
@@ -136,38 +158,63 @@ class ReadGuard:
         backend without ``budget``): the pass's ``deadline_s``."""
         if not backends:
             return []
-        if self._reader is None:
-            self._reader = _Reader()
         done: dict[int, Sample] = {}
         order = [b for b in backends if id(b) not in self._busy]
-        state: dict[str, Any] = {"end": time.monotonic() + self.deadline_s}
+        while order:
+            order = self._pass(order, done, sample, budget)
+        t = now()
+        return [done.get(id(b)) or self._unread(b, channels(b), t) for b in backends]
+
+    def _pass(self, order: list[Any], done: dict[int, Sample], sample: Callable[[Any], Sample],
+              budget: Callable[[Any], float | None] | None) -> list[Any]:
+        """One pass over ``order`` in the reader thread, its samples into ``done``; returns the backends
+        still to read on a new thread: none, unless the pass hung in a device of a backend with a budget of
+        its own that quarantines it (NVML: the GPU that hangs, the other GPUs read on at this tick)."""
+        if self._reader is None:
+            self._reader = _Reader()
+        got: dict[int, Sample] = {}
+        state: dict[str, Any] = {"end": time.monotonic() + self.deadline_s, "backend": None}
 
         def one_pass() -> None:
             for b in order:
+                if reader.cut:  # given up on: what follows is read by the next pass, if at all
+                    return
                 state["backend"] = b
                 extra = budget(b) if budget is not None else None
                 if extra is not None:
                     state["end"] = max(state["end"], time.monotonic() + extra)
-                done[id(b)] = sample(b)
+                got[id(b)] = sample(b)
             state["backend"] = None
 
         reader = self._reader
         reader.start(one_pass)
         # a plain wait, not an asyncio hop: the pass takes microseconds, and waking the loop from the thread
         # (call_soon_threadsafe, the self-pipe) cost more than the reads themselves
-        while not reader.wait(state["end"] - time.monotonic()):
-            if time.monotonic() < state["end"]:
-                continue  # the pass moved on to a backend with a budget of its own meanwhile
-            if self._hung(state.get("backend"), reader):
+        rest: list[Any] = []
+        while not reader.wait(self._end(state) - time.monotonic()):
+            if time.monotonic() < self._end(state):
+                continue  # the pass moved on (a backend with a budget, a device with progress) meanwhile
+            stuck = state.get("backend")
+            device = getattr(stuck, "reading", None) if isinstance(stuck, Quarantine) else None
+            if self._hung(stuck, device, reader):
+                if device is not None and budget is not None and budget(stuck) is not None:
+                    rest = order[order.index(stuck):]
                 break
-        t = now()
-        return [done.get(id(b)) or self._unread(b, channels(b), t) for b in backends]
+        again = {id(b) for b in rest}
+        done.update((k, v) for k, v in list(got.items()) if k not in again)
+        return rest
 
-    def _hung(self, backend: Any, reader: _Reader) -> bool:
-        """The pass is stuck in ``backend``: quarantine what it reads, leave the thread behind. False when
-        the pass ended meanwhile after all."""
+    @staticmethod
+    def _end(state: dict[str, Any]) -> float:
+        """When the pass counts as hung: its deadline, or the device deadline of the backend it reads."""
+        backend = state.get("backend")
+        at = backend.hung_at() if isinstance(backend, Quarantine) else None
+        return state["end"] if at is None else at
+
+    def _hung(self, backend: Any, device: str | None, reader: _Reader) -> bool:
+        """The pass is stuck in ``backend``: quarantine ``device``, the one it reads (None: the backend
+        whole), leave the thread behind. False when the pass ended meanwhile after all."""
         why = f"read hung: no answer within {self.deadline_s:g} s"
-        device = getattr(backend, "reading", None) if isinstance(backend, Quarantine) else None
 
         def returned() -> None:
             if device is not None:

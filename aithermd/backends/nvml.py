@@ -34,10 +34,12 @@ from typing import Any, TypeVar
 import structlog
 
 from aithermd.backends.energy_rate import CounterGuard
+from aithermd.backends.guard import Quarantine
 from aithermd.backends.nvml_clocks import close_all
 from aithermd.backends.nvml_gpu import Down, GpuReader, Lost, error_names
 from aithermd.backends.nvml_knobs import NvmlKnobs
 from aithermd.backends.nvml_life import NvmlLife, Slot
+from aithermd.backends.nvml_pass import Inline
 from aithermd.backends.nvml_procs import ProcessReader
 from aithermd.backends.nvml_worker import NvmlWorker
 from aithermd.backends.readers import HandleGuard, NvmlReader
@@ -49,7 +51,7 @@ T = TypeVar("T")
 READ_DEADLINE_S = 0.5  # one GPU's read is a dozen NVML calls of µs to ms: half a second is a hang
 
 
-class NvmlBackend(NvmlKnobs):
+class NvmlBackend(NvmlKnobs, Quarantine):
     """GPUs of one NVML library. ``nvml``: the bindings module (default: ``import pynvml``), or a private
     copy over the fake (``FakeNvml.bindings()``). ``probe_writes``: decide at discovery whether NVML lets this
     process write, by writing back the power limit in force and re-asserting each fan's present mode (no
@@ -89,6 +91,7 @@ class NvmlBackend(NvmlKnobs):
         # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's
         # own reads (NvmlReader.temperature_now) skip a poll meanwhile instead of using a dropped handle
         self.handles = HandleGuard()
+        self._inline = Inline(lambda: self.worker, read_deadline_s, self.handles)  # the tick's reads
         self._energy = CounterGuard()  # an energy counter's implausible jump is a bad sample
         self._log = structlog.get_logger("aithermd.nvml")
 
@@ -111,6 +114,17 @@ class NvmlBackend(NvmlKnobs):
                 return fn(*args)
 
         return exclusively
+
+    @property
+    def reading(self) -> str | None:  # type: ignore[override]  # the read guard's Quarantine (nvml_pass)
+        return self._inline.reading
+
+    @property
+    def skip(self) -> Any:  # type: ignore[override]
+        return self._inline.skip
+
+    def hung_at(self) -> float | None:
+        return self._inline.hung_at()
 
     @property
     def worker(self) -> NvmlWorker:
@@ -184,7 +198,9 @@ class NvmlBackend(NvmlKnobs):
         self._ask_down(t)
         slots = list(self.life.slots.values())
         live = [(s.id, s) for s in slots if s.state == "ok"]
-        results = self.worker.each(live, lambda slot: self._read_one(slot, t), self.read_deadline_s)
+        results = self._inline.each(live, lambda slot: self._read_one(slot, t))
+        if results is None:  # the read guard gave up on this pass (a GPU hung): nobody takes its sample
+            return Sample(t=t, readings={})
         readings: dict[str, Reading] = {}
         knobs: dict[str, KnobValue] = {}
         attrs: dict[str, dict[str, Any]] = {}

@@ -191,6 +191,22 @@ class NvmlWorker:
 
         future.add_done_callback(returned)
 
+    def hold(self, gpu: str, what: str, deadline: float) -> None:
+        """Hold ``gpu`` hung: its read ``what`` made no answer within ``deadline`` s off the worker (on the
+        read guard's thread, :mod:`aithermd.backends.nvml_pass`); :meth:`free` once it returned."""
+        self.hangs += 1
+        self._hung[gpu] = time.monotonic()
+        self._log.error("nvml_call_hung", gpu=gpu, call=what, deadline_s=deadline,
+                        message=f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
+                                "GPUs are read by a fresh thread")
+
+    def free(self, gpu: str) -> bool:
+        """``gpu``'s hung call returned: it is served again. False when it was not held."""
+        if self._hung.pop(gpu, None) is None:
+            return False
+        self._log.warning("nvml_call_returned", gpu=gpu, call="read")
+        return True
+
     def _refuse_hung(self, gpu: str | None) -> None:
         if gpu is not None and gpu in self._hung:
             raise BackendTimeout(HUNG.format(gpu=gpu))
