@@ -115,6 +115,7 @@ class Executor:
         self.applier = applier
         self.worker = worker
         self.closed = False
+        self.applies = 0  # calls of apply(): a read taken before one may no longer hold (Tick.ahead)
         self._jobs: set[_Job] = set()
         self._abandoned: dict[str, _Job] = {}
         self._log = structlog.get_logger("aithermd.execute")
@@ -130,6 +131,7 @@ class Executor:
         awaited (default the worker's budget); ``force``: knobs written again even when they read as in
         place (:mod:`aithermd.actuate.caps`). Never raises for a device fault."""
         out = Applied()
+        self.applies += 1
         if self.closed:
             out.late = [k for k, _ in decisions] + list(back)
             return out

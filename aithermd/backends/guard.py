@@ -75,15 +75,25 @@ class _Reader:
     """One daemon thread that runs one pass at a time, handed over through two bare locks: ``start`` opens
     the one the thread waits on, the thread opens the other when the pass is over. A Future and its
     Condition (pure Python, a lock allocated per wait) cost the loop about twice the CPU per pass at 1 Hz,
-    when every tick's code runs from cold caches (about 80 against 35 µs on the build VM)."""
+    when every tick's code runs from cold caches (about 80 against 35 µs on the build VM).
+
+    A pass handed over for a later time (``at``) is begun then by the thread of its own accord, and once
+    passes come at a steady period the thread sleeps from the end of one until the next is due: handing it
+    the next one does not wake it (one wake-up a tick, not one for the hand-over and another at ``at``)."""
 
     def __init__(self) -> None:
         self._go = threading.Lock()
         self._go.acquire()
         self._done = threading.Lock()
         self._done.acquire()
-        self._mutex = threading.Lock()  # between the pass ending and the tick giving up on it
-        self._fn: Callable[[], Any] | None = None
+        self._mutex = threading.Lock()  # over what follows, between the thread and the loop
+        self._fn: Callable[[], Any] | None = None  # the pass handed over, not begun yet
+        self._at: float | None = None  # when to begin it (monotonic s; None: now)
+        self._after: Callable[[], None] | None = None  # called when a pass waited for ends
+        self._signalled = False  # _go opened, not yet taken by the thread
+        self._planned: float | None = None  # when the thread wakes of its own accord (None: on _go only)
+        self._last: float | None = None  # the ``at`` of the last pass begun at its time
+        self._stopping = False
         self._error: BaseException | None = None
         self._ended = False
         self._late: Callable[[], None] | None = None  # called when a pass given up on ends
@@ -91,9 +101,31 @@ class _Reader:
         self._thread = threading.Thread(target=self._run, name="aithermd-reads", daemon=True)
         self._thread.start()
 
-    def start(self, fn: Callable[[], Any]) -> None:
-        self._fn, self._error, self._ended = fn, None, False
-        self._go.release()
+    def start(self, fn: Callable[[], Any], at: float | None = None,
+              after: Callable[[], None] | None = None) -> None:
+        """Hand ``fn`` over, to begin at monotonic ``at`` (None: now); ``after()`` is called in the thread
+        once it is over (not when it was given up on)."""
+        with self._mutex:
+            self._fn, self._at, self._after, self._error, self._ended = fn, at, after, None, False
+            if at is None or self._planned is None or self._planned > at + _EARLY_S:
+                self._signal()
+
+    def hurry(self) -> None:
+        """Begin the pass handed over now, if it waits for its time."""
+        with self._mutex:
+            if self._fn is not None and self._at is not None:
+                self._at = None
+                self._signal()
+
+    def cancel(self) -> None:
+        """Drop the pass handed over if it has not begun."""
+        with self._mutex:
+            self._fn = None
+
+    def _signal(self) -> None:  # under _mutex
+        if not self._signalled:
+            self._signalled = True
+            self._go.release()
 
     def wait(self, timeout_s: float) -> bool:
         """True when the pass is over (its exception raised here), False after ``timeout_s``."""
@@ -114,11 +146,24 @@ class _Reader:
 
     def _run(self) -> None:
         _here.reader = self
+        timeout = -1.0
         while True:
-            self._go.acquire()
-            fn = self._fn
-            if fn is None:
-                return
+            woken = self._go.acquire(timeout=timeout)
+            with self._mutex:
+                if woken:
+                    self._signalled = False
+                if self._stopping:
+                    return
+                fn, at, after = self._fn, self._at, self._after
+                now = time.monotonic()
+                if fn is None or (at is not None and at - now > _EARLY_S):
+                    self._planned = None if fn is None else at  # asleep until handed one, or until its time
+                    timeout = -1.0 if fn is None else at - now  # type: ignore[operator]
+                    continue
+                self._fn = None
+                period = at - self._last if at is not None and self._last is not None else None
+                if at is not None:
+                    self._last = at
             try:
                 fn()
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting tick
@@ -128,13 +173,39 @@ class _Reader:
                 if late is None:
                     self._ended = True
                     self._done.release()
-                    continue
-            late()
-            return
+                    # the next pass comes one period later: sleep until then (handing it over wakes nobody)
+                    self._planned = at + period if at is not None and period and period > 0 else None
+                    timeout = -1.0 if self._planned is None else max(0.0, self._planned - time.monotonic())
+            if late is not None:
+                late()
+                return
+            if after is not None:
+                try:
+                    after()
+                except Exception:  # noqa: BLE001 - the loop closed meanwhile: nobody waits for it
+                    pass
 
     def stop(self) -> None:
-        self._fn = None
-        self._go.release()
+        with self._mutex:
+            self._stopping, self._fn = True, None
+            self._signal()
+
+
+_EARLY_S = 0.0005  # a pass due within this (s) is begun at once: a timed wait wakes about this late anyway
+
+
+class _Run:
+    """One pass handed to the reader thread: ``got`` its samples by ``id(backend)``, ``state`` the backend
+    it reads and when it counts as hung (from when it begins: a pass taken ahead begins at ``at``)."""
+
+    __slots__ = ("order", "budget", "reader", "got", "state", "stale")
+
+    def __init__(self, order: list[Any], budget: Callable[[Any], float | None] | None, reader: _Reader,
+                 at: float, deadline_s: float) -> None:
+        self.order, self.budget, self.reader = order, budget, reader
+        self.got: dict[int, Sample] = {}
+        self.state: dict[str, Any] = {"end": at + deadline_s, "backend": None}
+        self.stale = False  # taken ahead for backends that changed since: waited for, not used
 
 
 class ReadGuard:
@@ -146,6 +217,7 @@ class ReadGuard:
         self.hangs = 0
         self._reader: _Reader | None = None
         self._busy: set[int] = set()  # backends (whole) held by a stuck pass that cannot quarantine a device
+        self._ahead: _Run | None = None  # the next pass, taken at the tick's due time (ahead())
         self._log = structlog.get_logger("aithermd.guard")
 
     async def sample(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
@@ -160,22 +232,52 @@ class ReadGuard:
             return []
         done: dict[int, Sample] = {}
         order = [b for b in backends if id(b) not in self._busy]
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # taken at the tick's due time (:meth:`ahead`)
+            ahead.reader.hurry()
+            rest = self._finish(ahead, done)
+            if ahead.stale or len(ahead.order) != len(order) or \
+                    any(a is not b for a, b in zip(ahead.order, order, strict=True)):
+                done.clear()  # the backends changed since (a rescan): read anew
+                rest = order
+            order = rest
         while order:
-            order = self._pass(order, done, sample, budget)
+            order = self._finish(self._start(order, sample, budget), done)
         t = now()
         return [done.get(id(b)) or self._unread(b, channels(b), t) for b in backends]
 
-    def _pass(self, order: list[Any], done: dict[int, Sample], sample: Callable[[Any], Sample],
-              budget: Callable[[Any], float | None] | None) -> list[Any]:
-        """One pass over ``order`` in the reader thread, its samples into ``done``; returns the backends
-        still to read on a new thread: none, unless the pass hung in a device of a backend with a budget of
-        its own that quarantines it (NVML: the GPU that hangs, the other GPUs read on at this tick)."""
+    def ahead(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
+              budget: Callable[[Any], float | None] | None, at: float, after: Callable[[], None]) -> bool:
+        """Take the next pass in the reader thread at monotonic ``at`` (s) of its own accord, and call
+        ``after()`` there once it is over: the loop sleeps until ``after`` wakes it, not until a timer of
+        its own and again for the pass (one thread wake-up a tick fewer). The next :meth:`sample` takes
+        that pass (it sends it on at once if it still waits, and reads anew when the backends changed).
+        False (nothing started) while a pass is already ahead."""
+        order = [b for b in backends if id(b) not in self._busy]
+        if self._ahead is not None or not order:
+            return False
+        self._ahead = self._start(order, sample, budget, at, after)
+        return True
+
+    def forget(self) -> None:
+        """The pass taken ahead is for what no longer holds (a new world): the next :meth:`sample` waits
+        for it to end and reads anew."""
+        if self._ahead is not None:
+            self._ahead.stale = True
+
+    def _start(self, order: list[Any], sample: Callable[[Any], Sample],
+               budget: Callable[[Any], float | None] | None, at: float | None = None,
+               after: Callable[[], None] | None = None) -> _Run:
+        """Start a pass over ``order`` in the reader thread, at monotonic ``at`` (None: now)."""
         if self._reader is None:
             self._reader = _Reader()
-        got: dict[int, Sample] = {}
-        state: dict[str, Any] = {"end": time.monotonic() + self.deadline_s, "backend": None}
+        reader = self._reader
+        run = _Run(order, budget, reader, time.monotonic() if at is None else max(at, time.monotonic()),
+                   self.deadline_s)
+        got, state = run.got, run.state
 
         def one_pass() -> None:
+            state["end"] = time.monotonic() + self.deadline_s  # a pass taken ahead: from when it begins
             for b in order:
                 if reader.cut:  # given up on: what follows is read by the next pass, if at all
                     return
@@ -186,10 +288,16 @@ class ReadGuard:
                 got[id(b)] = sample(b)
             state["backend"] = None
 
-        reader = self._reader
-        reader.start(one_pass)
+        reader.start(one_pass, at, after)
+        return run
+
+    def _finish(self, run: _Run, done: dict[int, Sample]) -> list[Any]:
+        """Wait for ``run`` (see the module doc), its samples into ``done``; returns the backends still to
+        read on a new thread: none, unless the pass hung in a device of a backend with a budget of its own
+        that quarantines it (NVML: the GPU that hangs; the other GPUs are read on at this tick)."""
         # a plain wait, not an asyncio hop: the pass takes microseconds, and waking the loop from the thread
         # (call_soon_threadsafe, the self-pipe) cost more than the reads themselves
+        reader, state, order, budget = run.reader, run.state, run.order, run.budget
         rest: list[Any] = []
         while not reader.wait(self._end(state) - time.monotonic()):
             if time.monotonic() < self._end(state):
@@ -201,7 +309,7 @@ class ReadGuard:
                     rest = order[order.index(stuck):]
                 break
         again = {id(b) for b in rest}
-        done.update((k, v) for k, v in list(got.items()) if k not in again)
+        done.update((k, v) for k, v in list(run.got.items()) if k not in again)
         return rest
 
     @staticmethod
@@ -255,6 +363,9 @@ class ReadGuard:
 
     def close(self) -> None:
         """Let the reader thread end (a stuck one ends when its read returns; it never holds the exit)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # waiting for its time: it reads nothing now
+            ahead.reader.cancel()
         if self._reader is not None:
             self._reader.stop()
             self._reader = None

@@ -237,7 +237,7 @@ class Daemon:
         self.tick = Tick(world, executor=executor, control=control, hub=self.hub, engine=self.engine,
                          clock=self.clock, tick_s=s.tick_s, dry_run=s.dry_run,
                          before_sample=self.before_sample, changes=self.changes)
-        self.scheduler = Scheduler(s.tick_s, self.clock, self.sleep)
+        self.scheduler = Scheduler(s.tick_s, self.clock, self.sleep, ahead=self.tick.ahead)
         self.energy = EnergyService.for_daemon(s, self.clock, backends, self._processes)
         self._log.info("start", policy=control.active, devices=len(world.devices), knobs=len(world.knobs),
                        tick_s=s.tick_s, dry_run=s.dry_run, state_dir=str(s.state_dir))

@@ -71,6 +71,7 @@ class Sampler:
         self._channels: dict[int, tuple[str, ...]] = {}
         self._failed_backends: set[int] = set()
         self._hop_faulted = False
+        self._ahead: tuple[Any, ...] | None = None  # the pass the guard's thread takes ahead (ahead())
         self.guard = ReadGuard()
         self._log = structlog.get_logger("aithermd.sampling")
 
@@ -86,23 +87,55 @@ class Sampler:
             self._world = world
         return self._channels
 
-    async def sample(self, world: World, t_wall: float) -> Sampled:
-        """Read every backend of ``world`` once; never raises for a device fault."""
-        channels = self._channels_of(world)
-        events: list[Event] = []
+    def _pass(self, world: World, t_wall: float | None) -> tuple[Any, ...]:
+        """What one pass over ``world`` reads with: (backends, one(backend), budget(backend) | None, the
+        events its thread adds, the sample each backend's ``sample()`` returned: a threaded one may be
+        late, ``world``)."""
         reads: list[Event] = []  # filled by the guard's thread; copied once the pass is over or cut short
+        made: dict[int, Sample] = {}
         inline, threaded = world.inline, world.threaded
-        made: dict[int, Sample] = {}  # what each backend's sample() returned (a threaded one may be late)
         mine = {id(b) for b in threaded}
         budget = self.worker.budget_s
 
         def one(b: Backend) -> Sample:
-            made[id(b)] = sample = self._one(b, channels, t_wall, reads)
+            made[id(b)] = sample = self._one(b, self._channels, t_wall, reads)
             return sample
 
-        samples = await self.guard.sample((*inline, *threaded) if threaded else inline, one,
-                                          lambda b: channels.get(id(b), ()), self.clock.monotonic,
-                                          (lambda b: budget if id(b) in mine else None) if threaded else None)
+        return ((*inline, *threaded) if threaded else inline, one,
+                (lambda b: budget if id(b) in mine else None) if threaded else None, reads, made, world)
+
+    def ahead(self, world: World, at: float, after: Callable[[], None]) -> float | None:
+        """Have the read guard's thread take the next tick's pass over ``world`` at monotonic ``at`` (s) and
+        call ``after()`` once it is over (:meth:`ReadGuard.ahead`); the next :meth:`sample` takes it.
+        Returns how long past ``at`` the pass may take before the tick should wait for it itself (s), None
+        when nothing was started."""
+        if self._ahead is not None or not (world.inline or world.threaded):
+            return None
+        self._channels_of(world)
+        pass_ = self._pass(world, None)
+        if not self.guard.ahead(pass_[0], pass_[1], pass_[2], at, after):
+            return None
+        self._ahead = pass_
+        return self.guard.deadline_s
+
+    def forget(self) -> None:
+        """The pass taken ahead is not used (something was written since it was armed): read anew."""
+        if self._ahead is not None:
+            self._ahead = None
+            self.guard.forget()
+
+    async def sample(self, world: World, t_wall: float) -> Sampled:
+        """Read every backend of ``world`` once; never raises for a device fault."""
+        channels = self._channels_of(world)
+        events: list[Event] = []
+        inline, threaded = world.inline, world.threaded
+        pass_, self._ahead = self._ahead, None
+        if pass_ is not None and pass_[5] is not world:  # the world changed since: that pass is not taken
+            self.guard.forget()
+            pass_ = None
+        backends, one, budget, reads, made, _ = pass_ or self._pass(world, t_wall)
+        samples = await self.guard.sample(backends, one, lambda b: channels.get(id(b), ()),
+                                          self.clock.monotonic, budget)
         events += list(reads)
         hop_ok = True
         if threaded:
@@ -129,14 +162,15 @@ class Sampler:
                 out.health.update(s.health)
         return out
 
-    def _one(self, backend: Backend, channels: Mapping[int, tuple[str, ...]], t_wall: float,
+    def _one(self, backend: Backend, channels: Mapping[int, tuple[str, ...]], t_wall: float | None,
              events: list[Event]) -> Sample:
         try:
             sample = backend.sample()
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
             if id(backend) not in self._failed_backends:
                 self._failed_backends.add(id(backend))
-                events.append(fault(t_wall, getattr(backend, "kind", "?"), f"sample failed: {exc}"))
+                events.append(fault(self.clock.wall() if t_wall is None else t_wall,
+                                    getattr(backend, "kind", "?"), f"sample failed: {exc}"))
             failed = {c: Reading(c, None, Status.FAILED, str(exc)) for c in channels.get(id(backend), ())}
             return Sample(self.clock.monotonic(), failed)
         self._failed_backends.discard(id(backend))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -19,17 +20,20 @@ from aithermd.clock import Clock
 
 Sleep = Callable[[float], Awaitable[object]]
 TickFn = Callable[[int, float], Awaitable[object]]
+Ahead = Callable[[float, Callable[[], None]], "float | None"]
 
 
 class Scheduler:
     """``period_s`` in s; ``tick(seq, deadline)`` gets 1, 2, … and the monotonic deadline it was due at."""
 
-    def __init__(self, period_s: float, clock: Clock, sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, period_s: float, clock: Clock, sleep: Sleep = asyncio.sleep,
+                 ahead: Ahead | None = None) -> None:
         if not period_s > 0:
             raise ValueError(f"period must be > 0 s, not {period_s}")
         self.period_s = period_s
         self.clock = clock
         self.sleep = sleep
+        self.ahead = ahead
         self.seq = 0
         self.skipped = 0
         self.last_duration_s = 0.0
@@ -92,7 +96,11 @@ class Scheduler:
                 self._stopper = loop.create_task(stop.wait())
                 self._stopper.add_done_callback(self._stopped)
             woken = self._woken = loop.create_future()
-            timer = loop.call_later(delay, _wake, woken)
+            # the tick's reads taken at its due time by the read guard's thread, which wakes this wait
+            # once they are over: the loop wakes once a tick, not on its timer and again for the reads
+            margin = self.ahead(time.monotonic() + delay, self._woken_from_thread(loop)) \
+                if self.ahead is not None else None
+            timer = loop.call_later(delay + (margin or 0.0), _wake, woken)
             if self._stopper.done():  # set meanwhile (its callback ran already): end at once, as it would
                 loop.call_soon(_wake, woken)
             try:
@@ -110,6 +118,10 @@ class Scheduler:
                 if not task.done():
                     task.cancel()
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
+
+    def _woken_from_thread(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """Wakes the wait in progress, from another thread (a wake that comes after it is a no-op)."""
+        return lambda: loop.call_soon_threadsafe(self._stopped, None)
 
     def _stopped(self, _: object) -> None:
         if self._woken is not None:

@@ -88,6 +88,7 @@ class Tick:
         self.held_idle: Mapping[str, Any] = {}  # GPUs held high while idle (aithermd.policy.held)
         self.zone = LocalZone()  # timezone: local follows timedatectl set-timezone (a look a minute)
         self.world = world
+        self._applies = 0  # Executor.applies when the reads were taken ahead
         self._log = structlog.get_logger("aithermd.tick")
 
     @property
@@ -95,12 +96,23 @@ class Tick:
         return self.executor.applier
 
     # -- one tick --------------------------------------------------------------------------------------
+    def ahead(self, at: float, after: Callable[[], None]) -> float | None:
+        """Have the next tick's reads taken at monotonic ``at`` (s) by the read guard's thread, which calls
+        ``after()`` once they are over (:meth:`Sampler.ahead`); how long past ``at`` they may take (s), or
+        None when not taken ahead (a simulated machine stepped before each sample, a tick running)."""
+        if self.before_sample is not None or self.lock.locked():
+            return None
+        self._applies = self.executor.applies  # a write before the tick (a resume, the fast lane): read anew
+        return self.sampler.ahead(self.world, at, after)
+
     async def run(self, seq: int) -> Snapshot:
         """Run tick ``seq`` under the tick lock and publish its snapshot (also returned)."""
         async with self.lock:
             first: list[Event] = []
             if self.changes is not None and (drained := self.changes.take()):
                 self.world, first = await self.changes.apply(self.world, self.decisions, drained)
+            if self.executor.applies != self._applies:
+                self.sampler.forget()
             return await self._run(seq, first)
 
     async def _run(self, seq: int, first: list[Event]) -> Snapshot:

@@ -82,3 +82,40 @@ async def test_real_time_ticks_wait_for_their_deadline_on_one_timer():
     assert all(now >= deadline for _, deadline, now in seen)  # never before its deadline
     steps = (seen[2][1] - seen[0][1]) / 0.02  # on the grid: 2 periods, more when a tick came so late under
     assert steps >= 2 - 1e-6 and abs(steps - round(steps)) < 1e-6  # load that the next deadline was skipped
+
+
+async def test_a_tick_whose_reads_are_taken_ahead_is_woken_by_them_not_by_its_timer():
+    """The read guard's thread takes the tick's reads at its due time and wakes the wait (one wake of the
+    loop a tick): the wait's own timer is only a fallback, ``margin`` past the deadline."""
+    import threading
+
+    from aithermd.clock import RealClock
+    t = Scheduler(1000.0, RealClock())  # the timer alone would hold the second tick for 1000 s
+    armed: list[float] = []
+
+    def ahead(at, wake):
+        armed.append(at)
+        threading.Thread(target=wake).start()  # the reads are over: woken from another thread
+        return 1000.0
+
+    t.ahead = ahead
+    ticks: list[int] = []
+
+    async def tick(seq, deadline):
+        ticks.append(seq)
+
+    await asyncio.wait_for(t.run(tick, asyncio.Event(), max_ticks=3), timeout=30.0)
+    assert ticks == [1, 2, 3] and len(armed) == 2  # armed for each tick that waited (not the first)
+    assert armed[1] > armed[0]  # each for the next deadline on the grid
+
+
+async def test_a_tick_not_taken_ahead_waits_for_its_timer_as_before():
+    from aithermd.clock import RealClock
+    t = Scheduler(0.01, RealClock(), ahead=lambda at, wake: None)  # nothing armed (a tick running, ...)
+    ticks: list[int] = []
+
+    async def tick(seq, deadline):
+        ticks.append(seq)
+
+    await asyncio.wait_for(t.run(tick, asyncio.Event(), max_ticks=3), timeout=30.0)
+    assert ticks == [1, 2, 3]
