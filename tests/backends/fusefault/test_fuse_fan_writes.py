@@ -14,6 +14,7 @@ import errno
 import json
 import signal
 import socket
+import time
 import urllib.request
 
 import pytest
@@ -40,9 +41,16 @@ def tree(tmp_path):
 
 
 def files(tree: FaultyTree) -> tuple[str, str]:
-    """pwm2 and pwm2_enable as the driver holds them (the FUSE server's source, no fault in the way)."""
+    """pwm2 and pwm2_enable as the driver holds them (the FUSE server's source, no fault in the way). The
+    server writes a value as a truncate then a write, so a read between the two is empty: read again (a full
+    suite read pwm2_enable empty once while the running daemon wrote it)."""
     d = tree.source / NCT_DIR
-    return (d / "pwm2").read_text().strip(), (d / "pwm2_enable").read_text().strip()
+    for _ in range(200):
+        pwm, enable = (d / "pwm2").read_text().strip(), (d / "pwm2_enable").read_text().strip()
+        if pwm and enable:
+            break
+        time.sleep(0.01)
+    return pwm, enable
 
 
 def holds_a_duty_written(tree: FaultyTree, log: Log, events: list[dict]) -> bool:
