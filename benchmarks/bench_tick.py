@@ -31,49 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-POLICY = """\
-description: reference workload of the tick benchmark
-machines:
-  thermal:
-    per: machine
-    states:
-      - name: cool
-      - name: hot
-        enter: {metric: temperature_c, sensor: ["Tctl", "Tccd*"], stat: mean, window_s: 30, above: 70}
-        exit: {metric: temperature_c, sensor: ["Tctl", "Tccd*"], stat: mean, window_s: 30, below: 60}
-        min_dwell_s: 10
-curves:
-  cpu:
-    kind: points
-    source: {max: ["Tctl", "Tccd1"]}
-    points: [[40, 30], [60, 45], [75, 75], [85, 100]]
-    hysteresis_c: 3
-  case:
-    kind: pid
-    source: {mean: ["SYSTIN", "AUXTIN0", "AUXTIN1"]}
-    setpoint_c: 45
-  both:
-    kind: mix
-    fn: max
-    curves: [cpu, case]
-rules:
-  - name: hot-limit
-    kind: gpu_power_limit
-    when: {state: thermal.hot}
-    limit: 80%
-  - name: cpu-fan
-    kind: fan
-    fans: {id: ["*/pwm1"]}
-    curve: cpu
-    min_duty_pct: 20
-    ramp_up_pct_s: 10
-    ramp_down_pct_s: 2
-  - name: case-fans
-    kind: fan
-    fans: {id: ["*/pwm2", "*/pwm3"]}
-    curve: both
-    min_duty_pct: 25
-"""
+POLICY = (Path(__file__).resolve().parent / "reference-policy.yaml").read_text()  # the benchmarks' one
 LABELS = ["Tctl", "Tccd1", "SYSTIN", "AUXTIN0", "AUXTIN1", "PCH_CHIP_TEMP"]
 TEMPS_MC = [52_000, 49_500, 36_000, 38_500, 33_000, 45_000]
 CHUNKS = 6  # the window in equal parts: the least loaded part estimates the intrinsic cost on a busy machine
