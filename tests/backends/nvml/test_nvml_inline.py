@@ -18,18 +18,9 @@ from tests.backends.nvml.conftest import two
 
 
 @pytest.fixture
-def backend_of():
-    made: list[NvmlBackend] = []
-
-    def build(fake, **kw) -> NvmlBackend:
-        backend = NvmlBackend(nvml=fake.bindings(), clock=FakeClock(), **kw)
-        made.append(backend)
-        backend.discover()
-        return backend
-
-    yield build
-    for b in made:
-        b.close()
+def backend_of(backend_over):
+    """The conftest's backend_over on a fake clock."""
+    return lambda fake, **kw: backend_over(fake, clock=FakeClock(), **kw)
 
 
 def handed(backend: NvmlBackend) -> list[list[str]]:
