@@ -15,8 +15,8 @@ A journal that cannot be decoded (a filesystem repaired after a power cut, a res
 attack6 G1) cannot say what any knob was. Opened with ``quarantine=True`` (the daemon, ``aithermd
 restore``) it is moved aside to ``journal.json.corrupt-<unix time>`` for a person to read, the journal
 starts empty and :attr:`Journal.lost` says so; the caller then hands every fan found in manual mode at a
-low duty to its driver's automatic mode (:func:`aithermd.actuate.restore.make_fans_safe`), since nothing
-else would drive it. Without it (tools that only read) it raises :class:`JournalError`.
+low duty to its driver's automatic mode and every GPU power limit below its default to the default
+(:func:`aithermd.actuate.lost.make_safe`), since nothing else would put them right. Without it (tools that only read) it raises :class:`JournalError`.
 """
 
 from __future__ import annotations
@@ -155,7 +155,8 @@ class Journal:
         except OSError as exc:
             where = f"it cannot be moved aside ({exc.strerror or exc}) and stays"
         return (f"{why}: {where}; the originals it held are lost, so every fan found in manual mode at a low "
-                "duty goes to its driver's automatic mode")
+                "duty goes to its driver's automatic mode, and every GPU power limit found below its "
+                "default goes to the default (aithermd.actuate.lost)")
 
     def _load(self) -> dict[str, JournalEntry]:
         self._remove_leftovers()

@@ -42,7 +42,7 @@ import structlog
 from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
 from aithermd.backends.base import TO_WRITER, Backend
 from aithermd.errors import DeviceLost, UnknownKnob
-from aithermd.model import Knob, KnobKind
+from aithermd.model import Knob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
 
@@ -223,27 +223,12 @@ def restore_one(journal: Journal, backend: Backend, knob_id: str, to_writer: boo
 
 
 def make_fans_safe(owner: Mapping[str, Backend], knobs: Iterable[Knob]) -> dict[str, str]:
-    """After the originals were lost (:attr:`~aithermd.actuate.journal.Journal.lost`): put every fan knob
-    back as it is found, by the restore's rules, so that one found in manual mode at a low duty goes to its
-    driver's automatic mode (:data:`~aithermd.backends.base.LOW_DUTY_PCT`); the others keep what they have.
-    ``owner``: knob id → its backend. Returns knob id → what was done (only the fans changed), or why it
-    failed. Never raises for one fan."""
-    log = structlog.get_logger("aithermd.restore")
-    done: dict[str, str] = {}
-    for knob in knobs:
-        if knob.kind not in (KnobKind.PWM, KnobKind.FAN) or not knob.writable:
-            continue
-        backend = owner[knob.id]
-        try:
-            note = backend.restore_knob(knob.id, backend.save_knob(knob.id))
-        except Exception as exc:  # noqa: BLE001 - said, and the others are still made safe
-            done[knob.id] = f"{knob.id}: cannot be made safe: {type(exc).__name__}: {exc}"
-            _say(log.error, "fan_unsafe", knob=knob.id, message=done[knob.id])
-            continue
-        if isinstance(note, str):
-            done[knob.id] = note
-            _say(log.warning, "fan_made_safe", knob=knob.id, message=note)
-    return done
+    """After the originals were lost (:attr:`~aithermd.actuate.journal.Journal.lost`): every fan, GPU power
+    limit and SM clock lock put right (:func:`aithermd.actuate.lost.make_safe`: a fan at a low manual duty
+    to its driver's automatic mode, a GPU limit below its default to the default, a clock lock reset).
+    Returns knob id → what was done, or why it failed. Never raises for one knob."""
+    from aithermd.actuate.lost import make_safe
+    return make_safe(owner, knobs)
 
 
 def restore_at_start(journal: Journal, owner: Mapping[str, Backend], knobs: Iterable[Knob],
@@ -253,7 +238,7 @@ def restore_at_start(journal: Journal, owner: Mapping[str, Backend], knobs: Iter
     (:func:`make_fans_safe`, over ``knobs`` and their ``owner``). A dry run writes nothing. Logs; never
     raises for one knob."""
     log = structlog.get_logger("aithermd.daemon")
-    if journal.lost is not None:  # the originals are lost: fans at a low manual duty go to automatic
+    if journal.lost is not None:  # the originals are lost: fans, GPU limits and clock locks made safe
         _say(log.error, "journal_unreadable", error=journal.lost)
         if not dry_run:
             make_fans_safe(owner, knobs)

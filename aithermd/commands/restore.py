@@ -21,6 +21,7 @@ from pathlib import Path
 
 from aithermd.files import path_arg
 
+PREFIX = "aithermd restore: "  # every line on stderr, as the other commands say theirs
 HELP = "put every journaled knob back to what was found, then clear the journal"
 
 
@@ -41,7 +42,7 @@ def _state_dir(args: argparse.Namespace) -> Path:
     try:
         return load_settings(args.config).state_dir
     except PolicyErrors as exc:  # restore must work even with a broken config
-        print(f"warning: {exc}; using the default state directory", file=sys.stderr)
+        print(f"{PREFIX}warning: {exc}; using the default state directory", file=sys.stderr)
         return DEFAULT_STATE_DIR
 
 
@@ -79,31 +80,31 @@ def run(args: argparse.Namespace) -> int:
     log.setup("info", "auto")
     state_dir = _state_dir(args)
     if state_dir.exists() and not state_dir.is_dir():  # a typo in ExecStopPost= must not pass for success
-        print(f"aithermd restore: error: {state_dir}: not a directory (give the --state-dir the daemon "
+        print(f"{PREFIX}error: {state_dir}: not a directory (give the --state-dir the daemon "
               "ran with)", file=sys.stderr)
         return 2
     if not state_dir.is_dir():  # exit 0 still: ExecStopPost= runs this after a daemon that never started
-        print(f"aithermd restore: warning: {state_dir}: no such state directory, so nothing to restore "
+        print(f"{PREFIX}warning: {state_dir}: no such state directory, so nothing to restore "
               "(give the --state-dir the daemon ran with)", file=sys.stderr)
         return 0
     if args.sysfs_root is not None and not (args.sysfs_root / "class").is_dir():  # every knob unknown
-        print(f"aithermd restore: error: {args.sysfs_root}: not a sysfs tree (no class/ directory); give "
+        print(f"{PREFIX}error: {args.sysfs_root}: not a sysfs tree (no class/ directory); give "
               "the root the daemon ran on, or leave --sysfs-root out; nothing restored", file=sys.stderr)
         return 2
     owner = held_by_other(state_dir)
     if owner is not None:
-        print(f"error: {owner} is running on {state_dir}: it restores every knob when it stops "
+        print(f"{PREFIX}error: {owner} is running on {state_dir}: it restores every knob when it stops "
               "(systemctl stop aithermd); nothing restored", file=sys.stderr)
         return 1
     try:
         journal = Journal(state_dir, quarantine=True)
     except JournalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}error: {exc}", file=sys.stderr)
         return 2
     if journal.lost is not None:
-        print(f"error: {journal.lost}", file=sys.stderr)
+        print(f"{PREFIX}error: {journal.lost}", file=sys.stderr)
         for note in _make_fans_safe(args).values():
-            print(f"warning: {note}", file=sys.stderr)
+            print(f"{PREFIX}warning: {note}", file=sys.stderr)
         return 2
     if not journal.dirty:
         print(f"nothing to restore in {state_dir}")
@@ -111,13 +112,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = restore_journal(journal, sysfs_root=args.sysfs_root)
     except JournalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PREFIX}error: {exc}", file=sys.stderr)
         return 1
     print(f"restored {len(report.restored)} knob(s) from {state_dir}")
     for knob_id, why in {**report.absent, **report.forgotten}.items():
-        print(f"warning: {knob_id}: {why}", file=sys.stderr)
+        print(f"{PREFIX}warning: {knob_id}: {why}", file=sys.stderr)
     for why in report.fallbacks.values():
-        print(f"warning: {why}", file=sys.stderr)
+        print(f"{PREFIX}warning: {why}", file=sys.stderr)
     for knob_id, why in report.failed.items():
-        print(f"error: {knob_id}: {why}", file=sys.stderr)
+        print(f"{PREFIX}error: {knob_id}: {why}", file=sys.stderr)
     return 0 if report.ok else 1
