@@ -16,7 +16,8 @@ attack6 G1) cannot say what any knob was. Opened with ``quarantine=True`` (the d
 restore``) it is moved aside to ``journal.json.corrupt-<unix time>`` for a person to read, the journal
 starts empty and :attr:`Journal.lost` says so; the caller then hands every fan found in manual mode at a
 low duty to its driver's automatic mode and every GPU power limit below its default to the default
-(:func:`aithermd.actuate.lost.make_safe`), since nothing else would put them right. Without it (tools that only read) it raises :class:`JournalError`.
+(:func:`aithermd.actuate.lost.make_safe`), since nothing else would put them right. Without it (tools that
+only read) it raises :class:`JournalError`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from aithermd.actuate.boot import current_boot_id, uptime_s
 from aithermd.errors import AithermError
 from aithermd.files import read_state_file, trusted_state_dir
 
@@ -50,7 +52,8 @@ class _Undecodable(ValueError):
 class JournalEntry:
     """One knob's original state: ``saved`` as ``Backend.save_knob`` returned it, ``locator`` as
     ``Backend.locator()`` returned it, ``device_id`` for reports, ``recorded_wall`` in Unix seconds,
-    ``boot_id`` the kernel's boot id when it was recorded ("" when unknown)."""
+    ``boot_id`` the kernel's boot id when it was recorded ("" when unknown), ``uptime_s`` the kernel's
+    uptime then (``CLOCK_BOOTTIME``, s; None in journals older than it): :mod:`aithermd.actuate.boot`."""
 
     knob_id: str
     device_id: str
@@ -58,25 +61,19 @@ class JournalEntry:
     saved: Mapping[str, Any]
     recorded_wall: float
     boot_id: str = ""
+    uptime_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"knob_id": self.knob_id, "device_id": self.device_id, "locator": dict(self.locator),
-                "saved": dict(self.saved), "recorded_wall": self.recorded_wall, "boot_id": self.boot_id}
+                "saved": dict(self.saved), "recorded_wall": self.recorded_wall, "boot_id": self.boot_id,
+                "uptime_s": self.uptime_s}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> JournalEntry:
         return cls(knob_id=str(data["knob_id"]), device_id=str(data.get("device_id", "")),
                    locator=dict(data["locator"]), saved=dict(data["saved"]),
-                   recorded_wall=float(data.get("recorded_wall", 0.0)), boot_id=str(data.get("boot_id", "")))
-
-
-def current_boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
-    """The kernel's random boot id (a new UUID at every boot, proc(5)), or "" when it cannot be read."""
-    try:
-        with open(path, encoding="ascii") as f:
-            return f.read().strip()
-    except (OSError, ValueError):
-        return ""
+                   recorded_wall=float(data.get("recorded_wall", 0.0)), boot_id=str(data.get("boot_id", "")),
+                   uptime_s=None if data.get("uptime_s") is None else float(data["uptime_s"]))
 
 
 def read_journal(state_dir: Path, path: Path) -> bytes:
@@ -206,12 +203,13 @@ class Journal:
     def record(self, knob_id: str, device_id: str, locator: Mapping[str, Any], saved: Mapping[str, Any],
                wall: float, boot_id: str | None = None) -> bool:
         """Journal ``knob_id``'s original state unless it is journaled already; returns True when written.
-        ``boot_id`` defaults to :func:`current_boot_id`. The entry is on disk when this returns. Raises
+        ``boot_id`` defaults to :func:`current_boot_id`; the uptime is recorded too. The entry is on disk
+        when this returns. Raises
         JournalError (nothing may then be written)."""
         if knob_id in self._entries:
             return False
         boot = current_boot_id() if boot_id is None else boot_id
-        entry = JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot)
+        entry = JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot, uptime_s())
         entries = {**self._entries, knob_id: entry}
         self._save(entries)
         self._entries = entries
@@ -225,7 +223,8 @@ class Journal:
         if knob_id not in self._entries:
             boot = current_boot_id() if boot_id is None else boot_id
             self._entries = {**self._entries,
-                             knob_id: JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot)}
+                             knob_id: JournalEntry(knob_id, device_id, dict(locator), dict(saved), wall, boot,
+                                                   uptime_s())}
 
     def forget(self, knob_id: str) -> None:
         """Drop one entry (its knob was restored or handed to another program)."""

@@ -11,8 +11,8 @@ entry's backend opens on a real root (a sysfs root must hold a ``class`` directo
 proves nothing) and answers :class:`~aithermd.errors.UnknownKnob`, the knob is *absent*: there is nothing to
 put back now, so it is not a failure. An absent entry stays journaled while its device may come back in this
 boot (a module loaded late, a GPU lost and reset: its original still applies then) and is reported
-(``RestoreReport.absent``). Every entry recorded in an earlier boot (the kernel's boot id differs), its
-device present or not, is forgotten with a warning and nothing written (``RestoreReport.forgotten``): the
+(``RestoreReport.absent``). Every entry recorded in an earlier boot (proved: :mod:`aithermd.actuate.boot`),
+its device present or not, is forgotten with a warning and nothing written (``RestoreReport.forgotten``): the
 reboot re-initialised the device, and what its firmware or driver set since (a BIOS fan setting changed, a
 limit set at boot) is the state found now (attack6 G11: a crash, a reboot, and the old boot's fan curve
 came back over the new BIOS setting). A knob whose
@@ -39,7 +39,8 @@ from typing import Any
 
 import structlog
 
-from aithermd.actuate.journal import Journal, JournalEntry, current_boot_id
+from aithermd.actuate.boot import Boot
+from aithermd.actuate.journal import Journal, JournalEntry
 from aithermd.backends.base import TO_WRITER, Backend
 from aithermd.errors import DeviceLost, UnknownKnob
 from aithermd.model import Knob
@@ -113,8 +114,9 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     are opened with ``opener`` (default :func:`aithermd.backends.registry.open_backend`) and closed
     afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
-    --sysfs-root``). An entry recorded in a boot other than ``boot_id`` (default: the current one) is
-    forgotten, nothing written; a knob its backend does not know is absent, and kept (see the module doc).
+    --sysfs-root``). An entry recorded in an earlier boot than this one (``boot_id``: this boot's id, default
+    the kernel's; proved as :mod:`aithermd.actuate.boot` says) is forgotten, nothing written; a knob its
+    backend does not know is absent, and kept (see the module doc).
     The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
     its restore begins stays journaled once restored (``RestoreReport.kept``): a write to it may still land
     (the daemon's final restore, :mod:`aithermd.actuate.execute`).
@@ -126,7 +128,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     opened: list[Backend] = []
     failures: dict[str, str] = {}
     open_failures: dict[str, str] = {}
-    boot_now = current_boot_id() if boot_id is None else boot_id
+    boot = Boot.now(boot_id)
+    unsure: list[str] = []
     absent: dict[str, str] = {}
     forgotten: dict[str, str] = {}
     restored: list[str] = []
@@ -137,13 +140,15 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     reopened: set[str] = set()  # locators whose backend was opened afresh after the daemon's lost a device
     try:
         for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
-            if entry.boot_id and boot_now and entry.boot_id != boot_now:
+            if boot.earlier(entry):
                 forgotten[entry.knob_id] = (f"{entry.device_id} was journaled in an earlier boot: the reboot "
                                             "re-initialised it, and what its firmware or driver set now "
                                             "stands; entry forgotten, nothing written")
                 _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
                      message=forgotten[entry.knob_id])
                 continue
+            if boot.unsure(entry):
+                unsure.append(entry.knob_id)
             locator = _relocate(entry.locator, sysfs_root)
             key = locator_key(locator)
             backend = open_now.get(key)
@@ -202,6 +207,10 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                 backend.close()
             except Exception:  # noqa: BLE001
                 _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
+    if unsure:
+        _say(log.warning, "restore_boot_unknown", knobs=unsure,
+             message=("the kernel's boot id cannot be read (or was not when they were journaled) and their "
+                      "uptime proves no reboot: put back as this boot's originals"))
     if failures or absent or kept or only is not None:
         for knob_id in [*(k for k in restored if k not in kept), *forgotten]:
             journal.forget(knob_id)
