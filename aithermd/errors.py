@@ -41,6 +41,11 @@ class OutOfRange(BackendError):
     """A value outside the knob's own constraints (NVML_ERROR_INVALID_ARGUMENT, EINVAL)."""
 
 
+class RefusedOriginal(BackendError):
+    """A journaled original that is not written: outside the knob's constraints or the driver's modes, or on
+    a path the daemon must not write (attack6 G3). The message says which and why, in full."""
+
+
 class PolicyError(AithermError):
     """A policy or config file is invalid.
 

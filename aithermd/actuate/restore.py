@@ -41,8 +41,9 @@ import structlog
 
 from aithermd.actuate.boot import Boot
 from aithermd.actuate.journal import Journal, JournalEntry
+from aithermd.actuate.locators import own_roots, refusal
 from aithermd.backends.base import TO_WRITER, Backend
-from aithermd.errors import DeviceLost, UnknownKnob
+from aithermd.errors import DeviceLost, RefusedOriginal, UnknownKnob
 from aithermd.model import Knob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
@@ -105,8 +106,8 @@ def _proves_absence(locator: Mapping[str, Any]) -> bool:
 
 def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opener: Opener | None = None,
                     sysfs_root: Path | None = None, boot_id: str | None = None, last: Collection[str] = (),
-                    keep: Callable[[str], bool] | None = None,
-                    only: Collection[str] | None = None) -> RestoreReport:
+                    keep: Callable[[str], bool] | None = None, only: Collection[str] | None = None,
+                    own_root: Path | None = None) -> RestoreReport:
     """Restore every entry of ``journal`` (or ``only`` those knob ids), newest first, and forget each one
     restored.
 
@@ -114,7 +115,9 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     are opened with ``opener`` (default :func:`aithermd.backends.registry.open_backend`) and closed
     afterwards.
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
-    --sysfs-root``). An entry recorded in an earlier boot than this one (``boot_id``: this boot's id, default
+    --sysfs-root``). Without it, an entry is applied only under the daemon's own root (``backends``'
+    roots and ``own_root``: the config's) or a root no one but root or this user can write, else refused and
+    kept (:mod:`aithermd.actuate.locators`). An entry recorded in an earlier boot than this one (``boot_id``: this boot's id, default
     the kernel's; proved as :mod:`aithermd.actuate.boot` says) is forgotten, nothing written; a knob its
     backend does not know is absent, and kept (see the module doc).
     The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
@@ -124,6 +127,8 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     """
     log = structlog.get_logger("aithermd.restore")
     opener = opener or _default_opener
+    backends = tuple(backends)
+    own = own_roots(backends, own_root)
     open_now: dict[str, Backend] = {locator_key(_relocate(b.locator(), sysfs_root)): b for b in backends}
     opened: list[Backend] = []
     failures: dict[str, str] = {}
@@ -152,6 +157,11 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
             locator = _relocate(entry.locator, sysfs_root)
             key = locator_key(locator)
             backend = open_now.get(key)
+            refused = None if backend is not None or sysfs_root is not None else refusal(locator, own)
+            if refused is not None:
+                failures[entry.knob_id] = refused
+                _say(log.error, "restore_refused", knob=entry.knob_id, device=entry.device_id, error=refused)
+                continue
             if backend is None and key not in open_failures:
                 try:
                     backend = opener(locator)
@@ -182,7 +192,7 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
                     opened.append(backend)
                     note = backend.restore_knob(entry.knob_id, dict(entry.saved))
             except Exception as exc:  # noqa: BLE001
-                why = f"{type(exc).__name__}: {exc}"
+                why = str(exc) if isinstance(exc, RefusedOriginal) else f"{type(exc).__name__}: {exc}"
                 if isinstance(exc, UnknownKnob) and _proves_absence(locator):
                     absent[entry.knob_id] = (f"{entry.device_id} not found: kept until it is back or the "
                                              "machine reboots")

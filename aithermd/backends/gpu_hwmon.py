@@ -45,6 +45,7 @@ from aithermd.backends.fast import ok_reading
 from aithermd.backends.plausible import DIE_FLOOR_C
 from aithermd.backends.pwm import PwmKnob
 from aithermd.backends.readers import HwmonReader
+from aithermd.backends.saved_limits import checked_uw
 from aithermd.backends.sysfs import (
     Attribute,
     Nonsense,
@@ -366,7 +367,7 @@ class HwmonGpuBackend:
         if card.cap is None:
             raise UnknownKnob(knob_id)
         try:
-            card.cap[1].write_int(int(saved["cap_uw"]))
+            card.cap[1].write_int(checked_uw(card.cap[0], "cap_uw", saved.get("cap_uw")))  # G3: no garbage
         except OSError as exc:
             raise write_error(exc, f"{knob_id}: restore {saved['cap_uw']} µW") from exc
         return None

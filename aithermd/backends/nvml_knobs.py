@@ -42,6 +42,7 @@ from aithermd.errors import (
     NoPermission,
     NotSupported,
     OutOfRange,
+    RefusedOriginal,
     UnknownKnob,
 )
 from aithermd.model import KnobValue, Status
@@ -297,11 +298,14 @@ class NvmlKnobs(LimitWrites):
         manual = attr.startswith("fan") and (
             saved.get("mode") == "manual" or (saved.get("mode") is None and not slot.reader.fan_policy))
         low = manual and not (saved.get(TO_WRITER) or _kept(saved.get("speed_pct")))
+        mw = saved.get("limit_mw")
+        if attr == "power_limit" and (isinstance(mw, bool) or not isinstance(mw, int) or mw <= 0):
+            raise RefusedOriginal(f"{knob_id}: saved limit_mw {mw!r} is no power limit: not written")  # G3
         try:
             if attr == KNOB:
                 slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
             elif attr == "power_limit":
-                return self._restore_limit(slot, knob_id, int(saved["limit_mw"]))
+                return self._restore_limit(slot, knob_id, saved["limit_mw"])
             elif attr == nvml_acoustic.ATTR:
                 do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
             elif low:  # nothing would drive it at that speed, or it does not decode: the driver's curve

@@ -42,6 +42,7 @@ from aithermd.backends.powercap_energy import (  # noqa: F401 - energy_increase_
     energy_increase_uj,
 )
 from aithermd.backends.powercap_zones import amd_energy_sockets, max_gap_s, zone_role
+from aithermd.backends.saved_limits import RAPL_CEILING_UW
 from aithermd.backends.sysfs import (
     Attribute,
     Nonsense,
@@ -53,7 +54,7 @@ from aithermd.backends.sysfs import (
     write_error,
 )
 from aithermd.clock import Clock, RealClock
-from aithermd.errors import BackendError, OutOfRange, UnknownKnob
+from aithermd.errors import BackendError, OutOfRange, RefusedOriginal, UnknownKnob
 from aithermd.model import (
     UNITS,
     Channel,
@@ -332,8 +333,16 @@ class RaplBackend:
         return {"power_limit_uw": limit, "time_window_us": window}
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        """Write back the saved time window, then the saved power limit."""
+        """Write back the saved time window, then the saved power limit. A saved value that is no positive
+        integer, or a limit over :data:`RAPL_CEILING_UW`, raises RefusedOriginal, nothing written (the
+        firmware's own limit may exceed ``max_power_uw``: that is no reason to refuse it)."""
         lim = self._lim(knob_id)
+        for key, top in (("time_window_us", None), ("power_limit_uw", RAPL_CEILING_UW)):
+            value = saved.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0
+                                      or (top is not None and value > top)):
+                raise RefusedOriginal(f"{knob_id}: saved {key} {value!r} is no original of a RAPL limit "
+                                      f"(a positive integer{f' up to {top}' if top else ''}): not written")
         try:
             if saved.get("time_window_us") is not None and lim.window is not None:
                 lim.window.write_int(int(saved["time_window_us"]))

@@ -12,7 +12,7 @@ The rules (README, Fans; the product's first safety rule: a fan is never left in
   until the next reboot. The fan goes to its driver's automatic mode instead (:func:`driver_auto`), or full
   duty where none is known.
 - **A saved state that does not decode** (a hand-edited or damaged journal: ``"pwm": "abc"``, a duty over
-  255, a mode that is no small integer) is not written: the driver's automatic mode, or full duty (attack6
+  255, a mode that is no small integer or none its driver documents, :data:`MAX_MODE`) is not written: the driver's automatic mode, or full duty (attack6
   G2: the error went past the full-duty fallback and left the fan manual at a low duty).
 - **A write refused for a moment** (``EAGAIN``, ``EINTR``, ``EBUSY``: an SMBus or mutex busy, the codes the
   sysfs reads retry on) is tried :data:`RESTORE_TRIES` times, :data:`RETRY_PAUSE_S` apart, before the fan is
@@ -44,6 +44,11 @@ MANUAL = 1
 FULL = 0
 LOW_DUTY_RAW = units.pct_to_pwm(LOW_DUTY_PCT)  # a manual original below it goes to automatic mode (128)
 MAX_ENABLE = 15  # the largest pwmN_enable any hwmon driver documents is 7 (nct6775 SmartFan modes up to 5)
+# the largest pwmN_enable each driver documents (Documentation/hwmon/<driver>.rst): nct6775 5 (SmartFan IV),
+# it87 2, f71882fg 3 (thermostat), dell_smm/thinkpad/amdgpu/asus-wmi 2; a saved mode above it is no original
+# of that driver (a hand-edited or planted journal: attack6 G3) and is not written
+MAX_MODE: dict[str, int] = {"nct67": 5, "it87": 2, "it86": 2, "f71": 3, "dell_smm": 2, "thinkpad": 2,
+                            "amdgpu": 2, "asus": 2}
 RESTORE_TRIES = 3  # writes refused with a try-again errno, at most this many times each
 RETRY_PAUSE_S = 0.02
 _RETRY = frozenset({errno.EAGAIN, errno.EINTR, errno.EBUSY})
@@ -66,6 +71,11 @@ def decoded(saved: Any) -> tuple[int | None, int | None] | str:
     return out[0], out[1]
 
 
+def max_mode(driver: str) -> int:
+    """The largest ``pwmN_enable`` ``driver`` documents (:data:`MAX_MODE`), else :data:`MAX_ENABLE`."""
+    return next((v for prefix, v in MAX_MODE.items() if driver.startswith(prefix)), MAX_ENABLE)
+
+
 def restore(knob: PwmKnob, saved: dict[str, Any]) -> str | None:
     """Put ``saved`` (what :meth:`PwmKnob.save` returned) back on ``knob`` by the rules of the module doc.
     Raises DeviceLost when the chip is gone from its path, BackendError when not even full duty holds."""
@@ -75,9 +85,15 @@ def restore(knob: PwmKnob, saved: dict[str, Any]) -> str | None:
         if isinstance(got, str):
             return automatic(knob, f"{kid}: {got}")
         pwm, enable = got
+        top = max_mode(knob.driver)
+        if enable is not None and enable > top:
+            return automatic(knob, f"{kid}: saved enable {enable} is no mode {knob.driver or 'its driver'} "
+                                   f"knows (0–{top}): not written")
         if saved.get("enable_unreadable") and knob.enable is not None:
             why = f"{kid}: the original mode could not be read ({saved['enable_unreadable']})"
-            return automatic(knob, why, saved.get("auto") if isinstance(saved.get("auto"), int) else None)
+            auto = saved.get("auto")
+            ok = isinstance(auto, int) and not isinstance(auto, bool) and 2 <= auto <= top
+            return automatic(knob, why, auto if ok else None)
         if knob.levels.blind and enable in (None, MANUAL):
             # its manual duty was read through a read-back found meaningless later (pwm_levels): 0 read back
             # would stop the fan for good

@@ -34,16 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=path_arg, metavar="FILE", help="settings file, for its state_dir")
 
 
-def _state_dir(args: argparse.Namespace) -> Path:
+def _settings(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The state directory (``--state-dir``, else the config's) and the config's sysfs root (the daemon's
+    own: entries journaled there are applied whoever owns it, :mod:`aithermd.actuate.locators`)."""
     from aithermd.errors import PolicyErrors
-    from aithermd.settings import DEFAULT_STATE_DIR, load_settings
-    if args.state_dir is not None:
-        return args.state_dir
+    from aithermd.settings import DEFAULT_STATE_DIR, DaemonSettings, load_settings
     try:
-        return load_settings(args.config).state_dir
+        settings = load_settings(args.config)
     except PolicyErrors as exc:  # restore must work even with a broken config
-        print(f"{PREFIX}warning: {exc}; using the default state directory", file=sys.stderr)
-        return DEFAULT_STATE_DIR
+        if args.state_dir is None:
+            print(f"{PREFIX}warning: {exc}; using the default state directory", file=sys.stderr)
+        return args.state_dir or DEFAULT_STATE_DIR, DaemonSettings().sysfs_root
+    return args.state_dir or settings.state_dir, settings.sysfs_root
 
 
 def _make_fans_safe(args: argparse.Namespace) -> dict[str, str]:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from aithermd.runtime.instance import held_by_other
 
     log.setup("info", "auto")
-    state_dir = _state_dir(args)
+    state_dir, own_root = _settings(args)
     if state_dir.exists() and not state_dir.is_dir():  # a typo in ExecStopPost= must not pass for success
         print(f"{PREFIX}error: {state_dir}: not a directory (give the --state-dir the daemon "
               "ran with)", file=sys.stderr)
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"nothing to restore in {state_dir}")
         return 0
     try:
-        report = restore_journal(journal, sysfs_root=args.sysfs_root)
+        report = restore_journal(journal, sysfs_root=args.sysfs_root, own_root=own_root)
     except JournalError as exc:
         print(f"{PREFIX}error: {exc}", file=sys.stderr)
         return 1
