@@ -368,8 +368,8 @@ class NvmlLife:
 
     # -- reporting -------------------------------------------------------------------------------------
     def health(self, now: float, hung: frozenset[str] = frozenset()) -> dict[str, Any]:
-        """``{"library": "up"|"down", "error", "reinits", "expected", "present", "gpus": {id: {"state",
-        "why", "uuid", "pci_bus_id", "next_check_s"}}}`` (state ``hung`` while a call has not returned)."""
+        """``{"library", "error", "reinits", "expected", "present", "gpus": {id: {"state", "why", "uuid",
+        "pci_bus_id", "next_check_s"}}, "released": {uuid: pci_bus_id}}`` (``hung``: a call not returned)."""
         gpus = {}
         for slot in self.slots.values():
             state = "hung" if slot.id in hung and slot.state == "ok" else slot.state
@@ -380,9 +380,10 @@ class NvmlLife:
         # every GPU seen (a removed one too) or counted (one not ready yet); a lost one is both, once
         expected = max(len(set(self.expected) - self.released), self.count - len(self.released))
         present = sum(1 for g in gpus.values() if g["state"] == "ok")
-        return {"library": "up" if self.lib.up else "down", "error": self.lib.why,
-                "reinits": self.lib.reinits, "init_failures": self.lib.failures,
-                "expected": expected, "present": present, "gpus": gpus}
+        lib = self.lib
+        return {"library": "up" if lib.up else "down", "error": lib.why, "reinits": lib.reinits,
+                "init_failures": lib.failures, "expected": expected, "present": present, "gpus": gpus,
+                "released": {u: self.expected.get(u, "") for u in sorted(self.released)}}
 
 
 def _text(value: Any) -> str:

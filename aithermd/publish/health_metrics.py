@@ -12,6 +12,8 @@ there at 0 from the moment its source is known, so an alert fires on the first e
 - ``aithermd_gpus_expected`` (every GPU seen since the start, and those NVML counts but cannot hand out yet)
   and ``aithermd_gpus_present`` (those answering now);
 - ``aithermd_nvml_up``, ``aithermd_nvml_reinits_total``, ``aithermd_nvml_init_failures_total``;
+- ``aithermd_gpus_released`` (0 from the start) and ``aithermd_gpu_released{uuid,pci_bus_id}``: GPUs let go
+  (``ReleaseGpu``, a udev remove or unbind), unwatched by any rule until adopted again (attack6 G4);
 - ``aithermd_gpu_energy_estimated{gpu,uuid,pci_bus_id}``: 1 when the GPU's energy is integrated from power;
 - ``aithermd_gpu_power_capped{knob,by}``: 1 while the enforced limit is below the requested one;
   ``aithermd_gpu_power_above_limit_total{knob}``: draws above the enforced limit for 30 s;
@@ -112,6 +114,16 @@ class HealthCollector(TextCollector):
             g = f.gauge(name, help_)
             g.add_metric([], float(value))
             yield g
+        released = nvml.get("released") or {}
+        count = f.gauge("aithermd_gpus_released", "GPUs let go (ReleaseGpu, a udev remove or unbind): "
+                        "unwatched, no safety rule on them, until adopted again.")
+        count.add_metric([], float(len(released)))
+        yield count
+        each = f.gauge("aithermd_gpu_released", "1 for each GPU let go and unwatched (its gpu series are gone "
+                       "from this page meanwhile).", labels=["uuid", "pci_bus_id"])
+        for uuid, bus in released.items():
+            each.add_metric([str(uuid), str(bus)], 1.0)
+        yield each
         for name, help_, key in (("aithermd_nvml_reinits", "Times NVML was initialised again after it broke.",
                                   "reinits"),
                                  ("aithermd_nvml_init_failures", "nvmlInit calls that failed.",

@@ -134,3 +134,47 @@ async def test_a_released_gpu_never_unbound_is_adopted_again_and_its_cut_returns
     assert "back_at" in seen, "adopted again"
     assert 30.0 <= seen["back_at"] - seen["released_at"] <= 60.0
     assert seen.get("cut", original) < original, "its critical cut is back"
+
+
+async def test_a_released_gpu_is_on_the_metrics_page_as_released_and_unwatched(tmp_path, root, policy_dir, clock):
+    """attack6 G4: every gpu1 series left /metrics at the release and nothing said it was released."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from aithermd.publish import metrics
+
+    fake = FakeNvml.from_dumps(GPU_DUMPS)
+    (policy_dir / "hot.yaml").write_text(HOT % 110)
+    backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=NO_HANG_S)
+    d = Daemon(settings_for(tmp_path, root, policy_dir, policy="hot"), clock=clock, backends=[backend],
+               sleep=clock.sleep, watchers=WatcherOptions())
+    handle = metrics.start("none", d.hub)
+    scrapes: list[dict] = []
+    seen: dict = {}
+
+    def scrape() -> dict:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(metrics.render(handle).decode())
+                for s in family.samples}
+
+    async def release():
+        seen["message"] = await d.control.release_gpu("gpu1")
+
+    def step():
+        seq = d.hub.latest.seq
+        if seq in (1, 8):
+            scrapes.append(scrape())
+        if seq == 3:
+            seen["task"] = asyncio.get_running_loop().create_task(release())
+        return seq >= 8
+
+    try:
+        assert await d.run(until=step) == 0
+    finally:
+        handle.stop()
+    await seen["task"]
+    first, later = scrapes
+    assert first[("aithermd_gpus_released", ())] == 0.0, "there at 0 before any release"
+    assert not [k for k in first if k[0] == "aithermd_gpu_released"]
+    assert later[("aithermd_gpus_released", ())] == 1.0
+    gpu1 = (("pci_bus_id", fake.gpus[1].bus_id), ("uuid", fake.gpus[1].uuid))
+    assert later[("aithermd_gpu_released", gpu1)] == 1.0
