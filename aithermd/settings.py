@@ -236,7 +236,8 @@ def environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]:
-    """The config file as a dict, and each top-level key's (line, col), 1-based.
+    """The config file as a dict, and each top-level key's (line, col), 1-based (``key.sub`` for the entries
+    of a top-level mapping).
 
     Raises :class:`PolicyErrors` when the file cannot be read or is not a YAML mapping."""
     from ruamel.yaml import YAML  # only with a config file
@@ -272,6 +273,13 @@ def read_config(path: Path) -> tuple[dict[str, Any], dict[str, tuple[int, int]]]
             try:
                 line, col = lc.key(key)
                 marks[str(key)] = (line + 1, col + 1)
+            except (KeyError, TypeError):
+                pass
+        inner = doc[key]  # a mapping's entries too (``names:``): an error points at its own line
+        for sub in inner if isinstance(inner, Mapping) and getattr(inner, "lc", None) is not None else ():
+            try:
+                line, col = inner.lc.key(sub)
+                marks[f"{key}.{sub}"] = (line + 1, col + 1)
             except (KeyError, TypeError):
                 pass
     budget = [MAX_CONFIG_VALUES]

@@ -102,7 +102,7 @@ def errors_at_sources(exc: SettingsInvalid, config: Path | None, marks: Mapping[
             close = _closest(top, FIELDS)
             hint = f"did you mean {close!r}?" if close else None
         if config is not None and top in file_data and top not in later:
-            line, col = marks.get(top, (None, None))
+            line, col = marks.get(".".join(str(p) for p in loc[:2]), marks.get(top, (None, None)))
             errors.append(PolicyError(str(config), message, line=line, col=col, key=key, hint=hint))
         else:
             source = FLAG_NAMES.get(top, "--" + top.replace("_", "-")) if top in flags \
@@ -130,6 +130,8 @@ def _in_words(err: Mapping[str, Any]) -> str:
         return "unknown setting"
     if kind in ("float_parsing", "int_parsing", "float_type", "int_type"):
         return f"must be a number (got {shown})"
+    if kind == "string_type":
+        return f"must be text (got {shown})"
     if kind == "finite_number":
         return f"must be a finite number (got {shown})"
     if kind == "value_error":  # a validator's own sentence, without pydantic's "Value error, "

@@ -97,6 +97,16 @@ def test_run_with_an_invalid_config_names_file_and_line(tmp_path, capsys):
     assert expected in capsys.readouterr().err
 
 
+def test_a_bad_names_entry_is_reported_at_its_own_line_in_plain_words(tmp_path, capsys):
+    """newuser7 6: the error pointed at line 2 (the 'names:' key) in pydantic's words."""
+    cfg = tmp_path / "aithermd.yaml"
+    cfg.write_text('tick_s: 1\nnames:\n  "hwmon:nct6798-isa-0290/fan1": CPU fan\n'
+                   '  "hwmon:nct6798-isa-0290/fan3": [not, a, string]\n')
+    assert main(["run", "--config", str(cfg)]) == EXIT_CONFIG
+    assert (f"{cfg}:4:3: error: names.hwmon:nct6798-isa-0290/fan3: must be text (got ['not', 'a', 'string'])"
+            in capsys.readouterr().err)
+
+
 def test_run_with_an_unreadable_config_exits_78(tmp_path, capsys):
     said = "error: cannot read the config file"
     assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == EXIT_CONFIG
