@@ -4,7 +4,8 @@ Checks the bus, the daemon (and what it reports as read-only or failing), polkit
 library, hwmon and powercap in sysfs (kernel hwmon sysfs ABI: ``pwmN`` writable only by root; powercap:
 ``energy_uj`` readable only by root since CVE-2020-8694), and the CPU's own knobs with the profile daemon
 (power-profiles-daemon, tuned) that owns them, if one runs. Each line: ``ok``, ``warn`` or ``FAIL``, what,
-and why or what to do.
+and why or what to do. On another bus than the system bus (``aithermctl demo``'s), a ``note`` line says the
+local checks are of this host, not of the daemon's (simulated) machine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ POLKIT_NAME = "org.freedesktop.PolicyKit1"
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    level: str  # "ok" | "warn" | "FAIL"
+    level: str  # "ok" | "warn" | "FAIL" | "note"
     what: str
     detail: str
 
@@ -177,6 +178,10 @@ def _read(path: Path) -> str | None:
 async def run_doctor(client: DaemonClient, sysfs_root: str = "/sys") -> int:
     checks = await check_daemon(client)
     checks += await check_polkit(client)
+    if client.bus != "system":  # a demo's private bus: its daemon's machine is simulated, not this one
+        checks.append(Check("note", "this host", f"the checks below are of the machine aithermctl runs on, "
+                                                 f"not of the daemon on {bus_label(client.bus)} (a demo's "
+                                                 "simulated machine is not checked here)"))
     checks += check_nvml()
     checks += check_sysfs(sysfs_root)
     checks += check_cpu_knobs(sysfs_root)

@@ -189,7 +189,12 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
     if args.policy is not None:
         reason = args.reason or f"aithermctl run {line}"[:200]
         held_on = await _owner(client)  # before the hold: a restart right after it is then seen
-        cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
+        try:
+            cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
+        except ClientError as exc:  # CMD is not run without the hold it was asked to run under
+            exc.args = (f"{exc}\naithermctl: run: {line} was not run ({args.policy} could not be held for "
+                        "it); start aithermd, or run it without aithermctl",)
+            raise
         _note(f"holding {args.policy} (cookie {cookies[-1]}) while {line} runs")
         keeper = asyncio.ensure_future(_keep_hold(client, args.policy, reason, cookies, held_on))
     try:

@@ -333,16 +333,16 @@ class RaplBackend:
         return {"power_limit_uw": limit, "time_window_us": window}
 
     def restore_knob(self, knob_id: str, saved: dict[str, Any]) -> None:
-        """Write back the saved time window, then the saved power limit. A saved value that is no positive
-        integer, or a limit over :data:`RAPL_CEILING_UW`, raises RefusedOriginal, nothing written (the
+        """Write back the saved time window, then the saved power limit. A saved value that is no integer
+        from 0, or a limit over :data:`RAPL_CEILING_UW`, raises RefusedOriginal, nothing written (the
         firmware's own limit may exceed ``max_power_uw``: that is no reason to refuse it)."""
         lim = self._lim(knob_id)
         for key, top in (("time_window_us", None), ("power_limit_uw", RAPL_CEILING_UW)):
             value = saved.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0
-                                      or (top is not None and value > top)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0
+                                      or (top is not None and value > top)):  # 0: a zone with no limit set
                 raise RefusedOriginal(f"{knob_id}: saved {key} {value!r} is no original of a RAPL limit "
-                                      f"(a positive integer{f' up to {top}' if top else ''}): not written")
+                                      f"(an integer from 0{f' to {top}' if top else ''}): not written")
         try:
             if saved.get("time_window_us") is not None and lim.window is not None:
                 lim.window.write_int(int(saved["time_window_us"]))

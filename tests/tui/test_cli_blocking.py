@@ -79,3 +79,14 @@ def test_a_malformed_bus_address_is_a_usage_error(address, capsys):
     err = capsys.readouterr().err.splitlines()[-1]
     assert err == (f"aithermctl: error: argument --bus: {address!r} is not system, session or a D-Bus address "
                    "(unix:path=/run/dbus/system_bus_socket, the one `aithermctl demo` prints)")
+
+
+async def test_run_with_no_bus_says_the_command_was_not_run(tmp_path):
+    """newuser7 10: only 'cannot reach the bus' was said; CMD was not run and nothing said so."""
+    marker = tmp_path / "ran"
+    rc, out, err = await ctl("tcp:host=127.0.0.1,port=9", "run", "--policy", "ai-training", "--", "touch",
+                             str(marker))
+    assert (rc, out) == (wire.EXIT_NOT_RUNNING, "") and not marker.exists()
+    assert err.startswith("aithermctl: cannot reach the bus at tcp:host=127.0.0.1,port=9: ")
+    assert err.splitlines()[-1] == (f"aithermctl: run: touch {marker} was not run (ai-training could not be "
+                                    "held for it); start aithermd, or run it without aithermctl")

@@ -63,3 +63,21 @@ def test_doctor_knows_the_profile_daemons_the_daemon_knows():
     from aithermd.backends.cpu_knobs import MANAGERS
 
     assert PROFILE_DAEMONS == MANAGERS
+
+
+async def test_doctor_on_another_bus_says_its_local_checks_are_of_this_host(tmp_path, capsys):
+    """newuser7 9: against the demo's bus, 'no chips under /sys/class/hwmon' sat beside the simulated
+    daemon's '8 devices' with nothing saying whose machine each line was about."""
+    from aithermctl.client import DaemonClient
+    from aithermctl.doctor import run_doctor
+
+    client = DaemonClient("tcp:host=127.0.0.1,port=9")
+    try:
+        await run_doctor(client, str(tmp_path))
+    finally:
+        await client.close()
+    out = capsys.readouterr().out
+    assert "note  this host" in out and "not of the daemon on the bus at tcp:host=127.0.0.1,port=9" in out
+    lines = out.splitlines()
+    assert [i for i, line in enumerate(lines) if "this host" in line][0] < \
+        [i for i, line in enumerate(lines) if line.split()[1:2] == ["hwmon"]][0]
