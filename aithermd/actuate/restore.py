@@ -117,9 +117,9 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     ``sysfs_root`` replaces the ``sysfs_root`` of every locator that has one (``aithermd restore
     --sysfs-root``). Without it, an entry is applied only under the daemon's own root (``backends``'
     roots and ``own_root``: the config's) or a root no one but root or this user can write, else refused and
-    kept (:mod:`aithermd.actuate.locators`). An entry recorded in an earlier boot than this one (``boot_id``: this boot's id, default
-    the kernel's; proved as :mod:`aithermd.actuate.boot` says) is forgotten, nothing written; a knob its
-    backend does not know is absent, and kept (see the module doc).
+    kept (:mod:`aithermd.actuate.locators`). An entry recorded in an earlier boot than this one
+    (``boot_id``: this boot's id, default the kernel's; proved as :mod:`aithermd.actuate.boot` says) is
+    forgotten, nothing written; a knob its backend does not know is absent, and kept (see the module doc).
     The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
     its restore begins stays journaled once restored (``RestoreReport.kept``): a write to it may still land
     (the daemon's final restore, :mod:`aithermd.actuate.execute`).

@@ -12,7 +12,8 @@ The rules (README, Fans; the product's first safety rule: a fan is never left in
   until the next reboot. The fan goes to its driver's automatic mode instead (:func:`driver_auto`), or full
   duty where none is known.
 - **A saved state that does not decode** (a hand-edited or damaged journal: ``"pwm": "abc"``, a duty over
-  255, a mode that is no small integer or none its driver documents, :data:`MAX_MODE`) is not written: the driver's automatic mode, or full duty (attack6
+  255, a mode that is no small integer or none its driver documents, :data:`MAX_MODE`) is not written: the
+  driver's automatic mode, or full duty (attack6
   G2: the error went past the full-duty fallback and left the fan manual at a low duty).
 - **A write refused for a moment** (``EAGAIN``, ``EINTR``, ``EBUSY``: an SMBus or mutex busy, the codes the
   sysfs reads retry on) is tried :data:`RESTORE_TRIES` times, :data:`RETRY_PAUSE_S` apart, before the fan is

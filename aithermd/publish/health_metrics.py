@@ -119,8 +119,8 @@ class HealthCollector(TextCollector):
                         "unwatched, no safety rule on them, until adopted again.")
         count.add_metric([], float(len(released)))
         yield count
-        each = f.gauge("aithermd_gpu_released", "1 for each GPU let go and unwatched (its gpu series are gone "
-                       "from this page meanwhile).", labels=["uuid", "pci_bus_id"])
+        each = f.gauge("aithermd_gpu_released", "1 for each GPU let go and unwatched (its gpu series are "
+                       "gone from this page meanwhile).", labels=["uuid", "pci_bus_id"])
         for uuid, bus in released.items():
             each.add_metric([str(uuid), str(bus)], 1.0)
         yield each

@@ -1,5 +1,5 @@
-"""attack6 G3 (the rest): a journal entry's locator root was used as given, and the saved values of knobs other
-than pwm were written as found. An entry is now applied only under the daemon's own root or one nobody but
+"""attack6 G3 (the rest): a journal entry's locator root was used as given, and the saved values of knobs
+other than pwm were written as found. An entry is now applied only under the daemon's own root or one nobody but
 root or this user can write, and a saved value outside the knob's constraints (a power limit outside its
 min/max, a fan mode its driver does not know) is refused with a line that says so: nothing written."""
 
@@ -59,7 +59,8 @@ def test_an_entry_on_a_root_others_can_write_is_refused_and_kept(tmp_path, capsy
     assert main(["restore", "--state-dir", str(state)]) == 1
     err = capsys.readouterr().err
     assert (f"aithermd restore: error: {NCT}/pwm1: journaled on the sysfs root {root}, which is not this "
-            "daemon's and is writable by its group or by every user (mode 0777): refused, nothing written") in err
+            "daemon's and is writable by its group or by every user (mode 0777): refused, nothing "
+            "written") in err
     assert f"give --sysfs-root {root} to restore it anyway" in err
     assert knob_files(root) == taken != original and len(Journal(state).entries()) == 2
     os.chmod(root, 0o755)  # no one else can write it: aithermd ran there, its originals go back
@@ -106,8 +107,8 @@ def test_a_rapl_limit_that_is_no_original_is_refused(tmp_path, bad):
     backend.discover()
     kid = "powercap:package-0/pl1"
     journal = Journal(tmp_path / "state")
-    journal.record(kid, "powercap:package-0", backend.locator(), {"power_limit_uw": bad, "time_window_us": None},
-                   0.0)
+    saved = {"power_limit_uw": bad, "time_window_us": None}
+    journal.record(kid, "powercap:package-0", backend.locator(), saved, 0.0)
     backend.write_knob(kid, 65.5)
     report = restore_journal(journal, backends=[backend])
     assert report.failed[kid] == (f"{kid}: saved power_limit_uw {bad!r} is no original of a RAPL limit (an "
@@ -127,8 +128,8 @@ def test_an_amdgpu_cap_outside_its_min_max_is_refused(tmp_path, bad):
     backend.write_knob("gpu0/power_limit", 275.0)
     report = restore_journal(journal, backends=[backend])
     assert report.failed["gpu0/power_limit"] == (
-        f"gpu0/power_limit: saved cap_uw {bad!r} is outside the limit's constraints (261–333 W): no original "
-        "of this knob, not written")
+        f"gpu0/power_limit: saved cap_uw {bad!r} is outside the limit's constraints (261–333 W): no "
+        "original of this knob, not written")
     assert (root / "class" / "hwmon" / "hwmon8" / "power1_cap").read_text() == "275000000\n"
     backend.close()
 

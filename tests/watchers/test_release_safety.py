@@ -136,7 +136,8 @@ async def test_a_released_gpu_never_unbound_is_adopted_again_and_its_cut_returns
     assert seen.get("cut", original) < original, "its critical cut is back"
 
 
-async def test_a_released_gpu_is_on_the_metrics_page_as_released_and_unwatched(tmp_path, root, policy_dir, clock):
+async def test_a_released_gpu_is_on_the_metrics_page_as_released_and_unwatched(tmp_path, root, policy_dir,
+                                                                              clock):
     """attack6 G4: every gpu1 series left /metrics at the release and nothing said it was released."""
     from prometheus_client.parser import text_string_to_metric_families
 
