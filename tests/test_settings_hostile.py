@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aithermd.commands.restore import _state_dir
+from aithermd.commands.restore import _settings
 from aithermd.errors import PolicyErrors
 from aithermd.settings import MAX_CONFIG_VALUES, load_settings
 
@@ -55,8 +55,8 @@ def test_restore_with_a_broken_config_falls_back_to_the_default_state_dir(tmp_pa
     cfg = tmp_path / "c.yaml"
     cfg.write_bytes(b"\x98\x00garbage")
     args = argparse.Namespace(state_dir=None, config=cfg, sysfs_root=None)
-    assert _state_dir(args) == Path("/var/lib/aithermd")  # before: UnicodeDecodeError, no restore at all
-    assert capsys.readouterr().err.startswith(f"warning: {cfg}: error: not UTF-8 text")
+    assert _settings(args) == (Path("/var/lib/aithermd"), Path("/sys"))  # before: UnicodeDecodeError
+    assert capsys.readouterr().err.startswith(f"aithermd restore: warning: {cfg}: error: not UTF-8 text")
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
