@@ -277,7 +277,8 @@ class SnapshotDoc(TypedDict):
     policy: PolicyDoc
     processes: NotRequired[dict[str, Any]]
     # the sources' own state: "nvml" {"library": "up"|"down", "error", "reinits", "init_failures",
-    # "expected", "present", "gpus": {id: {"state", "why", "uuid", "pci_bus_id", "next_check_s"}}},
+    # "expected", "present", "gpus": {id: {"state", "why", "uuid", "pci_bus_id", "next_check_s"}},
+    # "released": {uuid: pci_bus_id}},
     # "power_limits" {knob: {"requested_w", "enforced_w", "capped_by", "above_s"}}
     health: NotRequired[dict[str, Any]]
     alarms: NotRequired[dict[str, AlarmDoc]]  # knob or fan channel id → alarm
