@@ -212,7 +212,10 @@ def run_demo(args: argparse.Namespace) -> int:
         if came:  # now that it is held, it is stopped in the clean-up below
             stopping.append(came[0])
             raise KeyboardInterrupt
-        if not asyncio.run(wait_for_daemon(address, daemon)):
+        up = asyncio.run(wait_for_daemon(address, daemon))
+        if stopping:  # a stop raised inside the loop can be swallowed there (an import under way in a
+            raise KeyboardInterrupt  # library's callback): the demo then ran on and a second SIGTERM was ignored
+        if not up:
             if daemon.poll() == wire.EXIT_USAGE and (why := _usage_error(log)) is not None:
                 print(f"aithermctl: demo: {why}", file=sys.stderr)  # --cycle 2m, --policy nosuch
                 return wire.EXIT_USAGE
@@ -229,10 +232,14 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
                   f"{metrics}  log: {log}\nCtrl-C stops it.", flush=True)
             while daemon.poll() is None:
+                if stopping:  # a stop that was swallowed where it was raised
+                    raise KeyboardInterrupt
                 time.sleep(0.5)
             print(f"aithermctl: demo: aithermd exited ({daemon.returncode}); its log:\n{_tail(log)}",
                   file=sys.stderr)
             return wire.EXIT_FAILURE
+        if stopping:
+            raise KeyboardInterrupt
         from aithermctl.tui_main import run_tui
         return run_tui(address)
     except KeyboardInterrupt:
