@@ -53,6 +53,9 @@ GPU_CHIPS = ("amdgpu", "nouveau", "radeon")
 FULL_PCT = 100.0
 POWER_KINDS = (KnobKind.POWER_LIMIT, KnobKind.PL1, KnobKind.PL2)
 CRITICAL_RULE = "safety/critical-temperature"
+# a new latch's reference draw is at least this share of the power limit in force (a 0.1× reading on the
+# latching tick is no draw to cut from); a cut that then does not bind is cut again (safety_latch.UNBOUND)
+LATCH_FLOOR_SHARE = 0.5
 
 
 # A CPU temperature chip that exports no crit/emergency threshold (k10temp and zenpower on Zen parts give
@@ -128,11 +131,15 @@ def plan(devices: Sequence[Device], params: SafetyParams) -> SafetyPlan:
 
 def latch_draw_w(sp: SafetyPlan, device_id: str, readings: Mapping[str, Reading],
                  knobs: Mapping[str, KnobValue] | None) -> float | None:
-    """The draw (W) a new latch of ``device_id`` cuts from: its ``power`` reading, never above the power
-    limit in force (the lowest of its power-limit knobs' requested and enforced values in ``knobs``); None
-    when the reading is missing or failed (the cut is then to the minimum). A card draws no more than its limit for longer than its power controller's window, so a
-    reading above it on the latching tick is a glitch (one 2× power sample made the "cut" 414 W over a
-    337.5 W limit: nothing was cut for the latch's 196 s, attack8 T1)."""
+    """The draw (W) a new latch of ``device_id`` cuts from: its ``power`` reading, kept between
+    :data:`LATCH_FLOOR_SHARE` of the power limit in force and that limit (the lowest of its power-limit knobs'
+    requested and enforced values in ``knobs``); None — the cut is then to the minimum — when the reading
+    is missing or failed, or a power limit of the device cannot be read (a cut from an unbounded reading
+    raised a 337.5 W limit to 415 W: attack9 N1). A card draws no more than its limit for longer than its
+    power controller's window, so a reading above it on the latching tick is a glitch (one 2× sample made
+    the "cut" 414 W over a 337.5 W limit: attack8 T1); one far under it (a 0.1× sample) cut a 200 W job to
+    21 W for minutes (attack9 N3). A cut that does not bind is cut again from what the device draws
+    (:mod:`aithermd.policy.safety_latch`)."""
     draw = readings.get(f"{device_id}/power")
     if not _ok(draw):
         return None  # no draw to cut from: the minimum at once, as the latch always did
@@ -140,16 +147,19 @@ def latch_draw_w(sp: SafetyPlan, device_id: str, readings: Mapping[str, Reading]
     dev = sp.by_id.get(device_id)
     if dev is None or not knobs:
         return ref
+    in_force = math.inf
     for k in dev.knobs:
         if k.kind != KnobKind.POWER_LIMIT:
             continue
         kv = knobs.get(k.id)
-        if kv is None or kv.status != Status.OK:
-            continue
+        if kv is None or kv.status != Status.OK or kv.value is None or not math.isfinite(kv.value):
+            return None  # the limit in force is unknown: nothing bounds the reading
         for limit in (kv.value, kv.extra.get("enforced_w")):
-            if limit is not None and math.isfinite(limit) and 0 < limit < ref:
-                ref = float(limit)
-    return ref
+            if limit is not None and math.isfinite(limit) and 0 < limit < in_force:
+                in_force = float(limit)
+    if in_force == math.inf:
+        return ref
+    return min(max(ref, LATCH_FLOOR_SHARE * in_force), in_force)
 
 
 def critical_channels(sp: SafetyPlan, readings: Mapping[str, Reading], latched: Mapping[str, Latch],

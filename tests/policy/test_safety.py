@@ -223,3 +223,42 @@ def test_safety_overrides_a_policy_trying_to_stop_the_fan():
 def test_implausible_critical_reading_is_not_trusted_as_a_temperature():
     res = evaluate(NONE, (), tick([gpu(0, fans=0)], 0.0, {"gpu0/temperature": float("nan")}), initial_state())
     assert "gpu0/power_limit" not in res.decisions
+
+
+def test_a_latch_with_its_power_limit_unreadable_cuts_to_the_minimum_never_above_the_limit():
+    """attack9 N1: with the limit's readback failed the latch took the raw reading: a 2× sample "cut" a
+    337.5 W limit to 415 W (a raise, over every policy). Nothing bounds the reading then: the minimum."""
+    from aithermd.model import KnobValue
+    devices = [gpu(0)]
+    inp = tick(devices, 0.0, gpu_values(0, 90, 675.0, temp=85.0))
+    failed = {"gpu0/power_limit": KnobValue("gpu0/power_limit", None, status=Status.FAILED)}
+    inp = type(inp)(**{**inp.__dict__, "knobs": failed})
+    assert evaluate(NONE, (), inp, initial_state()).decisions["gpu0/power_limit"].value == 150.0
+
+
+def test_a_low_reading_on_the_latching_tick_cuts_from_half_the_limit_and_a_cut_that_binds_stays():
+    """attack9 N3: a 0.1× sample on the latching tick cut a 200 W job to 21 W for minutes. The reference is at
+    least half the limit in force; that cut binds the job's 200 W, so it holds."""
+    devices = [gpu(0)]
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 90, 20.0, temp=85.0),
+                                  knobs={"gpu0/power_limit": 337.5}), initial_state())
+    cut = res.decisions["gpu0/power_limit"].value
+    assert cut == pytest.approx(0.9 * 168.75)
+    for t in range(1, 31):  # the job holds at ~0.95 of the cut: it binds
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, 0.95 * cut, temp=85.5),
+                                      knobs={"gpu0/power_limit": cut}), res.state)
+        assert res.decisions["gpu0/power_limit"].value == pytest.approx(cut)
+
+
+def test_one_reading_near_the_cut_does_not_hold_a_cut_that_limits_nothing():
+    """attack9 N2: the re-reference compared the highest draw of the hold, so one reading at 80 % of the cut
+    in the first 10 s froze a cut over the draw for the latch's life. The mean of the hold decides."""
+    devices = [gpu(0)]
+    res = evaluate(NONE, (), tick(devices, 0.0, gpu_values(0, 90, 675.0, temp=85.0),
+                                  knobs={"gpu0/power_limit": 337.5}), initial_state())
+    assert res.decisions["gpu0/power_limit"].value == 303.75
+    for t in range(1, 11):
+        w = 290.0 if t == 2 else 230.0  # one reading near the cut, the job's true draw 230 W
+        res = evaluate(NONE, (), tick(devices, float(t), gpu_values(0, 90, w, temp=85.5),
+                                      knobs={"gpu0/power_limit": 303.75}), res.state)
+    assert res.decisions["gpu0/power_limit"].value == pytest.approx(0.9 * 290.0)  # cut again, from under it
