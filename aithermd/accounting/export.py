@@ -29,6 +29,7 @@ class EnergyExport:
     gpus: tuple[tuple[str, str, int | None, int | None, int], ...] = ()  # (device, uuid, used, total B, n)
     # family → ((consumer label values...), device, J); the "other" consumer has label values ("other", ...)
     families: Mapping[str, tuple[tuple[tuple[str, ...], str, float], ...]] = field(default_factory=dict)
+    uuids: Mapping[str, str] = field(default_factory=dict)  # GPU device id → its UUID (dcgm's ``UUID``)
 
 
 class TopN:
@@ -85,9 +86,9 @@ class Exporter:
 
     def update(self, t: float, splits: Iterable[Split], info: Callable[[ProcKey], ProcessInfo],
                devices: Mapping[str, Mapping[str, float]], usage: Mapping[str, GpuUsage],
-               known: Iterable[str] = ()) -> EnergyExport:
+               known: Iterable[str] = (), uuids: Mapping[str, str] | None = None) -> EnergyExport:
         """After a pass ending at ``t`` (boot-clock s): this interval's ``splits``, the ledger's per-device
-        totals, the GPUs' usage."""
+        totals, the GPUs' usage; ``uuids``: {GPU device id: UUID} of the snapshot's devices."""
         per_kind: dict[str, dict[tuple[str, ...], dict[str, float]]] = {k: {} for k in FAMILIES}
         for split in splits:
             for share in split.shares:
@@ -105,5 +106,6 @@ class Exporter:
                            devices.get(d, {}).get("unattributed_j", 0.0)) for d in all_devices),
             gpus=tuple((d, u.uuid or "", u.memory_used_bytes, u.memory_total_bytes, len(u.processes or ()))
                        for d, u in sorted(usage.items())),
-            families={kind: topn.rows(WIDTH[kind]) for kind, topn in self.families.items()})
+            families={kind: topn.rows(WIDTH[kind]) for kind, topn in self.families.items()},
+            uuids={**{d: u.uuid for d, u in usage.items() if u.uuid}, **(uuids or {})})
         return self.export

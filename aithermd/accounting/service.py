@@ -99,6 +99,7 @@ class EnergyService:
         self.exporter = Exporter(top_n)
         self._processes_text: str | None = None
         self._known: tuple[str, ...] = ()
+        self._uuids: dict[str, str] = {}  # GPU device id → UUID (the exported series' dcgm labels)
 
     def _load(self, name: str, fmt: str) -> dict[str, Any]:
         if self.state_dir is None:
@@ -147,10 +148,12 @@ class EnergyService:
         self._latest, self._latest_run, self._latest_mono = snapshot, run, mono
         if self.accountant is not None and snapshot.devices is not getattr(self, "_devices", None):
             self._devices = snapshot.devices
+            self._uuids = {d.id: str(d.info["uuid"]) for d in snapshot.devices if d.info.get("uuid")}
             self._known = tuple(d for d in increment.joules if d.startswith("gpu")) + (
                 (CPU,) if any(is_package_zone(d) for d in increment.joules) else ())
             if not self.exporter.export.devices:  # every counter exists at 0 once its device is known
-                self.exporter.update(self._latest_run, (), self.accountant.info, {}, {}, self._known)
+                self.exporter.update(self._latest_run, (), self.accountant.info, {}, {}, self._known,
+                                     self._uuids)
         if self.accountant is not None:
             self._pending_s += increment.dt_s
             down = increment.downtime
@@ -241,7 +244,8 @@ class EnergyService:
             self.history.add(split, self.accountant.info, t_wall)
         self.history.trim()
         self.exporter.update(self._latest_run, self.accountant.last_splits.values(), self.accountant.info,
-                             self.accountant.ledger.devices, self.accountant.last_usage, self._known)
+                             self.accountant.ledger.devices, self.accountant.last_usage, self._known,
+                             self._uuids)
         self._processes_text = None
 
     def report(self, since_wall: float, by: str) -> dict[str, Any]:

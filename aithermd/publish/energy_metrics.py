@@ -11,11 +11,15 @@ time from the service's frozen export, never from hardware.
   ``aithermd_process_energy_joules_total{pid,comm,device}``.
 - ``aithermd_gpu_memory_used_bytes``, ``aithermd_gpu_memory_total_bytes``, ``aithermd_gpu_processes`` with
   the GPU labels of :mod:`aithermd.publish.metrics` (``gpu_index``, ``gpu_uuid``).
+
+Every series above also carries dcgm-exporter's GPU labels, ``gpu`` (the index) and ``UUID``, as the
+hardware families do (empty for ``cpu``): ``aithermd_energy_joules_total * on (UUID) group_left
+DCGM_FI_DEV_GPU_UTIL`` joins without ``label_replace`` (attack8 T10). ``device`` stays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from aithermd.accounting.export import EnergyExport
@@ -33,6 +37,13 @@ _FAMILIES = {  # kind → (metric, help, consumer labels)
 }
 
 
+def _dcgm(device: str, uuids: Mapping[str, str]) -> list[str]:
+    """dcgm-exporter's ``gpu`` and ``UUID`` label values of ``device`` (empty for a non-GPU device)."""
+    if not device.startswith("gpu"):
+        return ["", ""]
+    return [device.removeprefix("gpu"), uuids.get(device, "")]
+
+
 class EnergyCollector(TextCollector):
     """``export()`` returns the service's latest :class:`EnergyExport`."""
 
@@ -41,28 +52,29 @@ class EnergyCollector(TextCollector):
 
     def collect(self, f: Any = PROM) -> Iterator[Any]:
         e = self._export()
-        total = f.counter("aithermd_energy_joules", "Energy the accounting measured per device.",
-                          labels=["device"])
-        idle = f.counter("aithermd_energy_idle_joules", "Idle-floor energy charged to nobody.",
-                         labels=["device"])
+        uuids = e.uuids
+        dl = ["device", "gpu", "UUID"]
+        total = f.counter("aithermd_energy_joules", "Energy the accounting measured per device.", labels=dl)
+        idle = f.counter("aithermd_energy_idle_joules", "Idle-floor energy charged to nobody.", labels=dl)
         unattributed = f.counter("aithermd_energy_unattributed_joules",
-                                 "Active energy with no process to charge.", labels=["device"])
+                                 "Active energy with no process to charge.", labels=dl)
         for device, t, i, u in e.devices:
-            total.add_metric([device], t)
-            idle.add_metric([device], i)
-            unattributed.add_metric([device], u)
+            labels = [device, *_dcgm(device, uuids)]
+            total.add_metric(labels, t)
+            idle.add_metric(labels, i)
+            unattributed.add_metric(labels, u)
         yield from (total, idle, unattributed)
-        for kind, (name, help_, labels) in _FAMILIES.items():
-            family = f.counter(name, help_, labels=[*labels, "device"])
+        for kind, (name, help_, names) in _FAMILIES.items():
+            family = f.counter(name, help_, labels=[*names, *dl])
             for values, device, joules in e.families.get(kind, ()):
-                family.add_metric([*values, device], joules)
+                family.add_metric([*values, device, *_dcgm(device, uuids)], joules)
             yield family
-        gl = ["gpu_index", "gpu_uuid"]
+        gl = ["gpu_index", "gpu_uuid", "gpu", "UUID"]
         used = f.gauge("aithermd_gpu_memory_used_bytes", "GPU memory in use (NVML).", labels=gl)
         size = f.gauge("aithermd_gpu_memory_total_bytes", "GPU memory in all (NVML).", labels=gl)
         procs = f.gauge("aithermd_gpu_processes", "Processes holding the GPU (NVML).", labels=gl)
         for device, uuid, u, t, n in e.gpus:
-            labels = [device.removeprefix("gpu"), uuid]
+            labels = [device.removeprefix("gpu"), uuid, device.removeprefix("gpu"), uuid]
             if u is not None:
                 used.add_metric(labels, float(u))
             if t is not None:

@@ -30,9 +30,35 @@ def test_counters_exist_at_zero_once_devices_are_known(tmp_path):
     bench = Bench(tmp_path)
     service = bench.start_daemon(None)
     samples, _ = _scrape(service)
+    uuids = {"gpu0": bench.nvml.gpu(0).uuid, "gpu1": bench.nvml.gpu(1).uuid, "cpu": ""}
     for device in ("gpu0", "gpu1", "cpu"):
-        assert samples[("aithermd_energy_joules_total", (("device", device),))] == 0.0
-        assert samples[("aithermd_energy_idle_joules_total", (("device", device),))] == 0.0
+        labels = (("UUID", uuids[device]), ("device", device), ("gpu", device.removeprefix("gpu")
+                                                                  if device != "cpu" else ""))
+        assert samples[("aithermd_energy_joules_total", labels)] == 0.0
+        assert samples[("aithermd_energy_idle_joules_total", labels)] == 0.0
+
+
+def test_accounting_series_carry_dcgm_exporters_gpu_labels(tmp_path):
+    """Every per-GPU accounting series has dcgm-exporter's ``gpu`` and ``UUID`` next to ``device``, the
+    values the hardware families give the same board (attack8 T10: ``device="gpu0"`` alone joined nothing)."""
+    bench = Bench(tmp_path)
+    service = bench.start_daemon(None)
+    bench.job(8001, 901, {0: 1.0})
+    bench.util[0], bench.power["gpu0"] = 100.0, 400.0
+    bench.run(10)
+    samples, _ = _scrape(service)
+    uuid = bench.nvml.gpu(0).uuid
+    names = {"aithermd_energy_joules_total", "aithermd_energy_idle_joules_total",
+             "aithermd_energy_unattributed_joules_total", "aithermd_slurm_job_energy_joules_total",
+             "aithermd_unit_energy_joules_total", "aithermd_process_energy_joules_total",
+             "aithermd_gpu_memory_total_bytes", "aithermd_gpu_processes"}
+    seen = set()
+    for (name, labels), _value in samples.items():
+        labels = dict(labels)
+        if name in names and (labels.get("device") == "gpu0" or labels.get("gpu_index") == "0"):
+            assert (labels["gpu"], labels["UUID"]) == ("0", uuid), (name, labels)
+            seen.add(name)
+    assert seen == names
 
 
 def test_top_n_plus_other_is_bounded_and_adds_up(tmp_path):
