@@ -13,9 +13,8 @@ import aithermd.actuate.journal as journal_module
 from aithermd.actuate.boot import Boot
 from aithermd.actuate.journal import JOURNAL_FILE, Journal
 from aithermd.actuate.restore import restore_journal
-from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
-from tests.support.machines import copy_machine
+from tests.support.machines import crashed_with_fans
 from tests.support.proc import knob_files
 
 NCT = "hwmon:nct6798-isa-0290"
@@ -30,19 +29,9 @@ def masked(tmp_path, monkeypatch):
 
 def _crashed_run(tmp_path, monkeypatch, uptime: float):
     """A daemon took two fans at ``uptime`` s after its boot, then crashed."""
-    root = copy_machine(tmp_path)
-    original = knob_files(root)
-    state = tmp_path / "state"
-    backend = HwmonBackend(str(root))
-    backend.discover()
-    journal = Journal(state)
     with monkeypatch.context() as m:
         m.setattr(journal_module, "uptime_s", lambda: uptime)
-        for i in (1, 2):
-            journal.record(f"{NCT}/pwm{i}", NCT, backend.locator(), backend.save_knob(f"{NCT}/pwm{i}"), 0.0)
-            backend.write_knob(f"{NCT}/pwm{i}", 70.0)
-    backend.close()
-    return root, state, original
+        return crashed_with_fans(tmp_path, 70.0)
 
 
 def test_an_unreadable_boot_id_is_journaled_as_unknown_with_the_uptime(tmp_path, masked):

@@ -24,7 +24,7 @@ from tests.backends.helpers import TTAR
 from tests.backends.nvml.conftest import RTX4090, profile
 from tests.backends.test_gpu_hwmon import tree
 from tests.support.clock import SimClock
-from tests.support.machines import copy_machine
+from tests.support.machines import crashed_with_fans
 from tests.support.proc import knob_files
 
 NCT = "hwmon:nct6798-isa-0290"
@@ -32,17 +32,7 @@ NCT = "hwmon:nct6798-isa-0290"
 
 def _journal_fans(tmp_path):
     """Two nct6798 fans journaled, then driven at 100 % by a daemon that crashed."""
-    root = copy_machine(tmp_path)
-    original = knob_files(root)
-    state = tmp_path / "state"
-    backend = HwmonBackend(str(root))
-    backend.discover()
-    journal = Journal(state)
-    for i in (1, 2):
-        journal.record(f"{NCT}/pwm{i}", NCT, backend.locator(), backend.save_knob(f"{NCT}/pwm{i}"), 0.0)
-        backend.write_knob(f"{NCT}/pwm{i}", 100.0)
-    backend.close()
-    return root, state, original
+    return crashed_with_fans(tmp_path)
 
 
 def _edit(state, change) -> None:

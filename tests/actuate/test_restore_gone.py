@@ -11,12 +11,11 @@ import pytest
 
 from aithermd.actuate.journal import JOURNAL_FILE, Journal, current_boot_id
 from aithermd.actuate.restore import restore_journal
-from aithermd.backends.hwmon import HwmonBackend
 from aithermd.cli import main
 from aithermd.errors import DeviceLost, UnknownKnob
 from aithermd.runtime.daemon import Daemon
 from tests.support.fake_backend import FakeBackend
-from tests.support.machines import copy_machine
+from tests.support.machines import crashed_with_fans
 from tests.support.proc import knob_files
 from tests.support.stub_engine import STUB_ENGINE
 
@@ -95,18 +94,7 @@ def test_entries_carry_the_current_boot_id(tmp_path):
 
 
 def _journaled(tmp_path):
-    root = copy_machine(tmp_path)
-    original = knob_files(root)
-    state = tmp_path / "state"
-    backend = HwmonBackend(str(root))
-    backend.discover()
-    journal = Journal(state)
-    for i in (1, 2):
-        kid = f"{NCT}/pwm{i}"
-        journal.record(kid, NCT, backend.locator(), backend.save_knob(kid), 0.0)
-        backend.write_knob(kid, 100.0)
-    backend.close()
-    return root, state, original
+    return crashed_with_fans(tmp_path)
 
 
 def test_restore_of_a_removed_chip_exits_0_and_forgets_it_after_a_reboot(tmp_path, capsys):

@@ -51,3 +51,27 @@ def copy_machine(dest: Path, machine: str = X570) -> Path:
         return root
     shutil.copytree(machine_root(machine), root, symlinks=True)
     return root
+
+
+def crashed_with_fans(dest: Path, duty_pct: float = 100.0, pwms: tuple[int, ...] = (1, 2),
+                      ) -> tuple[Path, Path, dict[str, str]]:
+    """A copy of the X570 machine (:func:`copy_machine` at ``dest``) whose nct6798 ``pwmN`` (``pwms``) a
+    daemon journaled in ``dest/state`` and then drove at ``duty_pct`` % before it crashed: the journal on
+    disk, nothing put back. Returns (root, state dir, the knob files as found: ``knob_files``)."""
+    from aithermd.actuate.journal import Journal
+    from aithermd.backends.hwmon import HwmonBackend
+    from tests.support.proc import knob_files
+
+    chip = "hwmon:nct6798-isa-0290"
+    root = copy_machine(dest)
+    original = knob_files(root)
+    state = Path(dest) / "state"
+    backend = HwmonBackend(str(root))
+    backend.discover()
+    journal = Journal(state)
+    for i in pwms:
+        kid = f"{chip}/pwm{i}"
+        journal.record(kid, chip, backend.locator(), backend.save_knob(kid), 0.0)
+        backend.write_knob(kid, duty_pct)
+    backend.close()
+    return root, state, original
