@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -60,6 +60,19 @@ class Sampled:
     events: list[Event] = field(default_factory=list)
 
 
+class Pass(NamedTuple):
+    """What one pass over ``world`` reads with: the ``backends`` in order, ``one(backend)`` (its sample, kept
+    in ``made`` by ``id``: a threaded one may be late), ``budget(backend)`` (s, None: inline; None: no
+    threaded backend), the ``events`` its thread adds."""
+
+    backends: tuple[Backend, ...]
+    one: Callable[[Backend], Sample]
+    budget: Callable[[Backend], float | None] | None
+    events: list[Event]
+    made: dict[int, Sample]
+    world: World
+
+
 class Sampler:
     """Reads a :class:`~aithermd.runtime.world.World` once per tick (see the module doc). ``processes()``
     lists the running processes (default :func:`list_processes`)."""
@@ -71,7 +84,7 @@ class Sampler:
         self._channels: dict[int, tuple[str, ...]] = {}
         self._failed_backends: set[int] = set()
         self._hop_faulted = False
-        self._ahead: tuple[Any, ...] | None = None  # the pass the guard's thread takes ahead (ahead())
+        self._ahead: Pass | None = None  # the pass the guard's thread takes ahead (ahead())
         self.guard = ReadGuard()
         self._log = structlog.get_logger("aithermd.sampling")
 
@@ -87,10 +100,8 @@ class Sampler:
             self._world = world
         return self._channels
 
-    def _pass(self, world: World, t_wall: float | None) -> tuple[Any, ...]:
-        """What one pass over ``world`` reads with: (backends, one(backend), budget(backend) | None, the
-        events its thread adds, the sample each backend's ``sample()`` returned: a threaded one may be
-        late, ``world``)."""
+    def _pass(self, world: World, t_wall: float | None) -> Pass:
+        """What one pass over ``world`` reads with (:class:`Pass`)."""
         reads: list[Event] = []  # filled by the guard's thread; copied once the pass is over or cut short
         made: dict[int, Sample] = {}
         inline, threaded = world.inline, world.threaded
@@ -101,8 +112,8 @@ class Sampler:
             made[id(b)] = sample = self._one(b, self._channels, t_wall, reads)
             return sample
 
-        return ((*inline, *threaded) if threaded else inline, one,
-                (lambda b: budget if id(b) in mine else None) if threaded else None, reads, made, world)
+        return Pass((*inline, *threaded) if threaded else inline, one,
+                    (lambda b: budget if id(b) in mine else None) if threaded else None, reads, made, world)
 
     def ahead(self, world: World, at: float, after: Callable[[], None]) -> float | None:
         """Have the read guard's thread take the next tick's pass over ``world`` at monotonic ``at`` (s) and
@@ -113,7 +124,7 @@ class Sampler:
             return None
         self._channels_of(world)
         pass_ = self._pass(world, None)
-        if not self.guard.ahead(pass_[0], pass_[1], pass_[2], at, after):
+        if not self.guard.ahead(pass_.backends, pass_.one, pass_.budget, at, after):
             return None
         self._ahead = pass_
         return self.guard.deadline_s
@@ -130,7 +141,7 @@ class Sampler:
         events: list[Event] = []
         inline, threaded = world.inline, world.threaded
         pass_, self._ahead = self._ahead, None
-        if pass_ is not None and pass_[5] is not world:  # the world changed since: that pass is not taken
+        if pass_ is not None and pass_.world is not world:  # the world changed since: that pass is not taken
             self.guard.forget()
             pass_ = None
         backends, one, budget, reads, made, _ = pass_ or self._pass(world, t_wall)
