@@ -57,3 +57,16 @@ def make(clock, backend_over):
 def two() -> FakeNvml:
     """An RTX 4090 with one fan and an H100 without, as driver 590 shows them."""
     return FakeNvml([profile(RTX4090), profile(H100)], fan_count=[1, None], driver_version="590.48.01")
+
+
+def released(backend: NvmlBackend, gpu: str, within_s: float = 5.0) -> bool:
+    """Whether the worker let ``gpu`` go (its stuck call returned) within ``within_s`` of real time: a
+    hang is made with a real thread, so its end is awaited, polled every 50 ms."""
+    import threading
+
+    tick = threading.Event()
+    for _ in range(int(within_s / 0.05)):
+        if backend.worker.hung(gpu) is None:
+            return True
+        tick.wait(0.05)
+    return backend.worker.hung(gpu) is None

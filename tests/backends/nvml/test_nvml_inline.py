@@ -5,7 +5,6 @@ is read at the same tick, and once the read returns that GPU is read on the work
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 
@@ -14,7 +13,7 @@ from aithermd.backends.nvml import NvmlBackend
 from aithermd.clock import FakeClock
 from aithermd.errors import BackendTimeout
 from aithermd.model import Status
-from tests.backends.nvml.conftest import two
+from tests.backends.nvml.conftest import released, two
 
 
 @pytest.fixture
@@ -84,13 +83,7 @@ def test_a_gpu_hung_on_the_guards_thread_is_held_the_other_read_at_the_same_tick
         assert value(s, "gpu1/power") == 69.85 and guard.hangs == 1
     finally:
         fake.unhang()
-    done = threading.Event()
-    for _ in range(100):
-        if backend.worker.hung("gpu0") is None:
-            done.set()
-            break
-        done.wait(0.05)
-    assert done.is_set(), "the stuck read returned and released its GPU"
+    assert released(backend, "gpu0", 5), "the stuck read returned and released its GPU"
     try:
         s = guarded_sample(guard, backend)
         assert value(s, "gpu0/temperature") is not None and value(s, "gpu1/temperature") == 41.0

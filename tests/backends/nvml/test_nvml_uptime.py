@@ -4,7 +4,6 @@ backoff; a hung GPU isolated; capabilities instead of crashes; pre-Volta energy 
 
 from __future__ import annotations
 
-import threading
 
 import pynvml as E
 import pytest
@@ -15,7 +14,7 @@ from aithermd.clock import FakeClock
 from aithermd.errors import BackendTimeout, NoPermission
 from aithermd.model import Status
 from aithermd.sim.fake_nvml import FakeNvml
-from tests.backends.nvml.conftest import DUMPS, profile, two
+from tests.backends.nvml.conftest import DUMPS, profile, released, two
 
 
 @pytest.fixture
@@ -160,13 +159,7 @@ def test_a_hung_gpu_delays_and_blanks_no_other(make, clock):
             backend.write_knob("gpu0/power_limit", 300.0)  # refused at once
     finally:
         fake.unhang()
-    done = threading.Event()
-    for _ in range(50):
-        if backend.worker.hung("gpu0") is None:
-            done.set()
-            break
-        done.wait(0.05)
-    assert done.is_set(), "the stuck call returned"
+    assert released(backend, "gpu0", 2.5), "the stuck call returned"
     s = backend.sample()
     assert s.lost == frozenset() and ok(s, "gpu0/temperature") is not None
 
