@@ -206,6 +206,12 @@ class CallTracker:
             raise RuntimeError("no D-Bus call in progress")
         return msg.sender
 
+    def interactive(self) -> bool:
+        """Whether the method now running may wait on a password prompt: its message's header flag
+        ``ALLOW_INTERACTIVE_AUTHORIZATION`` (D-Bus specification). False outside a call."""
+        msg = self._current.get()
+        return msg is not None and bool(msg.flags & MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
+
     def in_flight(self, sender: str) -> int:
         return len(self._in_flight.get(sender, ()))
 

@@ -346,7 +346,8 @@ async def start(bus: str, control: DaemonControl, hub: StateHub, *, dry_run: boo
     try:
         tracker = CallTracker(conn, max_in_flight=max_in_flight)
         await tracker.install()
-        authorizer = Authorizer(conn, root_uids=root_uids, check_timeout_s=polkit_timeout_s)
+        authorizer = Authorizer(conn, root_uids=root_uids, check_timeout_s=polkit_timeout_s,
+                                interactive=tracker.interactive)
         privileged = PrivilegedCalls(conn, control, hub, authorizer, tracker)
         own_energy = energy is None
         if energy is None:

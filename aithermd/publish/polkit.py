@@ -3,8 +3,13 @@
 - The caller's uid comes from the bus daemon (``org.freedesktop.DBus.GetConnectionUnixUser``, D-Bus
   specification), cached per unique name until that name leaves the bus (a unique name is never reused).
 - Non-root callers are checked with ``org.freedesktop.PolicyKit1.Authority.CheckAuthorization`` on the same
-  bus, subject ``("system-bus-name", {"name": <sender>})``, flag ``AllowUserInteraction`` (polkit reference
-  manual, "org.freedesktop.PolicyKit1.Authority"), one action per method family (``wire.ACTION_*``).
+  bus, subject ``("system-bus-name", {"name": <sender>})``, one action per method family (``wire.ACTION_*``)
+  (polkit reference manual, "org.freedesktop.PolicyKit1.Authority").
+- polkit may ask the user for a password (flag ``AllowUserInteraction``) only when the caller's own message
+  allows it (header flag ``ALLOW_INTERACTIVE_AUTHORIZATION``, D-Bus specification; aithermctl sets it on
+  the methods that change something), as systemd and power-profiles-daemon do: a script, a Slurm prolog or
+  any caller that did not ask for a prompt never gets one. When polkit would have asked, such a caller is
+  answered ``org.freedesktop.DBus.Error.InteractiveAuthorizationRequired`` (call again with the flag).
 - A refusal, a dismissed prompt or an unreachable polkit all raise ``io.github.aithermd.Error.NotAuthorized``
   before anything changes.
 - A check polkit leaves unanswered (the caller's own authentication agent sitting on a prompt) is answered
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 from dbus_fast import Message, MessageFlag, MessageType, Variant
@@ -35,6 +40,7 @@ POLKIT_NAME = "org.freedesktop.PolicyKit1"
 POLKIT_PATH = "/org/freedesktop/PolicyKit1/Authority"
 POLKIT_INTERFACE = "org.freedesktop.PolicyKit1.Authority"
 ALLOW_USER_INTERACTION = 0x1
+ERROR_INTERACTIVE_REQUIRED = "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired"  # D-Bus spec
 CHECK_TIMEOUT_S = 20.0
 MAX_PENDING_PER_UID = 4  # a few commands of one user at once (aithermctl run, a hold, an override)
 MAX_PENDING = 64  # half of the replies the system bus lets one connection await
@@ -44,12 +50,15 @@ class Authorizer:
     """Decides whether the sender of a call may perform a polkit action.
 
     ``root_uids``: uids allowed without asking polkit (``{0}``; injectable so a test can treat a caller as
-    unprivileged). ``interactive``: let polkit ask the user (an authentication agent) for the password.
+    unprivileged). ``interactive``: whether polkit may ask the user (an authentication agent) for the
+    password: a bool, or a callable asked at each check (the daemon passes
+    :meth:`~aithermd.publish.dbus_bus.CallTracker.interactive`, the caller's own message flag).
     ``polkit_name``: the bus name of the polkit authority. ``check_timeout_s``: how long a check may stay
     unanswered (s, real time) before the caller is refused.
     """
 
-    def __init__(self, bus: MessageBus, *, root_uids: Iterable[int] = (0,), interactive: bool = True,
+    def __init__(self, bus: MessageBus, *, root_uids: Iterable[int] = (0,),
+                 interactive: bool | Callable[[], bool] = True,
                  polkit_name: str = POLKIT_NAME, check_timeout_s: float = CHECK_TIMEOUT_S) -> None:
         self._bus = bus
         self._timeout_s = check_timeout_s
@@ -57,7 +66,7 @@ class Authorizer:
         self._ids = itertools.count(1)
         self._polkit = polkit_name
         self._root_uids = frozenset(root_uids)
-        self._flags = ALLOW_USER_INTERACTION if interactive else 0
+        self._interactive = interactive if callable(interactive) else (lambda: bool(interactive))
         self._uids: dict[str, int] = {}
         self._log = structlog.get_logger("aithermd.polkit")
 
@@ -83,11 +92,14 @@ class Authorizer:
 
     async def authorize(self, sender: str, action: str) -> int:
         """Return the caller's uid when ``sender`` may perform ``action``; else raise
-        ``DBusError(io.github.aithermd.Error.NotAuthorized)``."""
+        ``DBusError(io.github.aithermd.Error.NotAuthorized)``, or ``DBusError(org.freedesktop.DBus.Error.
+        InteractiveAuthorizationRequired)`` when polkit would ask for a password and the call did not allow
+        that."""
         uid = await self.uid_of(sender)
         if uid in self._root_uids:
             return uid
-        reply = await self._check(sender, uid, action)
+        interactive = self._interactive()
+        reply = await self._check(sender, uid, action, interactive)
         if reply.message_type is MessageType.ERROR:
             self._log.warning("polkit_unavailable", action=action, sender=sender, error=reply.error_name)
             raise DBusError(wire.ERROR_NOT_AUTHORIZED,
@@ -96,7 +108,13 @@ class Authorizer:
         authorized, challenge, _details = reply.body[0]
         if not authorized:
             why = "authentication required" if challenge else "not allowed"
-            self._log.info("not_authorized", action=action, sender=sender, uid=uid)
+            self._log.info("not_authorized", action=action, sender=sender, uid=uid, challenge=bool(challenge),
+                           interactive=interactive)
+            if challenge and not interactive:
+                raise DBusError(ERROR_INTERACTIVE_REQUIRED,
+                                f"{action}: authentication required for uid {uid}, and the call did not "
+                                "allow a password prompt; call again allowing interactive authorization "
+                                "(aithermctl does, unless --no-ask-password), or as root")
             raise DBusError(wire.ERROR_NOT_AUTHORIZED, f"{action}: {why} for uid {uid}")
         return uid
 
@@ -104,7 +122,7 @@ class Authorizer:
         """Checks sent to polkit and not answered yet: ``uid``'s, or all."""
         return sum(self._pending.values()) if uid is None else self._pending.get(uid, 0)
 
-    async def _check(self, sender: str, uid: int, action: str) -> Message:
+    async def _check(self, sender: str, uid: int, action: str, interactive: bool) -> Message:
         """polkit's reply to CheckAuthorization for ``sender``. Raises DBusError: Busy over the caps,
         NotAuthorized when polkit has not answered within the timeout (the check is then cancelled)."""
         if self.pending(uid) >= MAX_PENDING_PER_UID or self.pending() >= MAX_PENDING:
@@ -119,7 +137,8 @@ class Authorizer:
         call = asyncio.ensure_future(self._bus.call(Message(
             destination=self._polkit, path=POLKIT_PATH, interface=POLKIT_INTERFACE,
             member="CheckAuthorization",
-            signature="(sa{sv})sa{ss}us", body=[subject, action, {}, self._flags, cancel_id])))
+            signature="(sa{sv})sa{ss}us",
+            body=[subject, action, {}, ALLOW_USER_INTERACTION if interactive else 0, cancel_id])))
         self._pending[uid] = self._pending.get(uid, 0) + 1
         call.add_done_callback(lambda _: self._answered(uid))  # held until polkit answers, whatever we do
         try:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from dbus_fast.aio import MessageBus
-from dbus_helpers import polkit_allow
+from dbus_helpers import HERE, polkit_allow
 from fake_control import FakeControl
 
 from aithermd.publish import dbus_service
@@ -38,9 +38,11 @@ def bus_address() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def polkitd(bus_address: str) -> Iterator[subprocess.Popen]:
-    """python-dbusmock's polkitd template on our bus (denies everything until told otherwise)."""
+    """python-dbusmock's polkitd template on our bus (denies everything until told otherwise), with
+    password-protected actions (polkitd_auth.py)."""
     env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus_address)
-    proc = subprocess.Popen([sys.executable, "-m", "dbusmock", "--template", "polkitd"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "dbusmock", "--template",
+                             str(HERE / "polkitd_auth.py")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         probe = ["dbus-send", f"--bus={bus_address}", "--print-reply", "--dest=org.freedesktop.DBus",

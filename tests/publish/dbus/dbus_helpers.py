@@ -34,10 +34,25 @@ async def ok(bus: MessageBus, member: str, signature: str = "", body: list | Non
     return reply.body
 
 
-async def polkit_allow(bus: MessageBus, actions: list[str]) -> None:
-    reply = await call(bus, "SetAllowed", "as", [actions], destination="org.freedesktop.PolicyKit1",
-                       path="/org/freedesktop/PolicyKit1/Authority", interface="org.freedesktop.DBus.Mock")
+async def polkit_allow(bus: MessageBus, actions: list[str], *,
+                       auth_required: list[str] | None = None) -> None:
+    """polkit (the polkitd_auth.py mock) allows ``actions`` and asks a password for ``auth_required``."""
+    for member, listed in (("SetAllowed", actions), ("SetAuthRequired", auth_required or [])):
+        reply = await call(bus, member, "as", [listed], destination="org.freedesktop.PolicyKit1",
+                           path="/org/freedesktop/PolicyKit1/Authority",
+                           interface="org.freedesktop.DBus.Mock")
+        assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+
+
+async def polkit_checks(bus: MessageBus) -> list[tuple[str, int]]:
+    """(action, flags) of every CheckAuthorization polkit has been asked since the last call; the log is
+    cleared."""
+    mock = dict(destination="org.freedesktop.PolicyKit1", path="/org/freedesktop/PolicyKit1/Authority",
+                interface="org.freedesktop.DBus.Mock")
+    reply = await call(bus, "GetMethodCalls", "s", ["CheckAuthorization"], **mock)
     assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+    await call(bus, "ClearCalls", **mock)
+    return [(str(args[1].value), int(args[3].value)) for _stamp, args in reply.body[0]]
 
 
 NOBODY = 65534

@@ -9,13 +9,13 @@ import sys
 from collections import Counter
 
 import pytest
-from dbus_fast import MessageType
+from dbus_fast import Message, MessageFlag, MessageType
 from dbus_fast.errors import DBusError
-from dbus_helpers import HERE, NOBODY, call, ok, polkit_allow, run_client_async
+from dbus_helpers import HERE, NOBODY, call, ok, polkit_allow, polkit_checks, run_client_async
 
 from aithermd import errors
 from aithermd.publish import wire
-from aithermd.publish.polkit import Authorizer
+from aithermd.publish.polkit import ERROR_INTERACTIVE_REQUIRED, Authorizer
 
 MUTATIONS = [
     ["SetActivePolicy", "s", ["quiet"]],
@@ -120,6 +120,52 @@ async def test_with_root_not_special_polkit_decides_for_root_too(strict_service,
     await polkit_allow(client, [wire.ACTION_SET_POLICY])
     await ok(client, "SetActivePolicy", "s", ["quiet"])
     assert control.active == "quiet"
+
+
+async def test_polkit_may_ask_for_a_password_only_when_the_caller_allowed_it(strict_service, client, control):
+    """G6: polkit is asked with AllowUserInteraction only for a call whose message carries
+    ALLOW_INTERACTIVE_AUTHORIZATION. Without it, an action that needs a password is refused at once with
+    InteractiveAuthorizationRequired and changes nothing; with it, the password typed, the call acts. An
+    action polkit does not allow at all stays NotAuthorized, whatever the flag."""
+    await polkit_allow(client, [], auth_required=[wire.ACTION_SET_POLICY])
+    await polkit_checks(client)
+    reply = await call(client, "SetActivePolicy", "s", ["quiet"])
+    assert reply.error_name == ERROR_INTERACTIVE_REQUIRED
+    assert reply.body[0].startswith(f"{wire.ACTION_SET_POLICY}: authentication required for uid 0, and the "
+                                    "call did not allow a password prompt")
+    assert control.active == "balanced" and control.calls == []
+    assert await polkit_checks(client) == [(wire.ACTION_SET_POLICY, 0)]
+
+    def interactive(member: str, signature: str, body: list) -> Message:
+        return Message(destination=wire.BUS_NAME, path=wire.OBJECT_PATH, interface=wire.INTERFACE,
+                       member=member, signature=signature, body=body,
+                       flags=MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION)
+
+    reply = await client.call(interactive("SetActivePolicy", "s", ["quiet"]))
+    assert reply.message_type is MessageType.METHOD_RETURN, reply.body
+    assert control.active == "quiet"
+    assert await polkit_checks(client) == [(wire.ACTION_SET_POLICY, 1)]
+    reply = await client.call(interactive("Reload", "", []))
+    assert reply.error_name == wire.ERROR_NOT_AUTHORIZED and control.reloads == 0
+    assert await polkit_checks(client) == [(wire.ACTION_RELOAD, 1)]
+
+
+async def test_aithermctl_lets_polkit_ask_unless_told_not_to(strict_service, client, control, bus_address):
+    """aithermctl's client sets ALLOW_INTERACTIVE_AUTHORIZATION on the calls that change something, and
+    not with --no-ask-password (ask_password=False), which a script gets refused at once."""
+    from aithermctl import errors as ctl_errors
+    from aithermctl.client import DaemonClient
+
+    await polkit_allow(client, [], auth_required=[wire.ACTION_SET_POLICY])
+    await polkit_checks(client)
+    async with DaemonClient(bus_address, ask_password=False) as script:
+        with pytest.raises(ctl_errors.NotAuthorized):
+            await script.call("SetActivePolicy", "quiet")
+    assert control.active == "balanced"
+    async with DaemonClient(bus_address) as user:
+        await user.call("SetActivePolicy", "quiet")
+    assert control.active == "quiet"
+    assert await polkit_checks(client) == [(wire.ACTION_SET_POLICY, 0), (wire.ACTION_SET_POLICY, 1)]
 
 
 async def test_polkit_unreachable_means_only_root(strict_service, client):
