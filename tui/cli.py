@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"aithermctl {__version__}")
     parser.add_argument("--bus", default="system", type=_bus, metavar="system|session|ADDRESS",
                         help="where the daemon is (default: system)")
+    parser.add_argument("--no-ask-password", action="store_true",
+                        help="never let polkit ask for a password (scripts, job prologs): a change that "
+                             "needs one is refused at once")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = sub.add_parser("status", help="devices, limits, fans and the policy in force")
@@ -276,7 +279,9 @@ def _negative_values(argv: list[str]) -> list[str]:
     "unrecognized arguments"), so the value never reaches its own check. For ``hold`` and ``override`` only
     (they run no command of the user's, whose arguments must pass through untouched): each option is
     joined to its value (``--for=-5m``) and put first, then ``--`` and the words, when a word is negative."""
-    verb = 2 if argv[:1] == ["--bus"] else 1 if argv[:1] and argv[0].startswith("--bus=") else 0
+    verb = 0  # past the global options: --bus ADDRESS, --bus=ADDRESS, --no-ask-password
+    while verb < len(argv) and argv[verb].startswith("--") and argv[verb] != "--":
+        verb += 2 if argv[verb] == "--bus" else 1
     if verb >= len(argv) or argv[verb] not in ("hold", "override") or "--" in argv:
         return argv
     rest, opts, words = argv[verb + 1:], [], []

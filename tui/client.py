@@ -39,9 +39,12 @@ class DaemonClient:
     or call :meth:`connect` / :meth:`close`.
     """
 
-    def __init__(self, bus: str = "system", timeout_s: float = 30.0) -> None:
+    def __init__(self, bus: str = "system", timeout_s: float = 30.0, *, ask_password: bool = True) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
+        # the calls that change something let polkit ask for a password (ALLOW_INTERACTIVE_AUTHORIZATION)
+        self._privileged_flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if ask_password
+                                  else MessageFlag.NONE)
         self._conn: MessageBus | None = None
         self._listeners: set[Listener] = set()
         self._watch: asyncio.Task[None] | None = None
@@ -156,7 +159,7 @@ class DaemonClient:
         signature = wire.METHODS[member][0]
         check_args(member, signature, args)
         await self.connect()
-        flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if member in PRIVILEGED else MessageFlag.NONE)
+        flags = self._privileged_flags if member in PRIVILEGED else MessageFlag.NONE
         return list(await self._raw((wire.BUS_NAME, wire.OBJECT_PATH, wire.INTERFACE), member, signature,
                                     list(args), flags))
 

@@ -383,7 +383,7 @@ VERBS: dict[str, Verb] = {
 
 
 async def _main(verb: Verb, args: argparse.Namespace) -> int:
-    client = DaemonClient(args.bus)
+    client = DaemonClient(args.bus, ask_password=not getattr(args, "no_ask_password", False))
     try:
         return await verb(client, args)
     finally:

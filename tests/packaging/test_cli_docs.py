@@ -133,9 +133,16 @@ def test_aithermd_options_everywhere(command: str) -> None:
 
 
 def test_every_aithermctl_verb_is_offered_and_documented() -> None:
+    from aithermctl import cli
+
     verbs = set(aithermctl_verbs())
-    assert bash_complete("aithermctl", ["aithermctl", ""]) == {*verbs, "--bus", "--help", "--version"}
+    top = options(cli.build_parser()) | {"--version"}  # the global options: --bus, --no-ask-password, ...
+    assert {"--bus", "--no-ask-password"} <= top
+    assert bash_complete("aithermctl", ["aithermctl", ""]) == {*verbs, *top, "--help"}
     man = (MAN / "aithermctl.1").read_text()
+    man_options = man.split(".SH OPTIONS", 1)[1].split(".SH", 1)[0]
+    assert {o for o in top if o.replace("-", "\\-") not in man_options} == set()
+    assert top <= set(fish_complete("aithermctl.fish", "aithermctl --"))
     verbs_section = man.split(".SH VERBS", 1)[1].split(".SH", 1)[0]
     documented = set(re.findall(r"^\.B[IR]? \"?([a-z]+)", verbs_section, re.M))
     assert verbs <= documented

@@ -63,6 +63,8 @@ def test_only_hold_and_override_arguments_are_rearranged():
         "run", "--policy", "p", "python", "override", "-5"]
     assert _negative_values(["--bus", "session", "override", "k/x", "-5"]) == [
         "--bus", "session", "override", "--", "k/x", "-5"]
+    assert _negative_values(["--no-ask-password", "--bus=session", "override", "k/x", "-5"]) == [
+        "--no-ask-password", "--bus=session", "override", "--", "k/x", "-5"]
 
 
 def test_explain_of_an_empty_knob_is_a_usage_error(capsys):

@@ -9,6 +9,7 @@ end
 set -l verbs status policy hold release run override gpu explain energy fans doctor demo top
 complete -c aithermctl -f
 complete -c aithermctl -l bus -x -a 'system session' -d 'Where the daemon is'
+complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -l no-ask-password -d 'Never let polkit ask for a password'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -l version -d 'Print the version'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a status -d 'Devices, limits, fans and the policy'
 complete -c aithermctl -n "not __fish_seen_subcommand_from $verbs" -a policy -d 'List, show, activate or reload policies'
