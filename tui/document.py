@@ -62,7 +62,8 @@ class CpuPackageView(NamedTuple):
 class BoardFanView(NamedTuple):
     """A fan (a board fan input, or a GPU's own fan): speed (RPM), the duty of the pwm or fan knob that
     drives it (%), what drives it, its status (``ok``, a reading's status, or an alarm: ``stalled``,
-    ``empty``, ``conflict``, ``uncontrollable``) and what calibration found (start and stop duty, %)."""
+    ``empty``, ``blind``, ``conflict``, ``uncontrollable``) and what calibration found (start and stop
+    duty, %)."""
 
     id: str
     label: str

@@ -6,6 +6,9 @@ Every series exists from the moment its fan or knob is known, at 0, so an alert 
 - ``aithermd_fan_stalled{chip, node_chip, sensor, label}``: 1 while the fan input is stalled (the stall
   detector's alarm), per hwmon fan input, with the labels of ``aithermd_fan_speed_rpm`` (they join);
 - ``aithermd_fan_stalls_total``: stalls called, per fan input, counted from the hub's ``alarm`` events;
+- ``aithermd_fan_tach_blind{chip, node_chip, sensor, label}``: 1 while the fan input's speed is known not to
+  be readable at low duty (the stall detector's ``blind`` alarm: not judged there, so a person should
+  calibrate it), per hwmon fan input;
 - ``aithermd_knob_conflict{knob}``: 1 while another program keeps rewriting the knob (policy decisions step
   back; safety ones are still written), per writable knob;
 - ``aithermd_knob_uncontrollable{knob}``: 1 while the knob's driver refuses what it is asked every time (a
@@ -75,6 +78,8 @@ class FanCollector(TextCollector):
                           "under duty after a kick-start).", labels=_FAN_LABELS)
         stalls = f.counter("aithermd_fan_stalls", "Stalls called per fan input.",
                            labels=_FAN_LABELS)
+        blind = f.gauge("aithermd_fan_tach_blind", "1 while the fan input's speed cannot be read at low "
+                        "duty (not judged there; calibrate it).", labels=_FAN_LABELS)
         conflict = f.gauge("aithermd_knob_conflict", "1 while another program keeps rewriting the "
                            "knob (policy decisions step back; safety ones are still written).",
                            labels=["knob"])
@@ -93,8 +98,10 @@ class FanCollector(TextCollector):
                         continue
                     labels = [chip, node_chip, ch.attribute, ch.label or ch.attribute]
                     alarm = alarms.get(ch.id)
-                    stalled.add_metric(labels, 1.0 if alarm is not None and alarm.kind == "stalled" else 0.0)
+                    kind = alarm.kind if alarm is not None else ""
+                    stalled.add_metric(labels, 1.0 if kind == "stalled" else 0.0)
                     stalls.add_metric(labels, float(counts.get(ch.id, 0)))
+                    blind.add_metric(labels, 1.0 if kind == "blind" else 0.0)
             for knob in dev.knobs:
                 alarm = alarms.get(knob.id)
                 kind = alarm.kind if alarm is not None else ""
@@ -102,4 +109,4 @@ class FanCollector(TextCollector):
                     conflict.add_metric([knob.id], 1.0 if kind == "conflict" else 0.0)
                 uncontrollable.add_metric([knob.id], 1.0 if kind == "uncontrollable" else 0.0)
                 refused.add_metric([knob.id], 1.0 if kind == REFUSED else 0.0)
-        yield from (stalled, stalls, conflict, uncontrollable, refused)
+        yield from (stalled, stalls, blind, conflict, uncontrollable, refused)

@@ -161,9 +161,10 @@ class FanDoc(TypedDict):
 
 class AlarmDoc(TypedDict):
     """What needs a person about a knob or a fan input: ``kind`` ``conflict``, ``uncontrollable``,
-    ``refused`` (a safety decision refused permission), ``stalled`` or ``empty``; since wall-clock ``since``."""
+    ``refused`` (a safety decision refused permission), ``stalled``, ``empty`` or ``blind`` (a fan input whose
+    speed cannot be read at low duty, :mod:`aithermd.runtime.fanwatch`); since wall-clock ``since``."""
 
-    kind: Literal["conflict", "uncontrollable", "refused", "stalled", "empty"]
+    kind: Literal["conflict", "uncontrollable", "refused", "stalled", "empty", "blind"]
     message: str
     since: float
 

@@ -21,7 +21,8 @@ A fan that a kick frees every time and that reads 0 again at the same duty — :
 :data:`BLIND_WINDOW_S` — has a tach that cannot be read there, not a stuck rotor: a 3-pin fan on a header in
 PWM mode (its tach is powered only in the PWM on-phase), an old Super I/O whose fan-divisor counter
 overflows at low speed. It is said once (an ``alarm`` event ``blind``, suggesting ``aithermctl fans
-calibrate``) and not judged at or below that duty for :data:`BLIND_FOR_S`: before, it was kicked to full
+calibrate``), stands as a ``blind`` alarm (``aithermctl status``, ``aithermd_fan_tach_blind``) while it
+lasts, and is not judged at or below that duty for :data:`BLIND_FOR_S`: before, it was kicked to full
 every ~5 s for the daemon's life, 50 → 100 → 50 % (attack6 G10). It is still judged above that duty, so a
 stall there is caught; and only up to :data:`BLIND_MAX_PCT`: a fan that reads nothing at a high duty until
 kicked is a fan that turns only when kicked, kicked and then called stalled as ever.
@@ -56,7 +57,7 @@ BLIND_WINDOW_S = 120.0
 BLIND_MAX_PCT = 60.0
 BLIND_FOR_S = 1800.0  # what is learnt is judged again after this long: one kick-start per half hour at most
 
-KICK, STALLED = "kick", "stalled"
+KICK, STALLED, BLIND = "kick", "stalled", "blind"
 
 
 @dataclass(slots=True)
@@ -152,6 +153,8 @@ class FanWatch:
             rpm, duty = float(r.value), float(kv.value)
             if w.blind_pct >= 0.0 and t_mono >= w.blind_until:
                 w.blind_pct = -1.0  # judged again (a tach blind for good is learnt again, three kicks on)
+                if (alarm := self.alarms.get(w.tach)) is not None and alarm.kind == BLIND:
+                    del self.alarms[w.tach]
             should = duty > max(w.stop_pct if w.turning else w.start_pct, w.blind_pct)
             low = should and (rpm <= TURNING_RPM or self._far_below(w, rpm, duty))
             w.turning = rpm > TURNING_RPM
@@ -225,12 +228,14 @@ class FanWatch:
         if len(w.freed) < BLIND_KICKS or duty > BLIND_MAX_PCT:
             return
         w.blind_pct, w.freed, w.blind_until = max(w.blind_pct, duty), (), t_mono + BLIND_FOR_S
-        events.append(self._event("blind", t_wall, w.tach, (
-            f"{w.tach} reads no speed at {w.blind_pct:.0f} % duty but turns at once at full duty "
-            f"({BLIND_KICKS} kick-starts in {BLIND_WINDOW_S:.0f} s): its speed cannot be read at or below "
-            f"{w.blind_pct:.0f} % (a 3-pin fan on a PWM-mode header, a fan-divisor overflow), so it is not "
-            "kick-started there any more; 'aithermctl fans calibrate' measures where it reads"),
-            knob=w.knob_id, duty_pct=w.blind_pct))
+        message = (f"{w.tach} reads no speed at {w.blind_pct:.0f} % duty but turns at once at full duty "
+                   f"({BLIND_KICKS} kick-starts in {BLIND_WINDOW_S:.0f} s): its speed cannot be read at or "
+                   f"below {w.blind_pct:.0f} % (a 3-pin fan on a PWM-mode header, a fan-divisor overflow), "
+                   "so it is not kick-started there any more; 'aithermctl fans calibrate' measures where it "
+                   "reads")
+        if w.tach not in self.alarms:  # a stall or an empty header stands over it
+            self.alarms[w.tach] = Alarm(BLIND, message, t_wall)
+        events.append(self._event(BLIND, t_wall, w.tach, message, knob=w.knob_id, duty_pct=w.blind_pct))
 
     def _event(self, what: str, t_wall: float, subject: str, message: str, **data: object) -> Event:
         level = self._log.error if what == STALLED else \

@@ -145,7 +145,8 @@ def test_a_tach_that_reads_0_below_a_duty_while_the_fan_turns_is_learnt_not_kick
     blind = [e for e in r.events if e.data.get("alarm") == "blind"]
     assert len(blind) == 1 and blind[0].kind == "alarm" and blind[0].data["duty_pct"] == 50.0
     assert "cannot be read at or below 50 %" in blind[0].message and "fans calibrate" in blind[0].message
-    assert r.watch.alarms == {}
+    # and it stands while it lasts (status, aithermd_fan_tach_blind), not only as an event (G10)
+    assert {k: (a.kind, a.message) for k, a in r.watch.alarms.items()} == {FAN1: ("blind", blind[0].message)}
     for _ in range(int(CONFIRM_S) + 1):
         actions = r.tick(0.0, 80.0)  # stopped at 80 %, where its tach reads: a real stall, kicked
     assert actions == {PWM1: "kick"}
@@ -170,6 +171,8 @@ def test_a_fan_that_turns_only_when_kicked_is_never_learnt_blind_and_what_is_lea
         duty = 100.0 if actions.get(PWM1) == "kick" else 50.0
     assert [e.data["duty_pct"] for e in r.events if e.data.get("alarm") == "blind"] == [50.0]
     kicks = len([k for k in r.kinds() if k[1] == "kick"])
+    assert r.watch.alarms[FAN1].kind == "blind"
     for _ in range(int(BLIND_FOR_S / 60) + 2):
         r.tick(0.0, 50.0, dt=60.0)  # half an hour later it is judged again: low, then kicked
     assert len([k for k in r.kinds() if k[1] == "kick"]) == kicks + 1
+    assert r.watch.alarms[FAN1].kind == "stalled"  # judged again: the blind alarm gave way to the stall

@@ -1,5 +1,5 @@
 """BoardFans: every fan (board fan inputs and GPU fans alike) with its speed (RPM), duty (%), what drives
-it, and its alarm (stalled, empty, conflict, uncontrollable) in place of the speed.
+it, and its alarm (stalled, empty, blind, conflict, uncontrollable) in place of the speed.
 
 One fan a line under a header where the screen has room; where it has not (80×24 with two GPU cards),
 ``compact``: several fans a line, each named by its chip without the bus address (``nct6798 fan1``), the

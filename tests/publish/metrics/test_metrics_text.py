@@ -69,6 +69,12 @@ def test_text_kept_while_inputs_are_equal_and_rendered_again_when_they_change():
         assert 'aithermd_fan_stalled{chip="nct6798-isa-0290",label="CPU fan",node_chip="nct6798",' \
                'sensor="fan2"} 1.0' in text
         assert f'aithermd_degraded{{id="{fan}"}} 1.0' in text
+        labels = '{chip="nct6798-isa-0290",label="CPU fan",node_chip="nct6798",sensor="fan2"}'
+        assert f"aithermd_fan_tach_blind{labels} 0.0" in text  # there from the start, at 0
+        blind = {fan: Alarm("blind", "no speed at 40 %", 1.0)}
+        hub.publish(replace(reference_snapshot(4, gpus=2), alarms=blind))
+        text = metrics.render(handle).decode()
+        assert f"aithermd_fan_tach_blind{labels} 1.0" in text and f"aithermd_fan_stalled{labels} 0.0" in text
     finally:
         handle.stop()
 
