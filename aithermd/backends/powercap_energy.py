@@ -16,13 +16,26 @@ monotonic clock, 120 J drawn in an s2idle sleep read as one 119 W sample on a 50
 sleep as an "implausible" reset whose energy was dropped.
 
 A read that implies more than twice the zone's highest constraint power *and* more than twice its last
-measured power is held one read (power ``stale``, energy not yet counted): the next read, measured from the
-last good one, says it all -- one bad ``energy_uj`` read (+4 kJ on a 50 W package, then back: attack8 T3,
-which the 5 kW bound let through) is never counted, a real surge (PL2, an "unlimited" board: attack5 C8) is
-counted in full one read late, and from then on is the zone's own rate.
+measured power (the bar) is held (power ``stale``, energy not yet counted), and so is every next read while
+the increase from the last good read still implies a rate over the bar (attack9 N4: a hold one read deep
+counted a two-read glitch or a step in full, +3.95 kJ, and published 2 050 W as an ``ok`` power of a 95 W
+zone). It ends when
+- the increase from the last good read falls under the bar: the glitch went away; that increase is counted,
+  its mean power published, and no rate learnt from it (attack8 T3: +4 kJ on one read, then back);
+- two consecutive intervals after it agree on a rate over the bar: a real surge (PL2, an "unlimited" board:
+  attack5 C8), counted in full, two reads late, and from then on the zone's own rate;
+- two consecutive intervals after it are under the bar: the counter stepped and runs on from the new base;
+  the step is never confirmed, so the intervals up to the step are counted at the last measured rate × their
+  time (what the accounting's meter substitutes for a bad sample, :mod:`aithermd.accounting.meter`), those
+  after it as measured;
+- :data:`HOLD_READS` reads were held with none of these: the whole time since the last good read is counted
+  at the last measured rate, and the counter goes on from the read now.
+A rate is learnt only from two consecutive reads, never from an interval that spans held reads.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 from aithermd import units
 from aithermd.backends.energy_rate import MAX_PLAUSIBLE_W, implausible_w  # noqa: F401 - API
@@ -35,6 +48,10 @@ from aithermd.model import Reading, Status
 # boot-clock time beyond monotonic time in one interval that means the machine slept in it (a busy host
 # lets the two drift apart by microseconds, never by a second)
 SLEPT_S = 1.0
+# reads held at most before the jump is given up as unconfirmed (see the module doc)
+HOLD_READS = 4
+# two rates over the bar "agree" (a real surge) within this factor of each other
+AGREE = 2.0
 
 
 class _Zone:
@@ -47,7 +64,8 @@ class _Zone:
         self.max_gap_s = max_gap if max_gap is not None else max_gap_s(max_range, None)
         self.suspect_w = suspect_w  # W: 2 × the zone's highest constraint power (None: no limit stated)
         self.rate_w = 0.0  # W: the last measured power
-        self.held = False  # the last read was held (see the module doc): the next one is measured as it is
+        # (raw µJ, monotonic s, boot-clock s) of each read held since the last good one (see the module doc)
+        self.held: list[tuple[int, float, float]] = []
         self.prev_raw: int | None = None
         self.prev_t = self.prev_boot = 0.0
         self.total_uj = 0
@@ -100,16 +118,48 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
     elif dt - awake > SLEPT_S:
         power = Reading(power_id, None, Status.STALE, f"the machine slept {dt - awake:.0f} s in this "
                         "interval: its energy counts, no power for it")
-    elif not zone.held and zone.suspect_w is not None and \
-            (watts := units.uj_to_j(delta) / dt) > max(zone.suspect_w, 2.0 * zone.rate_w):
-        zone.held = True  # the previous read stays the reference: the next one is measured from it
-        return (Reading(power_id, None, Status.STALE, f"{watts:.0f} W, over twice the zone's limits and its "
-                        f"last {zone.rate_w:.0f} W: held until the next read"),
-                Reading(energy_id, units.uj_to_j(zone.total_uj)))
+    elif zone.suspect_w is not None and \
+            (watts := units.uj_to_j(delta) / dt) > (bar := max(zone.suspect_w, 2.0 * zone.rate_w)):
+        ended = _end_hold(zone, raw, t, boot, bar, power_id)
+        if ended is None:  # the last good read stays the reference: the next one is measured from it
+            zone.held.append((raw, t, boot))
+            return (Reading(power_id, None, Status.STALE, f"{watts:.0f} W since the last good read, over "
+                            f"twice the zone's limits and its last {zone.rate_w:.0f} W: held "
+                            f"({len(zone.held)} read(s))"), Reading(energy_id, units.uj_to_j(zone.total_uj)))
+        power, delta = ended
     else:
         power = Reading(power_id, units.uj_to_j(delta) / dt)
-        zone.rate_w = power.value
-    zone.held = False
+        if not zone.held:  # after a hold the interval spans the held reads: no rate is learnt from it
+            zone.rate_w = power.value
+    zone.held = []
     zone.prev_raw, zone.prev_t, zone.prev_boot = raw, t, boot
     zone.total_uj += delta
     return power, Reading(energy_id, units.uj_to_j(zone.total_uj))
+
+
+def _end_hold(zone: _Zone, raw: int, t: float, boot: float, bar: float,
+              power_id: str) -> tuple[Reading, int] | None:
+    """How a hold ends at counter value ``raw`` (µJ) read at ``t``/``boot`` (s), whose increase from the last
+    good read is over ``bar`` (W): (power, µJ to count since the last good read), or None to hold it too (the
+    module doc's rules: a surge, a step, or :data:`HOLD_READS` reads unconfirmed)."""
+    chain = [(zone.prev_raw or 0, zone.prev_t, zone.prev_boot), *zone.held, (raw, t, boot)]
+    rates: list[float | None] = []  # W of the last two intervals (None: went back unknown, or no time)
+    for (r0, t0, b0), (r1, t1, b1) in pairwise(chain[-3:]):
+        d, gap = energy_increase_uj(r0, r1, zone.max_range), max(t1 - t0, b1 - b0)
+        rates.append(None if d is None or gap <= 0 else units.uj_to_j(d) / gap)
+    a, b = rates if len(rates) == 2 else (None, None)
+    if a is not None and b is not None and min(a, b) > bar and max(a, b) <= AGREE * min(a, b):
+        zone.rate_w = b  # a real surge: every increase since the last good read counts
+        return Reading(power_id, b), energy_increase_uj(chain[0][0], raw, zone.max_range) or 0
+    if a is not None and b is not None and 0 <= a <= bar and 0 <= b <= bar:
+        # a step: the counter runs on from the read before these two; up to it, the last measured rate
+        (r0, t0, b0), (r1, t1, b1) = chain[0], chain[-3]
+        before = round(zone.rate_w * max(t1 - t0, b1 - b0) * 1e6)
+        zone.rate_w = b
+        return Reading(power_id, b), before + (energy_increase_uj(r1, raw, zone.max_range) or 0)
+    if len(zone.held) < HOLD_READS:
+        return None
+    (r0, t0, b0) = chain[0]
+    return (Reading(power_id, None, Status.STALE, f"a jump of energy_uj not confirmed in {HOLD_READS} reads: "
+                    f"counted at the last measured {zone.rate_w:.0f} W"),
+            round(zone.rate_w * max(t - t0, boot - b0) * 1e6))
