@@ -88,6 +88,7 @@ class NvmlBackend(NvmlKnobs, Quarantine):
             nvml.on_load(lambda real: self._names.update(error_names(real)))
         self.life = NvmlLife(nvml, self._make_reader, self._names, self._base)
         self._procs: dict[str, ProcessReader] = {}
+        self._started_us = int(self.clock.wall() * 1e6)  # µs: the first usage read counts no sample before
         # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's
         # own reads (NvmlReader.temperature_now) skip a poll meanwhile instead of using a dropped handle
         self.handles = HandleGuard()
@@ -255,7 +256,9 @@ class NvmlBackend(NvmlKnobs, Quarantine):
     def _usage_one(self, slot: Slot) -> GpuUsage:
         procs = self._procs.get(slot.id)
         if procs is None or procs.gpu is not slot.reader:
-            procs = self._procs[slot.id] = ProcessReader(slot.reader)
+            procs = self._procs[slot.id] = ProcessReader(
+                slot.reader, started_us=self._started_us, wall=self.clock.wall,
+                last_seen_us=0 if procs is None else procs.last_seen_us)
         try:
             return procs.read()
         except Lost:

@@ -53,7 +53,7 @@ class Bench:
     def start_daemon(self, state_dir: Path | None, boot_id: str | None = None) -> EnergyService:
         if self.backend is not None:
             self.backend.close()
-        self.backend = NvmlBackend(nvml=self.nvml.bindings())
+        self.backend = NvmlBackend(nvml=self.nvml.bindings(), clock=self.clock)
         self.backend.discover()
         table = ProcessTable(psutil_module=self.procs, reader=ProcReader(self.tmp / "proc"))
         self.service = EnergyService(self.clock, state_dir, table=table, gpus=[self.backend],

@@ -11,6 +11,7 @@ from aithermd.sim.fake_nvml import FakeNvml
 from aithermd.sim.fake_nvml_procs import ProcessInfoV1
 from aithermd.sim.smi_dump import load_dump
 from tests.backends.nvml.conftest import DUMPS
+from tests.support.clock import SimClock
 
 T4 = DUMPS / "tesla-t4-nvidia-smi-q-x.xml"  # Xorg (G) + python (C)
 A5000X2 = DUMPS / "rtx-a5000-x2-nvidia-smi-q-x.xml"  # one llama-server on both GPUs
@@ -118,10 +119,11 @@ def test_process_utilization_not_supported_in_mig_mode():
 
 
 def test_backend_usage(backend_over):
-    fake = FakeNvml.from_dumps([RTX4000, A5000X2])
-    backend = backend_over(fake)
-    fake.add_process_samples(0, 5_000, {4937: (40, 10, 0, 0), 34626: (10, 5, 0, 0)})
-    fake.add_process_samples(0, 6_000, {4937: (60, 10, 0, 0)})
+    fake, clock = FakeNvml.from_dumps([RTX4000, A5000X2]), SimClock()
+    backend = backend_over(fake, clock=clock)
+    start = int(clock.wall() * 1e6)  # µs: the driver stamps its samples with the CPU's wall clock
+    fake.add_process_samples(0, start + 5_000, {4937: (40, 10, 0, 0), 34626: (10, 5, 0, 0)})
+    fake.add_process_samples(0, start + 6_000, {4937: (60, 10, 0, 0)})
     gpu0, gpu1, gpu2 = backend.usage()
     kinds = {p.pid: (p.kinds, p.used_memory_bytes) for p in gpu0.processes}
     assert kinds == {4937: ("C", 160 * MIB), 34626: ("C+G", 183 * MIB), 1842: ("G", 410 * MIB),
@@ -132,8 +134,47 @@ def test_backend_usage(backend_over):
     assert [p.pid for p in gpu1.processes] == [p.pid for p in gpu2.processes] == [100477]
     # the next read sees only newer samples; none → "no busy process", not an error
     assert backend.usage()[0].utilization == {}
-    fake.add_process_samples(0, 7_000, {34626: (30, 0, 0, 0)})
+    fake.add_process_samples(0, start + 7_000, {34626: (30, 0, 0, 0)})
     assert set(backend.usage()[0].utilization) == {34626}
+
+
+def _down_then_up(fake, clock, stamp_us):
+    """GPU 0's driver buffer after a daemon restart: pid 7001 kept it busy for 100 s and exited while the
+    daemon was down (30 s before the start); → (backend started now, then 10 s of pid 7002 at 100 %)."""
+    fake.start_process(0, 7001, memory_mib=8000)
+    for s in range(100):
+        fake.add_process_samples(0, stamp_us(clock.wall() - 130 + s), {7001: (100, 60, 0, 0)})
+    fake.stop_process(0, 7001)
+    fake.start_process(0, 7002, memory_mib=8000)
+
+
+def test_the_first_read_after_a_start_counts_no_sample_of_the_buffer_from_before_it(backend_over):
+    """attack9 N5: from ``lastSeen`` 0 the first read returned the driver's whole buffer, and the dead pid
+    7001 shared the first pass's energy with pid 7002, which alone used the GPU since the start."""
+    fake, clock = FakeNvml.from_dumps([T4]), SimClock()
+    _down_then_up(fake, clock, lambda t: int(t * 1e6))
+    backend = backend_over(fake, clock=clock)
+    for _ in range(10):
+        clock.advance(1.0)
+        fake.add_process_samples(0, int(clock.wall() * 1e6), {7002: (100, 60, 0, 0)})
+    (gpu,) = backend.usage()
+    assert set(gpu.utilization) == {7002} and gpu.utilization[7002].samples == 10
+    clock.advance(1.0)
+    fake.add_process_samples(0, int(clock.wall() * 1e6), {7002: (50, 60, 0, 0)})
+    (gpu,) = backend.usage()  # and on from the newest: nothing twice
+    assert gpu.utilization[7002].samples == 1 and gpu.utilization[7002].sm_pct == 50
+
+
+def test_a_driver_on_a_clock_ahead_of_the_wall_clock_loses_no_sample(backend_over):
+    """Timestamps the wall clock cannot have made (ns, say): the buffer is counted whole, as before."""
+    fake, clock = FakeNvml.from_dumps([T4]), SimClock()
+    _down_then_up(fake, clock, lambda t: int(t * 1e9))
+    backend = backend_over(fake, clock=clock)
+    clock.advance(1.0)
+    fake.add_process_samples(0, int(clock.wall() * 1e9), {7002: (100, 60, 0, 0)})
+    (gpu,) = backend.usage()
+    # the ring holds 100 samples: the oldest of 7001's went out for 7002's
+    assert gpu.utilization[7001].samples == 99 and gpu.utilization[7002].samples == 1
 
 
 def test_backend_usage_falls_back_to_v2_and_reports_mig_and_lost(backend_over):
