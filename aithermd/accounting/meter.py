@@ -29,6 +29,15 @@ nobody watched who used them, attack8 T2), its gap measured on the boot clock --
 the id is another one (a renumbered GPU), or the point was saved in another boot (the counters restarted),
 whose point is dropped. The first increment after a restart spans no time (``dt_s`` 0): the downtime is no
 accounting interval.
+
+A point is of this boot when both boot ids are known and equal. With either unknown (``""``: a sandbox
+masking ``/proc/sys``, a read error; a point saved without one) it is kept only when the boot clock
+*disproves* a reboot: the boot clock has gone on since the point by as much as the wall clock, within
+:data:`SAME_BOOT_S` (+ :data:`SAME_BOOT_PPM` of the gap). After a reboot the boot clock restarted at 0, so it
+is behind by at least the old boot's uptime at the point; a wall clock stepped meanwhile (NTP) proves nothing
+either way, and the point is dropped too: its downtime is unmeasured, never a phantom (attack9 N6: a point of
+the previous boot taken against a counter restarted at 0 booked 52 kJ; the restore journal's rule for the
+same question is :mod:`aithermd.actuate.boot`'s, which may also put an entry back unsure: a point may not).
 """
 
 from __future__ import annotations
@@ -41,6 +50,12 @@ from typing import Any
 from aithermd.backends.energy_rate import MIN_GAP_S, device_ceiling_w
 from aithermd.clock import Clock
 from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
+
+# s: how far the boot clock's advance since a point may differ from the wall clock's and still disprove a
+# reboot (a snapshot's wall time and the boot clock are read a tick apart at most), plus SAME_BOOT_PPM of the
+# gap (NTP slews the wall clock by tens of ppm)
+SAME_BOOT_S = 5.0
+SAME_BOOT_PPM = 1e-4
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +107,8 @@ class EnergyMeter:
         self._clock = clock  # its boot clock times the intervals (None: the snapshots' t_mono)
         self.boot_id = boot_id or None  # the kernel's boot id now (None: unknown)
         self.max_estimate_s = max_estimate_s
-        if self.boot_id is not None:  # a point of another boot (or of unknown boot) counts nothing now
-            seed = {cid: p for cid, p in (seed or {}).items() if p.boot == self.boot_id}
+        # a point of another boot, or of a boot that cannot be told from another, counts nothing now
+        seed = {cid: p for cid, p in (seed or {}).items() if self._this_boot(p)}
         # channel id → (device, J, power W or None, t_wall, identity, t_run or None)
         self._points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {
             cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None)
@@ -107,6 +122,16 @@ class EnergyMeter:
         self._layout: list[tuple[str, str, str | None, str | None, float]] = []
         # (apart, platform, estimated) device ids of the device tuple: see Increment
         self._roles: tuple[frozenset[str], frozenset[str], frozenset[str]] = (frozenset(),) * 3
+
+    def _this_boot(self, p: Point) -> bool:
+        """``p`` was read in this boot: the boot ids say so, or with one unknown the boot clock disproves a
+        reboot (module doc)."""
+        if p.boot and self.boot_id:
+            return p.boot == self.boot_id
+        if self._clock is None or p.t_boot is None:
+            return False
+        boot_gap, wall_gap = self._clock.boottime() - p.t_boot, self._clock.wall() - p.t_wall
+        return boot_gap >= 0 and abs(boot_gap - wall_gap) <= SAME_BOOT_S + SAME_BOOT_PPM * abs(wall_gap)
 
     def points(self) -> dict[str, Point]:
         """{channel id: last good point} (for saving across a restart), with the boot id and boot clock."""

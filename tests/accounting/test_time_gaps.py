@@ -71,6 +71,36 @@ def test_a_counter_reading_of_another_boot_counts_nothing(tmp_path):
     assert ledger["total_j"] == pytest.approx(5 * FLOOR_W)
 
 
+@pytest.mark.parametrize("rebooted", [True, False])
+def test_with_the_boot_id_unreadable_only_the_boot_clock_keeps_a_counter_point(tmp_path, rebooted):
+    """The boot id reads "" (a sandbox masking /proc/sys). The daemon runs 60 s at 300 W and stops; it
+    starts again after 400 s at 300 W. Rebooted 30 s after the stop, the machine idle 1,100 s before those
+    400 s (the boot clock and the counter started again at 0 and passed the saved point's): the saved point
+    is no measure, nothing of the downtime counts (attack9 N6: the counter's 79.5 kJ past it booked). Not
+    rebooted (the boot clock went on with the wall clock): the downtime is the counter's increase,
+    unattributed, as with the boot id read."""
+    state = tmp_path / "state"
+    state.mkdir()
+    b = Bench(tmp_path, gpus=1)
+    b.job(7001, 301, {0: 1.0})  # trains through it all: the daemon's 70 s are its
+    b.power["gpu0"], b.util[0] = 300.0, 100.0
+    b.counters["gpu0"] = 50_000.0  # J: counted since boot
+    b.start_daemon(state, boot_id="")
+    b.run(60)
+    b.stop_daemon()
+    assert b.clock.boottime() == 1060.0  # s: the point's boot clock
+    if rebooted:  # booted 30 s after the stop; the boot clock (1,100 s) and counter now
+        b.clock = SimClock(start=1100.0, wall_start=b.clock.wall() + 30.0 + 1100.0)
+        b.counters["gpu0"] = 1100 * FLOOR_W
+    b.run(400)
+    service = b.start_daemon(state, boot_id="")
+    b.run(10)
+    ledger = service.accountant.ledger.devices["gpu0"]
+    down_j = 0.0 if rebooted else 400 * 300.0
+    assert ledger["unattributed_j"] == pytest.approx(down_j)
+    assert ledger["total_j"] == pytest.approx(down_j + 10 * 300.0)
+
+
 def test_a_suspend_teaches_the_idle_floor_nothing(tmp_path):
     """An hour asleep with the GPU in D3 (its counter still): the interval's mean draw (~0 W) is no idle
     draw; the next idle minutes stay idle, not unattributed (T4: the floor fell to 0.03 W, 92 % of the
