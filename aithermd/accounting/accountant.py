@@ -41,6 +41,12 @@ def is_package_zone(device_id: str) -> bool:
     return device_id.startswith("powercap:package-") and "#" not in device_id
 
 
+def accounted_device(device_id: str) -> str | None:
+    """The accounting's device that a meter device's joules go to: ``gpuN`` itself, a RAPL package zone
+    :data:`CPU` (the packages' sum), else None (a subzone, psys, an MMIO copy)."""
+    return device_id if device_id.startswith("gpu") else CPU if is_package_zone(device_id) else None
+
+
 def matches(scope: str, info: ProcessInfo, ancestors: Iterable[int]) -> bool:
     parsed = parse_scope(scope)
     if parsed is None:

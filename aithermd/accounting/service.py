@@ -28,7 +28,7 @@ from typing import Any
 
 import structlog
 
-from aithermd.accounting.accountant import CPU, Accountant, is_package_zone
+from aithermd.accounting.accountant import CPU, Accountant, accounted_device, is_package_zone
 from aithermd.accounting.attribution import Split
 from aithermd.accounting.export import Exporter
 from aithermd.accounting.history import FORMAT as HISTORY_FORMAT
@@ -180,7 +180,7 @@ class EnergyService:
         assert self.accountant is not None
         per: dict[str, float] = {}
         for device, joules in down.items():
-            name = device if device.startswith("gpu") else CPU if is_package_zone(device) else None
+            name = accounted_device(device)
             if name is not None and joules > 0:
                 per[name] = per.get(name, 0.0) + joules
         for device, joules in per.items():
@@ -239,7 +239,7 @@ class EnergyService:
         learn, self._slept = not self._slept, False
         per_scope = self.accountant.account(t_wall, dt, joules, usage, cpu, identities, self.windows.scopes(),
                                             t_run=self._latest_run, learn=learn)
-        self.windows.add_scoped(per_scope)
+        self.windows.add_scoped(per_scope, accounted_device)
         for split in self.accountant.last_splits.values():
             self.history.add(split, self.accountant.info, t_wall)
         self.history.trim()

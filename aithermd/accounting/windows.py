@@ -95,6 +95,7 @@ class Window:
     restarts: int = 0  # daemon restarts the window lived through
     t0: float = 0.0  # boot-clock s it started at (re-anchored after a restart)
     due: float = math.inf  # boot-clock s of its timeout
+    since_pass: dict[str, float] = field(default_factory=dict)  # device id → J in it since the last pass
 
     def document(self, now: float, apart: frozenset[str] = frozenset(),
                  platform: frozenset[str] = frozenset(), estimated: frozenset[str] = frozenset()
@@ -235,17 +236,32 @@ class EnergyWindows:
         if not self._windows:
             return
         for window in self._windows.values():
+            since_pass = window.since_pass if window.scope else None
             for device_id, joules in increment.joules.items():
                 window.joules[device_id] = window.joules.get(device_id, 0.0) + joules
+                if since_pass is not None:
+                    since_pass[device_id] = since_pass.get(device_id, 0.0) + joules
             if increment.unmeasured_s:
                 window.unmeasured_s += max(increment.unmeasured_s.values())
         if self._soonest <= self._clock.boottime():
             self.expire()
 
-    def add_scoped(self, per_scope: Mapping[str, Mapping[str, float]]) -> None:
-        """{scope: {device id: J}} attributed in one accounting interval, to the windows of each scope."""
+    def add_scoped(self, per_scope: Mapping[str, Mapping[str, float]],
+                   device_of: Callable[[str], str | None] = lambda d: d) -> None:
+        """{scope: {device id: J}} attributed in one accounting interval, to the windows of each scope: to
+        each at most the device's joules inside it since the last interval (a window opened within the
+        interval has only its own seconds of it: a process charged the whole interval's idle floor, seconds
+        before the window opened included, made a 4 s job's ``attributed`` 1,275 J of its 1,200 device J,
+        attack9 T6). ``device_of``: the accounting's device of a meter device id (None: none; the RAPL
+        package zones are one ``cpu``: :func:`aithermd.accounting.accountant.accounted_device`)."""
         for window in self._windows.values():
+            inside: dict[str, float] = {}
+            for device_id, joules in window.since_pass.items():
+                if (name := device_of(device_id)) is not None:
+                    inside[name] = inside.get(name, 0.0) + joules
+            window.since_pass = {}
             for device_id, joules in per_scope.get(window.scope, {}).items():
+                joules = min(joules, max(0.0, inside.get(device_id, 0.0)))
                 window.attributed[device_id] = window.attributed.get(device_id, 0.0) + joules
 
     # ---- persistence -----------------------------------------------------------------------------------

@@ -50,3 +50,28 @@ def test_a_window_stopped_as_its_command_ends_gets_the_seconds_since_the_last_pa
 
     doc = asyncio.run(stop())
     assert doc["attributed"]["gpu0"] == pytest.approx(b.truth[(9001, "gpu0")]) == pytest.approx(4 * 300.0)
+
+
+@pytest.mark.parametrize("job_s", [4, 7, 12])
+def test_a_window_opened_between_passes_is_charged_only_its_own_seconds(tmp_path, job_s):
+    """The same, the window opened 3 s after the daemon's start (no pass yet): the first pass's 3 s before
+    it are no part of it. Its ``attributed`` is the job's own energy and never more than the device's
+    joules inside the window (attack9 T6: 1,275 of 1,200 J for the 4 s job, the 3 s of idle floor before)."""
+    b = Bench(tmp_path, gpus=1)
+    service = b.start_daemon(None)
+    b.run(3)
+    b.procs.start(SimProcess(9000, "aithermctl", ["aithermctl", "energy", "--", "python", "bench.py"],
+                             "0::/user.slice\n", uid=1000, start_wall=b.clock.wall()))
+    wid = service.windows.start("bench", 0.0, uid=1000, scope="pid:9000")
+    b.procs.start(SimProcess(9001, "python", ["python", "bench.py"], "0::/user.slice\n", uid=1000, ppid=9000,
+                             start_wall=b.clock.wall(), gpus={0: (8000.0, 1.0)}))
+    b.util[0], b.power["gpu0"] = 100.0, 300.0
+    b.run(job_s)
+
+    async def stop() -> dict:
+        await service.settle()
+        return service.windows.stop(wid, uid=1000)
+
+    doc = asyncio.run(stop())
+    assert doc["joules"]["gpu0"] == pytest.approx(job_s * 300.0)
+    assert doc["attributed"]["gpu0"] == pytest.approx(b.truth[(9001, "gpu0")]) == pytest.approx(job_s * 300.0)

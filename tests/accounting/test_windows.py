@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from aithermd.accounting.meter import EnergyMeter, points_from_json, points_to_json
+from aithermd.accounting.accountant import accounted_device
+from aithermd.accounting.meter import EnergyMeter, Increment, points_from_json, points_to_json
 from aithermd.accounting.service import STATE_FILE, EnergyService
 from aithermd.accounting.windows import EnergyWindows, UnknownWindow, WrongWindow, parse_scope
 from aithermd.errors import InvalidArgument
@@ -61,9 +62,15 @@ def test_scoped_windows_sum_only_their_scope():
     a = windows.start("slurm-1", 0.0, uid=0, scope="job:1")
     b = windows.start("slurm-2", 0.0, uid=0, scope="job:2")
     assert windows.scopes() == {"job:1", "job:2"}
-    windows.add_scoped({"job:1": {"gpu0": 100.0}, "job:2": {"gpu0": 40.0, "cpu": 5.0}})
+    windows.add(Increment(1.0, {"gpu0": 150.0, "powercap:package-0": 3.0, "powercap:package-1": 3.0,
+                                "powercap:package-0:0": 4.0}, {}))
+    windows.add_scoped({"job:1": {"gpu0": 100.0}, "job:2": {"gpu0": 40.0, "cpu": 5.0}}, accounted_device)
+    # never more than the device's joules inside the window since the last pass (attack9 T6)
+    windows.add_scoped({"job:1": {"gpu0": 100.0}}, accounted_device)
+    windows.add(Increment(1.0, {"gpu0": 150.0, "powercap:package-0": 3.0}, {}))
+    windows.add_scoped({"job:2": {"gpu0": 40.0, "cpu": 5.0}}, accounted_device)
     assert windows.stop(a, uid=0)["attributed"] == {"gpu0": 100.0}
-    assert windows.stop(b, uid=0)["attributed_total_j"] == 45.0
+    assert windows.stop(b, uid=0)["attributed"] == {"gpu0": 80.0, "cpu": 8.0}
 
 
 def test_windows_and_their_sums_survive_a_restart(tmp_path):
