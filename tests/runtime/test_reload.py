@@ -55,6 +55,29 @@ async def test_a_good_reload_is_swapped_in_between_ticks(settings, clock, policy
     assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
 
 
+async def test_reloads_piled_up_between_ticks_are_loaded_once(settings, clock, policy_dir):
+    """attack10 S1: every SIGHUP was a full load inside the tick; 3000 of them stalled the loop 8 s. Those that
+    came between two ticks are one load, of the files as they are at that tick, and the policy is in force."""
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            for duty in range(21, 71):  # 50 SIGHUPs, each after an edit
+                write_policy(policy_dir, "balanced", float(duty))
+                d.request_reload()
+        return False
+
+    with capture_logs() as logs:
+        await d.run(max_ticks=3, until=step)
+    assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
+    assert [e["event"] for e in logs if e["event"].startswith("reload")] == ["reload", "reloads_coalesced"]
+    assert next(e for e in logs if e["event"] == "reloads_coalesced")["superseded"] == 49
+
+
 async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_dir):
     b = FakeBackend()
     d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
