@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,6 +68,7 @@ class Changes:
         self.max_pause_s, self.resume_timeout_s = max_pause_s, resume_timeout_s
         self.paused_since: float | None = None
         self.newest: PolicySet | None = None  # the last set loaded, until a tick swapped it in
+        self._loading = threading.Lock()  # D-Bus reloads, each on a worker thread
         self._checked: dict[str, tuple[int, int]] = {}  # policy → (policy, devices) last checked
         self._log = structlog.get_logger("aithermd.changes")
         inbox.add_source(self._pause_over)
@@ -112,8 +114,9 @@ class Changes:
     def reload(self, current: PolicySet) -> None:
         """Load the policies and post them for the next tick (D-Bus ``Reload``: call it off the loop).
         Raises PolicyErrors (nothing changes)."""
-        self.newest = self.load_policies(self.newest or current)
-        self.inbox.post(Policies(self.newest))
+        with self._loading:  # one at a time: the set posted last is the one loaded last
+            self.newest = self.load_policies(self.newest or current)
+            self.inbox.post(Policies(self.newest))
 
     # -- policies that select nothing here ---------------------------------------------------------------
     @staticmethod

@@ -3,6 +3,9 @@ a reload that would leave the daemon without any policy to run is refused."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from structlog.testing import capture_logs
 
@@ -76,6 +79,46 @@ async def test_reloads_piled_up_between_ticks_are_loaded_once(settings, clock, p
     assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
     assert [e["event"] for e in logs if e["event"].startswith("reload")] == ["reload", "reloads_coalesced"]
     assert next(e for e in logs if e["event"] == "reloads_coalesced")["superseded"] == 49
+
+
+async def test_of_two_dbus_reloads_at_once_the_one_loaded_last_is_in_force(settings, clock, policy_dir):
+    """attack10: two D-Bus Reload calls run on two worker threads. The first, slow to load, read the files
+    before an edit; the second read them after it. Each posts its set when loaded, so the slow one's older
+    set came last and stayed in force. Loads are now one at a time, posted in the order they were made."""
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    go, first, seen = threading.Event(), [], []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            load = d.changes.load_policies
+
+            def slow_first(current):
+                loaded = load(current)
+                if not first:
+                    first.append(loaded)
+                    go.wait(10)  # the first caller still loading (a parser child on a loaded machine)
+                return loaded
+
+            d.changes.load_policies = slow_first
+            write_policy(policy_dir, "balanced", 70.0)
+            slow = threading.Thread(target=d.control.reload)
+            slow.start()
+            while not first:
+                time.sleep(0.001)
+            write_policy(policy_dir, "balanced", 80.0)  # edited again, then reloaded again
+            fast = threading.Thread(target=d.control.reload)
+            fast.start()
+            fast.join(0.2)  # without the lock it loads and posts at once
+            go.set()
+            slow.join(10)
+            fast.join(10)
+        return False
+
+    await d.run(max_ticks=3, until=step)
+    assert seen == [(1, 60.0), (2, 80.0), (3, 80.0)]
 
 
 async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_dir):
