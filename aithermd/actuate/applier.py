@@ -21,6 +21,10 @@
   limit_kept`): a safety cut read back at or below the target holds (a driver quantising to 25 W steps keeps
   it under; not the ceiling that lets a released cut rise, ``CEILING_RULE``); the limit the driver kept
   after the same value was written, still in place, is not written again.
+- **Unreadable read-back**: a value the driver took (its write returned) on a knob that cannot be read back
+  (a GPU's limit getters answering NOT_SUPPORTED) is written again at most every :data:`UNREAD_RETRY_S`
+  (the driver may have lost it: a GPU reset), without an ``actuation`` each time (attack9 N7: every tick,
+  safety cuts included). A changed value is written at once: a safety decision never waits for it.
 - **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver refusing
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
@@ -44,15 +48,17 @@ import structlog
 
 from aithermd.actuate.journal import Journal, JournalError
 from aithermd.actuate.readback import (
-    MANUAL_MODES,
     levels_of,
     limit_kept,
     mode_refused,
     same_setting,
     setting_held,
     settling,
+    stuck,
     tolerance,
     trails,
+    unread_wait,
+    unreadable,
 )
 from aithermd.actuate.refusals import Refusals, denied
 from aithermd.actuate.restore import restore_one
@@ -68,6 +74,7 @@ CONFLICT_WINDOW_S = 60.0
 FAN_KINDS = (KnobKind.PWM, KnobKind.FAN)
 RETAKE_S = (600.0, 86_400.0)  # a knob stepped back from is taken again after 10 min, then 20, 40 ... up to a day
 RESUME_GRACE_S = 30.0  # after a resume, firmware resetting fans late (SMU, EC): written over, not counted
+UNREAD_RETRY_S = 30.0  # wall s: a value taken, its read-back failing, is written again this often
 _NUMBERS = re.compile(r"\d+(?:\.\d+)?")  # a fault's text less its numbers: the same fault at another value
 
 
@@ -83,6 +90,7 @@ class _Owned:
     handed: dict[str, Any] | None = None  # stepped back from a fan: the original it was handed back to
     refused: str | None = None  # the driver refuses manual mode: the duty alone is written (said once)
     levels: Any = None  # a pwm's learnt Levels (readback.levels_of)
+    taken: float | None = None  # wall s of the last write of ``requested`` taken with no read-back
 
 
 class Applier:
@@ -196,10 +204,11 @@ class Applier:
                             why="retake")]
 
     def unchanged(self, backend: Backend, knob: Knob, decision: Decision, value: float,
-                  current: KnobValue | None, force: bool = False) -> bool:
+                  current: KnobValue | None, force: bool = False, t_wall: float | None = None) -> bool:
         """True when :meth:`apply` leaves ``knob`` as it is without a backend call (stepped back from, not
         writable (a safety decision is still tried on a knob refused permission), paused, already at
-        ``value``, or asked already without sticking), its bookkeeping done; the executor then has no worker
+        ``value``, asked already without sticking, or taken with no read-back less than
+        :data:`UNREAD_RETRY_S` before ``t_wall``), its bookkeeping done; the executor then has no worker
         hop to make for it."""
         safety = decision.layer == Layer.SAFETY
         if (knob.id in self.stepped_back and not safety) or self.paused \
@@ -212,12 +221,15 @@ class Applier:
         if same_setting(knob, current, holds, any_mode=any_mode) \
                 or limit_kept(knob, decision, value, current, own):
             if own is not None:
-                own.requested, own.after = value, current
+                if own.taken is not None:
+                    own.stuck = None  # read back again: a new failure is said again
+                own.requested, own.after, own.taken = value, current, None
             self.refusals.settled(knob.id)
             return True
         # asked already; it did not stick and was reported
         return (not safety and own is not None and own.after is not None and current == own.after
-                and abs(own.requested - value) <= tolerance(knob, value))
+                and abs(own.requested - value) <= tolerance(knob, value)) \
+            or unread_wait(knob, value, current, own, t_wall, UNREAD_RETRY_S)
 
     def apply(self, backend: Backend, knob: Knob, device_id: str, decision: Decision, value: float,
               current: KnobValue | None, t_wall: float,
@@ -228,7 +240,7 @@ class Applier:
         written even to a knob stepped back from, and again every tick it does not hold."""
         if knob.id in self.stepped_back and decision.layer != Layer.SAFETY and knob.kind in FAN_KINDS:
             return current, self._hand_back(backend, knob, t_wall)
-        if self.unchanged(backend, knob, decision, value, current, force) \
+        if self.unchanged(backend, knob, decision, value, current, force, t_wall) \
                 or self.refusals.waits(knob, decision.layer == Layer.SAFETY, t_wall):
             return current, []
         safety = decision.layer == Layer.SAFETY
@@ -236,6 +248,8 @@ class Applier:
         if force and own is not None and not self.dry_run:
             current = None  # write it again whatever the read-back says
         old = current.value if current is not None else None
+        again = own is not None and own.taken is not None and unreadable(current) \
+            and abs(own.requested - value) <= tolerance(knob, value)  # taken before: no actuation
         if self.dry_run:
             if own is not None and abs(own.requested - value) <= tolerance(knob, value):
                 return current, []  # logged when first decided; nothing was written to drift from
@@ -274,8 +288,9 @@ class Applier:
                 "conflict", t_wall, knob, device_id,
                 f"{knob.id}: {decision.rule} written over the program that keeps rewriting it: safety "
                 "decisions are always written", rule=decision.rule, safety=True))
-        self._log_actuation(knob, device_id, decision, old, value)
-        events.append(self._actuation_event(t_wall, knob, device_id, decision, old, value))
+        if not again:
+            self._log_actuation(knob, device_id, decision, old, value)
+            events.append(self._actuation_event(t_wall, knob, device_id, decision, old, value))
         refused = mode_refused(backend, knob)
         if refused != own.refused:
             own.refused = refused
@@ -288,13 +303,15 @@ class Applier:
             after = backend.read_knob(knob.id)
         except Exception as exc:  # noqa: BLE001
             events.extend(self._fault(t_wall, knob, device_id, "read back", exc))
-            own.after = None
+            own.after, own.taken = None, t_wall
             return current, events
         self.faults.pop(knob.id, None)
+        was, own.taken = own.taken, t_wall if unreadable(after) else None
         own.after, own.levels = after, levels_of(backend, knob)
-        if trails(own.levels):
-            return after, events  # read at once it says nothing yet (observe follows it)
-        events.extend(self._check_stuck(knob, own, after, setting_held(backend, knob, value)[0], t_wall))
+        if trails(own.levels) or (was is not None and own.taken is not None):
+            return after, events  # read at once it says nothing yet (observe follows it), or unreadable still
+        if (drift := stuck(knob, own, after, setting_held(backend, knob, value)[0])) is not None:
+            events.append(self._event("drift", t_wall, knob, device_id, drift[0], **drift[1]))
         return after, events
 
     def _unrecord(self, knob_id: str) -> None:
@@ -307,23 +324,6 @@ class Applier:
     def requested(self) -> dict[str, float]:
         """Knob id → the value last asked of each owned knob (daemon units)."""
         return {k: own.requested for k, own in self._owned.items()}
-
-    def _check_stuck(self, knob: Knob, own: _Owned, after: KnobValue, value: float,
-                     t_wall: float) -> list[Event]:
-        events: list[Event] = []
-        if same_setting(knob, after, value, any_mode=own.refused is not None):
-            own.stuck = None
-        else:
-            case = (value, after.value, after.mode)
-            if own.stuck != case:
-                own.stuck = case
-                got = "unreadable" if after.value is None else f"{num(after.value)} {knob.unit}"
-                events.append(self._event(
-                    "drift", t_wall, knob, own.device_id,
-                    f"{knob.id} did not stick: asked {num(value)} {knob.unit}, read back {got}"
-                    + (f" in mode {after.mode}" if after.mode not in MANUAL_MODES else ""),
-                    expected=value, got=after.value, mode=after.mode, why="did_not_stick"))
-        return events
 
     # -- hand back -----------------------------------------------------------------------------------
     def give_back(self, backend: Backend, knob: Knob, t_wall: float) -> list[Event]:

@@ -148,7 +148,7 @@ class Executor:
             here = [item for item in here if item not in later]
         self._batch(world, here, back_here, current, t_wall, None, out, force)
         if there and current is not None and threaded:
-            there = self._in_place(world, there, current, out, force)  # no worker hop for those
+            there = self._in_place(world, there, current, out, force, t_wall)  # no worker hop for those
         if not (there or back_there) or not threaded:
             if later and threaded:
                 self._batch(world, later, [], current, t_wall, None, out, force)
@@ -168,7 +168,7 @@ class Executor:
 
     def _in_place(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
                   current: Mapping[str, KnobValue], out: Applied,
-                  force: frozenset[str] | set[str]) -> list[tuple[str, Decision]]:
+                  force: frozenset[str] | set[str], t_wall: float) -> list[tuple[str, Decision]]:
         """The decisions of ``wanted`` whose knob this tick's read-back does not show in place (the others
         are applied here, as the applier would have in the worker: a limit decided every tick, unchanged,
         costs no thread hop)."""
@@ -177,7 +177,7 @@ class Executor:
             backend, knob = world.owner[knob_id], world.knobs[knob_id]
             value = knob.clamp(float(decision.value))
             before = current.get(knob_id)
-            if self.applier.unchanged(backend, knob, decision, value, before, knob_id in force):
+            if self.applier.unchanged(backend, knob, decision, value, before, knob_id in force, t_wall):
                 if before is not None:
                     out.after[knob_id] = before
                 out.results.append(Result(knob_id, value, before, before))

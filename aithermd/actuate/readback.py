@@ -8,6 +8,7 @@ from typing import Any
 from aithermd.backends.base import Backend
 from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer, Status
 from aithermd.policy.arbiter import CEILING_RULE
+from aithermd.units import num
 
 MANUAL_MODES = (None, "manual")
 SETTLE_PCT = 5.0  # a fan read back within this of its request after a move is the driver settling (lag)
@@ -93,3 +94,36 @@ def limit_kept(knob: Knob, decision: Decision, value: float, current: KnobValue 
         return True
     return (own is not None and own.after is not None and current == own.after
             and abs(own.requested - value) <= tolerance(knob, value))
+
+
+def unreadable(kv: KnobValue | None) -> bool:
+    """Whether ``kv`` (a read-back) says nothing of the knob's setting: none, failed, or no value."""
+    return kv is None or kv.status != Status.OK or kv.value is None
+
+
+def unread_wait(knob: Knob, value: float, current: KnobValue | None, own: Any, t_wall: float | None,
+                retry_s: float) -> bool:
+    """Whether writing ``value`` to ``knob`` now would repeat a write of the same value that its driver
+    took less than ``retry_s`` s ago (``own.taken``, wall s; ``own``: the applier's record of the knob)
+    and that cannot be read back: ``current`` (this tick's read-back) still :func:`unreadable`. A wall
+    clock stepped back ends the wait; no ``t_wall`` (None) waits for nothing."""
+    if own is None or own.taken is None or t_wall is None or not unreadable(current):
+        return False
+    return abs(own.requested - value) <= tolerance(knob, value) and own.taken <= t_wall < own.taken + retry_s
+
+
+def stuck(knob: Knob, own: Any, after: KnobValue, value: float) -> tuple[str, dict[str, Any]] | None:
+    """The ``drift`` (message, data) to report when ``after``, read back after a write, does not hold
+    ``value`` (the value the knob settles at): once per distinct case (``own.stuck``, the applier's record
+    of the knob, kept here), None when it holds or the case was said already."""
+    if same_setting(knob, after, value, any_mode=own.refused is not None):
+        own.stuck = None
+        return None
+    case = (value, after.value, after.mode)
+    if own.stuck == case:
+        return None
+    own.stuck = case
+    got = "unreadable" if after.value is None else f"{num(after.value)} {knob.unit}"
+    return (f"{knob.id} did not stick: asked {num(value)} {knob.unit}, read back {got}"
+            + (f" in mode {after.mode}" if after.mode not in MANUAL_MODES else ""),
+            {"expected": value, "got": after.value, "mode": after.mode, "why": "did_not_stick"})
