@@ -4,8 +4,9 @@
 rule holds for a GPU, :func:`step` walks this sequence, one measurement window (``measure_s``) per step,
 the first seconds after each change left out (:data:`SETTLE_S`):
 
-1. **baseline** at the card's default limit: the job's own draw (mean power), its peak (the highest 1 s
-   reading) and its throughput signal (two windows; one for a progress rate, read per busy second below);
+1. **baseline** at the card's default limit: the job's own draw (mean power), its peak (:meth:`Acc.held_peak`:
+   the highest 1 s reading another comes within 5 % of, not over that limit) and its throughput signal (two
+   windows; one for a progress rate, read per busy second below);
 2. **snap** to the job's own peak draw (a cap 1.1 × a job's mean draw costs ~0.5 %: the Zeus sweeps),
    kept if the signal holds; else once halfway back up, settled there if that holds (else the default).
    A progress rate **jumps** instead to where the Zeus sweeps' median job loses :data:`JUMP_USE` of the
@@ -24,9 +25,8 @@ the first seconds after each change left out (:data:`SETTLE_S`):
    different job or phase) — then it searches again from the baseline.
 
 It **reverts** to the default limit at once, and waits ``measure_s`` before searching again, on a thermal
-event (the driver's thermal slowdown in the clock-event reasons), when its signal cannot be read, or
-or when the job ended (and the signal with it). A window in which the job was away (ended or paused:
-:meth:`Acc.away`) gives no verdict and is measured again at the same limit.
+event (the driver's thermal slowdown in the clock-event reasons), when its signal cannot be read, or when
+the job ended. A window the job was away (ended, paused: :meth:`Acc.away`) is measured again at that limit.
 
 A progress rate steps down only on readings it can trust: a window with a stall in it (a 20 s block
 under 3/4 of its median: :meth:`Acc.stalled`) is measured again (a baseline always, a step twice); a rate
@@ -246,7 +246,7 @@ def step(spec: Spec, s: Search, gpu: str, t: float, readings: Mapping[str, Readi
         err = MISS_Z_PROGRESS * acc.rate_spread() * math.sqrt(2.0) if rate else 0.0  # a step's, alike
         if err > RESOLVE * spec.budget:
             return _noisy(spec, s, gpu, t, readings, err / math.sqrt(2.0))
-        peak = math.ceil(acc.peak)
+        peak = math.ceil(acc.held_peak(s.limit))  # one reading is no peak; never over the limit in force
         mem_sum, util_sum, n = s.mem_sums
         top = min(MEM_MAX, mem_sum / util_sum) if util_sum > 0 and s.signal == "proxy" else 0.0
         s = replace(s, own=pw, peak=peak, base=sig, base_eff=sig / pw, best=s.start, best_eff=sig / pw,

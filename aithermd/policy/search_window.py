@@ -20,17 +20,17 @@ TRIM = 0.1  # share of a window's seconds left out at each end of the signal's r
 AWAY = 0.4  # a second drawing under this share of the window's running draw (its 90th percentile) is away
 BLOCK_S = 20.0  # seconds per block of a window: their means give its standard error (spread, rate_spread)
 STALL = 0.75  # a block of a progress window under this share of the window's median block: a stall (stalled)
+HELD = 0.05  # a power reading with another within this share under it is a peak the job held (held_peak)
 
 
 @dataclass(frozen=True, slots=True)
 class Acc:
     """One measurement window from ``t0`` (after the settle time): each sample's (seconds it covers,
-    signal, power, utilization %), the peak power, and the last sample time."""
+    signal, power, utilization %) and the last sample time."""
 
     t0: float
     last: float | None = None
     samples: tuple[tuple[float, float, float, float], ...] = ()
-    peak: float = 0.0
     span: float = 0.0  # the seconds the samples cover (kept as they come: read every tick)
 
     def add(self, t: float, signal: float, power: float, util: float = 100.0) -> Acc:
@@ -39,8 +39,7 @@ class Acc:
         if t < self.t0:
             return self
         dt = 1.0 if self.last is None else max(0.0, t - self.last)
-        return Acc(self.t0, t, self.samples + ((dt, signal, power, util),), max(self.peak, power),
-                   self.span + dt)
+        return Acc(self.t0, t, self.samples + ((dt, signal, power, util),), self.span + dt)
 
     def mean(self, trim: bool = True) -> tuple[float, float]:
         """Time-weighted mean signal and power over the window's seconds, with ``trim`` leaving out the
@@ -55,6 +54,19 @@ class Acc:
         if span <= 0:
             return 0.0, 0.0
         return sum(x[0] * x[1] for x in kept) / span, sum(x[0] * x[2] for x in kept) / span
+
+    def held_peak(self, ceiling: float | None = None) -> float:
+        """The highest draw (W) the job held in the window: its highest power reading with another within
+        :data:`HELD` under it (one reading alone, a glitch or a burst within the second, is no peak a job
+        holds: attack9 T7, one 2x reading cancelled the search's snap), else the second-highest (the only
+        one of a one-sample window); never over ``ceiling`` (the limit in force while it was measured: a
+        GPU draws no more than its enforced limit for long). 0.0 for an empty window."""
+        powers = sorted((x[2] for x in self.samples), reverse=True)
+        if not powers:
+            return 0.0
+        peak = next((a for a, b in zip(powers, powers[1:], strict=False) if b >= (1.0 - HELD) * a),
+                    powers[min(1, len(powers) - 1)])
+        return peak if ceiling is None else min(peak, ceiling)
 
     def away(self) -> float:
         """The share of the window's seconds the job was away: drawing under :data:`AWAY` of the window's

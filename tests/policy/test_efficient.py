@@ -257,3 +257,25 @@ def test_memory_bound_decode_gets_the_search_on_a_locked_sm_clock(progress):
     assert not [c for c in res.changes if c[3] == "balanced/busy-limit"]  # no power-limit search on decode
     assert res.gain_pct() > 10.0 and res.slowdown_pct() < 3.0
 
+
+
+class Overshoot:
+    """A power-bound job: its 1 s readings sit at the limit, every third one 2 % over it (the driver's power
+    loop settling after a load step), and its speed does not depend on the limit."""
+
+    def __init__(self):
+        self.n = 0
+
+    def at(self, limit):
+        self.n += 1
+        return limit * (1.02 if self.n % 3 == 0 else 0.99), 1.0
+
+
+def test_the_baseline_peak_is_never_over_the_limit_in_force():
+    """attack9 T7: the peak was the raw highest reading; a GPU holds no draw over its enforced limit, so the
+    baseline's peak (explain's peak_draw_w) is at most that limit: 450 W here, not 459 W."""
+    spec = Spec(budget=0.03, step=0.04, measure_s=30.0)
+    s, limits = drive(spec, Overshoot(), 90)
+    assert s.phase == STEP and s.peak == 450
+    assert efficient.explain(s, spec)[1]["peak_draw_w"] == 450
+    assert limits[-1] < 450.0  # a step down from the default, as before: no snap to a peak at the limit
