@@ -21,10 +21,10 @@
   limit_kept`): a safety cut read back at or below the target holds (a driver quantising to 25 W steps keeps
   it under; not the ceiling that lets a released cut rise, ``CEILING_RULE``); the limit the driver kept
   after the same value was written, still in place, is not written again.
-- **Unreadable read-back**: a value the driver took (its write returned) on a knob that cannot be read back
-  (a GPU's limit getters answering NOT_SUPPORTED) is written again at most every :data:`UNREAD_RETRY_S`
-  (the driver may have lost it: a GPU reset), without an ``actuation`` each time (attack9 N7: every tick,
-  safety cuts included). A changed value is written at once: a safety decision never waits for it.
+- **Unreadable read-back**: a value the driver took (its write returned) on a power limit or clock lock that
+  cannot be read back (limit getters answering NOT_SUPPORTED) is written again every :data:`UNREAD_RETRY_S`,
+  not every tick (attack9 N7), without an ``actuation``; a new value, a safety decision's first, at once; on
+  a resume, at once. A fan's safety duty is still written every tick (another program's writes unseen).
 - **Refused manual mode**: a pwm knob's ``mode_refused`` (hwmon's ``pwm_knob``: a driver refusing
   ``pwmN_enable := 1``, the duty written on its own) is said once (a ``drift`` event, ``mode_refused``); the
   duty read back in the driver's mode is then the setting, not drift.
@@ -131,6 +131,7 @@ class Applier:
             self._grace_until = t_mono + RESUME_GRACE_S
             for own in self._owned.values():
                 own.behind.clear()
+                own.taken = None  # a value taken unreadable is written again at once
 
     # -- between ticks -------------------------------------------------------------------------------
     def observe(self, knob: Knob, kv: KnobValue | None, t_mono: float, t_wall: float) -> list[Event]:
@@ -207,9 +208,8 @@ class Applier:
                   current: KnobValue | None, force: bool = False, t_wall: float | None = None) -> bool:
         """True when :meth:`apply` leaves ``knob`` as it is without a backend call (stepped back from, not
         writable (a safety decision is still tried on a knob refused permission), paused, already at
-        ``value``, asked already without sticking, or taken with no read-back less than
-        :data:`UNREAD_RETRY_S` before ``t_wall``), its bookkeeping done; the executor then has no worker
-        hop to make for it."""
+        ``value``, asked already without sticking, or taken unreadable under :data:`UNREAD_RETRY_S` before
+        ``t_wall``), its bookkeeping done; the executor then has no worker hop to make for it."""
         safety = decision.layer == Layer.SAFETY
         if (knob.id in self.stepped_back and not safety) or self.paused \
                 or not (knob.writable or (safety and denied(knob))):
@@ -303,10 +303,10 @@ class Applier:
             after = backend.read_knob(knob.id)
         except Exception as exc:  # noqa: BLE001
             events.extend(self._fault(t_wall, knob, device_id, "read back", exc))
-            own.after, own.taken = None, t_wall
+            own.after, own.taken = None, None if knob.kind in FAN_KINDS else t_wall
             return current, events
         self.faults.pop(knob.id, None)
-        was, own.taken = own.taken, t_wall if unreadable(after) else None
+        was, own.taken = own.taken, t_wall if unreadable(after) and knob.kind not in FAN_KINDS else None
         own.after, own.levels = after, levels_of(backend, knob)
         if trails(own.levels) or (was is not None and own.taken is not None):
             return after, events  # read at once it says nothing yet (observe follows it), or unreadable still

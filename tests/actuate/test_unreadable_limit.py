@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from aithermd.actuate.applier import UNREAD_RETRY_S
+from aithermd.actuate.applier import UNREAD_RETRY_S, Applier
+from aithermd.actuate.journal import Journal
 from aithermd.backends.nvml import NvmlBackend
+from aithermd.model import Decision, Layer
 from aithermd.runtime.daemon import Daemon
 from aithermd.settings import DaemonSettings
 from aithermd.sim import fake_nvml_lib as lib
@@ -18,6 +20,7 @@ from aithermd.watchers.options import WatcherOptions
 from tests.support.machines import NVIDIA_SMI, copy_machine
 
 KNOB = "gpu0/power_limit"
+RTX3090 = NVIDIA_SMI / "rtx3090-nvidia-smi-q-x-driver-v13.xml"
 LIMIT_C = 80.0  # the policy's GPU temperature ceiling: the critical trigger
 HOT = f"""\
 description: a GPU temperature ceiling, GPU limits at 90 % (written, journaled before the read-back fails)
@@ -60,7 +63,7 @@ def rig(tmp_path, clock):
     policies = tmp_path / "policies"
     policies.mkdir()
     (policies / "hot.yaml").write_text(HOT)
-    fake = UnreadableLimits.from_dumps([NVIDIA_SMI / "rtx3090-nvidia-smi-q-x-driver-v13.xml"])
+    fake = UnreadableLimits.from_dumps([RTX3090])
     fake.unreadable, fake.sets = set(), []
     fake.gpus[0].temp_c = LIMIT_C - 20
     backend = NvmlBackend(nvml=fake.bindings(), clock=clock, read_deadline_s=30.0)
@@ -108,3 +111,24 @@ async def test_a_limit_that_cannot_be_read_back_is_cut_at_once_and_not_rewritten
     for t in values:  # each new safety value is in force on the tick it is decided
         assert t[3] == pytest.approx(t[1])
     assert ramp[-1][4] - held[-1][4] <= len(values) + int(len(ramp) // UNREAD_RETRY_S)
+
+
+def test_a_value_taken_unreadable_is_written_again_at_once_after_a_resume(tmp_path):
+    """A suspend may lose what the driver took: the resume's re-apply writes it whatever the wait."""
+    fake = UnreadableLimits.from_dumps([RTX3090])
+    fake.unreadable, fake.sets = set(), []
+    backend = NvmlBackend(nvml=fake.bindings(), read_deadline_s=30.0)
+    (gpu,) = backend.discover()
+    knob = next(k for k in gpu.knobs if k.id == KNOB)
+    fake.sets.clear()  # the backend's probe of the knob (it writes the limit in force)
+    applier = Applier(Journal(tmp_path))
+    cut = Decision(KNOB, 200.0, Layer.SAFETY, "safety/critical-temperature")
+    applier.apply(backend, knob, "gpu0", cut, 200.0, backend.read_knob(KNOB), 0.0)  # journaled, read back
+    fake.fail_limits(0)
+    for t in (1.0, 2.0, 3.0, 4.0):
+        applier.apply(backend, knob, "gpu0", cut, 200.0, backend.read_knob(KNOB), t)
+    assert fake.sets == [200_000, 200_000], "written, and once more when its read-back failed"
+    applier.pause()
+    applier.resume(t_mono=1005.0)
+    applier.apply(backend, knob, "gpu0", cut, 200.0, backend.read_knob(KNOB), 5.0)
+    assert fake.sets == [200_000] * 3
