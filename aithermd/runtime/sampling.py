@@ -127,7 +127,7 @@ class Sampler:
         if not self.guard.ahead(pass_.backends, pass_.one, pass_.budget, at, after):
             return None
         self._ahead = pass_
-        return self.guard.deadline_s
+        return self.guard.margin_s()
 
     def forget(self) -> None:
         """The pass taken ahead is not used (something was written since it was armed): read anew."""

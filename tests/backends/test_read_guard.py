@@ -60,8 +60,9 @@ def test_a_hung_read_quarantines_its_chip_and_the_rest_reads_on(tmp_path):
         (cut,) = asyncio.run(go())  # the pass hangs in the nct6798: cut short after 0.2 s
         assert guard.hangs == 1 and hwmon.skip == {NCT: "read hung: no answer within 0.2 s"}
         assert cut[0].readings[f"{NCT}/temp1"].status == Status.STALE
-        assert cut[0].readings[f"{K10}/temp1"].detail.startswith("ETIMEDOUT")  # not reached: held over
-        assert cut[1].readings["thermal:acpitz/temp"].status == Status.FAILED  # not reached either
+        # the rest of the pass went on at this tick on a new thread: the chips after it, the zones
+        assert cut[0].readings[f"{K10}/temp1"].value == 32.6
+        assert cut[1].readings["thermal:acpitz/temp"].value == -44.0
         (after,) = asyncio.run(go())  # a new thread: the nct6798 skipped, everything else read
         assert after[0].readings[f"{NCT}/temp1"].status == Status.STALE
         assert after[0].readings[f"{NCT}/fan1"].status == Status.STALE

@@ -2,7 +2,7 @@
 
 :func:`fuse_unavailable` says why FUSE cannot be used here (None when it can); :class:`FaultyTree` mounts a
 copy of a tree, sets faults (``fail(suffix, errno)``, ``fail_write(suffix, errno, data)``, ``hang(suffix)``,
-``clear()``) and unmounts.
+``slow(suffix, s)``, ``clear()``) and unmounts.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ class FaultyTree:
 
     def hang(self, suffix: str) -> None:
         self.rules[suffix] = {"hang": True}
+        self._write()
+
+    def slow(self, suffix: str, delay_s: float) -> None:
+        """Every read of files ending in ``suffix`` answers after ``delay_s`` (s)."""
+        self.rules[suffix] = {"delay": delay_s}
         self._write()
 
     def clear(self, suffix: str | None = None) -> None:

@@ -6,7 +6,8 @@ CONTROL``. Every path under MOUNT is SOURCE's (files, directories, symlinks; wri
 write replaces the file's value and ``O_TRUNC`` changes nothing. CONTROL is a JSON
 file, read again whenever it changes: ``{"PATH-SUFFIX": {"errno": 5}}`` fails reads of matching files with
 that errno (``"after": N`` once N reads went through, ``"times": N`` only N reads), ``{"PATH-SUFFIX":
-{"hang": true}}`` blocks them until the rule is removed. A key ``"write PATH-SUFFIX"`` fails *writes* of
+{"hang": true}}`` blocks them until the rule is removed, ``{"PATH-SUFFIX": {"delay": S}}`` makes each
+take S s. A key ``"write PATH-SUFFIX"`` fails *writes* of
 matching files instead, as a driver's ``store()`` refuses a value (``"data": "1"``: only writes of that
 value, surrounding whitespace ignored; ``after``/``times`` as for reads); the refused write changes
 nothing. The server is multithreaded: a hung read blocks only itself. Test data only.
@@ -102,6 +103,8 @@ class Mirror(Operations):
             if rule.get("hang"):
                 while (again := self.faults.rule(path)) is not None and again[1].get("hang"):
                     time.sleep(0.02)
+            elif rule.get("delay"):  # a slow read (s), then the value: an i2c/EC chip, a disk waking up
+                time.sleep(float(rule["delay"]))
             elif "errno" in rule and self.faults.take(suffix, rule):
                 raise FuseOSError(int(rule["errno"]))
         return os.pread(fh, size, offset)

@@ -99,3 +99,36 @@ def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
                 proc.kill()
                 proc.wait(timeout=30)
         assert knob_files(tree.mount) == original
+
+
+SYSTIN_FILE = "nct6775.656/hwmon/hwmon1/temp1_input"  # the nct6798 is read before the k10temp
+
+
+def test_a_slow_chip_never_blinds_the_chips_read_after_it(tmp_path):
+    """attack10 R1: every read of one nct6798 file takes 0.7 s (past the 0.5 s deadline). The k10temp read
+    after it is read at every tick (no fault, never held); the slow chip is quarantined, then held for a
+    back-off instead of being read, and the tick held up, again at every tick."""
+    state = tmp_path / "state"
+    with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
+        proc = start(run_args(tree.mount, state, "--tick", "0.2"))
+        log = Log(proc)
+        try:
+            assert log.until("start", 60)[-1]["event"] == "start"
+            tree.slow(SYSTIN_FILE, 0.7)
+            seen = log.until(lambda e: e.get("event") == "read_returned" and "held_s" in e, 60)
+            assert seen[-1].get("held_s", 0) > 0, [e for e in seen if e.get("event", "").startswith("read_")]
+            seen += log.until(lambda e: False, 3)  # held: the ticks go on
+            hung = {e.get("device") for e in seen if e.get("event") == "read_hung"}
+            assert hung == {"hwmon:nct6798-isa-0290"}, hung
+            blinded = [e for e in seen if "k10temp" in str(e.get("channel", "")) + str(e.get("subject", ""))]
+            assert blinded == []
+            assert any(e.get("event") == "fault" and e.get("status") == "stale"
+                       and str(e.get("subject", "")).startswith("hwmon:nct6798") for e in seen)
+            proc.send_signal(signal.SIGTERM)
+            assert log.until("stop", 30)[-1]["event"] == "stop"
+            assert proc.wait(timeout=30) == 0
+        finally:
+            tree.clear()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
