@@ -248,16 +248,18 @@ class ReadGuard:
             self._log.warning("read_returned", device=device or getattr(backend, "kind", "?"),
                               **({"held_s": held_s} if held_s is not None else {}))
 
-        if device is not None:  # held before the pass may end and release it
+        if device is not None:  # held (and counted) before the pass may end and release it
             backend.skip[device] = why
         elif backend is not None:
             self._busy.add(id(backend))
-        if not reader.abandon(returned):
-            self._release(backend, device)
-            return False
-        self.hangs += 1
         if tracked:
             self._hangs.hung(backend, device)
+        if not reader.abandon(returned):
+            self._release(backend, device)
+            if tracked:
+                self._hangs.spared(backend, device)
+            return False
+        self.hangs += 1
         self._reader = None  # the stuck thread ends after its pass; the next pass gets a new one
         if device is not None:
             self._log.error("read_hung", device=device, deadline_s=self.deadline_s)

@@ -56,6 +56,17 @@ class Hangs:
             entry.row += 1
             entry.released = None
 
+    def spared(self, backend: Any, device: str | None) -> None:
+        """The read :meth:`hung` was called for ended in time after all: not counted, read again."""
+        key = (id(backend), device)
+        with self._lock:
+            entry = self.track.get(key)
+            if entry is not None:
+                entry.row -= 1
+                entry.released = self.seq
+                if entry.row <= 0 and key not in self.held:
+                    del self.track[key]
+
     def returned(self, backend: Any, device: str | None) -> float | None:
         """Its read returned (that read's thread): None to release it now, or the back-off (s) to hold it
         for, counted from now."""
