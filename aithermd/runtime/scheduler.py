@@ -5,6 +5,13 @@ When a tick overruns one or more deadlines, those deadlines are counted in :attr
 next tick runs at the first deadline still in the future, so a slow tick never causes a burst of catch-up
 ticks. The clock and the sleep are injected (the simulator drives a simulated clock; the sleep then advances
 it). Waiting ends early when the stop event is set.
+
+In real time a wait may also be ended by the read guard's thread once the tick's reads, taken at its due
+time, are over (``ahead``). That wake is bound to the wait it was armed for: a pass that ends after its
+wait's fallback timer (a GPU answering just past the guard's deadline) must not end the next wait at once
+(attack11 G0: each such late wake started a tick early, which armed the next late wake — up to 195 ticks a
+second — and pushed the grid hours ahead, after which the daemon stopped ticking). And the next deadline is
+never more than one period past the end of a tick, whatever woke it.
 """
 
 from __future__ import annotations
@@ -76,7 +83,9 @@ class Scheduler:
             if until is not None and until():
                 return
             deadline += self.period_s
-            if now >= deadline:
+            if deadline - now > self.period_s:  # the tick ran before its deadline: keep the grid near now
+                deadline = now + self.period_s
+            elif now >= deadline:
                 missed = math.floor((now - deadline) / self.period_s) + 1
                 self.skipped += missed
                 deadline += missed * self.period_s
@@ -98,7 +107,7 @@ class Scheduler:
             woken = self._woken = loop.create_future()
             # the tick's reads taken at its due time by the read guard's thread, which wakes this wait
             # once they are over: the loop wakes once a tick, not on its timer and again for the reads
-            margin = self.ahead(time.monotonic() + delay, self._woken_from_thread(loop)) \
+            margin = self.ahead(time.monotonic() + delay, _waker(loop, woken)) \
                 if self.ahead is not None else None
             timer = loop.call_later(delay + (margin or 0.0), _wake, woken)
             if self._stopper.done():  # set meanwhile (its callback ran already): end at once, as it would
@@ -119,13 +128,15 @@ class Scheduler:
                     task.cancel()
             await asyncio.gather(sleeper, stopper, return_exceptions=True)
 
-    def _woken_from_thread(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
-        """Wakes the wait in progress, from another thread (a wake that comes after it is a no-op)."""
-        return lambda: loop.call_soon_threadsafe(self._stopped, None)
-
     def _stopped(self, _: object) -> None:
         if self._woken is not None:
             _wake(self._woken)
+
+
+def _waker(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> Callable[[], None]:
+    """Wakes the wait ``woken``, from another thread; a no-op once that wait is over, whichever wait is in
+    progress then (see the module doc)."""
+    return lambda: loop.call_soon_threadsafe(_wake, woken)
 
 
 def _wake(woken: asyncio.Future[None], *_: object) -> None:

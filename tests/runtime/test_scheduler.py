@@ -119,3 +119,44 @@ async def test_a_tick_not_taken_ahead_waits_for_its_timer_as_before():
 
     await asyncio.wait_for(t.run(tick, asyncio.Event(), max_ticks=3), timeout=30.0)
     assert ticks == [1, 2, 3]
+
+
+async def test_a_wake_from_reads_that_ended_late_does_not_end_the_next_wait():
+    """attack11 G0: a GPU answering just past the guard's deadline ends its pass after the wait it was armed
+    for has ended on its fallback timer. Its wake then ended whichever wait was in progress: the next tick
+    ran at once, armed the next late wake, and so on (195 ticks a second), while every early tick pushed the
+    grid a period further ahead (hours), after which nothing ticked. A wake ends only the wait it was armed
+    for, and the next deadline stays within one period of the end of a tick."""
+    from aithermd.clock import RealClock
+
+    clock = RealClock()
+    t = Scheduler(1000.0, clock)  # no timer ends a wait within this test
+    wakes: list = []
+    t.ahead = lambda at, wake: wakes.append(wake) or 0.0
+    ticks: list[tuple[int, float, float]] = []
+
+    async def tick(seq, deadline):
+        ticks.append((seq, deadline, clock.monotonic()))
+
+    stop = asyncio.Event()
+    run = asyncio.ensure_future(t.run(tick, stop))
+    for _ in range(100):
+        await asyncio.sleep(0)
+    assert [s for s, _, _ in ticks] == [1] and len(wakes) == 1  # tick 1 at once, then waiting for tick 2
+    wakes[0]()  # tick 2's reads are over: it runs
+    while len(wakes) < 2:
+        await asyncio.sleep(0.001)
+    assert [s for s, _, _ in ticks] == [1, 2]
+    wakes[0]()  # tick 2's wake again, late, while tick 3 waits: nothing happens
+    for _ in range(3):
+        await asyncio.sleep(0.01)
+    assert [s for s, _, _ in ticks] == [1, 2] and len(wakes) == 2
+    wakes[1]()
+    while len(wakes) < 3:
+        await asyncio.sleep(0.001)
+    assert [s for s, _, _ in ticks] == [1, 2, 3]
+    # woken early each time, the grid still stays within one period of now
+    assert all(deadline - now <= 1000.0 for _, deadline, now in ticks)
+    assert t.seq == 3 and max(d for _, d, _ in ticks) - ticks[0][1] <= 2000.0 + 1.0
+    stop.set()
+    await asyncio.wait_for(run, 10.0)
