@@ -30,6 +30,7 @@ from typing import Any, NamedTuple, Protocol
 import structlog
 
 from aithermd.actuate.applier import Applier
+from aithermd.actuate.hung import Unanswered
 from aithermd.actuate.restore import RestoreReport, restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
@@ -118,6 +119,7 @@ class Executor:
         self.applies = 0  # calls of apply(): a read taken before one may no longer hold (Tick.ahead)
         self._jobs: set[_Job] = set()
         self._abandoned: dict[str, _Job] = {}
+        self.unanswered = Unanswered()  # devices whose chip does not answer: never written (hung.py)
         self._log = structlog.get_logger("aithermd.execute")
 
     # -- writing -----------------------------------------------------------------------------------------
@@ -129,13 +131,16 @@ class Executor:
         ``current``: this tick's sampled values (None: each knob is read first); ``threaded``: False skips
         the threaded backends' knobs (their sample did not answer); ``budget_s``: how long the worker job is
         awaited (default the worker's budget); ``force``: knobs written again even when they read as in
-        place (:mod:`aithermd.actuate.caps`). Never raises for a device fault."""
+        place (:mod:`aithermd.actuate.caps`). The knobs of a device whose chip does not answer
+        (``unanswered``, :mod:`aithermd.actuate.hung`) are left alone. Never raises for a device fault."""
         out = Applied()
         self.applies += 1
         if self.closed:
             out.late = [k for k, _ in decisions] + list(back)
             return out
         knobs, owner, inline = world.knobs, world.owner, world.inline
+        if self.unanswered.devices:  # a chip that does not answer is not written nor read (hung.py)
+            decisions, back = self.unanswered.drop(knobs, decisions, back)
         here: list[tuple[str, Decision]] = []
         there: list[tuple[str, Decision]] = []
         for item in decisions:

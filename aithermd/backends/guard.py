@@ -101,6 +101,11 @@ class ReadGuard:
         self._ahead: _Run | None = None  # the next pass, taken at the tick's due time (ahead())
         self._log = structlog.get_logger("aithermd.guard")
 
+    def held(self, backend: Any) -> bool:
+        """True while ``backend`` is held hung whole (its pass stuck with no device of its own to quarantine;
+        a :class:`Quarantine` backend's hung devices are its ``skip``)."""
+        return id(backend) in self._busy
+
     async def sample(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
                      channels: Callable[[Any], Sequence[str]], now: Callable[[], float],
                      budget: Callable[[Any], float | None] | None = None) -> list[Sample]:

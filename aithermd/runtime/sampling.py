@@ -187,6 +187,21 @@ class Sampler:
         self._failed_backends.discard(id(backend))
         return sample
 
+    def hung(self, world: World) -> dict[str, str]:
+        """Device id → why, for the devices of ``world``'s inline backends the read guard holds as hung now
+        (quarantined, or their backend held whole): not written until they answer (:mod:`aithermd.actuate.hung`).
+        """
+        out: dict[str, str] = {}
+        guard = self.guard
+        for b in world.inline:
+            skip = getattr(b, "skip", None)
+            if skip:
+                out.update(skip)  # one C call: the guard's thread may release a device meanwhile
+            if guard.held(b):
+                why = f"read hung: no answer within {guard.deadline_s:g} s"
+                out.update((d, why) for d, owner in world.device_owner.items() if owner is b)
+        return out
+
     def close(self) -> None:
         """Let the read guard's thread end (a thread stuck in a hung read ends when the read returns)."""
         self.guard.close()

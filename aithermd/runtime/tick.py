@@ -9,6 +9,8 @@
 - **Health** (:mod:`aithermd.runtime.health`): each reading judged by the sensor trust (a transient fault
   or a spike held for one reading within 3 s); failed, implausible and stale readings and lost devices are
   marked degraded and reported once; a lost device's knobs are skipped; no device fault ends the daemon.
+  A device the read guard holds as hung is not written (:mod:`aithermd.actuate.hung`): its owned and decided
+  knobs carry an ``uncontrollable`` alarm until it answers again.
   GPU power limits enforced below the requested one, or a draw above the enforced limit, are reported
   (:mod:`aithermd.actuate.caps`; such a limit is written again once).
   Fans under duty that do not turn are kicked, then called stalled (:mod:`aithermd.runtime.fanwatch`): the
@@ -125,6 +127,10 @@ class Tick:
         sampled = await self.sampler.sample(world, t_wall)
         events = [*first, *sampled.events] if first else sampled.events
         knobs, lost = sampled.knobs, sampled.lost
+        unanswered = self.executor.unanswered  # a chip whose reads hang is not written either (W2)
+        hung = self.sampler.hung(world)
+        if hung or unanswered.devices:
+            events += unanswered.update(hung, t_wall)
         readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)
         applier = self.applier  # a property: looked up once a tick, not once per knob
@@ -146,6 +152,8 @@ class Tick:
         degraded.update(applier.faults)
         degraded.update(applier.stepped_back)
         alarms: dict[str, Alarm] = {**self.fanwatch.alarms, **applier.alarms}
+        if unanswered.devices:
+            alarms.update(unanswered.alarms(world.knobs, (*applier.owned, *self.decisions)))
         if alarms:  # no generator made on a tick without alarms
             degraded.update(k for k, a in alarms.items() if a.kind != "empty")
         snapshot = Snapshot(seq=seq, t_mono=t_mono, t_wall=t_wall, devices=world.devices, readings=readings,
