@@ -295,8 +295,8 @@ class PolicyStatus:
 
 @dataclass(frozen=True, slots=True)
 class Alarm:
-    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer), ``uncontrollable``, ``refused``
-    (a safety write refused), ``stalled`` (no speed after a kick), ``empty``, ``blind``; ``since``: wall s."""
+    """A knob or fan that needs a person: ``kind`` ``conflict`` (another writer), ``uncontrollable`` (refused
+    or its chip mute), ``refused`` (a safety write), ``stalled``, ``empty``, ``blind``; ``since``: s."""
 
     kind: str
     message: str

@@ -3,7 +3,9 @@
 :meth:`Executor.apply` takes decisions (knob id → :class:`~aithermd.model.Decision`, daemon units) and for
 each knob: clamps the value to the knob's own constraints, reads the knob first when the caller has no
 fresh value, then hands it to the :class:`~aithermd.actuate.applier.Applier` (journal first, write, read
-back, drift, no-op). Knobs of inline backends (hwmon, powercap) are written on the event loop; those of
+back, drift, no-op). A device whose chip does not answer (its reads hang: ``Executor.unanswered``,
+:mod:`aithermd.actuate.hung`) is not touched at all. Knobs of inline backends (hwmon, powercap) are written
+on the event loop; those of
 threaded ones (NVML) in one job on the loop's :class:`~aithermd.actuate.worker.Worker`, awaited under a
 budget. Knobs no decision claims any more are handed back (their journaled original restored) first. When
 the threaded knobs lower a power limit, the inline ones that raise one (a budget moving watts from a GPU to

@@ -68,7 +68,8 @@ class Unanswered:
         return [item for item in decisions if ok(item[0])], [k for k in back if ok(k)]
 
     def alarms(self, knobs: Mapping[str, Knob], wanted: Iterable[str]) -> dict[str, Alarm]:
-        """An ``uncontrollable`` alarm for each knob of ``wanted`` (ids: owned or decided) on a device held."""
+        """An ``uncontrollable`` alarm for each knob of ``wanted`` (ids: owned or decided) on a device
+        held."""
         out: dict[str, Alarm] = {}
         for knob_id in wanted:
             knob = knobs.get(knob_id)

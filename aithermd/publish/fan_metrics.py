@@ -13,7 +13,8 @@ Every series exists from the moment its fan or knob is known, at 0, so an alert 
   back; safety ones are still written), per writable knob;
 - ``aithermd_knob_uncontrollable{knob}``: 1 while the knob's driver refuses what it is asked every time (a
   fan that takes neither its mode nor its duty; a GPU power limit the driver will not cut below the limit in
-  force, attack4 B10), per knob;
+  force, attack4 B10), or while its chip does not answer (a read of it hangs: not written until it does,
+  :mod:`aithermd.actuate.hung`), per knob;
 - ``aithermd_knob_refused{knob}``: 1 while a *safety* decision is refused permission on a knob the daemon has
   written (NVML ``NO_PERMISSION``: the knob stays at the daemon's value, e.g. a limit it raised, over a trip
   point; :mod:`aithermd.actuate.refusals`), per knob. The decision is tried again every tick; this series is

@@ -189,8 +189,8 @@ class Sampler:
 
     def hung(self, world: World) -> dict[str, str]:
         """Device id → why, for the devices of ``world``'s inline backends the read guard holds as hung now
-        (quarantined, or their backend held whole): not written until they answer (:mod:`aithermd.actuate.hung`).
-        """
+        (quarantined, or their backend held whole): not written until they answer
+        (:mod:`aithermd.actuate.hung`)."""
         out: dict[str, str] = {}
         guard = self.guard
         for b in world.inline:

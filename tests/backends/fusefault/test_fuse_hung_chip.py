@@ -1,7 +1,7 @@
-"""A chip whose reads hang is not written (attack10 W2, W1r): the daemon runs on the recorded X570 board behind
-FUSE; reads of one nct6798 file block in the kernel. The read guard quarantines the chip, and from then on its
-fans are neither written nor read back on the loop (once, a safety write to full through the hung chip froze
-the loop: one lock in the driver holds its reads and writes alike; reading ``pwm1`` back froze it as well).
+"""A chip whose reads hang is not written (attack10 W2, W1r): the daemon runs on the recorded X570 board
+behind FUSE; reads of one nct6798 file block in the kernel. The read guard quarantines the chip, and from then
+on its fans are neither written nor read back on the loop (once, a safety write to full through the hung chip
+froze the loop: one lock in the driver holds its reads and writes alike; reading ``pwm1`` back froze it too).
 The loop ticks on — the GPU's fan follows its temperature — the chip's knobs carry an ``uncontrollable`` alarm
 ("its chip does not answer"), control resumes once the read returns, and SIGTERM stops the daemon and
 restores every fan while the read still hangs.
