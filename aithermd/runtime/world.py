@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -65,54 +65,34 @@ class World:
     fields read through: ``backends`` in sample order, ``inline`` (sampled on the event loop) and
     ``threaded`` (NVML: the loop's worker thread), ``devices``, ``knobs`` and ``owner`` (knob id → Knob,
     backend), ``device_owner``; and the policy set's ``policies``, ``policy_dirs``, ``needs_processes``.
-    ``fans`` (fan detection and calibration, the admin's names) is applied to every inventory it holds."""
+    ``fans`` (fan detection and calibration, the admin's names) is applied to every inventory it holds.
+
+    The read-through fields are plain attributes copied at construction (both parts are frozen), not
+    properties: a tick reads them ~35 times, and each property was a Python call (issue 22)."""
 
     inventory: Inventory
     policy_set: PolicySet
     fans: FanConfig = FanConfig()
+    backends: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
+    inline: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
+    threaded: tuple[Backend, ...] = field(init=False, repr=False, compare=False)
+    devices: tuple[Device, ...] = field(init=False, repr=False, compare=False)
+    knobs: Mapping[str, Knob] = field(init=False, repr=False, compare=False)
+    owner: Mapping[str, Backend] = field(init=False, repr=False, compare=False)
+    device_owner: Mapping[str, Backend] = field(init=False, repr=False, compare=False)
+    policies: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+    policy_dirs: tuple[Path, ...] = field(init=False, repr=False, compare=False)
+    needs_processes: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inventory", self.fans.decorate(self.inventory))
-
-    @property
-    def backends(self) -> tuple[Backend, ...]:
-        return self.inventory.backends
-
-    @property
-    def inline(self) -> tuple[Backend, ...]:
-        return self.inventory.inline
-
-    @property
-    def threaded(self) -> tuple[Backend, ...]:
-        return self.inventory.threaded
-
-    @property
-    def devices(self) -> tuple[Device, ...]:
-        return self.inventory.devices
-
-    @property
-    def knobs(self) -> Mapping[str, Knob]:
-        return self.inventory.knobs
-
-    @property
-    def owner(self) -> Mapping[str, Backend]:
-        return self.inventory.owner
-
-    @property
-    def device_owner(self) -> Mapping[str, Backend]:
-        return self.inventory.device_owner
-
-    @property
-    def policies(self) -> Mapping[str, Any]:
-        return self.policy_set.policies
-
-    @property
-    def policy_dirs(self) -> tuple[Path, ...]:
-        return self.policy_set.dirs
-
-    @property
-    def needs_processes(self) -> bool:
-        return self.policy_set.needs_processes
+        put = object.__setattr__
+        inventory = self.fans.decorate(self.inventory)
+        put(self, "inventory", inventory)
+        for name in ("backends", "inline", "threaded", "devices", "knobs", "owner", "device_owner"):
+            put(self, name, getattr(inventory, name))
+        put(self, "policies", self.policy_set.policies)
+        put(self, "policy_dirs", self.policy_set.dirs)
+        put(self, "needs_processes", self.policy_set.needs_processes)
 
 
 def policy_dirs(settings: DaemonSettings) -> tuple[Path, ...]:
