@@ -148,9 +148,9 @@ class Executor:
         for item in decisions:
             if item[0] in knobs and item[1].value is not None:
                 (here if owner[item[0]] in inline else there).append(item)
-        back_here = [k for k in back if owner[k] in inline]
-        back_there = [k for k in back if owner[k] not in inline]
-        later = _raises(knobs, here, current) if _cuts(knobs, there, current) else []
+        back_here = [k for k in back if owner[k] in inline] if back else []  # none made on the usual tick
+        back_there = [k for k in back if owner[k] not in inline] if back else []
+        later = _raises(knobs, here, current) if there and _cuts(knobs, there, current) else []
         if later:  # a budget holds only if power comes down before it goes up elsewhere (module doc)
             here = [item for item in here if item not in later]
         self._batch(world, here, back_here, current, t_wall, None, out, force)
@@ -205,7 +205,8 @@ class Executor:
         new :class:`Applied` by default); nothing once the executor is closed."""
         out = Applied() if out is None else out
         try:
-            self._hand_back(world, back, t_wall, job, out)
+            if back:
+                self._hand_back(world, back, t_wall, job, out)
             self._write(world, wanted, current, t_wall, job, out, force)
         finally:
             if job is not None:

@@ -24,9 +24,11 @@ def tolerance(knob: Knob, value: float) -> float:
 
 def same_setting(knob: Knob, kv: KnobValue | None, value: float, *, any_mode: bool = False) -> bool:
     """True when ``kv`` (a read-back) already holds ``value`` in manual mode (or a mode-less knob; in any
-    mode with ``any_mode``: a knob whose driver refuses manual mode)."""
+    mode with ``any_mode``: a knob whose driver refuses manual mode); within :func:`tolerance`, written out
+    here (asked of every knob at every tick)."""
     return (kv is not None and kv.status == Status.OK and kv.value is not None
-            and (any_mode or kv.mode in MANUAL_MODES) and abs(kv.value - value) <= tolerance(knob, value))
+            and (any_mode or kv.mode in MANUAL_MODES)
+            and abs(kv.value - value) <= (1.0 if knob.unit == "%" else max(0.5, abs(value) * 0.01)))
 
 
 def _pwm_knob(backend: Backend, knob: Knob) -> Any:
@@ -48,8 +50,14 @@ def settles_at(backend: Backend, knob: Knob, value: float) -> float:
 
 def setting_held(backend: Backend, knob: Knob, value: float) -> tuple[float, bool]:
     """:func:`settles_at` and whether :func:`mode_refused` gives a reason, with one look-up of the backend's
-    knob object (the applier asks both of every knob at every tick)."""
-    pwm = _pwm_knob(backend, knob)
+    knob object (the applier asks both of every knob at every tick: :func:`_pwm_knob` written out)."""
+    fn = getattr(backend, "pwm_knob", None)
+    if fn is None:
+        return value, False
+    try:
+        pwm = fn(knob.id)
+    except Exception:  # noqa: BLE001 - an unknown knob
+        return value, False
     if pwm is None:
         return value, False
     return float(pwm.settles_at(value)), pwm.mode_refused is not None

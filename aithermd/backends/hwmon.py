@@ -354,8 +354,11 @@ class HwmonBackend(Quarantine):
         self._pwm(knob_id).write(value)
 
     def pwm_knob(self, knob_id: str) -> PwmKnob:
-        """``knob_id``'s :class:`PwmKnob`: what it learnt of its driver (``settles_at``, ``mode_refused``)."""
-        return self._pwm(knob_id)
+        """``knob_id``'s :class:`PwmKnob`: what it learnt of its driver (``settles_at``, ``mode_refused``).
+        Raises UnknownKnob. (Looked up here, not through :meth:`_pwm`: asked of every knob at every tick.)"""
+        if (p := self._pwms.get(knob_id)) is None:
+            raise UnknownKnob(knob_id)
+        return p
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
         """``{"pwm": 0–255, "enable": int | None}`` as found (see :meth:`PwmKnob.save`)."""

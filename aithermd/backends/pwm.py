@@ -153,8 +153,14 @@ class PwmKnob:
         return self.refusal
 
     def settles_at(self, duty_pct: float) -> float:
-        """The duty (%) this knob holds when ``duty_pct`` is written: the driver's level at or above it."""
-        return units.pwm_to_pct(self.levels.holds(pct_to_pwm_up(duty_pct)))
+        """The duty (%) this knob holds when ``duty_pct`` is written: the driver's level at or above it.
+        (:func:`pct_to_pwm_up`, :meth:`Levels.holds` and :func:`~aithermd.units.pwm_to_pct` written out: the
+        applier asks this of every pwm knob at every tick, and each was a Python call.)"""
+        raw = max(0, min(units.PWM_MAX, math.ceil(duty_pct * units.PWM_MAX / 100.0 - 1e-6)))
+        levels = self.levels
+        if levels.quantised:
+            raw = levels.holds(raw)
+        return max(0.0, min(100.0, raw * 100.0 / units.PWM_MAX))
 
     # -- writing -----------------------------------------------------------------------------------------
     def write(self, duty_pct: float) -> None:

@@ -222,8 +222,9 @@ class Tick:
                 continue
             claimed.add(knob_id)
             wanted.append((knob_id, d))
-        back = [k for k in self.applier.owned if k not in claimed and k in world.knobs
-                and world.knobs[k].device_id not in lost]
+        owned = self.applier.owned
+        back = [k for k in owned if k not in claimed and k in world.knobs
+                and world.knobs[k].device_id not in lost] if not owned <= claimed else []
         return wanted, back
 
     async def _actuate(self, world: World, knobs: dict[str, KnobValue], lost: set[str], t_wall: float,
