@@ -219,6 +219,8 @@ def changed_families(backends: Iterable[Backend] | Inventory) -> set[str]:
     """The families of ``backends`` (an inventory: its backends) whose ``take_changes()`` says their devices
     changed (each asked once)."""
     if isinstance(backends, Inventory):
+        if not backends.changing:  # no backend tells of changes by itself (no set comprehension run)
+            return set()
         return {family_of(b) for b in backends.changing if b.take_changes()}  # type: ignore[attr-defined]
     out: set[str] = set()
     for b in backends:

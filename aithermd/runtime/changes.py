@@ -134,7 +134,9 @@ class Changes:
     def warn_unmatched(self, world: World) -> None:
         """Warn once per policy and machine when a policy in force (active or held) selects nothing here:
         at start, after a reload, a policy change or a hold, and after hotplug (after each tick)."""
-        for name in dict.fromkeys([self.control.active, *(h.policy for h in self.control.holds)]):
+        holds = self.control.holds
+        for name in dict.fromkeys([self.control.active, *(h.policy for h in holds)] if holds
+                                  else (self.control.active,)):
             policy = world.policies.get(name)
             if policy is None or self._checked.get(name) == (id(policy), id(world.devices)):
                 continue

@@ -125,7 +125,8 @@ class Inbox:
                 posted, self._queue = list(self._queue), deque()
             out = [(p.message, _resolver(p.done)) for p in posted]
         for source in tuple(self._sources):
-            out += [(m, _noop) for m in source()]
+            if said := source():  # mostly nothing: no list made for it
+                out += [(m, _noop) for m in said]
         return out
 
 

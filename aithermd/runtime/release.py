@@ -47,6 +47,8 @@ class Released:
         self.due.pop(bus_id.upper(), None)
 
     def poll(self) -> list[Message]:
+        if not self.due:  # the usual tick: nothing released
+            return []
         now = self.clock.monotonic()
         due = [bus for bus, at in self.due.items() if at <= now]
         for bus in due:
