@@ -125,6 +125,7 @@ class FastLane:
         self._pending: set[str] = set()  # crossings seen once that moved faster than their rate limit
         self._plan: Any = None
         self._devices: Any = None
+        self._gpus_in: bool = False  # whether self._devices has a GPU (hot_gpus is asked only then)
         self._armed = asyncio.Event()
         self._wake = Alarm()  # the polling thread's wake-up: re-armed or stopped
         self._readers_lock = threading.Lock()  # no reader is closed while the thread reads through it
@@ -141,20 +142,22 @@ class FastLane:
         """Choose the watched inputs from ``snapshot`` (a StateHub listener)."""
         tick = self.tick()
         world = tick.world
-        deadline = max((getattr(r, "deadline_s", None) or 0.5 for r in self._nvml.values()), default=0.5)
+        deadline = max((getattr(r, "deadline_s", None) or 0.5 for r in self._nvml.values()), default=0.5) \
+            if self._nvml else 0.5  # no generator made while no GPU is watched (the usual tick)
         if self._loop is not None and (gpu := self._gpus.overdue(self._generation, deadline)) is not None:
             self._log.error("fastlane_nvml_hung", gpu=gpu, deadline_s=deadline)  # left out until it answers
             self._thread = self.start_thread(self._loop)  # a fresh thread goes on watching the others
         if world.devices is not self._devices:
             self._close_readers()
             self._devices = world.devices
+            self._gpus_in = any(d.kind == DeviceKind.GPU for d in world.devices)
         plan = getattr(tick.state, "safety", None)
         if not isinstance(plan, safety.SafetyPlan) or (plan.devices is not world.devices
                                                        and plan.devices != world.devices):
             plan = safety.plan(world.devices, safety.SafetyParams())
         self._plan, self._base, self._base_t = plan, snapshot.readings, snapshot.t_mono
         self._knobs = snapshot.knobs  # the limits in force: a latch never cuts from above them
-        hot = hot_gpus(world.devices, snapshot)
+        hot = hot_gpus(world.devices, snapshot) if self._gpus_in else set()
         watch: dict[str, float] = {}
         readings, ok, near_c = snapshot.readings, Status.OK, self.options.near_c
         for cid, trig in plan.triggers:
