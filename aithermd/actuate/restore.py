@@ -6,6 +6,11 @@ locator rebuilds its backend through :func:`aithermd.backends.registry.open_back
 the same values back twice. An entry whose restore fails stays in the journal (the report says why) so a later
 restore can try again; the others are forgotten.
 
+Each device is restored in a thread of its own, all at once, under a deadline
+(:mod:`aithermd.actuate.restore_devices`, :data:`~aithermd.actuate.restore_devices.RESTORE_DEADLINE_S`): a
+knob whose write never returns (a driver stuck on its lock) fails as hung and stays journaled with the
+knobs of its device not tried after it, and every other device is restored all the same (attack10 W3).
+
 A knob whose device is gone would otherwise fail every restore (and every daemon stop) forever. When the
 entry's backend opens on a real root (a sysfs root must hold a ``class`` directory: a wrong ``--sysfs-root``
 proves nothing) and answers :class:`~aithermd.errors.UnknownKnob`, the knob is *absent*: there is nothing to
@@ -42,8 +47,8 @@ import structlog
 from aithermd.actuate.boot import Boot
 from aithermd.actuate.journal import Journal, JournalEntry
 from aithermd.actuate.locators import own_roots, refusal
+from aithermd.actuate.restore_devices import Backends, restore_devices
 from aithermd.backends.base import TO_WRITER, Backend
-from aithermd.errors import DeviceLost, RefusedOriginal, UnknownKnob
 from aithermd.model import Knob
 
 Opener = Callable[[Mapping[str, Any]], Backend]
@@ -107,7 +112,7 @@ def _proves_absence(locator: Mapping[str, Any]) -> bool:
 def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opener: Opener | None = None,
                     sysfs_root: Path | None = None, boot_id: str | None = None, last: Collection[str] = (),
                     keep: Callable[[str], bool] | None = None, only: Collection[str] | None = None,
-                    own_root: Path | None = None) -> RestoreReport:
+                    own_root: Path | None = None, deadline_s: float | None = None) -> RestoreReport:
     """Restore every entry of ``journal`` (or ``only`` those knob ids), newest first, and forget each one
     restored.
 
@@ -120,103 +125,64 @@ def restore_journal(journal: Journal, *, backends: Iterable[Backend] = (), opene
     kept (:mod:`aithermd.actuate.locators`). An entry recorded in an earlier boot than this one
     (``boot_id``: this boot's id, default the kernel's; proved as :mod:`aithermd.actuate.boot` says) is
     forgotten, nothing written; a knob its backend does not know is absent, and kept (see the module doc).
-    The knobs in ``last`` are restored after every other one; a knob for which ``keep(knob_id)`` is true as
+    Each device's knobs are restored in that order in a thread of their own, every device at once, each
+    within ``deadline_s`` s (default :data:`~aithermd.actuate.restore_devices.RESTORE_DEADLINE_S`); a device
+    not done by then fails its unfinished knobs as hung (reason ``hung: ...``) or not tried, journaled still,
+    and its thread is left behind to finish the knob it is in (the process exits after it: see
+    :mod:`aithermd.actuate.restore_devices`). The knobs in ``last`` are restored after every other
+    one of their device; a knob for which ``keep(knob_id)`` is true as
     its restore begins stays journaled once restored (``RestoreReport.kept``): a write to it may still land
     (the daemon's final restore, :mod:`aithermd.actuate.execute`).
     Never raises for one knob's failure; raises JournalError when the journal cannot be written.
     """
     log = structlog.get_logger("aithermd.restore")
-    opener = opener or _default_opener
     backends = tuple(backends)
     own = own_roots(backends, own_root)
-    open_now: dict[str, Backend] = {locator_key(_relocate(b.locator(), sysfs_root)): b for b in backends}
-    opened: list[Backend] = []
+    shared = Backends({locator_key(_relocate(b.locator(), sysfs_root)): b for b in backends},
+                      opener or _default_opener)
     failures: dict[str, str] = {}
-    open_failures: dict[str, str] = {}
     boot = Boot.now(boot_id)
     unsure: list[str] = []
-    absent: dict[str, str] = {}
     forgotten: dict[str, str] = {}
-    restored: list[str] = []
     newest: list[JournalEntry] = [e for e in list(journal.entries().values())[::-1]
                                   if only is None or e.knob_id in only]
-    kept: list[str] = []
-    fallbacks: dict[str, str] = {}
-    reopened: set[str] = set()  # locators whose backend was opened afresh after the daemon's lost a device
+    plan: list[tuple[str, dict[str, Any], JournalEntry]] = []
+    for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
+        if boot.earlier(entry):
+            forgotten[entry.knob_id] = (f"{entry.device_id} was journaled in an earlier boot: the reboot "
+                                        "re-initialised it, and what its firmware or driver set now "
+                                        "stands; entry forgotten, nothing written")
+            _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
+                 message=forgotten[entry.knob_id])
+            continue
+        if boot.unsure(entry):
+            unsure.append(entry.knob_id)
+        locator = _relocate(entry.locator, sysfs_root)
+        key = locator_key(locator)
+        refused = None if key in shared.by_key or sysfs_root is not None else refusal(locator, own)
+        if refused is not None:
+            failures[entry.knob_id] = refused
+            _say(log.error, "restore_refused", knob=entry.knob_id, device=entry.device_id, error=refused)
+            continue
+        plan.append((key, locator, entry))
+    hung: set[str] = set()
     try:
-        for entry in [e for e in newest if e.knob_id not in last] + [e for e in newest if e.knob_id in last]:
-            if boot.earlier(entry):
-                forgotten[entry.knob_id] = (f"{entry.device_id} was journaled in an earlier boot: the reboot "
-                                            "re-initialised it, and what its firmware or driver set now "
-                                            "stands; entry forgotten, nothing written")
-                _say(log.warning, "restore_forgotten", knob=entry.knob_id, device=entry.device_id,
-                     message=forgotten[entry.knob_id])
-                continue
-            if boot.unsure(entry):
-                unsure.append(entry.knob_id)
-            locator = _relocate(entry.locator, sysfs_root)
-            key = locator_key(locator)
-            backend = open_now.get(key)
-            refused = None if backend is not None or sysfs_root is not None else refusal(locator, own)
-            if refused is not None:
-                failures[entry.knob_id] = refused
-                _say(log.error, "restore_refused", knob=entry.knob_id, device=entry.device_id, error=refused)
-                continue
-            if backend is None and key not in open_failures:
-                try:
-                    backend = opener(locator)
-                except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the rest
-                    open_failures[key] = f"cannot open backend {locator}: {exc}"
-                    backend = None
-                else:
-                    open_now[key] = backend
-                    opened.append(backend)
-            if backend is None:
-                why = open_failures[key]
-                failures[entry.knob_id] = why
-                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
-                continue
-            again = keep is not None and keep(entry.knob_id)  # asked before: a write may land during ours
-            try:
-                try:
-                    note = backend.restore_knob(entry.knob_id, dict(entry.saved))
-                except DeviceLost:
-                    if backend in opened or key in reopened or "sysfs_root" not in locator:
-                        raise  # (a GPU lost to NVML is looked up by UUID within its backend already)
-                    # the daemon's backend lost a sysfs device: a driver reload may have moved the chip
-                    # (hwmonN renumbered, no udev to tell); a fresh discovery finds it by its id, as
-                    # `aithermd restore` would
-                    reopened.add(key)
-                    backend = opener(locator)
-                    open_now[key] = backend
-                    opened.append(backend)
-                    note = backend.restore_knob(entry.knob_id, dict(entry.saved))
-            except Exception as exc:  # noqa: BLE001
-                why = str(exc) if isinstance(exc, RefusedOriginal) else f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, UnknownKnob) and _proves_absence(locator):
-                    absent[entry.knob_id] = (f"{entry.device_id} not found: kept until it is back or the "
-                                             "machine reboots")
-                    _say(log.warning, "restore_absent", knob=entry.knob_id, device=entry.device_id,
-                         message=absent[entry.knob_id])
-                    continue
-                failures[entry.knob_id] = why
-                _say(log.error, "restore_failed", knob=entry.knob_id, device=entry.device_id, error=why)
-                continue
-            restored.append(entry.knob_id)
-            where = {"knob": entry.knob_id, "device": entry.device_id}
-            if isinstance(note, str):
-                fallbacks[entry.knob_id] = note
-                _say(log.warning, "restore_fallback", **where, message=note)
-            else:
-                _say(log.info, "restored", **where, saved=dict(entry.saved))
-            if again:
-                kept.append(entry.knob_id)
+        outcomes, hung = restore_devices(plan, shared, _proves_absence, keep,
+                                         lambda level, event, **kw: _say(getattr(log, level), event, **kw),
+                                         deadline_s)
     finally:
-        for backend in opened:
+        for key, backend in list(shared.opened.values()):
+            if key in hung:
+                continue  # an abandoned thread may still be inside it
             try:
                 backend.close()
             except Exception:  # noqa: BLE001
                 _say(log.warning, "backend_close_failed", backend=getattr(backend, "kind", "?"))
+    restored = [o.knob_id for o in outcomes if o.how == "restored"]
+    failures.update({o.knob_id: o.why or "" for o in outcomes if o.how == "failed"})
+    absent = {o.knob_id: o.why or "" for o in outcomes if o.how == "absent"}
+    kept = [o.knob_id for o in outcomes if o.how == "restored" and o.kept]
+    fallbacks = {o.knob_id: o.why for o in outcomes if o.how == "restored" and o.why is not None}
     if unsure:
         _say(log.warning, "restore_boot_unknown", knobs=unsure,
              message=("the kernel's boot id cannot be read (or was not when they were journaled) and their "

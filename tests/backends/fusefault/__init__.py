@@ -2,7 +2,7 @@
 
 :func:`fuse_unavailable` says why FUSE cannot be used here (None when it can); :class:`FaultyTree` mounts a
 copy of a tree, sets faults (``fail(suffix, errno)``, ``fail_write(suffix, errno, data)``, ``hang(suffix)``,
-``slow(suffix, s)``, ``clear()``) and unmounts.
+``slow(suffix, s)``, ``hang_write(suffix)``, ``clear()``) and unmounts.
 """
 
 from __future__ import annotations
@@ -101,6 +101,12 @@ class FaultyTree:
     def slow(self, suffix: str, delay_s: float) -> None:
         """Every read of files ending in ``suffix`` answers after ``delay_s`` (s)."""
         self.rules[suffix] = {"delay": delay_s}
+        self._write()
+
+    def hang_write(self, suffix: str) -> None:
+        """Block writes to files ending in ``suffix`` until cleared, as a driver's ``store()`` stuck on its
+        lock; then they go through."""
+        self.rules["write " + suffix] = {"hang": True}
         self._write()
 
     def clear(self, suffix: str | None = None) -> None:

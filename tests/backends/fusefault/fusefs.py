@@ -10,7 +10,9 @@ that errno (``"after": N`` once N reads went through, ``"times": N`` only N read
 take S s. A key ``"write PATH-SUFFIX"`` fails *writes* of
 matching files instead, as a driver's ``store()`` refuses a value (``"data": "1"``: only writes of that
 value, surrounding whitespace ignored; ``after``/``times`` as for reads); the refused write changes
-nothing. The server is multithreaded: a hung read blocks only itself. Test data only.
+nothing. ``{"write PATH-SUFFIX": {"hang": true}}`` blocks writes until the rule is removed, as a driver's
+``store()`` blocks on its lock; then the write goes through. The server is multithreaded: a hung read (or
+write) blocks only itself. Test data only.
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ class Mirror(Operations):
 
     def write(self, path, data, offset, fh):
         hit = self.faults.rule(path, "write")
+        if hit is not None and hit[1].get("hang"):
+            while (again := self.faults.rule(path, "write")) is not None and again[1].get("hang"):
+                time.sleep(0.02)
+            hit = None
         if hit is not None:
             key, rule = hit
             wanted = rule.get("data")
