@@ -123,5 +123,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PREFIX}warning: {why}", file=sys.stderr)
     for knob_id, why in report.failed.items():
         print(f"{PREFIX}error: {knob_id}: {why}", file=sys.stderr)
-    sys.stdout.flush()  # now: a restore left hung in a driver holds the exit (aithermd.actuate.restore_devices)
+    sys.stdout.flush()  # now: a restore left hung in a driver holds the exit (actuate.restore_devices)
     return 0 if report.ok else 1

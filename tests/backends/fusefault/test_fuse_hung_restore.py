@@ -107,7 +107,8 @@ def test_a_chip_whose_writes_all_hang_keeps_its_entries_and_the_other_device_is_
     assert gpu and all(now[f] == original[f] for f in gpu), "the GPU's fan as found"
     entries = Journal(state).entries()
     assert set(entries) == {f"{NCT}/pwm{i}" for i in range(1, 7)}, "the chip's originals all kept"
-    said = {line.split(": ")[2]: line for line in err.splitlines() if line.startswith("aithermd restore: error")}
+    said = {line.split(": ")[2]: line for line in err.splitlines()
+            if line.startswith("aithermd restore: error")}
     assert set(said) == set(entries)
     assert f"{NCT}/pwm6: hung" in said[f"{NCT}/pwm6"], "the first one tried is named hung"
     tree.clear()
