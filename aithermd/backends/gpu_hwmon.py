@@ -299,8 +299,9 @@ class HwmonGpuBackend:
         for card in self._cards:
             for inp in card.inputs:
                 if inp.channel.id == channel_id and inp.channel.quantity == Quantity.TEMPERATURE:
-                    lo, hi = PLAUSIBLE[Quantity.TEMPERATURE]
-                    return HwmonReader(channel_id, Attribute(self.io, inp.attr.path), inp.convert, lo, hi)
+                    lo, hi = PLAUSIBLE[Quantity.TEMPERATURE]  # as sample() judges it
+                    return HwmonReader(channel_id, Attribute(self.io, inp.attr.path), inp.convert,
+                                       lambda value: lo <= value <= hi)
         return None
 
     # -- knobs -----------------------------------------------------------------------------------------

@@ -60,6 +60,24 @@ def test_rx6900xt_reads_as_a_gpu(tmp_path):
     backend.close()
 
 
+def test_the_fast_lanes_reader_of_a_gpu_temperature_reads_what_the_sample_reads(tmp_path):
+    """The fast lane reads a GPU's temperatures near a trip point through reader(): it was built with five
+    arguments for HwmonReader's four, so every re-arm near a line raised TypeError (hang8, seen at 90 °C)."""
+    root = tree(tmp_path, "rx6900xt")
+    backend, dev, sample = read(root)
+    temps = [c.id for c in dev.channels if c.quantity.name == "TEMPERATURE"]
+    readers = {cid: backend.reader(cid) for cid in temps}
+    assert {cid: r.read() for cid, r in readers.items()} == {cid: sample.readings[cid].value for cid in temps}
+    assert backend.reader(f"{dev.id}/power") is None  # temperatures only
+    edge = next(root.rglob("temp1_input"))
+    edge.write_text("250000\n")  # 250 °C: implausible for the sample, and for the fast lane alike
+    assert readers[f"{dev.id}/temperature"].read() is None
+    assert backend.sample().readings[f"{dev.id}/temperature"].status is Status.IMPLAUSIBLE
+    for r in readers.values():
+        r.close()
+    backend.close()
+
+
 def test_rx7900xtx_has_its_limits_and_rx9070xt_a_firmware_fan(tmp_path):
     _, xtx, sample = read(tree(tmp_path, "rx7900xtx"))
     limit = xtx.knobs[0]
