@@ -106,6 +106,11 @@ class ReadGuard:
         a :class:`Quarantine` backend's hung devices are its ``skip``)."""
         return id(backend) in self._busy
 
+    def slow(self, backend: Any, device: str | None = None) -> bool:
+        """True while ``device`` of ``backend`` (None: the backend whole) is held for a back-off only: its
+        reads answer, slowly (:mod:`aithermd.backends.hangs`), none hangs now."""
+        return (id(backend), device) in self._hangs.held
+
     async def sample(self, backends: Sequence[Any], sample: Callable[[Any], Sample],
                      channels: Callable[[Any], Sequence[str]], now: Callable[[], float],
                      budget: Callable[[Any], float | None] | None = None) -> list[Sample]:

@@ -190,14 +190,17 @@ class Sampler:
     def hung(self, world: World) -> dict[str, str]:
         """Device id → why, for the devices of ``world``'s inline backends the read guard holds as hung now
         (quarantined, or their backend held whole): not written until they answer
-        (:mod:`aithermd.actuate.hung`)."""
+        (:mod:`aithermd.actuate.hung`). A device held only for a back-off (its reads answer, slowly:
+        :mod:`aithermd.backends.hangs`) is not among them: its chip answers, and its fans must follow the
+        safety layer (full, its readings stale) for the whole back-off, up to 300 s (attack12 SH1)."""
         out: dict[str, str] = {}
         guard = self.guard
         for b in world.inline:
             skip = getattr(b, "skip", None)
             if skip:
-                out.update(skip)  # one C call: the guard's thread may release a device meanwhile
-            if guard.held(b):
+                out.update((d, why) for d, why in tuple(skip.items())  # the guard's thread may change it
+                           if not guard.slow(b, d))
+            if guard.held(b) and not guard.slow(b):
                 why = f"read hung: no answer within {guard.deadline_s:g} s"
                 out.update((d, why) for d, owner in world.device_owner.items() if owner is b)
         return out

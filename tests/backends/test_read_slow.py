@@ -193,3 +193,35 @@ def test_a_slow_backend_whole_never_blinds_the_backends_after_it(tmp_path):
         cpu.answer.set()
         guard.close()
         zones.close()
+
+
+def test_a_chip_held_only_for_its_back_off_is_still_written(tmp_path):
+    """attack12 SH1: a slow chip (its reads answer, late) held for a back-off counted as a chip that does not
+    answer, so the apply path wrote none of its fans for up to 300 s: a 95 °C CPU, board fans manual at 34 %.
+    A chip whose read hangs now is not written; one held only for its back-off is (its channels stale, the
+    safety layer drives its fans to full)."""
+    from types import SimpleNamespace
+
+    from aithermd.clock import RealClock
+    from aithermd.runtime.sampling import Sampler
+
+    rig = Rig(tmp_path)
+    sampler = Sampler(RealClock(), worker=None)
+    sampler.guard.close()
+    sampler.guard = rig.guard
+    world = SimpleNamespace(inline=(rig.hwmon, rig.zones),
+                            device_owner={NCT: rig.hwmon, K10: rig.hwmon, "thermal:acpitz": rig.zones})
+    try:
+        rig.tick()
+        rig.io.slow = True
+        rig.tick()  # the read overran: hung now, not written
+        assert set(sampler.hung(world)) == {NCT}
+        rig.returned()
+        for _ in range(HUNG_PASSES - 1):
+            rig.tick()
+            rig.returned()
+        assert rig.hwmon.skip[NCT].startswith("read slow") and rig.guard.slow(rig.hwmon, NCT)
+        assert sampler.hung(world) == {}  # held for its back-off: its chip answers, it is written
+        assert rig.tick()[f"{NCT}/temp1"].status == Status.STALE  # and not read
+    finally:
+        rig.close()
