@@ -81,6 +81,31 @@ async def test_reloads_piled_up_between_ticks_are_loaded_once(settings, clock, p
     assert next(e for e in logs if e["event"] == "reloads_coalesced")["superseded"] == 49
 
 
+async def test_a_refused_sighup_reload_keeps_the_dbus_set_loaded_before_it_in_the_same_tick(settings, clock,
+                                                                                            policy_dir):
+    """attack12 RC1: a D-Bus Reload (its set loaded, the caller told "ok"), then in the same tick a SIGHUP
+    whose load is refused (a file broken meanwhile). Coalescing kept only the last of the two and dropped
+    the D-Bus set with the refused load. Each kind is coalesced on its own: the D-Bus set is in force."""
+    b = FakeBackend()
+    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    seen = []
+
+    def step():
+        seq = d.hub.latest.seq
+        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        if seq == 1:
+            write_policy(policy_dir, "balanced", 70.0)
+            d.control.reload()  # D-Bus: loaded and posted
+            (policy_dir / "quiet.yaml").write_text("description: now broken\nduty_pct: fast\n")
+            d.request_reload()  # SIGHUP: refused at the next tick
+        return False
+
+    with capture_logs() as logs:
+        await d.run(max_ticks=3, until=step)
+    assert seen == [(1, 60.0), (2, 70.0), (3, 70.0)]
+    assert [e["event"] for e in logs if e["event"] == "reload_refused"] == ["reload_refused"]
+
+
 async def test_of_two_dbus_reloads_at_once_the_one_loaded_last_is_in_force(settings, clock, policy_dir):
     """attack10: two D-Bus Reload calls run on two worker threads. The first, slow to load, read the files
     before an edit; the second read them after it. Each posts its set when loaded, so the slow one's older
