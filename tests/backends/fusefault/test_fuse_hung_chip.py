@@ -10,17 +10,15 @@ Ticks are told by events (the GPU fan's actuations), never by durations."""
 
 from __future__ import annotations
 
-import signal
-import time
 import urllib.request
 
 import pytest
 
 from tests.backends.fusefault import FaultyTree, copy_tree, fuse_unavailable
 from tests.backends.fusefault.test_fuse_fan_writes import free_port
-from tests.backends.fusefault.test_fuse_hung_reads import Log
+from tests.backends.fusefault.test_fuse_hung_reads import Log, running, stops_while_hung
 from tests.backends.helpers import MACHINES_DIR
-from tests.support.proc import knob_files, run_args, start
+from tests.support.proc import knob_files, run_args
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=f"FUSE: {fuse_unavailable()}")
 
@@ -70,9 +68,7 @@ def test_a_quarantined_chip_is_not_written_its_fans_alarm_and_control_resumes_wh
     args[args.index("--metrics-listen") + 1] = f"127.0.0.1:{port}"
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
         original = knob_files(tree.source)
-        proc = start(args)
-        log = Log(proc)
-        try:
+        with running(tree, args) as (proc, log):
             assert any(nct_actuation(e) for e in log.until(nct_actuation, 60))
             tree.hang("hwmon1/temp1_input")
             hung = log.until("read_hung", 60)
@@ -95,15 +91,7 @@ def test_a_quarantined_chip_is_not_written_its_fans_alarm_and_control_resumes_wh
             back = log.until(nct_actuation, 60)
             assert any(e.get("event") == "recovered" and e.get("why") == "unanswered" for e in back), back
             assert nct_actuation(back[-1]), back
-            proc.send_signal(signal.SIGTERM)
-            stopped = log.until("stop", 60)
-            assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}
-            assert proc.wait(timeout=60) == 0
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            stops_while_hung(proc, log, tree, lambda: True, timeout_s=60)  # nothing hangs any more
         assert knob_files(tree.source) == original
 
 
@@ -114,24 +102,13 @@ def test_a_knob_whose_reads_hang_from_the_start_never_holds_the_loop_or_sigterm(
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
         original = knob_files(tree.source)
         tree.hang("hwmon1/pwm1")
-        proc = start(run_args(tree.mount, tmp_path / "state", "--tick", "0.2", "--log-level", "debug"))
-        log = Log(proc)
-        try:
+        args = run_args(tree.mount, tmp_path / "state", "--tick", "0.2", "--log-level", "debug")
+        with running(tree, args) as (proc, log):
             seen = log.until("read_hung", 60)
             assert seen[-1]["event"] == "read_hung" and seen[-1]["device"] == NCT, seen
             gpu_heats(tree)
             assert gpu_fan_follows(log, seen), seen
             assert not [e for e in seen if nct_actuation(e)]
-            proc.send_signal(signal.SIGTERM)
-            stopped = log.until("stop", 60)  # while the pwm1 read still hangs in the kernel
-            assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}, stopped[-5:]
-            assert knob_files(tree.source) == original
-            tree.clear()  # the read returns: the process can leave the kernel
-            assert proc.wait(timeout=30) == 0
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
-        time.sleep(0)  # nothing more: the source holds what the stop restored
-        assert knob_files(tree.source) == original
+            # while the pwm1 read still hangs in the kernel
+            stops_while_hung(proc, log, tree, lambda: knob_files(tree.source) == original, timeout_s=60)
+        assert knob_files(tree.source) == original  # nothing more: the source holds what the stop restored

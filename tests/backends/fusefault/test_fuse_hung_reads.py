@@ -16,7 +16,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -64,13 +65,38 @@ class Log:
         return seen
 
 
+@contextmanager
+def running(tree: FaultyTree, args: list[str]) -> Iterator[tuple[subprocess.Popen, Log]]:
+    """The daemon started with ``args`` on ``tree`` and its log; on the way out every fault of the tree is
+    cleared (a read or write held in the kernel returns) and a daemon still there is killed."""
+    proc = start(args)
+    try:
+        yield proc, Log(proc)
+    finally:
+        tree.clear()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def stops_while_hung(proc: subprocess.Popen, log: Log, tree: FaultyTree, restored: Callable[[], bool],
+                     timeout_s: float = 30) -> None:
+    """SIGTERM while the fault still holds a read in the kernel: the ``stop`` event comes and says no knob
+    failed, and ``restored()`` holds already; then the fault is cleared, so the process can leave the
+    kernel, and it exits 0."""
+    proc.send_signal(signal.SIGTERM)
+    stopped = log.until("stop", timeout_s)
+    assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}, stopped[-5:]
+    assert restored()
+    tree.clear()
+    assert proc.wait(timeout=30) == 0
+
+
 def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
     state = tmp_path / "state"
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
         original = knob_files(tree.mount)
-        proc = start(run_args(tree.mount, state, "--tick", "0.2"))
-        log = Log(proc)
-        try:
+        with running(tree, run_args(tree.mount, state, "--tick", "0.2")) as (proc, log):
             assert log.until("start", 60)[-1]["event"] == "start"
             tree.hang(TCTL_FILE)
             hung = log.until("read_hung", 60)
@@ -87,17 +113,7 @@ def test_a_hung_read_never_holds_the_loop_or_sigterm(tmp_path):
 
             log.until(both, 30)
             assert {"hwmon:k10temp-pci-00c3/temp1", "hwmon:nct6798-isa-0290/pwm1=100"} <= seen, seen
-            proc.send_signal(signal.SIGTERM)
-            stopped = log.until("stop", 30)  # while the Tctl read still hangs in the kernel
-            assert stopped[-1]["event"] == "stop" and stopped[-1]["failed"] == {}
-            assert knob_files(tree.mount) == original
-            tree.clear()  # the read returns: the process can leave the kernel
-            assert proc.wait(timeout=30) == 0
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            stops_while_hung(proc, log, tree, lambda: knob_files(tree.mount) == original)  # Tctl still hung
         assert knob_files(tree.mount) == original
 
 
@@ -110,9 +126,7 @@ def test_a_slow_chip_never_blinds_the_chips_read_after_it(tmp_path):
     back-off instead of being read, and the tick held up, again at every tick."""
     state = tmp_path / "state"
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
-        proc = start(run_args(tree.mount, state, "--tick", "0.2"))
-        log = Log(proc)
-        try:
+        with running(tree, run_args(tree.mount, state, "--tick", "0.2")) as (proc, log):
             assert log.until("start", 60)[-1]["event"] == "start"
             tree.slow(SYSTIN_FILE, 0.7)
             seen = log.until(lambda e: e.get("event") == "read_returned" and "held_s" in e, 60)
@@ -127,8 +141,3 @@ def test_a_slow_chip_never_blinds_the_chips_read_after_it(tmp_path):
             proc.send_signal(signal.SIGTERM)
             assert log.until("stop", 30)[-1]["event"] == "stop"
             assert proc.wait(timeout=30) == 0
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
