@@ -4,8 +4,9 @@
 each knob: clamps the value to the knob's own constraints, reads the knob first when the caller has no
 fresh value, then hands it to the :class:`~aithermd.actuate.applier.Applier` (journal first, write, read
 back, drift, no-op). A device whose chip does not answer (its reads hang: ``Executor.unanswered``,
-:mod:`aithermd.actuate.hung`) is not touched at all. Knobs of inline backends (hwmon, powercap) are written
-on the event loop; those of
+:mod:`aithermd.actuate.hung`) is not touched at all. Knobs of inline backends (hwmon, powercap) already in
+place are settled on the loop, the others written in the writer thread under a deadline per knob
+(:mod:`aithermd.actuate.inline`: a write that hangs holds its device); those of
 threaded ones (NVML) in one job on the loop's :class:`~aithermd.actuate.worker.Worker`, awaited under a
 budget. Knobs no decision claims any more are handed back (their journaled original restored) first. When
 the threaded knobs lower a power limit, the inline ones that raise one (a budget moving watts from a GPU to
@@ -25,6 +26,7 @@ no longer land after the final restore unnoticed.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
@@ -33,6 +35,7 @@ import structlog
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.hung import Unanswered
+from aithermd.actuate.inline import InlineWrites, in_thread, rest
 from aithermd.actuate.restore import RestoreReport, restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
@@ -101,13 +104,19 @@ class Applied:
 
 
 class _Job:
-    """One batch of writes on the worker; ``writing``: the knob inside a backend call right now."""
+    """One batch of writes (on the worker, or the inline writer thread); ``writing``: the knob inside a
+    backend call right now, since monotonic ``since`` (s); ``cut``: given up on, it writes nothing more;
+    ``stuck``: the knob it was given up on in; ``hung``: the device of a write given up on (tracked alone)."""
 
-    __slots__ = ("knobs", "writing", "future")
+    __slots__ = ("knobs", "writing", "since", "cut", "stuck", "hung", "future")
 
     def __init__(self, knobs: Sequence[str]) -> None:
         self.knobs = tuple(knobs)
         self.writing: str | None = None
+        self.since = 0.0
+        self.cut = False
+        self.stuck: str | None = None
+        self.hung: str | None = None
         self.future: asyncio.Future[Any] | None = None
 
 
@@ -122,6 +131,7 @@ class Executor:
         self._jobs: set[_Job] = set()
         self._abandoned: dict[str, _Job] = {}
         self.unanswered = Unanswered()  # devices whose chip does not answer: never written (hung.py)
+        self.inline = InlineWrites()  # the inline knobs' writer thread (inline.py)
         self._log = structlog.get_logger("aithermd.execute")
 
     # -- writing -----------------------------------------------------------------------------------------
@@ -153,12 +163,12 @@ class Executor:
         later = _raises(knobs, here, current) if there and _cuts(knobs, there, current) else []
         if later:  # a budget holds only if power comes down before it goes up elsewhere (module doc)
             here = [item for item in here if item not in later]
-        self._batch(world, here, back_here, current, t_wall, None, out, force)
+        self._inline(world, here, back_here, current, t_wall, out, force)
         if there and current is not None and threaded:
             there = self._in_place(world, there, current, out, force, t_wall)  # no worker hop for those
         if not (there or back_there) or not threaded:
             if later and threaded:
-                self._batch(world, later, [], current, t_wall, None, out, force)
+                self._inline(world, later, [], current, t_wall, out, force)
             elif later:
                 out.late = [k for k, _ in later]
             return out
@@ -170,27 +180,65 @@ class Executor:
             out.late = list(job.knobs) + [k for k, _ in later]  # a raise waits for the cuts that are late
         else:
             self._merge(out, result)
-            self._batch(world, later, [], current, t_wall, None, out, force)
+            self._inline(world, later, [], current, t_wall, out, force)
         return out
 
     def _in_place(self, world: Knobs, wanted: Sequence[tuple[str, Decision]],
-                  current: Mapping[str, KnobValue], out: Applied,
-                  force: frozenset[str] | set[str], t_wall: float) -> list[tuple[str, Decision]]:
+                  current: Mapping[str, KnobValue], out: Applied, force: frozenset[str] | set[str],
+                  t_wall: float, fans: bool = False) -> list[tuple[str, Decision]]:
         """The decisions of ``wanted`` whose knob this tick's read-back does not show in place (the others
         are applied here, as the applier would have in the worker: a limit decided every tick, unchanged,
         costs no thread hop)."""
         left = []
+        stepped_back = self.applier.stepped_back if fans else ()
         for knob_id, decision in wanted:
             backend, knob = world.owner[knob_id], world.knobs[knob_id]
             value = knob.clamp(float(decision.value))
             before = current.get(knob_id)
-            if self.applier.unchanged(backend, knob, decision, value, before, knob_id in force, t_wall):
+            if knob_id not in stepped_back and \
+                    self.applier.unchanged(backend, knob, decision, value, before, knob_id in force, t_wall):
                 if before is not None:
                     out.after[knob_id] = before
                 out.results.append(Result(knob_id, value, before, before))
             else:
                 left.append((knob_id, decision))
         return left
+
+    def _inline(self, world: Knobs, wanted: Sequence[tuple[str, Decision]], back: Sequence[str],
+                current: Mapping[str, KnobValue] | None, t_wall: float, out: Applied,
+                force: frozenset[str] | set[str]) -> None:
+        """Hand back ``back`` and write ``wanted`` (inline knobs) in the writer thread, under a deadline per
+        knob (:mod:`aithermd.actuate.inline`); what is in place already is settled here, with no thread. A
+        write given up on holds its device (``unanswered``) and the rest goes on at once in a new thread."""
+        if wanted and current is not None:
+            wanted = self._in_place(world, wanted, current, out, force, t_wall, fans=True)
+        knobs = world.knobs
+        while (wanted or back) and not self.closed:
+            job, part = _Job([*back, *(k for k, _ in wanted)]), Applied()
+            late = self.inline.run(self._batch, job, world, wanted, back, current, t_wall, job, part, force)
+            self._merge(out, part)  # copied: a batch given up on adds nothing more to ``out``
+            if late is None or job.stuck is None:
+                return
+            device = knobs[job.stuck].device_id
+            out.events.append(self.unanswered.write_hung(device, job.stuck, self.inline.deadline_s, t_wall))
+            self._track_hung(job.stuck, device, late)
+            left, held = rest(job.knobs, job.stuck), self.unanswered.devices
+            wanted = [item for item in wanted if item[0] in left and knobs[item[0]].device_id not in held]
+            back = [k for k in back if k in left and knobs[k].device_id not in held]
+
+    def _track_hung(self, knob_id: str, device: str, late: Any) -> None:
+        """Track the write to ``knob_id`` given up on until it returns (then its device is written again)."""
+        job = _Job((knob_id,))
+        job.writing, job.hung = knob_id, device
+        future = asyncio.wrap_future(late)
+
+        def returned(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled():
+                f.exception()  # retrieved: a device fault was reported by the batch itself
+            self.unanswered.returned(device)
+
+        future.add_done_callback(returned)
+        self._track(job, future)
 
     @staticmethod
     def _merge(out: Applied, part: Applied) -> None:
@@ -216,11 +264,11 @@ class Executor:
     def _hand_back(self, world: Knobs, back: Sequence[str], t_wall: float, job: _Job | None,
                    out: Applied) -> None:
         for knob_id in back:
-            if self.closed:
+            if self.closed or (job is not None and job.cut):
                 return
             backend, knob = world.owner[knob_id], world.knobs[knob_id]
             if job is not None:
-                job.writing = knob_id
+                job.writing, job.since = knob_id, time.monotonic()
             out.events += self.applier.give_back(backend, knob, t_wall)
             try:
                 out.after[knob_id] = backend.read_knob(knob_id)
@@ -231,11 +279,11 @@ class Executor:
                current: Mapping[str, KnobValue] | None, t_wall: float, job: _Job | None,
                out: Applied, force: frozenset[str] | set[str] = frozenset()) -> None:
         for knob_id, decision in wanted:
-            if self.closed:
+            if self.closed or (job is not None and job.cut):
                 return
             backend, knob = world.owner[knob_id], world.knobs[knob_id]
             if job is not None:
-                job.writing = knob_id
+                job.writing, job.since = knob_id, time.monotonic()
             value = knob.clamp(float(decision.value))
             if current is not None:
                 before = current.get(knob_id)
@@ -263,16 +311,18 @@ class Executor:
         return frozenset(k for job in self._jobs for k in job.knobs)
 
     async def settle(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` s for every write in flight; True when none is left."""
-        futures = {job.future for job in self._jobs if job.future is not None}
+        """Wait up to ``timeout_s`` s for every write in flight; True when none is left. An inline write given
+        up on (its chip does not answer) is not waited for."""
+        futures = {job.future for job in self._jobs if job.future is not None and job.hung is None}
         if futures:
             await asyncio.wait(futures, timeout=timeout_s)
-        return not self._jobs
+        return not any(job.hung is None for job in self._jobs)
 
     async def close(self, timeout_s: float) -> frozenset[str]:
         """No write starts from now on; wait up to ``timeout_s`` s for those in flight. Returns the knobs
         whose write is still inside a backend call (abandoned: see the module doc)."""
         self.closed = True
+        self.inline.close()
         self.applier.pause()  # a job between reading an original and writing stops there
         await self.settle(timeout_s)
         for job in list(self._jobs):
@@ -289,13 +339,30 @@ class Executor:
         return job is None or job.future is None or job.future.done()
 
     async def wait_abandoned(self, timeout_s: float) -> frozenset[str]:
-        """Wait up to ``timeout_s`` s for the abandoned writes; returns the knobs whose write returned."""
-        futures = {job.future for job in self._abandoned.values() if job.future is not None}
+        """Wait up to ``timeout_s`` s for the abandoned writes (not those of a chip that does not answer);
+        returns the knobs whose write returned."""
+        futures = {job.future for job in self._abandoned.values()
+                   if job.future is not None and job.hung is None}
         if futures:
             await asyncio.wait(futures, timeout=timeout_s)
         return frozenset(k for k in self._abandoned if self.returned(k))
 
     # -- the final restore ---------------------------------------------------------------------------------
+    async def _restore_held(self, journal: Any, backends: Sequence[Backend], held: set[str], timeout_s: float,
+                            report: RestoreReport) -> RestoreReport:
+        """``report`` with the knobs ``held`` restored in a daemon thread of their own (never held at exit),
+        or failed (left journaled) when that does not return within ``timeout_s`` s."""
+        future = asyncio.wrap_future(in_thread(restore_journal, journal, backends=backends, only=held))
+        done, _ = await asyncio.wait({future}, timeout=timeout_s)
+        if future in done:
+            part = future.result()
+            return replace(report, restored=(*report.restored, *part.restored), failed={
+                **report.failed, **part.failed}, fallbacks={**report.fallbacks, **part.fallbacks})
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._log.error("restore_hung", knobs=sorted(held), message="their chip does not answer")
+        why = "its chip does not answer (the restore did not return): left journaled for 'aithermd restore'"
+        return replace(report, failed={**report.failed, **dict.fromkeys(held, why)})
+
     async def restore_all(self, backends: Sequence[Backend], timeout_s: float) -> RestoreReport:
         """The daemon's last act: :meth:`close` (waiting up to ``timeout_s`` s for the writes in flight),
         then every journaled knob restored from a fresh thread (the worker may be stuck in a hung call),
@@ -305,8 +372,17 @@ class Executor:
         returned). Raises JournalError when the journal cannot be written."""
         abandoned = await self.close(timeout_s)
         journal = self.applier.journal
+        mute = {j.hung for k, j in self._abandoned.items() if j.hung is not None and not self.returned(k)}
+        skipped, held = self.unanswered.split(journal.entries(), mute)
+        only = [k for k in journal.entries() if k not in skipped and k not in held] if skipped or held \
+            else None
         report = await asyncio.to_thread(restore_journal, journal, backends=backends, last=abandoned,
-                                         keep=lambda k: k in abandoned and not self.returned(k))
+                                         keep=lambda k: k in abandoned and not self.returned(k), only=only)
+        if skipped:  # its writes block: trying would hold the stop for ever (attack10 W1)
+            self._log.error("restore_skipped", knobs=sorted(skipped), message="a write to their chip hung")
+            report = replace(report, failed={**report.failed, **skipped})
+        if held:  # its reads hang, its writes may too (one lock): tried last, waited for timeout_s at most
+            report = await self._restore_held(journal, backends, held, timeout_s, report)
         if abandoned:
             returned = await self.wait_abandoned(timeout_s)
             again = await asyncio.to_thread(restore_journal, journal, backends=backends, only=returned)

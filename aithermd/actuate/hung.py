@@ -9,7 +9,10 @@ device — whoever asks: the tick, the fast lane, a resume — while the safety 
 where it can be reached (the chip's own fans cannot). Each of its knobs the daemon owns or decides carries
 an ``uncontrollable`` alarm ("its chip does not answer"), and a ``fault`` event says when control stops, a
 ``recovered`` one when it resumes. Nothing is forgotten meanwhile: the journal keeps the originals, so a
-knob written again once its chip answers keeps its first original, and the final restore still puts it back.
+knob written again once its chip answers keeps its first original, and the final restore still puts it back:
+last, in a daemon thread of its own, waited for the stop's deadline at most (one lock in the driver may hold
+its writes as well as its reads), else left journaled for ``aithermd restore``. A device whose *write* hung
+(:mod:`aithermd.actuate.inline`) is held the same way until that write returns.
 
 :class:`Unanswered` holds that set (device id → why, since when); the tick sets it after each sample from
 the read guard (:meth:`aithermd.runtime.sampling.Sampler.hung`).
@@ -18,6 +21,7 @@ the read guard (:meth:`aithermd.runtime.sampling.Sampler.hung`).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 import structlog
 
@@ -35,6 +39,7 @@ class Unanswered:
     def __init__(self) -> None:
         self.devices: dict[str, str] = {}
         self.since: dict[str, float] = {}
+        self.writes: dict[str, str] = {}  # device id → why, while a write given up on has not returned
 
     def update(self, reads: Mapping[str, str], t_wall: float) -> list[Event]:
         """Take ``reads`` (device id → why: the devices the read guard holds as hung now) as the set; returns
@@ -42,6 +47,7 @@ class Unanswered:
         if not reads and not self.devices:
             return []
         events: list[Event] = []
+        reads = {**reads, **self.writes} if self.writes else reads
         for device, why in reads.items():
             if device not in self.devices:
                 self.since[device] = t_wall
@@ -55,6 +61,29 @@ class Unanswered:
             events.append(Event("recovered", t_wall, device, message, {"why": "unanswered"}))
         self.devices = dict(reads)
         return events
+
+    def write_hung(self, device: str, knob_id: str, deadline_s: float, t_wall: float) -> Event:
+        """A write to ``knob_id`` of ``device`` did not return within ``deadline_s``: held until it does
+        (:meth:`returned`). Returns the ``fault`` event (``why`` ``write_hung``)."""
+        why = self.writes[device] = f"write hung: no answer within {deadline_s:g} s"
+        self.devices = {**self.devices, device: why}
+        self.since.setdefault(device, t_wall)
+        message = f"{knob_id}: the write did not return; {device}: " + ALARM.format(why=why)
+        _log.error("fault", subject=knob_id, message=message, why="write_hung", device=device)
+        return Event("fault", t_wall, knob_id, message, {"why": "write_hung", "device": device})
+
+    def returned(self, device: str) -> None:
+        """The write given up on returned: ``device`` is released at the next :meth:`update`."""
+        self.writes.pop(device, None)
+
+    def split(self, entries: Mapping[str, Any], mute: Collection[str]) -> tuple[dict[str, str], set[str]]:
+        """Of the journal's ``entries`` (knob id → entry with ``device_id``): those of the devices in ``mute``
+        (a write to them hung and has not returned: knob id → why, not restored at the stop) and the
+        others of the devices held now (restored last, under a deadline)."""
+        skipped = {k: f"its chip does not answer ({e.device_id}: a write hung): left journaled for "
+                   "'aithermd restore'" for k, e in entries.items() if e.device_id in mute}
+        held = {k for k, e in entries.items() if e.device_id in self.devices and k not in skipped}
+        return skipped, held
 
     def drop(self, knobs: Mapping[str, Knob], decisions: Iterable[tuple[str, Decision]],
              back: Collection[str]) -> tuple[list[tuple[str, Decision]], list[str]]:
