@@ -35,7 +35,7 @@ import structlog
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.hung import Unanswered
-from aithermd.actuate.inline import InlineWrites, in_thread, rest
+from aithermd.actuate.inline import InlineWrites, rest
 from aithermd.actuate.restore import RestoreReport, restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
@@ -348,21 +348,6 @@ class Executor:
         return frozenset(k for k in self._abandoned if self.returned(k))
 
     # -- the final restore ---------------------------------------------------------------------------------
-    async def _restore_held(self, journal: Any, backends: Sequence[Backend], held: set[str], timeout_s: float,
-                            report: RestoreReport) -> RestoreReport:
-        """``report`` with the knobs ``held`` restored in a daemon thread of their own (never held at exit),
-        or failed (left journaled) when that does not return within ``timeout_s`` s."""
-        future = asyncio.wrap_future(in_thread(restore_journal, journal, backends=backends, only=held))
-        done, _ = await asyncio.wait({future}, timeout=timeout_s)
-        if future in done:
-            part = future.result()
-            return replace(report, restored=(*report.restored, *part.restored), failed={
-                **report.failed, **part.failed}, fallbacks={**report.fallbacks, **part.fallbacks})
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._log.error("restore_hung", knobs=sorted(held), message="their chip does not answer")
-        why = "its chip does not answer (the restore did not return): left journaled for 'aithermd restore'"
-        return replace(report, failed={**report.failed, **dict.fromkeys(held, why)})
-
     async def restore_all(self, backends: Sequence[Backend], timeout_s: float) -> RestoreReport:
         """The daemon's last act: :meth:`close` (waiting up to ``timeout_s`` s for the writes in flight),
         then every journaled knob restored from a fresh thread (the worker may be stuck in a hung call),
@@ -373,16 +358,13 @@ class Executor:
         abandoned = await self.close(timeout_s)
         journal = self.applier.journal
         mute = {j.hung for k, j in self._abandoned.items() if j.hung is not None and not self.returned(k)}
-        skipped, held = self.unanswered.split(journal.entries(), mute)
-        only = [k for k in journal.entries() if k not in skipped and k not in held] if skipped or held \
-            else None
+        skipped = self.unanswered.split(journal.entries(), mute)
+        only = [k for k in journal.entries() if k not in skipped] if skipped else None
         report = await asyncio.to_thread(restore_journal, journal, backends=backends, last=abandoned,
                                          keep=lambda k: k in abandoned and not self.returned(k), only=only)
         if skipped:  # its writes block: trying would hold the stop for ever (attack10 W1)
             self._log.error("restore_skipped", knobs=sorted(skipped), message="a write to their chip hung")
             report = replace(report, failed={**report.failed, **skipped})
-        if held:  # its reads hang, its writes may too (one lock): tried last, waited for timeout_s at most
-            report = await self._restore_held(journal, backends, held, timeout_s, report)
         if abandoned:
             returned = await self.wait_abandoned(timeout_s)
             again = await asyncio.to_thread(restore_journal, journal, backends=backends, only=returned)

@@ -9,10 +9,10 @@ device — whoever asks: the tick, the fast lane, a resume — while the safety 
 where it can be reached (the chip's own fans cannot). Each of its knobs the daemon owns or decides carries
 an ``uncontrollable`` alarm ("its chip does not answer"), and a ``fault`` event says when control stops, a
 ``recovered`` one when it resumes. Nothing is forgotten meanwhile: the journal keeps the originals, so a
-knob written again once its chip answers keeps its first original, and the final restore still puts it back:
-last, in a daemon thread of its own, waited for the stop's deadline at most (one lock in the driver may hold
-its writes as well as its reads), else left journaled for ``aithermd restore``. A device whose *write* hung
-(:mod:`aithermd.actuate.inline`) is held the same way until that write returns.
+knob written again once its chip answers keeps its first original, and the final restore still puts it back
+(each device under its own deadline, :mod:`aithermd.actuate.restore_devices`: one lock in the driver may hold
+its writes as well as its reads). A device whose *write* hung (:mod:`aithermd.actuate.inline`) is held the
+same way until that write returns, and is not written by the stop at all (left journaled).
 
 :class:`Unanswered` holds that set (device id → why, since when); the tick sets it after each sample from
 the read guard (:meth:`aithermd.runtime.sampling.Sampler.hung`).
@@ -76,14 +76,12 @@ class Unanswered:
         """The write given up on returned: ``device`` is released at the next :meth:`update`."""
         self.writes.pop(device, None)
 
-    def split(self, entries: Mapping[str, Any], mute: Collection[str]) -> tuple[dict[str, str], set[str]]:
-        """Of the journal's ``entries`` (knob id → entry with ``device_id``): those of the devices in ``mute``
-        (a write to them hung and has not returned: knob id → why, not restored at the stop) and the
-        others of the devices held now (restored last, under a deadline)."""
-        skipped = {k: f"its chip does not answer ({e.device_id}: a write hung): left journaled for "
-                   "'aithermd restore'" for k, e in entries.items() if e.device_id in mute}
-        held = {k for k, e in entries.items() if e.device_id in self.devices and k not in skipped}
-        return skipped, held
+    @staticmethod
+    def split(entries: Mapping[str, Any], mute: Collection[str]) -> dict[str, str]:
+        """Of the journal's ``entries`` (knob id → entry with ``device_id``), those of the devices in ``mute``
+        (a write to them hung and has not returned): knob id → why; not restored at the stop."""
+        return {k: f"its chip does not answer ({e.device_id}: a write hung): left journaled for "
+                "'aithermd restore'" for k, e in entries.items() if e.device_id in mute}
 
     def drop(self, knobs: Mapping[str, Knob], decisions: Iterable[tuple[str, Decision]],
              back: Collection[str]) -> tuple[list[tuple[str, Decision]], list[str]]:

@@ -107,15 +107,6 @@ class InlineWrites:
             self._pool = None
 
 
-def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
-    """``fn(*args, **kwargs)`` in a daemon thread of its own: a call that may block for ever (a restore
-    through a chip that does not answer) never holds up the process's exit, as a pool's thread would."""
-    writer = _Writer()
-    future = writer.submit(lambda: fn(*args, **kwargs))
-    writer.stop()
-    return future
-
-
 def rest(order: Sequence[str], stuck: str) -> set[str]:
     """The knob ids of ``order`` after ``stuck`` (not begun when the batch was given up on)."""
     return set(order[order.index(stuck) + 1:]) if stuck in order else set()
