@@ -6,12 +6,12 @@ saw 1 of 1200 ticks over, tests/sim/test_budget.py)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal
 from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer
+from tests.support.executor import InstantWorker, KnobWorld
 
 GPU, PL1 = "gpu0/power_limit", "powercap:package-0/pl1"
 ORDER: list[tuple[str, float]] = []
@@ -37,22 +37,6 @@ class Limits:
         return KnobValue(knob_id, self.values[knob_id])
 
 
-@dataclass
-class World:
-    knobs: dict
-    owner: dict
-    inline: tuple
-    devices: tuple = field(default_factory=tuple)
-
-
-class Worker:
-    """The loop's worker as the executor sees it: runs the job at once, or is late (None)."""
-
-    def __init__(self, late: bool) -> None:
-        self.late, self.busy = late, False
-
-    async def hop(self, fn, *args, budget_s=None, submitted=None):
-        return None if self.late else fn(*args)
 
 
 def _run(tmp_path, late: bool):
@@ -60,8 +44,8 @@ def _run(tmp_path, late: bool):
     nvml, rapl = Limits({GPU: 300.0}), Limits({PL1: 100.0})
     knobs = {GPU: Knob(GPU, "gpu0", KnobKind.POWER_LIMIT, "W", 150.0, 450.0, 450.0, True),
              PL1: Knob(PL1, "powercap:package-0", KnobKind.PL1, "W", 10.0, 250.0, 125.0, True)}
-    world = World(knobs, {GPU: nvml, PL1: rapl}, (rapl,))
-    executor = Executor(Applier(Journal(tmp_path / "state")), Worker(late))
+    world = KnobWorld(knobs, {GPU: nvml, PL1: rapl}, (rapl,))
+    executor = Executor(Applier(Journal(tmp_path / "state")), InstantWorker(late))
     current = {GPU: KnobValue(GPU, 300.0), PL1: KnobValue(PL1, 100.0)}
     wanted = [(GPU, Decision(GPU, 200.0, Layer.POLICY, "p/budget")),  # 100 W moved from the GPU ...
               (PL1, Decision(PL1, 200.0, Layer.POLICY, "p/budget"))]  # ... to the CPU package

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal
-from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer
+from aithermd.model import Decision, KnobValue, Layer
+from tests.support.executor import InstantWorker, KnobWorld, pwm_fan
 
 A, B = "hwmon:a/pwm1", "hwmon:b/pwm1"
 
@@ -46,28 +46,14 @@ class Fans:
         self.write_knob(knob_id, saved["duty"])
 
 
-@dataclass
-class World:
-    knobs: dict
-    owner: dict
-    inline: tuple
-    devices: tuple = field(default_factory=tuple)
 
-
-class Worker:
-    async def hop(self, fn, *args, budget_s=None, submitted=None):
-        return fn(*args)
-
-
-def fan(knob_id: str) -> Knob:
-    return Knob(knob_id, knob_id.split("/")[0], KnobKind.PWM, "%", 0.0, 100.0, None, True)
 
 
 def test_a_hung_write_holds_its_chip_the_others_are_written_and_the_stop_does_not_wait_for_it(tmp_path):
     a, b = Fans("a", {A: 40.0}), Fans("b", {B: 40.0})
-    world = World({A: fan(A), B: fan(B)}, {A: a, B: b}, (a, b))
+    world = KnobWorld({A: pwm_fan(A), B: pwm_fan(B)}, {A: a, B: b}, (a, b))
     journal = Journal(tmp_path / "state")
-    executor = Executor(Applier(journal), Worker())
+    executor = Executor(Applier(journal), InstantWorker())
     executor.inline.deadline_s = 0.05
 
     async def go() -> None:
@@ -101,8 +87,8 @@ def test_a_hung_write_holds_its_chip_the_others_are_written_and_the_stop_does_no
 
 def test_the_chip_is_written_again_once_the_hung_write_returns(tmp_path):
     a, b = Fans("a", {A: 40.0}), Fans("b", {B: 40.0})
-    world = World({A: fan(A), B: fan(B)}, {A: a, B: b}, (a, b))
-    executor = Executor(Applier(Journal(tmp_path / "state")), Worker())
+    world = KnobWorld({A: pwm_fan(A), B: pwm_fan(B)}, {A: a, B: b}, (a, b))
+    executor = Executor(Applier(Journal(tmp_path / "state")), InstantWorker())
     executor.inline.deadline_s = 0.05
 
     async def go() -> None:

@@ -6,12 +6,12 @@ answers, it is written again and the journal still holds the original found befo
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.execute import Executor
 from aithermd.actuate.journal import Journal
-from aithermd.model import Decision, Knob, KnobKind, KnobValue, Layer
+from aithermd.model import Decision, KnobValue, Layer
+from tests.support.executor import InstantWorker, KnobWorld, pwm_fan
 
 A, B = "hwmon:a/pwm1", "hwmon:b/pwm1"
 
@@ -42,28 +42,14 @@ class Fans:
         return KnobValue(knob_id, self.values[knob_id], "manual")
 
 
-@dataclass
-class World:
-    knobs: dict
-    owner: dict
-    inline: tuple
-    devices: tuple = field(default_factory=tuple)
 
-
-class Worker:
-    async def hop(self, fn, *args, budget_s=None, submitted=None):
-        return fn(*args)
-
-
-def fan(knob_id: str) -> Knob:
-    return Knob(knob_id, knob_id.split("/")[0], KnobKind.PWM, "%", 0.0, 100.0, None, True)
 
 
 def test_a_chip_that_does_not_answer_is_neither_written_nor_read_and_control_resumes_after(tmp_path):
     a, b = Fans({A: 40.0}), Fans({B: 40.0})
-    world = World({A: fan(A), B: fan(B)}, {A: a, B: b}, (a, b))
+    world = KnobWorld({A: pwm_fan(A), B: pwm_fan(B)}, {A: a, B: b}, (a, b))
     journal = Journal(tmp_path / "state")
-    executor = Executor(Applier(journal), Worker())
+    executor = Executor(Applier(journal), InstantWorker())
 
     def apply(duty: float, layer: Layer = Layer.POLICY, back: tuple[str, ...] = ()):
         wanted = [(k, Decision(k, duty, layer, "p/fans")) for k in (A, B) if k not in back]
