@@ -11,14 +11,12 @@ Ticks are told by events (the GPU fan's actuations), never by durations."""
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 
 from tests.backends.fusefault import FaultyTree, copy_tree, fuse_unavailable
 from tests.backends.fusefault.test_fuse_hung_chip import NCT, X570, gpu_fan_follows, gpu_heats, nct_actuation
-from tests.backends.fusefault.test_fuse_hung_reads import Log
-from tests.support.proc import knob_files, restore, run_args, start
+from tests.backends.fusefault.test_fuse_hung_reads import running, stops_while_hung
+from tests.support.proc import knob_files, restore, run_args
 
 pytestmark = pytest.mark.skipif(fuse_unavailable() is not None, reason=f"FUSE: {fuse_unavailable()}")
 
@@ -30,9 +28,8 @@ def test_a_hung_fan_write_never_holds_the_loop_or_sigterm_and_its_chip_is_restor
     state = tmp_path / "state"
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
         original = knob_files(tree.source)
-        proc = start(run_args(tree.mount, state, "--tick", "0.2", "--log-level", "debug"))
-        log = Log(proc)
-        try:
+        args = run_args(tree.mount, state, "--tick", "0.2", "--log-level", "debug")
+        with running(tree, args) as (proc, log):
             assert any(nct_actuation(e) for e in log.until(nct_actuation, 60))
             tree.hang_write("hwmon1/pwm2")
             for name in ("temp1_input", "temp2_input"):  # Tctl, Tdie: the board curve moves every fan
@@ -45,19 +42,9 @@ def test_a_hung_fan_write_never_holds_the_loop_or_sigterm_and_its_chip_is_restor
             assert not [e for e in seen if nct_actuation(e)]  # the chip is held: nothing more written to it
             held = [e for e in hung + seen if e.get("event") == "fault" and e.get("why") == "write_hung"]
             assert held and held[0]["subject"] == f"{NCT}/pwm2", held
-            proc.send_signal(signal.SIGTERM)
-            stopped = log.until("stop", 60)  # while the pwm2 write still hangs in the kernel
-            assert stopped[-1]["event"] == "stop", stopped[-5:]
-            failed = stopped[-1]["failed"]
-            assert f"{NCT}/pwm2" in failed and "does not answer" in failed[f"{NCT}/pwm2"], failed
-            assert all(k.startswith(NCT + "/") for k in failed), failed  # every other knob restored
-            tree.clear()  # the write returns: the process can leave the kernel
-            proc.wait(timeout=30)
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            # while the pwm2 write still hangs in the kernel: the chip's knobs left journaled, no other
+            stops_while_hung(proc, log, tree, timeout_s=60, failed=lambda f: (
+                "does not answer" in f.get(f"{NCT}/pwm2", "") and all(k.startswith(NCT + "/") for k in f)))
         done = restore(state, "--sysfs-root", str(tree.mount))  # ExecStopPost: the chip answers again
         assert done.returncode == 0, done.stderr[-2000:]
         assert knob_files(tree.source) == original
@@ -71,9 +58,8 @@ def test_a_chip_whose_reads_and_writes_hang_never_holds_the_stop(tmp_path):
     state = tmp_path / "state"
     with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
         original = knob_files(tree.source)
-        proc = start(run_args(tree.mount, state, "--tick", "0.2", "--log-level", "debug"))
-        log = Log(proc)
-        try:
+        args = run_args(tree.mount, state, "--tick", "0.2", "--log-level", "debug")
+        with running(tree, args) as (proc, log):
             assert any(nct_actuation(e) for e in log.until(nct_actuation, 60))
             for n in range(1, 7):  # pwmN and pwmN_enable, every fan of the chip
                 tree.hang_write(f"hwmon1/pwm{n}")
@@ -85,19 +71,9 @@ def test_a_chip_whose_reads_and_writes_hang_never_holds_the_stop(tmp_path):
             gpu_heats(tree)
             assert gpu_fan_follows(log, seen), seen
             assert not [e for e in seen if nct_actuation(e)]
-            proc.send_signal(signal.SIGTERM)
-            stopped = log.until("stop", 60)  # while the chip's reads and writes still hang
-            assert stopped[-1]["event"] == "stop", stopped[-5:]
-            failed = stopped[-1]["failed"]
-            assert failed, stopped[-5:]
-            assert all(k.startswith(NCT + "/") and "hung" in v for k, v in failed.items()), failed
-            tree.clear()
-            proc.wait(timeout=30)
-        finally:
-            tree.clear()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(timeout=30)
+            # while the chip's reads and writes still hang: its restore given up on, its knobs journaled
+            stops_while_hung(proc, log, tree, timeout_s=60, failed=lambda f: bool(f) and all(
+                k.startswith(NCT + "/") and "hung" in v for k, v in f.items()))
         done = restore(state, "--sysfs-root", str(tree.mount))
         assert done.returncode == 0, done.stderr[-2000:]
         assert knob_files(tree.source) == original
