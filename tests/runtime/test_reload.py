@@ -15,15 +15,25 @@ from tests.support.fake_backend import FakeBackend
 from tests.support.stub_engine import STUB_ENGINE, write_policy
 
 
-async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings, clock, policy_dir):
+def stub_daemon(settings, clock) -> tuple[FakeBackend, Daemon]:
+    """A fake chip and a daemon on it with the stub engine (each policy a fixed duty), on the fake clock."""
     b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    return b, Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+
+
+def pwm1_duty(d: Daemon, b: FakeBackend) -> float | None:
+    """The duty (%) decided for the chip's pwm1 in the latest snapshot."""
+    return d.hub.latest.decisions[b.kid("pwm1")].value
+
+
+async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings, clock, policy_dir):
+    b, d = stub_daemon(settings, clock)
     quiet = policy_dir / "quiet.yaml"
     seen = []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, sorted(d.world.policies), d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, sorted(d.world.policies), pwm1_duty(d, b)))
         if seq == 1:
             write_policy(policy_dir, "turbo", 90.0)
             quiet.write_text("description: now broken\nduty_pct: fast\n")
@@ -42,13 +52,12 @@ async def test_a_broken_file_keeps_every_old_policy_and_logs_file_line(settings,
 
 
 async def test_a_good_reload_is_swapped_in_between_ticks(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     seen = []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, pwm1_duty(d, b)))
         if seq == 1:
             write_policy(policy_dir, "balanced", 70.0)
             d.request_reload()
@@ -59,15 +68,15 @@ async def test_a_good_reload_is_swapped_in_between_ticks(settings, clock, policy
 
 
 async def test_reloads_piled_up_between_ticks_are_loaded_once(settings, clock, policy_dir):
-    """attack10 S1: every SIGHUP was a full load inside the tick; 3000 of them stalled the loop 8 s. Those that
-    came between two ticks are one load, of the files as they are at that tick, and the policy is in force."""
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    """attack10 S1: every SIGHUP was a full load inside the tick; 3000 of them stalled the loop 8 s. Those
+    that came between two ticks are one load, of the files as they are at that tick, and the policy is in
+    force."""
+    b, d = stub_daemon(settings, clock)
     seen = []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, pwm1_duty(d, b)))
         if seq == 1:
             for duty in range(21, 71):  # 50 SIGHUPs, each after an edit
                 write_policy(policy_dir, "balanced", float(duty))
@@ -86,13 +95,12 @@ async def test_a_refused_sighup_reload_keeps_the_dbus_set_loaded_before_it_in_th
     """attack12 RC1: a D-Bus Reload (its set loaded, the caller told "ok"), then in the same tick a SIGHUP
     whose load is refused (a file broken meanwhile). Coalescing kept only the last of the two and dropped
     the D-Bus set with the refused load. Each kind is coalesced on its own: the D-Bus set is in force."""
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     seen = []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, pwm1_duty(d, b)))
         if seq == 1:
             write_policy(policy_dir, "balanced", 70.0)
             d.control.reload()  # D-Bus: loaded and posted
@@ -110,13 +118,12 @@ async def test_of_two_dbus_reloads_at_once_the_one_loaded_last_is_in_force(setti
     """attack10: two D-Bus Reload calls run on two worker threads. The first, slow to load, read the files
     before an edit; the second read them after it. Each posts its set when loaded, so the slow one's older
     set came last and stayed in force. Loads are now one at a time, posted in the order they were made."""
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     go, first, seen = threading.Event(), [], []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, pwm1_duty(d, b)))
         if seq == 1:
             load = d.changes.load_policies
 
@@ -147,8 +154,7 @@ async def test_of_two_dbus_reloads_at_once_the_one_loaded_last_is_in_force(setti
 
 
 async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     raised = []
 
     def step():
@@ -165,8 +171,7 @@ async def test_dbus_reload_raises_and_changes_nothing(settings, clock, policy_di
 
 
 async def test_dropping_the_active_policy_falls_back_and_ends_its_holds(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
 
     def step():
         seq = d.hub.latest.seq
@@ -185,14 +190,13 @@ async def test_dropping_the_active_policy_falls_back_and_ends_its_holds(settings
     assert snap.decisions[b.kid("pwm1")].value == 60.0
 
 async def test_removing_the_active_and_configured_policy_is_refused(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     balanced = policy_dir / "balanced.yaml"
     seen = []
 
     def step():
         seq = d.hub.latest.seq
-        seen.append((seq, d.hub.latest.policy.active, d.hub.latest.decisions[b.kid("pwm1")].value))
+        seen.append((seq, d.hub.latest.policy.active, pwm1_duty(d, b)))
         if seq == 1:
             assert settings.policy == "balanced" and d.control.active == "balanced"
             balanced.unlink()  # the admin removes the one policy that is active and configured
@@ -211,8 +215,7 @@ async def test_removing_the_active_and_configured_policy_is_refused(settings, cl
 
 
 async def test_dbus_reload_without_the_active_policy_raises(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
     raised = []
 
     def step():
@@ -229,8 +232,7 @@ async def test_dbus_reload_without_the_active_policy_raises(settings, clock, pol
 
 
 async def test_removing_the_active_policy_still_falls_back_to_the_configured_one(settings, clock, policy_dir):
-    b = FakeBackend()
-    d = Daemon(settings, clock=clock, backends=[b], sleep=clock.sleep, engine=STUB_ENGINE)
+    b, d = stub_daemon(settings, clock)
 
     def step():
         seq = d.hub.latest.seq
