@@ -58,6 +58,7 @@ sys.path.insert(0, str(HERE))
 
 import procpeers  # noqa: E402
 from procpeers import Peer  # noqa: E402
+from reference_tree import TEMPS_MC, reference_chip  # noqa: E402
 
 SCENARIOS = {  # name → (simulated GPUs, hwmon channels; 0 = the reference chip's 9)
     "reference": (0, 0), "gpu2": (2, 0), "gpu8": (8, 0), "hwmon100": (0, 100), "hwmon500": (0, 500)}
@@ -65,8 +66,6 @@ GOALS = {
     "tick_ms": 0.6, "tick_vs_lean": 1.0, "tick_vs_fan2go": 0.3, "channel_us": 2.0, "gpu_ms": 0.3,
     "rss_mb": 42.0, "rss_vs_lean": 1.0, "growth_mb_h": 0.0, "history_mb_500": 5.0, "metrics_p50_ms": 0.8,
     "startup_cpu_s": 0.3, "ctl_help_ms": 100.0, "ctl_status_ms": 250.0}
-LABELS = ["Tctl", "Tccd1", "SYSTIN", "AUXTIN0", "AUXTIN1", "PCH_CHIP_TEMP"]
-TEMPS_MC = [52_000, 49_500, 36_000, 38_500, 33_000, 45_000]
 HISTORY_S = 900.0
 
 
@@ -82,19 +81,7 @@ def memory_dir() -> str | None:
 def build_tree(root: Path, channels: int) -> list[Path]:
     """The reference chip (6 temperatures, 3 fans, 3 pwm) and, for ``channels`` > 9, more chips of up to 32
     temperature inputs until the tree has ``channels`` hwmon channels. Returns every temp*_input file."""
-    chip = root / "class" / "hwmon" / "hwmon0"
-    chip.mkdir(parents=True)
-    (chip / "name").write_text("nct6798\n")
-    files = []
-    for i, (label, mc) in enumerate(zip(LABELS, TEMPS_MC, strict=True), start=1):
-        (chip / f"temp{i}_input").write_text(f"{mc}\n")
-        (chip / f"temp{i}_label").write_text(f"{label}\n")
-        (chip / f"temp{i}_crit").write_text("100000\n")
-        files.append(chip / f"temp{i}_input")
-    for i in range(1, 4):
-        (chip / f"fan{i}_input").write_text(f"{800 + 100 * i}\n")
-        (chip / f"pwm{i}").write_text("128\n")
-        (chip / f"pwm{i}_enable").write_text("5\n")
+    files = reference_chip(root)
     extra, k = max(0, channels - 9), 1
     while extra > 0:
         more = root / "class" / "hwmon" / f"hwmon{k}"

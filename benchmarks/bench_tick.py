@@ -31,26 +31,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_tree import reference_chip  # noqa: E402
+
 POLICY = (Path(__file__).resolve().parent / "reference-policy.yaml").read_text()  # the benchmarks' one
-LABELS = ["Tctl", "Tccd1", "SYSTIN", "AUXTIN0", "AUXTIN1", "PCH_CHIP_TEMP"]
-TEMPS_MC = [52_000, 49_500, 36_000, 38_500, 33_000, 45_000]
 CHUNKS = 6  # the window in equal parts: the least loaded part estimates the intrinsic cost on a busy machine
 
 
 def build_tree(root: Path, extra: int) -> None:
     """A sysfs tree with the reference chip (virtual hwmon) and, when ``extra``, a second chip of extra
     temperature inputs. Values in sysfs units (m°C, RPM, pwm 0–255)."""
-    chip = root / "class" / "hwmon" / "hwmon0"
-    chip.mkdir(parents=True)
-    (chip / "name").write_text("nct6798\n")
-    for i, (label, mc) in enumerate(zip(LABELS, TEMPS_MC, strict=True), start=1):
-        (chip / f"temp{i}_input").write_text(f"{mc}\n")
-        (chip / f"temp{i}_label").write_text(f"{label}\n")
-        (chip / f"temp{i}_crit").write_text("100000\n")
-    for i in range(1, 4):
-        (chip / f"fan{i}_input").write_text(f"{800 + 100 * i}\n")
-        (chip / f"pwm{i}").write_text("128\n")
-        (chip / f"pwm{i}_enable").write_text("5\n")
+    reference_chip(root)
     if extra:
         more = root / "class" / "hwmon" / "hwmon1"
         more.mkdir(parents=True)

@@ -30,26 +30,12 @@ from aithermd.settings import DaemonSettings
 from aithermd.watchers.fastlane import FastLaneOptions
 from aithermd.watchers.options import WatcherOptions
 
-REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "reference-policy.yaml"
-LABELS = ("Tctl", "Tccd1", "SYSTIN", "AUXTIN0", "AUXTIN1", "PCH_CHIP_TEMP")
-TEMPS_MC = (52000, 49500, 36000, 38500, 33000, 45000)
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+REFERENCE = BENCHMARKS / "reference-policy.yaml"
+sys.path.insert(0, str(BENCHMARKS))
+from reference_tree import reference_chip  # noqa: E402, I001  (the bench's reference tree)
 SETTLE = 6  # ticks before counting: the fans have reached their duty, the knobs read back in place
 TICKS = 12
-
-
-def reference_chip(root: Path) -> None:
-    """The bench's reference tree (bench_process.build_tree with no extra channels)."""
-    chip = root / "class" / "hwmon" / "hwmon0"
-    chip.mkdir(parents=True)
-    (chip / "name").write_text("nct6798\n")
-    for i, (label, mc) in enumerate(zip(LABELS, TEMPS_MC, strict=True), start=1):
-        (chip / f"temp{i}_input").write_text(f"{mc}\n")
-        (chip / f"temp{i}_label").write_text(f"{label}\n")
-        (chip / f"temp{i}_crit").write_text("100000\n")
-    for i in range(1, 4):
-        (chip / f"fan{i}_input").write_text(f"{800 + 100 * i}\n")
-        (chip / f"pwm{i}").write_text("128\n")
-        (chip / f"pwm{i}_enable").write_text("5\n")
 
 
 class Counts:
