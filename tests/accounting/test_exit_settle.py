@@ -29,18 +29,25 @@ def test_a_process_that_ends_between_passes_is_charged_to_its_job(tmp_path):
     assert all(not r["command"].startswith("pid ") for r in service.processes_document()["processes"])
 
 
-def test_a_window_stopped_as_its_command_ends_gets_the_seconds_since_the_last_pass(tmp_path):
-    """``aithermctl energy -- CMD`` (scope ``pid:<aithermctl>``) for a 4 s job: the command has exited, not
-    yet reaped, when the window is stopped; the settling pass charges its 4 s (was 0 J: −100 %)."""
-    b = Bench(tmp_path, gpus=1)
-    service = b.start_daemon(None)
-    b.run(5)
+def energy_command(b: Bench, service) -> int:
+    """``aithermctl energy -- python bench.py`` started now (pid 9000, its window scoped to it) and its job
+    (pid 9001) computing on gpu0 at 300 W; the window id."""
     b.procs.start(SimProcess(9000, "aithermctl", ["aithermctl", "energy", "--", "python", "bench.py"],
                              "0::/user.slice\n", uid=1000, start_wall=b.clock.wall()))
     wid = service.windows.start("bench", 0.0, uid=1000, scope="pid:9000")
     b.procs.start(SimProcess(9001, "python", ["python", "bench.py"], "0::/user.slice\n", uid=1000, ppid=9000,
                              start_wall=b.clock.wall(), gpus={0: (8000.0, 1.0)}))
     b.util[0], b.power["gpu0"] = 100.0, 300.0
+    return wid
+
+
+def test_a_window_stopped_as_its_command_ends_gets_the_seconds_since_the_last_pass(tmp_path):
+    """``aithermctl energy -- CMD`` (scope ``pid:<aithermctl>``) for a 4 s job: the command has exited, not
+    yet reaped, when the window is stopped; the settling pass charges its 4 s (was 0 J: −100 %)."""
+    b = Bench(tmp_path, gpus=1)
+    service = b.start_daemon(None)
+    b.run(5)
+    wid = energy_command(b, service)
     b.run(4)
 
     async def stop() -> dict:
@@ -60,12 +67,7 @@ def test_a_window_opened_between_passes_is_charged_only_its_own_seconds(tmp_path
     b = Bench(tmp_path, gpus=1)
     service = b.start_daemon(None)
     b.run(3)
-    b.procs.start(SimProcess(9000, "aithermctl", ["aithermctl", "energy", "--", "python", "bench.py"],
-                             "0::/user.slice\n", uid=1000, start_wall=b.clock.wall()))
-    wid = service.windows.start("bench", 0.0, uid=1000, scope="pid:9000")
-    b.procs.start(SimProcess(9001, "python", ["python", "bench.py"], "0::/user.slice\n", uid=1000, ppid=9000,
-                             start_wall=b.clock.wall(), gpus={0: (8000.0, 1.0)}))
-    b.util[0], b.power["gpu0"] = 100.0, 300.0
+    wid = energy_command(b, service)
     b.run(job_s)
 
     async def stop() -> dict:
