@@ -32,10 +32,11 @@ another thread once, not once here and again to the loop's worker (an asyncio ho
 through its self-pipe). Such a backend's part of the pass gets a ``budget`` of its own, counted from when
 it begins; past it, it is held whole, as above, until its sample returns. NVML reads its healthy GPUs in
 this thread itself (:func:`guarded`; no hop to its worker, two thread wake-ups a tick fewer) as a
-:class:`Quarantine` with a deadline per GPU (``hung_at``, from the last NVML call that began): a GPU whose
-read hangs is quarantined (held hung on the worker: its knobs refused, its readings stale) and the rest of
-the pass — the other GPUs, at this tick — runs on a new thread; once it returns, that GPU is read on the
-worker under its own deadline from then on (:mod:`aithermd.backends.nvml_pass`).
+:class:`Quarantine` with a deadline per GPU (``hung_at``: from the last NVML call that began, and a budget
+for the GPU's whole read): a GPU whose read overruns is quarantined (held hung on the worker: its knobs
+refused, its readings stale) and the rest of the pass — the other GPUs, at this tick — runs on a new
+thread; once it returns, that GPU is read again, or held for a back-off as a slow chip is (not read, its
+readings stale, its knobs written as usual: :mod:`aithermd.backends.nvml_pass`).
 """
 
 from __future__ import annotations
@@ -244,9 +245,11 @@ class ReadGuard:
               budget: Callable[[Any], float | None] | None) -> bool:
         """The pass is stuck in ``backend``: quarantine ``device``, the one it reads (None: the backend
         whole), leave the thread behind. False when the pass ended meanwhile after all. An inline backend's
-        device that overran at each of its last passes is held for a back-off once its read returns."""
+        device (or a GPU) that overran at each of its last passes is held for a back-off once its read
+        returns."""
         why = f"read hung: no answer within {self.deadline_s:g} s"
-        tracked = backend is not None and (budget is None or budget(backend) is None)
+        # an inline backend's device or backend, a threaded one's device (a GPU: NVML's own budget per GPU)
+        tracked = backend is not None and (device is not None or budget is None or budget(backend) is None)
 
         def returned() -> None:
             held_s = self._hangs.returned(backend, device) if tracked else None

@@ -8,7 +8,8 @@ returns: it stays quarantined (its channels stale, so its fans go to full throug
 a hung chip) for :data:`BACKOFF_S`, doubled at each further overrun up to :data:`BACKOFF_MAX_S`, then read
 again. A pass that reads it in time returns it to service and forgets its history.
 
-Only the inline backends are tracked (NVML's GPUs have their own fallback: the worker's deadline per GPU).
+The inline backends' devices and backends are tracked, and the GPUs of NVML (a device of a threaded backend:
+its budget per GPU, attack11 G1); a threaded backend held whole is not (the worker's budget covers it).
 Everything here runs only once a read overran: when nothing is slow the guard looks at two empty dicts.
 Times are the guard's clock (monotonic s)."""
 

@@ -60,7 +60,8 @@ class NvmlBackend(NvmlKnobs, Quarantine):
     NVML's set calls return NVML_ERROR_NO_PERMISSION for other users) and otherwise writable until a write
     fails. ``index_base``: added to the NVML index in device ids (``gpu<base+N>``; a callable is asked at
     discovery), so a second NVML (fake GPUs beside real ones) numbers on. ``read_deadline_s``: how long one
-    GPU's read may take before it counts as hung."""
+    NVML call of a GPU's read may take before the GPU counts as hung; ``read_budget_s`` (default: the same)
+    its whole read, on the read guard's thread (:class:`~aithermd.backends.nvml_pass.Inline`)."""
 
     kind = "nvml"
     blocking = True
@@ -74,6 +75,7 @@ class NvmlBackend(NvmlKnobs, Quarantine):
         probe_writes: bool = True,
         index_base: int | Callable[[], int] = 0,
         read_deadline_s: float = READ_DEADLINE_S,
+        read_budget_s: float | None = None,
     ) -> None:
         if nvml is None:
             import pynvml as nvml
@@ -92,7 +94,7 @@ class NvmlBackend(NvmlKnobs, Quarantine):
         # held on the worker while NVML is shut down, initialised or hands out new handles: the fast lane's
         # own reads (NvmlReader.temperature_now) skip a poll meanwhile instead of using a dropped handle
         self.handles = HandleGuard()
-        self._inline = Inline(lambda: self.worker, read_deadline_s, self.handles)  # the tick's reads
+        self._inline = Inline(lambda: self.worker, read_deadline_s, self.handles, read_budget_s)  # tick reads
         self._energy = CounterGuard()  # an energy counter's implausible jump is a bad sample
         self._log = structlog.get_logger("aithermd.nvml")
 
@@ -209,6 +211,11 @@ class NvmlBackend(NvmlKnobs, Quarantine):
         hung = self.worker.hung_gpus
         for slot in slots:
             got = results.get(slot.id)
+            if got is None and slot.id in self._inline.backoff:  # its reads answer, slowly: not read now
+                why = self._inline.backoff[slot.id]
+                readings.update((ch.id, Reading(ch.id, None, Status.STALE, why))
+                                for ch in slot.reader.channels.values())
+                continue
             if isinstance(got, BaseException):
                 self.life.lose(slot, got, t)
             elif got is not None:

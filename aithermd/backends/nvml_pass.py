@@ -85,40 +85,46 @@ class Inline:
     """The tick's reads of the healthy GPUs made on the read guard's thread itself, where it waits for them
     (:func:`~aithermd.backends.guard.guarded`): no hand-off to the worker and back, two thread wake-ups a
     tick fewer (each ~0.1 ms of CPU at 1 Hz on a VM). The guard keeps what the worker's deadline per GPU
-    gave: ``reading`` is the GPU being read, ``hung_at()`` when it counts as hung (``deadline_s`` after its
-    read or its last NVML call began: :meth:`NvmlWorker.beat`), ``skip`` the GPUs held hung (the worker's:
-    their knobs refused, their readings stale). A GPU whose read hangs is held, the rest of the pass runs
-    on a new thread at the same tick, and once the read returns the GPU is read on the worker, under its
-    own deadline, from then on (``slow``). Off the guard's thread (a test, a command), or while the worker
-    changes NVML's handles (``handles``), the pass is the worker's :meth:`NvmlWorker.each`."""
+    gave: ``reading`` is the GPU being read, ``hung_at()`` when it counts as hung: ``deadline_s`` after its
+    read or its last NVML call began (:meth:`NvmlWorker.beat`), but ``budget_s`` after its read began at the
+    latest (attack11 G1: a GPU whose every call takes just under the deadline held the loop for its whole
+    read, seconds, every tick). ``skip`` the GPUs held: hung (on the worker: their knobs refused, their
+    readings stale) while a read that overran has not returned; for a back-off (``backoff``: not read, their
+    readings stale, their knobs written as usual, :mod:`aithermd.backends.hangs`) once it overran at each of
+    its last passes. A GPU whose read overruns is held, the rest of the pass runs on a new thread at the same
+    tick, and once the read returns the GPU is read again. Off the guard's thread (a test, a command), or
+    while the worker changes NVML's handles (``handles``), the pass is the worker's :meth:`NvmlWorker.each`."""
 
-    def __init__(self, worker: Callable[[], Any], deadline_s: float, handles: Any) -> None:
+    def __init__(self, worker: Callable[[], Any], deadline_s: float, handles: Any,
+                 budget_s: float | None = None) -> None:
         self._worker, self.deadline_s, self.handles = worker, deadline_s, handles
+        self.budget_s = deadline_s if budget_s is None else budget_s
         self.reading: str | None = None
         self.since = 0.0
-        self.slow: set[str] = set()
+        self.backoff: dict[str, str] = {}  # gpu → why, for the GPUs held for a back-off (not read)
         self.skip = _Held(self)
 
     def hung_at(self) -> float | None:
         if self.reading is None:
             return None
-        return max(self.since, self._worker()._beat) + self.deadline_s
+        since = self.since
+        return min(max(since, self._worker()._beat) + self.deadline_s, since + self.budget_s)
 
     def each(self, items: Iterable[tuple[str, Any]], fn: Callable[[Any], Any]) -> dict[str, Any] | None:
-        """``fn(item)`` for each ``(gpu, item)`` whose GPU is not hung: {gpu: result}; None when the guard
-        gave up on this pass (a GPU hung: the next pass reads the rest)."""
+        """``fn(item)`` for each ``(gpu, item)`` whose GPU is not held: {gpu: result}; None when the guard
+        gave up on this pass (a GPU overran: the next pass reads the rest)."""
         worker = self._worker()
         if not guarded() or not self.handles.enter():
-            return worker.each(items, fn, self.deadline_s)
+            backoff = self.backoff
+            return worker.each([(g, it) for g, it in items if g not in backoff] if backoff else items, fn,
+                               self.deadline_s)
         out: dict[str, Any] = {}
-        rest = []
+        backoff = self.backoff
         try:
             for g, it in items:
                 if not guarded():  # given up on: the next pass reads the rest
                     break
-                if g in self.slow:
-                    rest.append((g, it))
-                elif worker.hung(g) is None:
+                if g not in backoff and worker.hung(g) is None:
                     self.since, self.reading = time.monotonic(), g
                     out[g] = fn(it)
         finally:
@@ -126,35 +132,40 @@ class Inline:
         if not guarded():
             return None
         self.reading = None
-        if rest:
-            out.update(worker.each(rest, fn, self.deadline_s))
         return out
 
 
 class _Held:
-    """``Inline.skip``: the guard holds a GPU hung here (on the worker) and frees it once its read
-    returned."""
+    """``Inline.skip``: the guard holds a GPU here, hung (on the worker) while its read that overran has not
+    returned, or for a back-off (``Inline.backoff``; the guard's why begins ``read slow``), and frees it."""
 
     def __init__(self, owner: Inline) -> None:
         self._owner = owner
 
     def __setitem__(self, gpu: str, why: str) -> None:
-        self._owner.reading = None  # the next pass's own reads count from when they begin
-        self._owner._worker().hold(gpu, "read", self._owner.deadline_s)
+        owner = self._owner
+        owner.reading = None  # the next pass's own reads count from when they begin
+        if why.startswith("read slow"):  # its read returned: it answers, slowly; its knobs are written
+            owner.backoff[gpu] = why
+            owner._worker().free(gpu)
+        else:
+            owner._worker().hold(gpu, "read", owner.deadline_s)
 
     def pop(self, gpu: str, default: Any = None) -> Any:
         owner = self._owner
-        if not owner._worker().free(gpu):
+        if owner.backoff.pop(gpu, None) is None and not owner._worker().free(gpu):
             return default
-        owner.slow.add(gpu)
         return gpu
 
     def get(self, gpu: str, default: Any = None) -> Any:
+        why = self._owner.backoff.get(gpu)
+        if why is not None:
+            return why
         when = self._owner._worker().hung(gpu)
         return default if when is None else f"NVML call hung: no answer within {self._owner.deadline_s:g} s"
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._owner._worker().hung_gpus)
+        return iter(self._owner._worker().hung_gpus | set(self._owner.backoff))
 
     def __len__(self) -> int:
-        return len(self._owner._worker().hung_gpus)
+        return len(self._owner._worker().hung_gpus | set(self._owner.backoff))
