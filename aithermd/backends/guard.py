@@ -277,7 +277,8 @@ class ReadGuard:
         if device is not None:
             self._log.error("read_hung", device=device, deadline_s=self.deadline_s)
         elif backend is not None:
-            self._log.error("read_hung", backend=getattr(backend, "kind", "?"), deadline_s=self.deadline_s)
+            kind = getattr(backend, "kind", "?")  # held whole: the backend is the device (attack12 SH2)
+            self._log.error("read_hung", device=kind, backend=kind, deadline_s=self.deadline_s)
         return True
 
     def _release(self, backend: Any, device: str | None) -> None:

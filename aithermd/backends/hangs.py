@@ -10,6 +10,9 @@ again. A pass that reads it in time returns it to service and forgets its histor
 
 The inline backends' devices and backends are tracked, and the GPUs of NVML (a device of a threaded backend:
 its budget per GPU, attack11 G1); a threaded backend held whole is not (the worker's budget covers it).
+When several held devices are due at once, one is released per pass (:meth:`Hangs.due`): each retry of
+a device still slow costs the loop one deadline, so several slow chips no longer make one tick late by a
+deadline each (attack12 SH2).
 Everything here runs only once a read overran: when nothing is slow the guard looks at two empty dicts.
 Times are the guard's clock (monotonic s)."""
 
@@ -83,19 +86,19 @@ class Hangs:
             return entry.backoff_s
 
     def due(self) -> list[tuple[Any, str | None]]:
-        """The held devices whose back-off is over, as ``(backend, device)``: released, to be read again by
-        the next pass (the loop's thread, before a pass starts)."""
+        """The held device whose back-off is over (the one due first), as ``[(backend, device)]``: released,
+        to be read again by the next pass (the loop's thread, before a pass starts); [] when none is. One
+        a pass: the others wait for the next passes (a tick each)."""
         now = self.clock()
-        out = []
         with self._lock:
-            for key, until in list(self.held.items()):
-                if until <= now:
-                    del self.held[key]
-                    entry = self.track.get(key)
-                    if entry is not None:
-                        entry.released = self.seq
-                        out.append((entry.backend, entry.device))
-        return out
+            due = [(until, n, key) for n, (key, until) in enumerate(self.held.items()) if until <= now]
+            for _, _, key in sorted(due):
+                del self.held[key]
+                entry = self.track.get(key)
+                if entry is not None:
+                    entry.released = self.seq
+                    return [(entry.backend, entry.device)]
+        return []
 
     def passed(self, order: list[Any], seq: int) -> None:
         """Pass ``seq`` over ``order`` ended in time: the devices released before it began were read in
