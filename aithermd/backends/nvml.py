@@ -211,11 +211,6 @@ class NvmlBackend(NvmlKnobs, Quarantine):
         hung = self.worker.hung_gpus
         for slot in slots:
             got = results.get(slot.id)
-            if got is None and slot.id in self._inline.backoff:  # its reads answer, slowly: not read now
-                why = self._inline.backoff[slot.id]
-                readings.update((ch.id, Reading(ch.id, None, Status.STALE, why))
-                                for ch in slot.reader.channels.values())
-                continue
             if isinstance(got, BaseException):
                 self.life.lose(slot, got, t)
             elif got is not None:
@@ -225,7 +220,7 @@ class NvmlBackend(NvmlKnobs, Quarantine):
                 continue
             lost.add(slot.id)
             if slot.id in hung and slot.state == "ok":
-                status, why = Status.STALE, f"NVML call hung: no answer within {self.read_deadline_s:g} s"
+                status, why = Status.STALE, self._inline.skip.get(slot.id)
             else:
                 status = Status.FAILED
                 left = max(0.0, slot.retry_at - t)

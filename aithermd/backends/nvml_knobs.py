@@ -283,8 +283,9 @@ class NvmlKnobs(LimitWrites):
         """Put back what :meth:`save_knob` returned; a fan that was automatic goes back to automatic. Tried
         whatever the GPU's state (see the module doc); returns a note when the knob was left safe instead
         of as found (a manual fan handed to the driver's curve). Raises DeviceLost, BackendError,
-        BackendTimeout, UnknownKnob."""
-        return self._on(knob_id, self._restore, saved)
+        BackendTimeout, UnknownKnob. Tried too on a GPU held hung only by the read guard (a read that
+        overran its budget: a slow GPU answers, slowly), under the worker's deadline."""
+        return self.worker.run(self._restore, knob_id, saved, gpu=knob_id.partition("/")[0], held_too=True)
 
     def _restore(self, knob_id: str, saved: dict[str, Any]) -> str | None:
         here = self.life.slots.get(knob_id.partition("/")[0])

@@ -88,12 +88,14 @@ class Inline:
     gave: ``reading`` is the GPU being read, ``hung_at()`` when it counts as hung: ``deadline_s`` after its
     read or its last NVML call began (:meth:`NvmlWorker.beat`), but ``budget_s`` after its read began at the
     latest (attack11 G1: a GPU whose every call takes just under the deadline held the loop for its whole
-    read, seconds, every tick). ``skip`` the GPUs held: hung (on the worker: their knobs refused, their
-    readings stale) while a read that overran has not returned; for a back-off (``backoff``: not read, their
-    readings stale, their knobs written as usual, :mod:`aithermd.backends.hangs`) once it overran at each of
-    its last passes. A GPU whose read overruns is held, the rest of the pass runs on a new thread at the same
-    tick, and once the read returns the GPU is read again. Off the guard's thread (a test, a command), or
-    while the worker changes NVML's handles (``handles``), the pass is the worker's :meth:`NvmlWorker.each`."""
+    read, seconds, every tick). ``skip`` the GPUs held hung on the worker (their knobs refused, their
+    readings stale): while a read that overran has not returned, and for a back-off once a GPU overran at
+    each of its last passes (:mod:`aithermd.backends.hangs`; ``backoff`` says why). Such a GPU is not
+    written either: each write to a GPU that slow would hold up the worker, and the other GPUs' safety
+    writes queued behind it, for seconds. A GPU whose read overruns is held, the rest of the pass runs on a
+    new thread at the same tick, and once the read returns the GPU is read again. Off the guard's thread
+    (a test, a command), or while the worker changes NVML's handles (``handles``), the pass is the worker's
+    :meth:`NvmlWorker.each`."""
 
     def __init__(self, worker: Callable[[], Any], deadline_s: float, handles: Any,
                  budget_s: float | None = None) -> None:
@@ -101,7 +103,7 @@ class Inline:
         self.budget_s = deadline_s if budget_s is None else budget_s
         self.reading: str | None = None
         self.since = 0.0
-        self.backoff: dict[str, str] = {}  # gpu → why, for the GPUs held for a back-off (not read)
+        self.backoff: dict[str, str] = {}  # gpu → why, for the GPUs held hung for a back-off
         self.skip = _Held(self)
 
     def hung_at(self) -> float | None:
@@ -115,16 +117,13 @@ class Inline:
         gave up on this pass (a GPU overran: the next pass reads the rest)."""
         worker = self._worker()
         if not guarded() or not self.handles.enter():
-            backoff = self.backoff
-            return worker.each([(g, it) for g, it in items if g not in backoff] if backoff else items, fn,
-                               self.deadline_s)
+            return worker.each(items, fn, self.deadline_s)
         out: dict[str, Any] = {}
-        backoff = self.backoff
         try:
             for g, it in items:
                 if not guarded():  # given up on: the next pass reads the rest
                     break
-                if g not in backoff and worker.hung(g) is None:
+                if worker.hung(g) is None:
                     self.since, self.reading = time.monotonic(), g
                     out[g] = fn(it)
         finally:
@@ -136,36 +135,34 @@ class Inline:
 
 
 class _Held:
-    """``Inline.skip``: the guard holds a GPU here, hung (on the worker) while its read that overran has not
-    returned, or for a back-off (``Inline.backoff``; the guard's why begins ``read slow``), and frees it."""
+    """``Inline.skip``: the guard holds a GPU hung here (on the worker) while its read that overran has not
+    returned, or for a back-off (the guard's why begins ``read slow``: ``Inline.backoff``), and frees it."""
 
     def __init__(self, owner: Inline) -> None:
         self._owner = owner
 
     def __setitem__(self, gpu: str, why: str) -> None:
-        owner = self._owner
+        owner, worker = self._owner, self._owner._worker()
         owner.reading = None  # the next pass's own reads count from when they begin
-        if why.startswith("read slow"):  # its read returned: it answers, slowly; its knobs are written
+        if why.startswith("read slow"):  # its read returned: held on for a back-off
             owner.backoff[gpu] = why
-            owner._worker().free(gpu)
-        else:
-            owner._worker().hold(gpu, "read", owner.deadline_s)
+            if worker.hung(gpu) is not None:
+                return
+        worker.hold(gpu, "read", owner.deadline_s)
 
     def pop(self, gpu: str, default: Any = None) -> Any:
         owner = self._owner
-        if owner.backoff.pop(gpu, None) is None and not owner._worker().free(gpu):
-            return default
-        return gpu
+        owner.backoff.pop(gpu, None)
+        return gpu if owner._worker().free(gpu) else default
 
     def get(self, gpu: str, default: Any = None) -> Any:
-        why = self._owner.backoff.get(gpu)
-        if why is not None:
-            return why
-        when = self._owner._worker().hung(gpu)
-        return default if when is None else f"NVML call hung: no answer within {self._owner.deadline_s:g} s"
+        owner = self._owner
+        if owner._worker().hung(gpu) is None:
+            return default
+        return owner.backoff.get(gpu) or f"NVML call hung: no answer within {owner.deadline_s:g} s"
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._owner._worker().hung_gpus | set(self._owner.backoff))
+        return iter(self._owner._worker().hung_gpus)
 
     def __len__(self) -> int:
-        return len(self._owner._worker().hung_gpus | set(self._owner.backoff))
+        return len(self._owner._worker().hung_gpus)

@@ -106,6 +106,7 @@ class NvmlWorker:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._hung: dict[str, float] = {}  # gpu → monotonic time its call went unanswered
+        self._held: set[str] = set()  # of those, held by the read guard only (:meth:`hold`): none stuck here
         self.hangs = 0  # calls abandoned since the start
         self._beat = 0.0  # monotonic time the last NVML call began (readers call beat())
         self._closed = False
@@ -181,6 +182,7 @@ class NvmlWorker:
     def _mark_hung(self, gpu: str, future: Future[Any], what: str, deadline: float) -> None:
         self.hangs += 1
         self._hung[gpu] = time.monotonic()
+        self._held.discard(gpu)
         self._log.error("nvml_call_hung", gpu=gpu, call=what, deadline_s=deadline,
                         message=f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
                                 "GPUs are served by a fresh thread")
@@ -195,6 +197,8 @@ class NvmlWorker:
         """Hold ``gpu`` hung: its read ``what`` made no answer within ``deadline`` s off the worker (on the
         read guard's thread, :mod:`aithermd.backends.nvml_pass`); :meth:`free` once it returned."""
         self.hangs += 1
+        if gpu not in self._hung:
+            self._held.add(gpu)
         self._hung[gpu] = time.monotonic()
         self._log.error("nvml_call_hung", gpu=gpu, call=what, deadline_s=deadline,
                         message=f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
@@ -202,24 +206,27 @@ class NvmlWorker:
 
     def free(self, gpu: str) -> bool:
         """``gpu``'s hung call returned: it is served again. False when it was not held."""
+        self._held.discard(gpu)
         if self._hung.pop(gpu, None) is None:
             return False
         self._log.warning("nvml_call_returned", gpu=gpu, call="read")
         return True
 
-    def _refuse_hung(self, gpu: str | None) -> None:
-        if gpu is not None and gpu in self._hung:
+    def _refuse_hung(self, gpu: str | None, held_too: bool = True) -> None:
+        if gpu is not None and gpu in self._hung and (held_too or gpu not in self._held):
             raise BackendTimeout(HUNG.format(gpu=gpu))
 
     # -- calls -----------------------------------------------------------------------------------------
     def run(self, fn: Callable[..., T], *args: Any, timeout_s: float | None = None,
-            gpu: str | None = None) -> T:
+            gpu: str | None = None, held_too: bool = False) -> T:
         """Run ``fn(*args)`` on the worker and wait for it (blocking the calling thread, never the loop's
         own: call :meth:`call` there). Exceptions propagate; a missed deadline raises BackendTimeout (and
-        marks ``gpu`` hung)."""
+        marks ``gpu`` hung). A call for a hung ``gpu`` is refused at once, but with ``held_too`` one for a
+        GPU the read guard only holds (:meth:`hold`: a read on its thread overran, the GPU may only be slow:
+        the restores at the stop) is tried under its deadline."""
         if self.on_worker:
             return fn(*args)
-        self._refuse_hung(gpu)
+        self._refuse_hung(gpu, not held_too)
         executor = self._current()
         future = executor.submit(self._enter, fn, args, gpu=gpu)
         deadline = self.timeout_s if timeout_s is None else timeout_s
