@@ -113,6 +113,8 @@ class GpuReader(GpuProbe):
             except error as exc:
                 failed[role] = self._detail(exc)
         if failed:
+            if self.partial and not raw:  # partial (nvml_reprobe.py), yet every call failed: NVML is down
+                raise Down(next(iter(failed.values())))
             self._count_no_data(raw, failed, now)
         elif self._no_data:
             self._no_data.clear()

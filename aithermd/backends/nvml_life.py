@@ -37,6 +37,7 @@ import structlog
 
 from aithermd.backends.nvml_gpu import GpuReader
 from aithermd.backends.nvml_probe import REINIT_CODES, Down, Lost
+from aithermd.backends.nvml_reprobe import keep_denied, reprobe
 from aithermd.model import Device, Knob
 
 GPU_BACKOFF_S = (2.0, 300.0)
@@ -230,8 +231,8 @@ class NvmlLife:
                 handle = None
             if handle is None:
                 handle = nv.nvmlDeviceGetHandleByUUID(reader.uuid)
-            fresh = self.make_reader(reader.index, handle, int(slot.id.removeprefix("gpu")))
-            device = fresh.probe()
+            fresh, device = reprobe(lambda: self.make_reader(reader.index, handle, int(slot.id.removeprefix(
+                "gpu"))), slot, self.lib.up and slot.state == "down" and slot.why in self._reinit_names())
         except (nv.NVMLError, Lost, Down) as exc:
             why = "NVML_ERROR_GPU_IS_LOST" if isinstance(exc, Lost) else self.name(exc)
             if why == "NVML_ERROR_NOT_FOUND":
@@ -248,21 +249,12 @@ class NvmlLife:
         if slot.state != "ok":
             self._log.warning("gpu_back", gpu=slot.id, pci_bus_id=slot.bus_id, uuid=reader.uuid,
                               after_s=round(now - slot.since, 1), was=slot.why)
-        self._keep_denied(slot.device, fresh)
+        keep_denied(slot.device, fresh)
         slot.reader, slot.state, slot.why, slot.delay = fresh, "ok", None, GPU_BACKOFF_S[0]
         device = replace(device, knobs=tuple(fresh.knobs.values()))
         if device != slot.device:
             slot.device = device
             self.changed = True
-
-    @staticmethod
-    def _keep_denied(old: Device, fresh: GpuReader) -> None:
-        """Knobs found read-only at a write stay read-only when the re-probe did not try a write (as root it
-        calls them writable); one that did try tells (only a knob that never took a write is denied)."""
-        for knob in old.knobs if not getattr(fresh, "probe_writes", False) else ():
-            attr = knob.id.partition("/")[2]
-            if not knob.writable and attr in fresh.knobs and fresh.knobs[attr].writable:
-                fresh.knobs[attr] = replace(fresh.knobs[attr], writable=False, why_not=knob.why_not)
 
     # -- enumeration and adoption ----------------------------------------------------------------------
     def enumerate(self, now: float) -> None:

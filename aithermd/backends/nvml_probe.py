@@ -124,7 +124,10 @@ def error_name(nv: Any, code: int, names: dict[int, str] | None = None) -> str:
 
 
 class GpuProbe:
-    """GPU ``index`` (NVML enumeration order) behind ``handle``; device id ``gpu<index>``."""
+    """GPU ``index`` (NVML enumeration order) behind ``handle``; device id ``gpu<index>``. ``partial``: a
+    re-init cured nothing, its other calls answer (:mod:`.nvml_reprobe`): a read's REINIT code fails it."""
+
+    partial = False
 
     def __init__(
         self,
@@ -175,7 +178,7 @@ class GpuProbe:
         except self.nv.NVMLError as exc:
             if exc.value == self.nv.NVML_ERROR_GPU_IS_LOST:
                 raise Lost(self.id) from exc
-            if exc.value in REINIT_CODES and not name.startswith(WRITES):
+            if exc.value in REINIT_CODES and not name.startswith(WRITES) and not self.partial:
                 raise Down(self.names.get(exc.value, f"NVML_ERROR_{exc.value}")) from exc
             raise
 
@@ -272,7 +275,7 @@ class GpuProbe:
             ("nvmlDeviceGetTemperature", (nv.NVML_TEMPERATURE_GPU,)),
         ):
             code = self.attempt(fname, *args)[1]
-            if code is None:
+            if code is None or code in REINIT_CODES:  # (a REINIT code only when partial: kept, failing)
                 self.temp_fn, self.temp_raw = (lambda f=fname, a=args: self.call(f, *a)), (fname, args)
                 break
             if code != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
