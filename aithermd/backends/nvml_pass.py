@@ -148,7 +148,9 @@ class _Held:
             owner.backoff[gpu] = why
             if worker.hung(gpu) is not None:
                 return
-        worker.hold(gpu, "read", owner.deadline_s)
+        # over its budget while its calls answer (a restore at the stop is still tried), or a call hangs
+        slow = time.monotonic() - max(owner.since, worker._beat) < owner.deadline_s
+        worker.hold(gpu, "read", owner.budget_s if slow else owner.deadline_s, slow)
 
     def pop(self, gpu: str, default: Any = None) -> Any:
         owner = self._owner

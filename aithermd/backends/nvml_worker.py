@@ -106,7 +106,7 @@ class NvmlWorker:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._hung: dict[str, float] = {}  # gpu → monotonic time its call went unanswered
-        self._held: set[str] = set()  # of those, held by the read guard only (:meth:`hold`): none stuck here
+        self._held: set[str] = set()  # of those, held by the read guard as slow (hold()): none stuck here
         self.hangs = 0  # calls abandoned since the start
         self._beat = 0.0  # monotonic time the last NVML call began (readers call beat())
         self._closed = False
@@ -193,15 +193,18 @@ class NvmlWorker:
 
         future.add_done_callback(returned)
 
-    def hold(self, gpu: str, what: str, deadline: float) -> None:
+    def hold(self, gpu: str, what: str, deadline: float, slow: bool = False) -> None:
         """Hold ``gpu`` hung: its read ``what`` made no answer within ``deadline`` s off the worker (on the
-        read guard's thread, :mod:`aithermd.backends.nvml_pass`); :meth:`free` once it returned."""
+        read guard's thread, :mod:`aithermd.backends.nvml_pass`); :meth:`free` once it returned. ``slow``:
+        its calls answer, but its read overran its budget (tried by a call with ``held_too``)."""
         self.hangs += 1
-        if gpu not in self._hung:
+        if slow and gpu not in self._hung:
             self._held.add(gpu)
         self._hung[gpu] = time.monotonic()
         self._log.error("nvml_call_hung", gpu=gpu, call=what, deadline_s=deadline,
-                        message=f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
+                        message=f"{gpu}: its read took over {deadline:g} s (its NVML calls answer, slowly); "
+                                "the other GPUs are read by a fresh thread" if slow else
+                                f"{gpu}: NVML call {what} did not return within {deadline:g} s; the other "
                                 "GPUs are read by a fresh thread")
 
     def free(self, gpu: str) -> bool:
@@ -212,8 +215,8 @@ class NvmlWorker:
         self._log.warning("nvml_call_returned", gpu=gpu, call="read")
         return True
 
-    def _refuse_hung(self, gpu: str | None, held_too: bool = True) -> None:
-        if gpu is not None and gpu in self._hung and (held_too or gpu not in self._held):
+    def _refuse_hung(self, gpu: str | None, refuse_held: bool = True) -> None:
+        if gpu is not None and gpu in self._hung and (refuse_held or gpu not in self._held):
             raise BackendTimeout(HUNG.format(gpu=gpu))
 
     # -- calls -----------------------------------------------------------------------------------------
@@ -222,8 +225,8 @@ class NvmlWorker:
         """Run ``fn(*args)`` on the worker and wait for it (blocking the calling thread, never the loop's
         own: call :meth:`call` there). Exceptions propagate; a missed deadline raises BackendTimeout (and
         marks ``gpu`` hung). A call for a hung ``gpu`` is refused at once, but with ``held_too`` one for a
-        GPU the read guard only holds (:meth:`hold`: a read on its thread overran, the GPU may only be slow:
-        the restores at the stop) is tried under its deadline."""
+        GPU the read guard holds as slow (:meth:`hold`: a read on its thread overran its budget while its
+        calls answered: the restores at the stop) is tried under its deadline."""
         if self.on_worker:
             return fn(*args)
         self._refuse_hung(gpu, not held_too)

@@ -78,6 +78,9 @@ def test_a_gpu_hung_on_the_guards_thread_is_held_the_other_read_at_the_same_tick
         assert s.health["nvml"]["gpus"]["gpu0"]["state"] == "hung"
         with pytest.raises(BackendTimeout, match="hung"):
             backend.write_knob("gpu0/power_limit", 300.0)  # refused at once, as a hang on the worker
+        uuid = backend.devices()[0].info["uuid"]
+        with pytest.raises(BackendTimeout, match="hung"):  # and the stop's restore: no 2 s wait per knob
+            backend.restore_knob("gpu0/power_limit", {"limit_mw": 300_000, "uuid": uuid})
         s = guarded_sample(guard, backend)  # not asked again while its read is stuck
         assert s.readings["gpu0/temperature"].status is Status.STALE
         assert value(s, "gpu1/power") == 69.85 and guard.hangs == 1
