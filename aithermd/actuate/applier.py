@@ -276,7 +276,10 @@ class Applier:
             backend.write_knob(knob.id, value)
         except Exception as exc:  # noqa: BLE001 - a device fault never ends the daemon
             if recorded and isinstance(exc, NoPermission) and own is None:
-                self._unrecord(knob.id)  # refused before anything changed: no original to put back
+                try:  # refused before anything changed: no original to put back
+                    self.journal.forget(knob.id)
+                except Exception as err:  # noqa: BLE001 - JournalError: the entry stays, restoring it is harmless
+                    self._log.warning("journal_forget_failed", knob=knob.id, error=str(err))
             self.refusals.failed(knob, decision, value, old, own is not None, exc, t_wall)
             return current, self._fault(t_wall, knob, device_id, "write", exc)
         self.refusals.settled(knob.id, "uncontrollable")
@@ -314,12 +317,6 @@ class Applier:
             events.append(self._event("drift", t_wall, knob, device_id, drift[0], **drift[1]))
         return after, events
 
-    def _unrecord(self, knob_id: str) -> None:
-        try:
-            self.journal.forget(knob_id)
-        except Exception as exc:  # noqa: BLE001 - JournalError: the entry stays, restoring it is harmless
-            self._log.warning("journal_forget_failed", knob=knob_id, error=str(exc))
-
     @property
     def requested(self) -> dict[str, float]:
         """Knob id → the value last asked of each owned knob (daemon units)."""
@@ -347,6 +344,11 @@ class Applier:
         return [self._event("restore", t_wall, knob, own.device_id,
                             f"{knob.id} handed back: {note or 'original restored'}", fallback=bool(note))]
 
+    def unsettle(self, knob_id: str) -> None:
+        """``knob_id`` was written outside :meth:`apply` (:mod:`~aithermd.actuate.rescue`): not drift."""
+        if (own := self._owned.get(knob_id)) is not None:
+            own.after = None  # the next no-op or write sets it again
+
     def forget(self, knob_id: str) -> None:
         """Drop all memory of a knob (after the journal was restored as a whole)."""
         self.stepped_back.discard(knob_id)
@@ -357,11 +359,9 @@ class Applier:
     # -- reporting -----------------------------------------------------------------------------------
     def _log_actuation(self, knob: Knob, device_id: str, decision: Decision, old: float | None, new: float,
                        **extra: Any) -> None:
-        """One ``actuation`` line per write, with the decision's reason: at info when the knob's deciding
-        rule or layer changed (the first write included) or it is a GPU's power limit or clock lock (a
-        search's steps, minutes apart: each is journaled), else at debug (a curve moving a fan every few
-        seconds stays out of the journal unless asked for; every write is still an ``actuation`` event on
-        the bus)."""
+        """One ``actuation`` line per write, with its reason: at info when the knob's rule or layer changed
+        (the first write too) or for a GPU's limit or clock lock (a search's steps), else at debug (a curve
+        moving a fan every few s; every write is still an ``actuation`` event on the bus)."""
         who = (decision.rule, decision.layer)
         journaled = self._who.get(knob.id) != who or knob.kind in JOURNALED_KINDS
         self._who[knob.id] = who

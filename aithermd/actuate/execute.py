@@ -36,6 +36,7 @@ import structlog
 from aithermd.actuate.applier import Applier
 from aithermd.actuate.hung import Unanswered
 from aithermd.actuate.inline import InlineWrites, rest
+from aithermd.actuate.rescue import Rescue
 from aithermd.actuate.restore import RestoreReport, restore_journal
 from aithermd.actuate.worker import Worker
 from aithermd.backends.base import Backend
@@ -132,7 +133,19 @@ class Executor:
         self._abandoned: dict[str, _Job] = {}
         self.unanswered = Unanswered()  # devices whose chip does not answer: never written (hung.py)
         self.inline = InlineWrites()  # the inline knobs' writer thread (inline.py)
+        self.rescue = Rescue()  # one try at full duty for the fans of a chip that stops answering (rescue.py)
         self._log = structlog.get_logger("aithermd.execute")
+
+    def hold(self, world: Knobs, hung: Mapping[str, str], t_wall: float) -> list[Event]:
+        """Take ``hung`` (device id → why: held by the read guard now) as the devices not to touch
+        (:meth:`Unanswered.update`); the fans this daemon holds on one newly held for a hung read get one
+        try at full duty, off the loop (:mod:`aithermd.actuate.rescue`). Returns the events."""
+        before, applier = self.unanswered.devices, self.applier
+        events = self.unanswered.update(hung, t_wall)
+        if not (self.closed or applier.paused):
+            events += self.rescue.start(world, applier, self.unanswered, before, t_wall,
+                                        lambda: self.closed or applier.paused)
+        return events
 
     # -- writing -----------------------------------------------------------------------------------------
     async def apply(self, world: Knobs, decisions: Iterable[tuple[str, Decision]], *, t_wall: float,

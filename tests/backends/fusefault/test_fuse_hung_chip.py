@@ -112,3 +112,39 @@ def test_a_knob_whose_reads_hang_from_the_start_never_holds_the_loop_or_sigterm(
             # while the pwm1 read still hangs in the kernel
             stops_while_hung(proc, log, tree, lambda: knob_files(tree.source) == original, timeout_s=60)
         assert knob_files(tree.source) == original  # nothing more: the source holds what the stop restored
+
+
+def test_the_fans_held_on_a_chip_whose_knob_read_hangs_go_to_full_duty(tmp_path):
+    """W1r-res (attack12): reads of ``pwm1`` hang once the daemon holds the nct6798's fans at the curve's
+    low duty, its writes still work. The old code left them where they were (manual, 34-47 %) for as long as
+    the read hung; now each fan the daemon holds gets one write of full duty off the loop (manual, 255), the
+    loop ticks on, and the stop restores every fan while the read still hangs."""
+    with FaultyTree(copy_tree(X570, tmp_path / "src"), tmp_path) as tree:
+        original = knob_files(tree.source)
+        args = run_args(tree.mount, tmp_path / "state", "--tick", "0.2", "--log-level", "debug")
+        with running(tree, args) as (proc, log):
+            assert any(nct_actuation(e) for e in log.until(nct_actuation, 60))
+            tree.hang("hwmon1/pwm1")
+            seen = log.until(lambda e: e.get("event") == "fault" and e.get("why") == "unanswered_full", 60)
+            assert seen and seen[-1].get("why") == "unanswered_full", seen[-5:]
+            held = seen[-1]["knobs"]
+            assert f"{NCT}/pwm1" in held, held
+            done: set[str] = set()
+
+            def written(e: dict) -> bool:
+                if e.get("event") == "unanswered_full_written":
+                    done.add(e["knob"])
+                return done == set(held)
+
+            seen += log.until(written, 60)
+            assert done == set(held), seen[-5:]
+            files = knob_files(tree.source)
+            for knob in held:
+                name = knob.rsplit("/", 1)[1]
+                path = next(p for p in files if p.startswith("devices/platform/nct6775.656") and
+                            p.endswith(f"/{name}"))
+                assert (files[path], files[path + "_enable"]) == ("255\n", "1\n"), (path, files)
+            gpu_heats(tree)
+            assert gpu_fan_follows(log, seen), seen  # the loop ticks on
+            stops_while_hung(proc, log, tree, lambda: knob_files(tree.source) == original, timeout_s=60)
+        assert knob_files(tree.source) == original

@@ -1,0 +1,103 @@
+"""A chip that stops answering gets one try at full duty for the fans the daemon holds there (attack12
+W1r-res; rule 3: a failed sensor drives its fans to full, never zero): off the loop in a thread of its own
+(``Executor.hold`` returns while the write is still inside the backend), write only (nothing read back),
+once per episode, the journal kept; never for a fan the daemon does not hold, another device, a chip whose
+*write* hung, or once the executor is closed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from aithermd.actuate.applier import Applier
+from aithermd.actuate.execute import Executor
+from aithermd.actuate.journal import Journal
+from aithermd.actuate.rescue import THREAD_NAME
+from aithermd.model import Decision, KnobValue, Layer
+from tests.support.executor import InstantWorker, KnobWorld, pwm_fan
+
+A1, A2, AX, B = "hwmon:a/pwm1", "hwmon:a/pwm2", "hwmon:a/pwm3", "hwmon:b/pwm1"
+HUNG = {"hwmon:a": "read hung: no answer within 0.5 s"}
+
+
+class Fans:
+    """An inline fan backend (duties in %). Once ``hung``, a read is an error (it would block for ever) and a
+    write waits for ``release`` (a store() held in the driver), noting the thread it ran in."""
+
+    def __init__(self, values: dict[str, float]) -> None:
+        self.values, self.hung, self.writes = values, False, []
+        self.release, self.threads = threading.Event(), []
+
+    def locator(self) -> dict:
+        return {"kind": "test"}
+
+    def save_knob(self, knob_id: str) -> dict:
+        assert not self.hung, "read of a hung chip"
+        return {"duty": self.values[knob_id]}
+
+    def write_knob(self, knob_id: str, value: float) -> None:
+        if self.hung:
+            self.threads.append(threading.current_thread().name)
+            assert self.release.wait(30)
+        self.writes.append((knob_id, value))
+        self.values[knob_id] = value
+
+    def read_knob(self, knob_id: str) -> KnobValue:
+        assert not self.hung, "read of a hung chip"
+        return KnobValue(knob_id, self.values[knob_id], "manual")
+
+
+def setup(tmp_path):
+    a, b = Fans({A1: 40.0, A2: 40.0, AX: 40.0}), Fans({B: 40.0})
+    world = KnobWorld({k: pwm_fan(k) for k in (A1, A2, AX, B)}, {A1: a, A2: a, AX: a, B: b}, (a, b))
+    journal = Journal(tmp_path / "state")
+    executor = Executor(Applier(journal), InstantWorker())
+    wanted = [(k, Decision(k, 30.0, Layer.POLICY, "p/fans")) for k in (A1, A2, B)]  # pwm3 never written
+    asyncio.run(executor.apply(world, wanted, t_wall=1.0))
+    assert a.values == {A1: 30.0, A2: 30.0, AX: 40.0} and sorted(journal.entries()) == sorted([A1, A2, B])
+    return a, b, world, journal, executor
+
+
+def settle(executor: Executor) -> None:
+    for future in list(executor.rescue.pending.values()):
+        future.exception(timeout=30)
+
+
+def test_the_held_fans_of_a_chip_that_stops_answering_get_one_full_duty_write_off_the_loop(tmp_path):
+    a, b, world, journal, executor = setup(tmp_path)
+    a.hung = True  # from now on its writes block until released, its reads fail
+    events = executor.hold(world, HUNG, 2.0)  # returns while both writes are held in the "driver"
+    assert [(e.kind, e.data.get("why")) for e in events] == [("fault", "unanswered"), ("fault", "unanswered_full")]
+    assert events[1].data["knobs"] == [A1, A2] and "full duty" in events[1].message
+    assert sorted(executor.rescue.pending) == [A1, A2]
+    assert executor.hold(world, HUNG, 3.0) == []  # once: no second try while it is held
+    a.release.set()
+    settle(executor)
+    assert a.values == {A1: 100.0, A2: 100.0, AX: 40.0}  # pwm3 is not the daemon's: never touched
+    assert a.threads == [THREAD_NAME, THREAD_NAME] and b.values == {B: 30.0}
+    assert {k: e.saved for k, e in journal.entries().items()} == {A1: {"duty": 40.0}, A2: {"duty": 40.0},
+                                                                  B: {"duty": 40.0}}  # originals kept
+    assert executor.hold(world, HUNG, 4.0) == [] and executor.rescue.pending == {}
+    a.hung = False
+    assert [e.kind for e in executor.hold(world, {}, 5.0)] == ["recovered"]
+    # what the chip reads once it answers again (full duty) is no drift of another program
+    assert executor.applier.observe(world.knobs[A1], KnobValue(A1, 100.0, "manual"), 5.0, 5.0) == []
+    asyncio.run(executor.apply(world, [(A1, Decision(A1, 35.0, Layer.POLICY, "p/fans"))], t_wall=6.0,
+                               current={A1: KnobValue(A1, 100.0, "manual")}))
+    assert a.values[A1] == 35.0 and journal.entries()[A1].saved == {"duty": 40.0}
+    a.hung = True  # a new episode: a new try
+    assert [e.data.get("why") for e in executor.hold(world, HUNG, 7.0)] == ["unanswered", "unanswered_full"]
+    settle(executor)
+    assert a.values[A1] == 100.0
+
+
+def test_no_try_for_a_chip_whose_write_hung_nor_once_the_executor_is_closed(tmp_path):
+    a, b, world, journal, executor = setup(tmp_path)
+    executor.unanswered.write_hung("hwmon:a", A1, 0.5, 2.0)  # its writes block: a try would only pile up
+    assert [e.data.get("why") for e in executor.hold(world, {}, 2.0)] == []
+    assert executor.rescue.pending == {} and a.values[A1] == 30.0
+    executor.unanswered.returned("hwmon:a")
+    executor.hold(world, {}, 3.0)
+    asyncio.run(executor.close(1.0))
+    assert [e.data.get("why") for e in executor.hold(world, HUNG, 4.0)] == ["unanswered"]
+    assert executor.rescue.pending == {} and a.values[A1] == 30.0
