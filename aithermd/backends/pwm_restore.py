@@ -3,7 +3,8 @@
 The rules (README, Fans; the product's first safety rule: a fan is never left in manual mode at a low duty):
 
 - **The original, exactly**, when it can be written: manual → ``pwmN_enable`` 1 then the duty; automatic →
-  the duty (best effort: the driver owns it then) then the mode; no ``pwmN_enable`` → the duty.
+  the mode, the duty (best effort: the driver owns it then), the mode again, nothing read in between (a read
+  that hangs must not leave the fan manual: restore8); no ``pwmN_enable`` → the duty.
 - **A manual original at a low duty is not put back** (below :data:`LOW_DUTY_RAW`): nothing would drive
   that fan once the daemon is gone (unless the fan is handed back to the program that keeps writing it,
   :data:`TO_WRITER`). It is what the daemon finds when a fan's true original was lost — a
@@ -139,13 +140,23 @@ def _exact(knob: PwmKnob, pwm: int | None, enable: int | None) -> None:
         if pwm is not None:
             _write(knob.pwm, pwm, f"{kid}: restore pwm {pwm}")
         return
+    # an automatic original: the mode first (the safe state, the firmware in charge), so that a write or read
+    # that hangs after it cannot leave the fan manual at the daemon's duty; then the duty, best effort (the
+    # driver owns it); then the mode once more (a driver that takes a duty written in automatic mode as
+    # manual control). Nothing is read unless the mode is refused (restore8: a hung read of pwmN_enable
+    # between the duty and the mode left the fan manual at duty 0)
+    with contextlib.suppress(OSError):
+        _retried(knob.enable, enable)
     if pwm is not None:
         with contextlib.suppress(OSError):
             knob.pwm.write_int(pwm)
-    with contextlib.suppress(OSError, Nonsense):
-        if knob._enable() == enable:
-            return  # the mode is as found (a refused duty handed it back): nothing to rewrite
-    _write(knob.enable, enable, f"{kid}: restore enable {enable}")
+    try:
+        _retried(knob.enable, enable)
+    except OSError as exc:
+        with contextlib.suppress(OSError, Nonsense):
+            if knob._enable() == enable:
+                return  # the mode is as found (a driver that refuses the write of its own mode)
+        raise write_error(exc, f"{kid}: restore enable {enable}") from exc
 
 
 def full(knob: PwmKnob, why: str) -> str:

@@ -55,7 +55,9 @@ def test_save_and_restore_automatic_mode(x570):
     backend.write_knob(f"{NCT}/pwm2", 0.0)
     io.writes.clear()
     backend.restore_knob(f"{NCT}/pwm2", saved)
-    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2", b"88\n"), ("pwm2_enable", b"5\n")]
+    # the mode first (the safe state), the duty, the mode again; nothing read in between (restore8)
+    assert [(p.rsplit("/", 1)[1], d) for p, d in io.writes] == [("pwm2_enable", b"5\n"), ("pwm2", b"88\n"),
+                                                                 ("pwm2_enable", b"5\n")]
     assert backend.read_knob(f"{NCT}/pwm2").mode == "auto"
 
 
@@ -114,7 +116,7 @@ def test_a_restore_write_busy_for_a_moment_is_tried_again(x570):
     assert backend.restore_knob(f"{NCT}/pwm2", saved) is None
     assert (chip / "pwm2_enable").read_text() == "5\n"
     backend.write_knob(f"{NCT}/pwm2", 30.0)
-    io.write_faults["pwm2_enable"] = [OSError(errno.EAGAIN, "busy")] * 3  # busy every try: full duty
+    io.write_faults["pwm2_enable"] = [OSError(errno.EAGAIN, "busy")] * 6  # busy every try of both: full duty
     note = backend.restore_knob(f"{NCT}/pwm2", saved)
     assert "full duty" in note and (chip / "pwm2").read_text() == "255\n"
 
@@ -236,13 +238,18 @@ def test_fast_constructors_build_the_same_objects():
 
 
 def test_enodev_once_during_a_restore_leaves_the_fan_at_full_duty_not_at_the_duty_written_first(x570):
-    """attack7 H3: an automatic original's duty goes first; ENODEV on pwmN_enable then raised DeviceLost past
-    the full-duty fallback, and the fan stayed manual at that (low) duty."""
+    """attack7 H3: ENODEV on pwmN_enable raised DeviceLost past the full-duty fallback, and the fan stayed
+    manual at the duty written before the mode. The mode now goes first and again after the duty: one ENODEV
+    is written over; ENODEV on both leaves the fan at full duty."""
     backend, io, chip = x570
     saved = backend.save_knob(f"{NCT}/pwm2")
     assert saved == {"pwm": 88, "enable": 5}
     backend.write_knob(f"{NCT}/pwm2", 30.0)
     io.write_faults["pwm2_enable"] = [OSError(errno.ENODEV, "no such device")]
+    assert backend.restore_knob(f"{NCT}/pwm2", saved) is None
+    assert ((chip / "pwm2").read_text(), (chip / "pwm2_enable").read_text()) == ("88\n", "5\n")
+    backend.write_knob(f"{NCT}/pwm2", 30.0)
+    io.write_faults["pwm2_enable"] = [OSError(errno.ENODEV, "no such device")] * 2
     note = backend.restore_knob(f"{NCT}/pwm2", saved)
     assert "full duty" in note and (chip / "pwm2").read_text() == "255\n"
     assert (chip / "pwm2_enable").read_text() == "1\n"

@@ -115,3 +115,17 @@ def test_a_chip_whose_writes_all_hang_keeps_its_entries_and_the_other_device_is_
     left_behind()
     assert main(["restore", "--state-dir", str(state)]) == 0
     assert knob_files(tree.source) == original
+
+
+def test_a_hung_read_of_a_fan_mode_never_leaves_an_automatic_fan_manual(tree, tmp_path, capsys):
+    """restore8: reads of ``pwm5_enable`` hang. pwm5's original is automatic (SmartFan, enable 5): its mode is
+    written first and nothing is read, so the restore returns with every fan as found while the read still
+    hangs (the old order wrote the duty, read the mode and hung there: pwm5 manual at duty 0)."""
+    state = tmp_path / "state"
+    original = crash(tree, state)
+    assert original["devices/platform/nct6775.656/hwmon/hwmon1/pwm5_enable"] == "5\n"
+    tree.hang("hwmon1/pwm5_enable")
+    code, err = restore_returns(state, capsys)
+    assert code == 0 and "error" not in err, err
+    assert knob_files(tree.source) == original, "every fan as found, pwm5 automatic"
+    assert not Journal(state).dirty
