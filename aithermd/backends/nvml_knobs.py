@@ -48,6 +48,7 @@ from aithermd.errors import (
 from aithermd.model import KnobValue, Status
 
 SET_LIMIT = "nvmlDeviceSetPowerManagementLimit"
+DEFAULT_LIMIT = "nvmlDeviceGetPowerManagementDefaultLimit"
 
 
 def _kept(speed: Any) -> bool:
@@ -243,7 +244,8 @@ class NvmlKnobs(LimitWrites):
         return KnobValue(knob_id, units.mw_to_w(limit), None, Status.OK, extra)
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
-        """Power limit: ``{"limit_mw": int, "uuid"}``; target temperature ``{"target_c": int, "uuid"}``; fan:
+        """Power limit: ``{"limit_mw": int, "uuid"}``, plus ``"unread"`` (why) when the limit could not be
+        read and the driver's default limit (the stock state) stands in; target temperature ``{"target_c": int, "uuid"}``; fan:
         ``{"speed_pct": int, "mode": "auto"|"manual"|None, "uuid"}``. The GPU's UUID binds the original to
         that board: after a crash the NVML index of a GPU can change (one removed, a reordered bus), the UUID
         does not."""
@@ -252,7 +254,14 @@ class NvmlKnobs(LimitWrites):
     def _save(self, knob_id: str) -> dict[str, Any]:
         slot, attr = self._knob(knob_id)
         if attr == "power_limit":
-            limit = self._do(slot, f"{knob_id}: read original", "nvmlDeviceGetPowerManagementLimit")
+            try:
+                limit = self._do(slot, f"{knob_id}: read original", "nvmlDeviceGetPowerManagementLimit")
+            except NotSupported as exc:  # unreadable before the first write (nvsafe8; not a slow GPU): the
+                try:  # driver's default stands in, marked: a safety cut is written, the restore sets stock
+                    limit = self._do(slot, f"{knob_id}: read default", DEFAULT_LIMIT)
+                except BackendError:
+                    raise exc from None
+                return {"limit_mw": int(limit), "uuid": slot.reader.uuid, "unread": str(exc)}
             return {"limit_mw": int(limit), "uuid": slot.reader.uuid}
         if attr == nvml_acoustic.ATTR:
             kv = nvml_acoustic.value(slot.reader)
@@ -306,7 +315,11 @@ class NvmlKnobs(LimitWrites):
             if attr == KNOB:
                 slot.reader.extra.restore(lambda what, f, *a: self._do(slot, what, f, *a), saved)
             elif attr == "power_limit":
-                return self._restore_limit(slot, knob_id, saved["limit_mw"])
+                note = self._restore_limit(slot, knob_id, saved["limit_mw"])
+                if saved.get("unread"):  # the default stood in for an original that could not be read
+                    said = f"the driver's default limit set (the original was unreadable: {saved['unread']})"
+                    note = f"{said}; {note}" if note else said
+                return note
             elif attr == nvml_acoustic.ATTR:
                 do(f"restore {saved['target_c']} °C", *nvml_acoustic.set_args(slot.reader, saved["target_c"]))
             elif low:  # nothing would drive it at that speed, or it does not decode: the driver's curve

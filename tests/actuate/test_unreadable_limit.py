@@ -10,6 +10,7 @@ import pytest
 
 from aithermd.actuate.applier import UNREAD_RETRY_S, Applier
 from aithermd.actuate.journal import Journal
+from aithermd.actuate.restore import restore_journal
 from aithermd.backends.nvml import NvmlBackend
 from aithermd.model import Decision, Layer
 from aithermd.runtime.daemon import Daemon
@@ -132,3 +133,28 @@ def test_a_value_taken_unreadable_is_written_again_at_once_after_a_resume(tmp_pa
     applier.resume(t_mono=1005.0)
     applier.apply(backend, knob, "gpu0", cut, 200.0, backend.read_knob(KNOB), 5.0)
     assert fake.sets == [200_000] * 3
+
+
+def test_a_limit_unreadable_before_its_first_write_is_journaled_as_the_drivers_default(tmp_path):
+    """nvsafe8: the limit cannot be read before the daemon first writes it, so its original could not be
+    journaled and the safety cut failed (a ``fault``) on every tick. The driver's default limit (the stock
+    state) now stands in, marked ``unread``: the cut is written, and the restore sets the default, saying so."""
+    fake = UnreadableLimits.from_dumps([RTX3090])
+    fake.unreadable, fake.sets = set(), []
+    backend = NvmlBackend(nvml=fake.bindings(), read_deadline_s=30.0)
+    (gpu,) = backend.discover()
+    knob = next(k for k in gpu.knobs if k.id == KNOB)
+    default_mw = fake.gpus[0].default_mw
+    assert default_mw and knob.default == default_mw / 1000
+    fake.sets.clear()
+    fake.fail_limits(0)  # from the start: never read, never journaled by the old code
+    journal = Journal(tmp_path)
+    applier = Applier(journal)
+    cut = Decision(KNOB, 200.0, Layer.SAFETY, "safety/critical-temperature")
+    after, events = applier.apply(backend, knob, "gpu0", cut, 200.0, backend.read_knob(KNOB), 1.0)
+    assert fake.sets == [200_000], events  # a safety decision is always written
+    saved = journal.entries()[KNOB].saved
+    assert saved["limit_mw"] == default_mw and "NOT_SUPPORTED" in saved["unread"]
+    report = restore_journal(journal, backends=[backend])
+    assert report.restored == (KNOB,) and "default" in report.fallbacks[KNOB]
+    assert fake.sets[-1] == default_mw and not journal.dirty
