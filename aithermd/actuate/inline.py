@@ -39,7 +39,13 @@ _log = structlog.get_logger("aithermd.inline")
 
 
 class _Writer:
-    """One daemon thread running the batches handed to it in turn (it never holds up the process's exit)."""
+    """One daemon thread running the batches handed to it in turn (it never holds up the process's exit).
+
+    A daemon thread loses no journaled state at exit: the loop waits for each batch, so at the exit the
+    thread is idle or in a batch given up on (its call stuck in the driver; the kernel lets the process end
+    only once that call returns, and the batch writes nothing more). A knob's original is on disk before its
+    write (journal first), and the journal is replaced atomically, so a thread ended in a hand-back leaves
+    the entry, restored again later (hang8)."""
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
@@ -86,9 +92,11 @@ class InlineWrites:
         begun = time.monotonic()
         future = pool.submit(batch, *args)
         while True:
-            since = job.since or begun
+            wait = (job.since or begun) + self.deadline_s - time.monotonic()
+            if wait <= 0 and job.writing is None:  # between knobs or not begun (a busy CPU), past the last
+                wait = self.deadline_s  # knob's deadline: nothing to give up on; no busy wait (hang8)
             try:
-                future.result(timeout=max(0.0, since + self.deadline_s - time.monotonic()))
+                future.result(timeout=max(0.0, wait))
                 return None
             except TimeoutError:
                 if future.done() or job.writing is None or time.monotonic() < job.since + self.deadline_s:
