@@ -140,12 +140,9 @@ class Executor:
         """Take ``hung`` (device id → why: held by the read guard now) as the devices not to touch
         (:meth:`Unanswered.update`); the fans this daemon holds on one newly held for a hung read get one
         try at full duty, off the loop (:mod:`aithermd.actuate.rescue`). Returns the events."""
-        before, applier = self.unanswered.devices, self.applier
+        applier = self.applier
         events = self.unanswered.update(hung, t_wall)
-        if not (self.closed or applier.paused):
-            events += self.rescue.start(world, applier, self.unanswered, before, t_wall,
-                                        lambda: self.closed or applier.paused)
-        return events
+        return events + self.rescue.start(world, applier, hung, t_wall, lambda: self.closed or applier.paused)
 
     # -- writing -----------------------------------------------------------------------------------------
     async def apply(self, world: Knobs, decisions: Iterable[tuple[str, Decision]], *, t_wall: float,

@@ -19,7 +19,8 @@ knob of it that the daemon owns and has journaled gets **one** write of full dut
 - a fan not owned (never written, so its original was never read) is not touched: its original could not
   be journaled without a read of the chip.
 
-A device held for a hung *write* (:mod:`aithermd.actuate.inline`) gets no try: its writes block.
+A device held only for a hung *write* (:mod:`aithermd.actuate.inline`; its reads answer) gets no try: its
+writes block. One the read guard holds as well does (the batch given up on may have hung in its read-back).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import Any
 import structlog
 
 from aithermd.actuate.applier import FAN_KINDS, Applier
-from aithermd.actuate.hung import Unanswered
 from aithermd.backends.base import Backend
 from aithermd.backends.pwm_restore import full
 from aithermd.errors import UnknownKnob
@@ -66,15 +66,17 @@ class Rescue:
     def __init__(self, write: Callable[[Backend, Knob], Any] = full_duty) -> None:
         self.write = write
         self.pending: dict[str, Future[Any]] = {}
+        self.reads: set[str] = set()  # the devices held for a hung read at the last call
 
-    def start(self, world: Any, applier: Applier, unanswered: Unanswered, before: Collection[str],
-              t_wall: float, stop: Callable[[], bool]) -> list[Event]:
+    def start(self, world: Any, applier: Applier, hung: Collection[str], t_wall: float,
+              stop: Callable[[], bool]) -> list[Event]:
         """A try at full duty for each fan knob of ``world`` (``knobs``, ``owner``) that ``applier`` owns and
-        has journaled on a device ``unanswered`` holds now for a hung read and did not hold ``before``,
+        has journaled on a device of ``hung`` (held by the read guard now) that was not in the last call's,
         unless one is still pending; ``stop()`` True ends a try not yet begun (the executor closed, asleep).
         Returns a ``fault`` event per device tried (``why`` ``unanswered_full``)."""
-        new = {d for d in unanswered.devices if d not in before and d not in unanswered.writes}
-        if not new:
+        new = {d for d in hung if d not in self.reads}
+        self.reads = set(hung)
+        if not new or stop():
             return []
         knobs, owner, journal = world.knobs, world.owner, applier.journal
         todo: dict[str, list[str]] = {}

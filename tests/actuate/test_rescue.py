@@ -2,7 +2,7 @@
 W1r-res; rule 3: a failed sensor drives its fans to full, never zero): off the loop in a thread of its own
 (``Executor.hold`` returns while the write is still inside the backend), write only (nothing read back),
 once per episode, the journal kept; never for a fan the daemon does not hold, another device, a chip whose
-*write* hung, or once the executor is closed."""
+*write* alone hung (its reads answer), or once the executor is closed."""
 
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def test_the_held_fans_of_a_chip_that_stops_answering_get_one_full_duty_write_of
     a, b, world, journal, executor = setup(tmp_path)
     a.hung = True  # from now on its writes block until released, its reads fail
     events = executor.hold(world, HUNG, 2.0)  # returns while both writes are held in the "driver"
-    assert [(e.kind, e.data.get("why")) for e in events] == [("fault", "unanswered"), ("fault", "unanswered_full")]
+    assert [(e.kind, e.data.get("why")) for e in events] == [("fault", "unanswered"),
+                                                              ("fault", "unanswered_full")]
     assert events[1].data["knobs"] == [A1, A2] and "full duty" in events[1].message
     assert sorted(executor.rescue.pending) == [A1, A2]
     assert executor.hold(world, HUNG, 3.0) == []  # once: no second try while it is held
@@ -91,13 +92,18 @@ def test_the_held_fans_of_a_chip_that_stops_answering_get_one_full_duty_write_of
     assert a.values[A1] == 100.0
 
 
-def test_no_try_for_a_chip_whose_write_hung_nor_once_the_executor_is_closed(tmp_path):
+def test_no_try_for_a_chip_whose_write_alone_hung_nor_once_the_executor_is_closed(tmp_path):
     a, b, world, journal, executor = setup(tmp_path)
-    executor.unanswered.write_hung("hwmon:a", A1, 0.5, 2.0)  # its writes block: a try would only pile up
+    executor.unanswered.write_hung("hwmon:a", A1, 0.5, 2.0)  # its store() blocks, its reads answer
     assert [e.data.get("why") for e in executor.hold(world, {}, 2.0)] == []
     assert executor.rescue.pending == {} and a.values[A1] == 30.0
+    # the read guard holds it too (the batch may have hung in its read-back): a try, write only
+    assert [e.data.get("why") for e in executor.hold(world, HUNG, 3.0)] == ["unanswered_full"]
+    settle(executor)
+    assert a.values == {A1: 100.0, A2: 100.0, AX: 40.0}
     executor.unanswered.returned("hwmon:a")
-    executor.hold(world, {}, 3.0)
+    executor.hold(world, {}, 4.0)
     asyncio.run(executor.close(1.0))
-    assert [e.data.get("why") for e in executor.hold(world, HUNG, 4.0)] == ["unanswered"]
-    assert executor.rescue.pending == {} and a.values[A1] == 30.0
+    writes = len(a.writes)
+    assert [e.data.get("why") for e in executor.hold(world, HUNG, 5.0)] == ["unanswered"]
+    assert executor.rescue.pending == {} and len(a.writes) == writes
