@@ -364,14 +364,20 @@ class Executor:
         abandoned ones last and kept journaled while their write may still land; then up to ``timeout_s``
         s more for those writes, each knob whose write returned restored again and forgotten. Returns the
         report: ``kept`` lists the knobs left journaled for ``aithermd restore`` (their write never
-        returned). Raises JournalError when the journal cannot be written."""
+        returned, or a full-duty try of :mod:`~aithermd.actuate.rescue` has not). Raises JournalError when the
+        journal cannot be written."""
         abandoned = await self.close(timeout_s)
         journal = self.applier.journal
         mute = {j.hung for k, j in self._abandoned.items() if j.hung is not None and not self.returned(k)}
         skipped = self.unanswered.split(journal.entries(), mute)
         only = [k for k in journal.entries() if k not in skipped] if skipped else None
+        rescuing = frozenset(self.rescue.pending)  # a full-duty try still in the driver may land after it
+
+        def keep(k: str) -> bool:
+            return k in rescuing or (k in abandoned and not self.returned(k))
+
         report = await asyncio.to_thread(restore_journal, journal, backends=backends, last=abandoned,
-                                         keep=lambda k: k in abandoned and not self.returned(k), only=only)
+                                         keep=keep, only=only)
         if skipped:  # its writes block: trying would hold the stop for ever (attack10 W1)
             self._log.error("restore_skipped", knobs=sorted(skipped), message="a write to their chip hung")
             report = replace(report, failed={**report.failed, **skipped})

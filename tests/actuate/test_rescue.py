@@ -29,7 +29,10 @@ class Fans:
         self.release, self.threads = threading.Event(), []
 
     def locator(self) -> dict:
-        return {"kind": "test"}
+        return {"kind": "test", "name": id(self)}
+
+    def restore_knob(self, knob_id: str, saved: dict) -> None:
+        self.write_knob(knob_id, saved["duty"])
 
     def save_knob(self, knob_id: str) -> dict:
         assert not self.hung, "read of a hung chip"
@@ -107,3 +110,18 @@ def test_no_try_for_a_chip_whose_write_alone_hung_nor_once_the_executor_is_close
     writes = len(a.writes)
     assert [e.data.get("why") for e in executor.hold(world, HUNG, 5.0)] == ["unanswered"]
     assert executor.rescue.pending == {} and len(a.writes) == writes
+
+
+def test_a_try_still_in_the_driver_at_the_stop_leaves_its_knob_journaled(tmp_path):
+    """The stop restores a fan whose full-duty try has not returned, and keeps its entry: the try may land
+    after the restore, and ``aithermd restore`` (ExecStopPost, once the process is gone) puts it back."""
+    a, b, world, journal, executor = setup(tmp_path)
+    a.hung = True
+    executor.hold(world, HUNG, 2.0)  # both tries held in the driver
+    a.hung = False  # the restore's own writes get through (the order the stop must not lose)
+    report = asyncio.run(executor.restore_all([a, b], 0.05))
+    assert sorted(report.restored) == [A1, A2, B] and sorted(report.kept) == [A1, A2]
+    assert b.values[B] == 40.0 and sorted(journal.entries()) == [A1, A2]
+    a.release.set()
+    settle(executor)
+    assert a.values[A1] == 100.0 and journal.entries()[A1].saved == {"duty": 40.0}  # left for the restore
