@@ -28,7 +28,7 @@ from aithermd.publish.budget_metrics import BudgetCollector
 from aithermd.publish.event_counters import EventCounters
 from aithermd.publish.health_metrics import AboveLimitCounter, HealthCollector
 from aithermd.publish.hub import StateHub
-from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Exposition, ScrapeServer, parse_listen
+from aithermd.publish.scrape import CLIENT_TIMEOUT_S, Ahead, Exposition, ScrapeServer, parse_listen
 from aithermd.publish.series_labels import HWMON_LABELS, hwmon_rows, node_exporter_chip
 from aithermd.publish.textfam import PROM, ProcessFigures, TextCollector, TickHistogram
 
@@ -261,14 +261,16 @@ class MetricsHandle:
     def __init__(self, hub: StateHub) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.exposition = out = Exposition(self.registry)  # a collector's text kept while its inputs hold
+        self.ahead = Ahead()  # the scrapes' rhythm: render after the tick before the next one
         self.counters = c = EventCounters()
         self.collector = SnapshotCollector(hub, c)  # the whole, as one collector; registered in parts:
         for part in SnapshotCollector.PARTS:
             one = SnapshotCollector(hub, c, part)
             out.add(one, one.inputs)
         out.add(BudgetCollector(hub), lambda: (getattr(hub.latest, "budget", None),))
-        # process_* (CPU seconds, resident memory, fds, start time) and python_info, as every client has them
-        out.add(ProcessFigures())
+        # process_* (CPU seconds, resident memory, fds, start time) and python_info, as every client has them;
+        # process_* read once a tick (at the first render after it), so a render made ahead holds them too
+        out.add(ProcessFigures(), lambda: (hub.latest, self._tick.state))
         out.add(PlatformCollector(registry=None), tuple)  # the interpreter's version: never changes
         self.above_limit = above = AboveLimitCounter()  # GPU health, NVML, RAPL availability, udev, D-Bus
         health = HealthCollector(hub, above)
@@ -287,15 +289,20 @@ class MetricsHandle:
         self.address: tuple[str, int] | None = None
 
     def observe_tick(self, seconds: float) -> None:
-        """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``."""
+        """Record one tick's duration (s) in ``aithermd_tick_duration_seconds``; then, when a scrape is due
+        before the next tick (:class:`~aithermd.publish.scrape.Ahead`), render what changed at this tick
+        now, so that the scrape finds it kept (called on the loop's thread after each tick)."""
         self._tick.observe(seconds)  # a new state tuple: the histogram's text is kept until then
+        if self.ahead.due():
+            self.ahead.render(self.exposition)
 
     def serve(self, host: str, port: int, sock: Any = None) -> None:
         """Serve ``/metrics`` (:class:`~aithermd.publish.scrape.ScrapeServer`: one thread, asleep until a
         scraper connects, one request at a time, a client gets ``CLIENT_TIMEOUT_S`` to send its request),
         always in the classic text format (0.0.4: Prometheus accepts it, and it renders in two thirds of the
         time of OpenMetrics)."""
-        self._server = ScrapeServer(host, port, lambda: render(self), sock)  # sock: its port, taken already
+        body = lambda: self.ahead.scrape(self.exposition)  # noqa: E731 - its time noted, for Ahead
+        self._server = ScrapeServer(host, port, body, sock)  # sock: its port, taken already
         self.address = self._server.address
 
     def stop(self) -> None:
@@ -331,8 +338,9 @@ def start(listen: str, hub: StateHub, energy: Any = None, sock: Any = None) -> M
 
 def render(handle: MetricsHandle) -> bytes:
     """The text exposition of the handle's registry (what a scrape returns; the bytes
-    ``prometheus_client.generate_latest`` would give), each collector's text kept while its inputs hold."""
-    return handle.exposition.render()
+    ``prometheus_client.generate_latest`` would give), each collector's text kept while its inputs hold.
+    Safe from any thread (one render at a time)."""
+    return handle.ahead.render(handle.exposition, wait=True)
 
 
 __all__: Sequence[Any] = ("CLIENT_TIMEOUT_S", "DEFAULT_METRICS_LISTEN", "MetricsHandle", "SnapshotCollector", "EventCounters",

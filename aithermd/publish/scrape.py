@@ -1,7 +1,7 @@
 """Serving ``/metrics``: prometheus-client's text format with its per-series strings cached, and each
 collector's text kept while its inputs are the same objects (:class:`Exposition`: a second scrape within a
-tick renders only the process's own figures), from a thread that sleeps in ``select`` until a scraper
-connects.
+tick renders nothing), rendered after the tick before an expected scrape (:class:`Ahead`), from a thread
+that sleeps in ``select`` until a scraper connects.
 
 :func:`exposition` writes exactly what ``prometheus_client.generate_latest`` writes (text format 0.0.4;
 the library's own escaping and float formatting), but keeps each series' ``name{labels}`` prefix and each
@@ -136,6 +136,57 @@ class Exposition:
                 self._kept[i] = (key, text)
             out.append(text)
         return b"".join(out)
+
+
+class Ahead:
+    """When to render ahead of a scrape, and one render at a time (a lock shared by the scrape thread and
+    the loop's thread).
+
+    Scrapers come at a steady interval (Prometheus's ``scrape_interval``, its offset fixed per target). A
+    scrape (:meth:`scrape`) notes its time; after each tick, :meth:`due` says whether the next scrape,
+    expected one interval (the last two scrapes' gap) after the last, falls before the next tick (expected
+    one tick period, the last two ticks' gap, from now) or is late by less than a period. The tick's
+    changes are then rendered at once (:meth:`render`, on the loop's thread, with no wait: a scrape that
+    is rendering keeps the lock and the tick goes on), so the scrape finds every collector's text kept and
+    renders only a collector added without inputs. What is rendered ahead is what the scrape
+    would render itself, at most one render a scrape interval (or a tick, when scraped faster): no
+    CPU is added, it moves off the scrape's path. A tick or a change after that render is still seen: the
+    scrape renders whatever collector's inputs changed since (:class:`Exposition`). Without scrapes, or
+    once they stop for a period, nothing is rendered ahead. ``clock``: monotonic seconds."""
+
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        self._scraped = (float("-inf"), float("-inf"))  # the last two scrapes' times
+        self._ticked = float("-inf")
+        self.ahead = 0  # renders made ahead of a scrape: for tests and benchmarks
+
+    def scrape(self, exposition: Exposition) -> bytes:
+        """The exposition, for a scrape at this instant (from the scrape thread)."""
+        self._scraped = (self._scraped[1], self._clock())
+        return self.render(exposition, wait=True)
+
+    def due(self) -> bool:
+        """Called once after each tick: whether the next scrape is expected before the next tick."""
+        now = self._clock()
+        period, self._ticked = now - self._ticked, now
+        before, last = self._scraped
+        if before == float("-inf"):
+            return False  # fewer than two scrapes: no rhythm known
+        return -period < last + (last - before) - now <= period
+
+    def render(self, exposition: Exposition, wait: bool = False) -> bytes:
+        """``exposition.render()`` under the lock; ``wait`` False: b"" at once when it is held."""
+        if not self._lock.acquire(blocking=wait):
+            return b""
+        try:
+            if not wait:
+                self.ahead += 1
+            return exposition.render()
+        finally:
+            self._lock.release()
 
 
 class ScrapeServer:

@@ -106,7 +106,7 @@ def test_the_cached_exposition_is_byte_for_byte_prometheus_clients():
             snap = reference_snapshot(seq, gpus=2)
             hub.publish(snap, [Event("fault", snap.t_wall, "gpu1/temperature", 'a "quoted"\\ fault\n', {})])
             handle.observe_tick(0.0004 * seq)
-            # twice: cached prefixes too (process_* read the process anew each time: left out)
+            # twice: cached prefixes too (process_*: generate_latest reads the process anew: left out)
             assert steady(metrics.render(handle)) == steady(generate_latest(handle.registry))
             assert steady(metrics.render(handle)) == steady(generate_latest(handle.registry))
     finally:
@@ -142,9 +142,9 @@ def test_http_answers_only_get_and_head_of_metrics():
 
 
 def test_a_second_scrape_within_a_tick_renders_only_what_changes_at_every_scrape():
-    """Two scrapes of the same snapshot: the second renders again only the process's own figures, and gives
-    the same text with them (Prometheus pairs, Grafana Agent and aithermctl may all scrape within one
-    tick); a new snapshot, a tick observed, a service's status replaced, are seen at the next scrape."""
+    """Two scrapes of the same snapshot: the second renders nothing (``process_*`` are read once a tick), and
+    gives the same text (Prometheus pairs, Grafana Agent and aithermctl may all scrape within one tick); a
+    new snapshot, a tick observed, a service's status replaced, are seen at the next scrape."""
     from prometheus_client import generate_latest
 
     from aithermd.publish.reference import reference_snapshot
@@ -155,11 +155,13 @@ def test_a_second_scrape_within_a_tick_renders_only_what_changes_at_every_scrape
         hub.publish(reference_snapshot(1, gpus=2))
         first = metrics.render(handle)
         before = handle.exposition.renders
-        assert steady(metrics.render(handle)) == steady(first)
-        assert handle.exposition.renders - before == 1  # process_*
-        for n in (1, 2):  # the same duration twice: each observation is seen
+        assert metrics.render(handle) == first
+        assert handle.exposition.renders - before == 0
+        for n in (1, 2):  # the same duration twice: each observation is seen, and process_* read again
             handle.observe_tick(0.003)
+            before = handle.exposition.renders
             assert f"aithermd_tick_duration_seconds_count {n}.0".encode() in metrics.render(handle)
+            assert handle.exposition.renders - before == 2  # the histogram and process_*
         hub.status["dbus"] = {"connected": True, "reconnects": 3}
         text = metrics.render(handle)
         assert b"aithermd_dbus_reconnects_total 3.0" in text
