@@ -122,7 +122,7 @@ class ReadGuard:
         backend without ``budget``): the pass's ``deadline_s``."""
         if not backends:
             return []
-        if self._hangs.held:
+        if self._hangs.held and self._ahead is None:  # a pass taken ahead released one already (ahead())
             self._release_due()
         if self._hangs.track:
             self._hangs.forget_gone(backends)
@@ -149,10 +149,12 @@ class ReadGuard:
         its own and again for the pass (one thread wake-up a tick fewer). The next :meth:`sample` takes
         that pass (it sends it on at once if it still waits, and reads anew when the backends changed).
         False (nothing started) while a pass is already ahead."""
+        if self._ahead is not None:
+            return False
         if self._hangs.held:
             self._release_due()
         order = [b for b in backends if id(b) not in self._busy]
-        if self._ahead is not None or not order:
+        if not order:
             return False
         self._ahead = self._start(order, sample, budget, at, after)
         return True

@@ -248,3 +248,23 @@ def test_held_devices_due_at_once_are_read_again_one_a_pass():
     released = [hangs.due() for _ in range(4)]
     assert [len(r) for r in released] == [1, 1, 1, 0]
     assert {id(r[0][0]) for r in released[:3]} == {id(c) for c in chips}
+
+
+def test_a_pass_taken_ahead_retries_one_held_device_and_its_tick_no_other():
+    """attack12 SH2, in the daemon: the pass taken ahead released one held device and the tick that took it
+    released the next one into the same pass (two slow retries, a tick 1.47 s long)."""
+    now = [0.0]
+    guard = ReadGuard(deadline_s=0.1, clock=lambda: now[0])
+    chips = [Sluggish(), Sluggish()]  # answering in time by now
+    for chip in chips:
+        for _ in range(HUNG_PASSES):
+            guard._hangs.hung(chip, None)
+        guard._hangs.returned(chip, None)
+        guard._busy.add(id(chip))
+    now[0] += BACKOFF_S
+    try:
+        assert guard.ahead(chips, lambda b: b.sample(), None, time.monotonic(), lambda: None)
+        asyncio.run(guard.sample(chips, lambda b: b.sample(), lambda b: ["cpu/load"], time.monotonic))
+        assert len(guard._hangs.held) == 1 and sum(c.reads for c in chips) == 1
+    finally:
+        guard.close()
