@@ -231,7 +231,13 @@ class RaplBackend:
                 knobs.append(self._limit(dev_id, kind, prefix, window is not None))
             n += 1
         max_range = read_optional_int(io, os.path.join(path, "max_energy_range_uj"))
-        self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, max_w or None),
+        # a subzone that states no power of its own (core, uncore) draws part of its package's: its counter
+        # represents at least as long a gap as at the package's highest power
+        gap_w = max_w or None
+        if gap_w is None and parent is not None:
+            gap_w = next((z.suspect_w / POWER_MARGIN for z in self._zones
+                          if z.device_id == parent and z.suspect_w), None)
+        self._zones.append(_Zone(dev_id, energy, why_not, max_range, max_gap_s(max_range, gap_w),
                                  POWER_MARGIN * max_w if max_w > 0 else None))
         return Device(id=dev_id, kind=DeviceKind.POWERCAP, name=name, channels=channels, knobs=tuple(knobs),
                       info=info)

@@ -162,3 +162,21 @@ async def test_a_reload_probes_rapl_again(root, tmp_path, clock):
     assert await d.run(until=step) == 0
     assert statuses[:5] == [Status.NOT_SUPPORTED] * 5, "not probed every tick: only on reload"
     assert statuses[5:] == [Status.OK] * 3, "the tick after the reload reads it"
+
+
+def test_a_subzone_stating_no_power_represents_the_gap_its_package_does(root):
+    """core states no constraint power: at its package's 95 W its counter represents 2,759 s, not the 524 s
+    of the absolute 500 W default (a 1,000 s gap of core was discarded, and after a daemon restart every
+    downtime over 524 s left core unmeasured)."""
+    clock = SimClock()
+    backend = RaplBackend(str(root), clock=clock)
+    backend.discover()
+    set_energy(root, 1_000_000_000)
+    backend.sample()
+    clock.advance(1000.0)
+    set_energy(root, 61_000_000_000)  # the package 60 W, its core 30 W over the gap
+    s = backend.sample().readings
+    assert s["powercap:core/power"].value == pytest.approx(30.0)
+    assert s["powercap:core/energy"].value == pytest.approx(500.0 + 30_000.0)
+    backend.close()
+
