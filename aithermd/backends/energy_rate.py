@@ -26,6 +26,7 @@ accounting's reset handling, :mod:`aithermd.accounting.meter`). Shared by RAPL
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
 
 import structlog
 
@@ -41,6 +42,20 @@ MIN_GAP_S = 1.0
 REBASE_READS = 2
 
 _log = structlog.get_logger("aithermd.energy")
+
+
+@dataclass(frozen=True, slots=True)
+class CounterReading(Reading):
+    """An energy reading (``value``: the backend's running total, J) that also gives the wrapping counter
+    it was counted from, for the accounting across a daemon restart (:mod:`aithermd.accounting.meter`):
+    ``counter_j`` the counter's raw value (J) at the read the total counts up to, ``modulus_j`` where it
+    wraps (J: RAPL ``max_energy_range_uj`` + 1 µJ), ``max_gap_s`` the longest interval (s) it can measure
+    (the range at the zone's highest power: longer, it may have wrapped more than once). Equal to no plain
+    :class:`~aithermd.model.Reading`; whatever reads ``value``/``status``/``detail`` sees no difference."""
+
+    counter_j: float | None = None
+    modulus_j: float | None = None
+    max_gap_s: float | None = None
 
 
 def ceiling_w(max_limit_w: float | None) -> float:

@@ -5,7 +5,9 @@ increase; ``power`` (W) is the increase over the *measured* interval between two
 has no power: status ``stale``). When the counter goes backwards it wrapped: the increase is
 ``new + max_energy_range_uj − old``. An interval longer than the counter can represent
 (``max_energy_range_uj`` at the zone's highest power: it may have wrapped more than once, after a suspend or
-a stalled daemon) is discarded (power ``stale``, nothing added), never reported as a tiny power.
+a stalled daemon) is discarded (power ``stale``, nothing added), never reported as a tiny power. The energy
+reading (a :class:`~aithermd.backends.energy_rate.CounterReading`) also gives the raw counter of the last
+counted read, where it wraps and that longest interval, for the accounting across a daemon restart.
 
 Sleep: the monotonic clock stops while the machine is suspended, the counter may not (s2idle keeps the
 package counting; clock_gettime(2): only CLOCK_BOOTTIME "includes any time that the system is suspended").
@@ -38,7 +40,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from aithermd import units
-from aithermd.backends.energy_rate import MAX_PLAUSIBLE_W, implausible_w  # noqa: F401 - API
+from aithermd.backends.energy_rate import MAX_PLAUSIBLE_W, CounterReading, implausible_w  # noqa: F401 - API
 from aithermd.backends.powercap_zones import max_gap_s
 from aithermd.backends.sysfs import Attribute
 from aithermd.model import Reading, Status
@@ -89,7 +91,7 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
         zone.prev_raw, zone.prev_t, zone.prev_boot, zone.total_uj = raw, t, boot, raw
         return (
             Reading(power_id, None, Status.STALE, "first energy read: power needs two"),
-            Reading(energy_id, units.uj_to_j(raw)),
+            _energy(zone, energy_id),
         )
     delta = energy_increase_uj(zone.prev_raw, raw, zone.max_range)
     awake = t - zone.prev_t
@@ -125,7 +127,7 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
             zone.held.append((raw, t, boot))
             return (Reading(power_id, None, Status.STALE, f"{watts:.0f} W since the last good read, over "
                             f"twice the zone's limits and its last {zone.rate_w:.0f} W: held "
-                            f"({len(zone.held)} read(s))"), Reading(energy_id, units.uj_to_j(zone.total_uj)))
+                            f"({len(zone.held)} read(s))"), _energy(zone, energy_id))
         power, delta = ended
     else:
         power = Reading(power_id, units.uj_to_j(delta) / dt)
@@ -134,7 +136,17 @@ def account(zone: _Zone, raw: int, t: float, boot: float) -> tuple[Reading, Read
     zone.held = []
     zone.prev_raw, zone.prev_t, zone.prev_boot = raw, t, boot
     zone.total_uj += delta
-    return power, Reading(energy_id, units.uj_to_j(zone.total_uj))
+    return power, _energy(zone, energy_id)
+
+
+def _energy(zone: _Zone, energy_id: str) -> Reading:
+    """The energy reading of ``zone`` (its total, J), with the raw counter of the read that total counts up
+    to (the last counted one: a held read is not) and where it wraps, when its range is known."""
+    total = units.uj_to_j(zone.total_uj)
+    if not zone.max_range or zone.max_range <= 0 or zone.prev_raw is None:
+        return Reading(energy_id, total)
+    return CounterReading(energy_id, total, counter_j=units.uj_to_j(zone.prev_raw),
+                          modulus_j=units.uj_to_j(zone.max_range + 1), max_gap_s=zone.max_gap_s)
 
 
 def _end_hold(zone: _Zone, raw: int, t: float, boot: float, bar: float,

@@ -180,3 +180,25 @@ def test_a_subzone_stating_no_power_represents_the_gap_its_package_does(root):
     assert s["powercap:core/energy"].value == pytest.approx(500.0 + 30_000.0)
     backend.close()
 
+
+def test_the_energy_reading_gives_the_raw_counter_of_the_last_counted_read(root):
+    """What the meter saves to measure a downtime across a restart: the counter (J) behind the total, where
+    it wraps (max_energy_range_uj + 1 µJ) and how long a gap it represents; a held read is not counted, so
+    the counter stays the last counted one's."""
+    clock = SimClock()
+    backend = RaplBackend(str(root), clock=clock)
+    backend.discover()
+    set_energy(root, 1_000_000_000)
+    backend.sample()
+    clock.advance(1.0)
+    set_energy(root, 1_050_000_000)
+    energy = backend.sample().readings["powercap:package-0/energy"]
+    assert (energy.counter_j, energy.modulus_j) == (pytest.approx(1050.0), pytest.approx(262_143.328851))
+    assert energy.max_gap_s == pytest.approx(262_143.32885 / 95.0)
+    clock.advance(1.0)
+    set_energy(root, 5_050_000_000)  # +4 kJ in a second on a 50 W package: held
+    held = backend.sample().readings
+    assert held["powercap:package-0/power"].status is Status.STALE
+    assert (held["powercap:package-0/energy"].value, held["powercap:package-0/energy"].counter_j) == (
+        pytest.approx(1050.0), pytest.approx(1050.0))
+    backend.close()
