@@ -30,6 +30,18 @@ the id is another one (a renumbered GPU), or the point was saved in another boot
 whose point is dropped. The first increment after a restart spans no time (``dt_s`` 0): the downtime is no
 accounting interval.
 
+A counter that wraps (RAPL ``energy_uj`` at ``max_energy_range_uj``; its reading a
+:class:`~aithermd.backends.energy_rate.CounterReading`) is saved with its raw value and where it wraps
+(``counter_j``, ``modulus_j``): the backend's total it is compared with after a restart starts again at the
+raw counter, so the saved total (wraps included) is no measure. The downtime is the raw counter's increase
+modulo the range (one wrap while down counts in full; a run that saw a wrap no longer makes the next
+downtime "went back"), and a downtime longer than the counter can represent (the reading's ``max_gap_s``:
+the range at the zone's highest power) is unmeasured, with an ``energy_downtime_unmeasured`` log line, never
+the remainder (attack13 A2: 300 kJ booked 38 kJ). A point saved without the raw counter (before 2026-12)
+stands for it while its total is under one range, else that downtime is unmeasured
+(:func:`across_restart`). NVML's total energy (mJ, 64-bit) does not wrap: its points carry no counter and
+keep the plain difference.
+
 A point is of this boot when both boot ids are known and equal. With either unknown (``""``: a sandbox
 masking ``/proc/sys``, a read error; a point saved without one) it is kept only when the boot clock
 *disproves* a reboot: the boot clock has gone on since the point by as much as the wall clock, within
@@ -47,6 +59,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from aithermd.backends.energy_rate import MIN_GAP_S, device_ceiling_w
 from aithermd.clock import Clock
 from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
@@ -57,11 +71,17 @@ from aithermd.model import DeviceKind, Quantity, Snapshot, Status, in_total
 SAME_BOOT_S = 5.0
 SAME_BOOT_PPM = 1e-4
 
+_log = structlog.get_logger("aithermd.energy")
+# a point's tuple: (device, J, power W or None, t_wall, identity, t_run or None, counter J or None,
+# modulus J or None)
+_Pt = tuple[str, float, float | None, float, str | None, float | None, float | None, float | None]
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
     """One energy counter reading: ``device`` id, ``joules``, ``power_w`` (None if unknown), wall time
-    ``t_wall``, the device's ``uuid`` (GPUs) or zone identity, for a restart."""
+    ``t_wall``, the device's ``uuid`` (GPUs) or zone identity, for a restart; for a wrapping counter
+    (RAPL) its raw value ``counter_j`` and where it wraps ``modulus_j`` (J)."""
 
     device: str
     joules: float
@@ -71,6 +91,8 @@ class Point:
     t_run: float | None = None  # this run's boot-clock s; None for a point given back after a restart
     boot: str | None = None  # the kernel's boot id it was read in (None: unknown)
     t_boot: float | None = None  # boot-clock s it was read at (saved: spans a restart within one boot)
+    counter_j: float | None = None  # the wrapping raw counter behind ``joules`` (J; RAPL), None: none
+    modulus_j: float | None = None  # where that counter wraps (J)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +131,8 @@ class EnergyMeter:
         self.max_estimate_s = max_estimate_s
         # a point of another boot, or of a boot that cannot be told from another, counts nothing now
         seed = {cid: p for cid, p in (seed or {}).items() if self._this_boot(p)}
-        # channel id → (device, J, power W or None, t_wall, identity, t_run or None)
-        self._points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {
-            cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None)
+        self._points: dict[str, _Pt] = {  # channel id → its last good point
+            cid: (p.device, p.joules, p.power_w, p.t_wall, p.identity, None, p.counter_j, p.modulus_j)
             for cid, p in (seed or {}).items()}
         # channel id → boot-clock s of a point given back, until its first new reading (downtime)
         self._restored: dict[str, float | None] = {cid: p.t_boot for cid, p in (seed or {}).items()}
@@ -136,8 +157,9 @@ class EnergyMeter:
     def points(self) -> dict[str, Point]:
         """{channel id: last good point} (for saving across a restart), with the boot id and boot clock."""
         restored, boot_clock = self._restored, self._clock is not None
-        return {cid: Point(*p, boot=self.boot_id, t_boot=restored[cid] if cid in restored
-                           else p[5] if boot_clock else None) for cid, p in self._points.items()}
+        return {cid: Point(*p[:6], boot=self.boot_id, t_boot=restored[cid] if cid in restored
+                           else p[5] if boot_clock else None, counter_j=p[6], modulus_j=p[7])
+                for cid, p in self._points.items()}
 
     def _plan(self, devices: Any) -> None:
         layout = []
@@ -163,7 +185,7 @@ class EnergyMeter:
         unmeasured: dict[str, float] = {}
         downtime: dict[str, float] = {}
         restored, rates = self._restored, self._rate
-        points: dict[str, tuple[str, float, float | None, float, str | None, float | None]] = {}
+        points: dict[str, _Pt] = {}
         before_all = self._points
         for dev_id, cid, power_cid, identity, ceiling in self._layout:
             if dev_id not in joules:
@@ -179,7 +201,9 @@ class EnergyMeter:
                 continue
             p = readings.get(power_cid) if power_cid is not None else None
             power = p.value if p is not None and p.status is ok else None
-            points[cid] = (dev_id, value, power, now, identity, run)
+            counter = getattr(r, "counter_j", None)  # a wrapping counter (RAPL) behind the total
+            modulus = getattr(r, "modulus_j", None) if counter is not None else None
+            points[cid] = (dev_id, value, power, now, identity, run, counter, modulus)
             was_down = cid in restored
             t_boot = restored.pop(cid, None) if was_down else None
             if before is None:
@@ -193,6 +217,13 @@ class EnergyMeter:
                 gap = self._clock.boottime() - t_boot
             else:
                 gap = now - before[3]
+            if was_down and counter is not None and modulus:
+                delta, why = across_restart(before, counter, modulus, getattr(r, "max_gap_s", None), gap)
+                if delta is None:  # what the counter says now is no measure of the downtime
+                    _log.info("energy_downtime_unmeasured", device=dev_id, channel=cid,
+                                 gap_s=round(gap, 3), why=why)
+                    unmeasured[dev_id] = unmeasured.get(dev_id, 0.0) + max(0.0, gap)
+                    continue
             if delta < 0 or delta > ceiling * max(gap, MIN_GAP_S):  # wrapped or reset; or garbage
                 if 0 <= gap <= self.max_estimate_s:
                     last = rates.get(cid)
@@ -216,9 +247,38 @@ class EnergyMeter:
         return Increment(dt, joules, unmeasured, *self._roles, downtime=downtime)
 
 
+def across_restart(before: _Pt, counter: float, modulus: float, max_gap: float | None,
+                   gap: float) -> tuple[float | None, str]:
+    """J a wrapping counter advanced over a daemon downtime of ``gap`` s, from the saved point ``before`` to
+    its raw value now ``counter`` (J): the increase modulo ``modulus`` (J, where it wraps) -- or (None, why)
+    where that is no measure: a gap over ``max_gap`` s (the longest the counter can represent: it may have
+    wrapped more than once), or the clock went back. A point saved without its counter (an energy.json of
+    before 2026-12) counts its total as the counter while the total is under one range (that run started it
+    at the counter's value and saw no wrap: what the old code assumed, off only where that run discarded an
+    interval); over one range that run saw a wrap and the counter's value is unknown: no measure."""
+    saved = before[6]
+    if saved is None:
+        if not 0.0 <= before[1] < modulus:
+            return None, "saved without its raw counter by a run that saw it wrap: the counter is unknown"
+        saved = before[1]
+    elif before[7] != modulus:
+        return None, f"the counter's range changed ({before[7]} J then, {modulus} J now)"
+    if gap < 0:
+        return None, "the clock went back across the restart"
+    if max_gap is not None and gap > max_gap:
+        return None, (f"down {gap:.0f} s: longer than the counter can represent ({max_gap:.0f} s), it "
+                      "may have wrapped more than once")
+    return (counter - saved) % modulus, ""
+
+
 def points_to_json(points: Mapping[str, Point]) -> dict[str, Any]:
     return {cid: {"device": p.device, "joules": p.joules, "power_w": p.power_w, "t_wall": p.t_wall,
-                  "identity": p.identity, "boot": p.boot, "t_boot": p.t_boot} for cid, p in points.items()}
+                  "identity": p.identity, "boot": p.boot, "t_boot": p.t_boot, "counter_j": p.counter_j,
+                  "modulus_j": p.modulus_j} for cid, p in points.items()}
+
+
+def _finite(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def points_from_json(data: Any) -> dict[str, Point]:
@@ -229,11 +289,14 @@ def points_from_json(data: Any) -> dict[str, Point]:
     for cid, d in data.items():
         try:
             t_boot = d.get("t_boot")
+            counter, modulus = _finite(d.get("counter_j")), _finite(d.get("modulus_j"))
+            if counter is None or modulus is None or modulus <= 0:
+                counter = modulus = None
             p = Point(str(d["device"]), float(d["joules"]), None if d.get("power_w") is None
                       else float(d["power_w"]), float(d["t_wall"]), d.get("identity"),
                       boot=None if d.get("boot") is None else str(d["boot"]),
                       t_boot=float(t_boot) if isinstance(t_boot, int | float) and math.isfinite(t_boot)
-                      else None)
+                      else None, counter_j=counter, modulus_j=modulus)
         except (KeyError, TypeError, ValueError):
             continue
         if math.isfinite(p.joules) and math.isfinite(p.t_wall):
