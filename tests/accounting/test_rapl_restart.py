@@ -136,7 +136,7 @@ def test_a_downtime_longer_than_the_counter_represents_is_unmeasured_never_the_r
 def _as_before(doc: dict) -> None:
     """The saved points as a daemon before this change wrote them: no raw counter, no range."""
     for point in doc["points"].values():
-        del point["counter_j"], point["modulus_j"]
+        point.pop("counter_j", None), point.pop("modulus_j", None)
 
 
 def test_the_saved_points_carry_the_raw_counter_and_its_range(tmp_path):
