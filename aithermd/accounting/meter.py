@@ -252,7 +252,8 @@ def across_restart(before: _Pt, counter: float, modulus: float, max_gap: float |
     """J a wrapping counter advanced over a daemon downtime of ``gap`` s, from the saved point ``before`` to
     its raw value now ``counter`` (J): the increase modulo ``modulus`` (J, where it wraps) -- or (None, why)
     where that is no measure: a gap over ``max_gap`` s (the longest the counter can represent: it may have
-    wrapped more than once), or the clock went back. A point saved without its counter (an energy.json of
+    wrapped more than once) or over a range at the power of the saved point (a zone drawing over its stated
+    highest power), or the clock went back. A point saved without its counter (an energy.json of
     before 2026-12) counts its total as the counter while the total is under one range (that run started it
     at the counter's value and saw no wrap: what the old code assumed, off only where that run discarded an
     interval); over one range that run saw a wrap and the counter's value is unknown: no measure."""
@@ -268,6 +269,10 @@ def across_restart(before: _Pt, counter: float, modulus: float, max_gap: float |
     if max_gap is not None and gap > max_gap:
         return None, (f"down {gap:.0f} s: longer than the counter can represent ({max_gap:.0f} s), it "
                       "may have wrapped more than once")
+    if (power := before[2]) is not None and power > 0 and power * gap >= modulus:
+        # the zone was drawing more than its stated highest power (PL2, an "unlimited" board)
+        return None, (f"down {gap:.0f} s: at the {power:.0f} W it drew when the daemon stopped the counter "
+                      f"wraps in {modulus / power:.0f} s, it may have wrapped more than once")
     return (counter - saved) % modulus, ""
 
 

@@ -133,6 +133,27 @@ def test_a_downtime_longer_than_the_counter_represents_is_unmeasured_never_the_r
     assert line["gap_s"] == pytest.approx(3000.0) and "longer than the counter can represent" in line["why"]
 
 
+def test_a_downtime_over_a_range_at_the_power_drawn_at_the_stop_is_unmeasured(tmp_path):
+    """The package draws 100 W, over its stated 95 W, before and through 2,700 s down: 270 kJ, 1.03 ranges,
+    though 2,700 s is under the 2,759 s of the stated power. At the 100 W measured when the daemon stopped
+    the counter wraps in 2,621 s: unmeasured, never the 7.9 kJ remainder."""
+    rapl = Rapl(tmp_path, start_uj=10_000_000_000)
+    service = rapl.start()
+    wid = service.windows.start("job", 0.0, uid=0)
+    rapl.run(100.0, 10)
+    rapl.stop()
+    rapl.down(100.0, 2700.0)
+    with capture_logs() as logs:
+        service = rapl.start()
+    rapl.run(100.0, 10)
+    result = service.windows.stop(wid, uid=0)
+    rapl.stop()
+    assert result["joules"][PKG] == pytest.approx(2000.0, abs=1e-3)
+    assert result["unmeasured_s"] == pytest.approx(2700.0)
+    (line,) = [e for e in logs if e["event"] == "energy_downtime_unmeasured" and e["device"] == PKG]
+    assert "at the 100 W it drew when the daemon stopped" in line["why"]
+
+
 def _as_before(doc: dict) -> None:
     """The saved points as a daemon before this change wrote them: no raw counter, no range."""
     for point in doc["points"].values():
