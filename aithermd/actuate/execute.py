@@ -136,13 +136,15 @@ class Executor:
         self.rescue = Rescue()  # one try at full duty for the fans of a chip that stops answering (rescue.py)
         self._log = structlog.get_logger("aithermd.execute")
 
-    def hold(self, world: Knobs, hung: Mapping[str, str], t_wall: float) -> list[Event]:
+    def hold(self, world: Knobs, hung: Mapping[str, str], t_wall: float, t_mono: float) -> list[Event]:
         """Take ``hung`` (device id → why: held by the read guard now) as the devices not to touch
-        (:meth:`Unanswered.update`); the fans this daemon holds on one newly held for a hung read get one
-        try at full duty, off the loop (:mod:`aithermd.actuate.rescue`). Returns the events."""
+        (:meth:`Unanswered.update`); the fans this daemon holds on one held for a hung read for
+        :data:`~aithermd.actuate.rescue.AFTER_S` get one try at full duty, off the loop
+        (:mod:`aithermd.actuate.rescue`). ``t_wall``: epoch s, ``t_mono``: monotonic s. Returns the events."""
         applier = self.applier
         events = self.unanswered.update(hung, t_wall)
-        return events + self.rescue.start(world, applier, hung, t_wall, lambda: self.closed or applier.paused)
+        return events + self.rescue.start(world, applier, hung, t_wall, t_mono,
+                                          lambda: self.closed or applier.paused)
 
     # -- writing -----------------------------------------------------------------------------------------
     async def apply(self, world: Knobs, decisions: Iterable[tuple[str, Decision]], *, t_wall: float,

@@ -5,8 +5,15 @@ one lock in its driver may block either for ever. But a fan the daemon holds the
 the duty the daemon last asked, maybe a low one, and stays so while the chip does not answer, whatever the
 temperatures. When only a read hangs (a stuck ``pwm1`` attribute; attack12 saw six fans frozen at 34-47 % with
 Tctl at 90 °C), its writes still get through. The product's third rule (a sensor confirmed failed drives
-its fans to full, never zero) then asks for a try. So when a device is newly held for a hung *read*, each fan
-knob of it that the daemon owns and has journaled gets **one** write of full duty:
+its fans to full, never zero; a single glitch does not) then asks for a try. So when a device has been held
+for a hung *read* for :data:`AFTER_S` without a break, each fan knob of it that the daemon owns and has
+journaled gets **one** write of full duty for that hold:
+
+- not at once: a chip merely slow (a read of 0.7 s, over the guard's 0.5 s deadline) is held until that read
+  returns, a tick or two, and would get a burst of full duty at each overrun (safety13's ``slowhold.py``: 2-4
+  bursts of 255 in 30-40 s). A read that has not returned within :data:`AFTER_S` is a hang, as a sensor's
+  suspect value stands in for at most that long before it counts as failed
+  (:attr:`aithermd.backends.trust.TrustOptions.max_hold_s`);
 
 - off the loop, in a thread of its own per fan (``aithermd-rescue``), never waited for: the loop, the stop
   and the other fans never wait on it. Not the inline writer thread: a rescue that hangs there would hold
@@ -35,11 +42,13 @@ import structlog
 from aithermd.actuate.applier import FAN_KINDS, Applier
 from aithermd.backends.base import Backend
 from aithermd.backends.pwm_restore import full
+from aithermd.backends.trust import TrustOptions
 from aithermd.errors import UnknownKnob
 from aithermd.model import Event, Knob
 from aithermd.policy.safety import FULL_PCT
 
 THREAD_NAME = "aithermd-rescue"
+AFTER_S = TrustOptions().max_hold_s  # s held without a break before the try: how long a glitch may last (3 s)
 
 _log = structlog.get_logger("aithermd.rescue")
 
@@ -61,23 +70,32 @@ def full_duty(backend: Backend, knob: Knob) -> str | None:
 
 class Rescue:
     """The full-duty tries (see the module doc); ``pending`` knob id → the future of its try not yet
-    returned."""
+    returned; ``held`` device id → when (monotonic s) its hold without a break began; ``tried`` the held
+    devices whose try was made in this hold; ``after_s`` the hold before a try (:data:`AFTER_S`)."""
 
-    def __init__(self, write: Callable[[Backend, Knob], Any] = full_duty) -> None:
-        self.write = write
+    def __init__(self, write: Callable[[Backend, Knob], Any] = full_duty, after_s: float = AFTER_S) -> None:
+        self.write, self.after_s = write, after_s
         self.pending: dict[str, Future[Any]] = {}
-        self.reads: set[str] = set()  # the devices held for a hung read at the last call
+        self.held: dict[str, float] = {}
+        self.tried: set[str] = set()
 
-    def start(self, world: Any, applier: Applier, hung: Collection[str], t_wall: float,
+    def start(self, world: Any, applier: Applier, hung: Collection[str], t_wall: float, t_mono: float,
               stop: Callable[[], bool]) -> list[Event]:
         """A try at full duty for each fan knob of ``world`` (``knobs``, ``owner``) that ``applier`` owns and
-        has journaled on a device of ``hung`` (held by the read guard now) that was not in the last call's,
-        unless one is still pending; ``stop()`` True ends a try not yet begun (the executor closed, asleep).
-        Returns a ``fault`` event per device tried (``why`` ``unanswered_full``)."""
-        new = {d for d in hung if d not in self.reads}
-        self.reads = set(hung)
+        has journaled on a device of ``hung`` (held by the read guard now) held without a break since
+        ``after_s`` before ``t_mono`` (monotonic s) and not tried in this hold, unless one is still pending;
+        ``stop()`` True starts none (the executor closed, asleep; tried later if still held). Returns a
+        ``fault`` event per device tried (``why`` ``unanswered_full``)."""
+        held, tried = self.held, self.tried
+        for device in [d for d in held if d not in hung]:  # released: a later hold is a new one
+            del held[device]
+            tried.discard(device)
+        for device in hung:
+            held.setdefault(device, t_mono)
+        new = {d for d, since in held.items() if d not in tried and t_mono - since >= self.after_s}
         if not new or stop():
             return []
+        tried |= new
         knobs, owner, journal = world.knobs, world.owner, applier.journal
         todo: dict[str, list[str]] = {}
         for knob_id in sorted(applier.owned):

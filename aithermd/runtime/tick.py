@@ -130,7 +130,7 @@ class Tick:
         unanswered = self.executor.unanswered  # a chip whose reads hang is not written either (W2)
         hung = self.sampler.hung(world)
         if hung or unanswered.devices:
-            events += self.executor.hold(world, hung, t_wall)  # and one full-duty try for its fans
+            events += self.executor.hold(world, hung, t_wall, t_mono)  # and a full-duty try for its fans
         readings = self.health.trust(world.devices, t_mono, sampled.readings)
         degraded = self.health.check(readings, knobs, lost, t_wall, events)
         applier = self.applier  # a property: looked up once a tick, not once per knob
