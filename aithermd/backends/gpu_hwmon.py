@@ -42,6 +42,7 @@ from typing import Any
 
 from aithermd import units
 from aithermd.backends.fast import ok_reading
+from aithermd.backends.gpu_hwmon_pci import pci_id as _pci_id
 from aithermd.backends.plausible import DIE_FLOOR_C
 from aithermd.backends.pwm import PwmKnob
 from aithermd.backends.readers import HwmonReader
@@ -386,15 +387,3 @@ class HwmonGpuBackend:
                 card.fan.close()
         self._cards, self._knobs = [], {}
 
-
-def _pci_id(io: SysfsIO, device_dir: str) -> str:
-    """``1002:744c`` from the PCI device's ``vendor``/``device`` files, else its uevent's ``PCI_ID``."""
-    vendor = read_optional_text(io, os.path.join(device_dir, "vendor"))
-    device = read_optional_text(io, os.path.join(device_dir, "device"))
-    if vendor and device and vendor.startswith("0x") and device.startswith("0x"):
-        return f"{vendor[2:]}:{device[2:]}".lower()
-    try:
-        text = io.read_bytes(os.path.join(device_dir, "uevent")).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return next((line[7:].lower() for line in text.splitlines() if line.startswith("PCI_ID=")), "")
