@@ -312,6 +312,15 @@ class HwmonGpuBackend:
             raise UnknownKnob(knob_id)
         return card
 
+    def pwm_knob(self, knob_id: str) -> PwmKnob:
+        """The card fan ``knob_id``'s :class:`PwmKnob`, as :meth:`HwmonBackend.pwm_knob`: what it learnt of its
+        driver (``levels.lagging``: amdgpu's ``pwm1`` reads the ramping output; ``settles_at``;
+        ``mode_refused``), asked by the applier and the rescue. Raises UnknownKnob (a power limit too)."""
+        card = self._knobs.get(knob_id)
+        if card is None or card.fan is None or card.fan.knob.id != knob_id:
+            raise UnknownKnob(knob_id)
+        return card.fan
+
     def read_knob(self, knob_id: str) -> KnobValue:
         card = self._card(knob_id)
         if knob_id.endswith("/fan0") and card.fan is not None:
