@@ -1,5 +1,7 @@
 """What a knob's read-back means: how close counts as the same setting, and what a quantised or mode-refusing
-pwm knob holds once written (its backend's ``pwm_knob``: :class:`~aithermd.backends.pwm.PwmKnob`)."""
+pwm knob holds once written (its backend's ``pwm_knob``: :class:`~aithermd.backends.pwm.PwmKnob`). The board
+chips' backend (:mod:`~aithermd.backends.hwmon`) and the GPUs' (:mod:`~aithermd.backends.gpu_hwmon`) have
+one; a fan of a backend without it gets none of these rules (attack13 A1: amdgpu's ramping read-back)."""
 
 from __future__ import annotations
 

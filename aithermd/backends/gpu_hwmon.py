@@ -313,8 +313,8 @@ class HwmonGpuBackend:
         return card
 
     def pwm_knob(self, knob_id: str) -> PwmKnob:
-        """The card fan ``knob_id``'s :class:`PwmKnob`, as :meth:`HwmonBackend.pwm_knob`: what it learnt of its
-        driver (``levels.lagging``: amdgpu's ``pwm1`` reads the ramping output; ``settles_at``;
+        """The card fan ``knob_id``'s :class:`PwmKnob`, as :meth:`HwmonBackend.pwm_knob`: what it learnt of
+        its driver (``levels.lagging``: amdgpu's ``pwm1`` reads the ramping output; ``settles_at``;
         ``mode_refused``), asked by the applier and the rescue. Raises UnknownKnob (a power limit too)."""
         card = self._knobs.get(knob_id)
         if card is None or card.fan is None or card.fan.knob.id != knob_id:

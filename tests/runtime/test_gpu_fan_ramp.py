@@ -84,8 +84,9 @@ def card(tmp_path, clock):
     policies = tmp_path / "policies"
     policies.mkdir()
     (policies / "step.yaml").write_text(STEP)
-    settings = DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", bus="none", metrics_listen="none",
-                              nvml=False, policy="step", policy_pinned=True, policy_dirs=[policies])
+    settings = DaemonSettings(sysfs_root=root, state_dir=tmp_path / "state", bus="none",
+                              metrics_listen="none", nvml=False, policy="step", policy_pinned=True,
+                              policy_dirs=[policies])
     io = AmdgpuFanIO(clock)
     daemon = Daemon(settings, clock=clock, backends=[HwmonGpuBackend(str(root), io=io)], sleep=clock.sleep)
     return daemon, hw, io
