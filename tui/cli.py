@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("policy", metavar="POLICY")
     p.add_argument("--reason", required=True, metavar="TEXT", help="why (shown to everyone)")
     p.add_argument("--timeout", type=_duration_or_zero, default=0.0, metavar="DURATION",
-                   help="end the hold after DURATION (default 0: no end)")
+                   help="end the hold after DURATION (default 0: no end); without --detach, aithermctl "
+                        "exits then (0, saying the hold expired)")
     p.add_argument("--detach", action="store_true",
                    help="keep the hold after aithermctl exits (release it with: aithermctl release COOKIE)")
 

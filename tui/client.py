@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 from dbus_fast import BusType, DBusError, Message, MessageFlag, MessageType, Variant
@@ -42,6 +42,7 @@ class DaemonClient:
     def __init__(self, bus: str = "system", timeout_s: float = 30.0, *, ask_password: bool = True) -> None:
         self.bus = bus
         self.timeout_s = timeout_s
+        self.ask_password = ask_password
         # the calls that change something let polkit ask for a password (ALLOW_INTERACTIVE_AUTHORIZATION)
         self._privileged_flags = (MessageFlag.ALLOW_INTERACTIVE_AUTHORIZATION if ask_password
                                   else MessageFlag.NONE)
@@ -121,6 +122,16 @@ class DaemonClient:
             self._notify(msg.member, list(msg.body))
         elif msg.interface == DBUS[2] and msg.member == "NameOwnerChanged" and msg.body[0] == wire.BUS_NAME:
             self._notify("NameOwnerChanged", list(msg.body))
+
+    @contextlib.contextmanager
+    def listening(self, listener: Listener) -> Iterator[None]:
+        """Inside: ``listener(member, body)`` for each of the daemon's signals (``Event``,
+        ``SnapshotUpdated``), its ``NameOwnerChanged`` and ``Disconnected`` (once connected)."""
+        self._listeners.add(listener)
+        try:
+            yield
+        finally:
+            self._listeners.discard(listener)
 
     def _notify(self, member: str, body: list[Any]) -> None:
         for listener in tuple(self._listeners):

@@ -21,19 +21,14 @@ from aithermctl import render
 from aithermctl.client import DaemonClient, describe_owners
 from aithermctl.document import all_knobs
 from aithermctl.durations import check_unit, format_duration, parse_value
-from aithermctl.errors import BusUnreachable, ClientError, DaemonError, DaemonNotRunning, NoReply
+from aithermctl.errors import ClientError
+from aithermctl.holding import hold, keep_hold, not_held_hint, note, owner_of, release_quietly, write
 from aithermd.publish import wire
 
 Verb = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
 
 
-def _print(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-def _note(text: str) -> None:
-    print(f"aithermctl: {text}", file=sys.stderr, flush=True)
+_print, _note = write, note
 
 
 async def status(client: DaemonClient, args: argparse.Namespace) -> int:
@@ -72,55 +67,6 @@ async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
         if active not in names:
             _note(f"warning: the active policy {active} is gone: aithermd falls back to its configured one")
     return wire.EXIT_OK
-
-
-async def _until_signalled() -> int:
-    loop = asyncio.get_running_loop()
-    stop: asyncio.Future[int] = loop.create_future()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, lambda s=sig: stop.done() or stop.set_result(s))
-    try:
-        return await stop
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
-
-
-async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
-    held_on = None if args.detach else await _owner(client)
-    cookie = await client.hold_policy(args.policy, args.reason, args.timeout, args.detach)
-    _print(f"{cookie}\n")
-    if args.detach:
-        return wire.EXIT_OK
-    _note(f"holding {args.policy} (cookie {cookie}); Ctrl-C releases it")
-    waiter = asyncio.ensure_future(_until_signalled())
-    gone = asyncio.ensure_future(_until_owner_changes(client, held_on))
-    done, _ = await asyncio.wait({waiter, gone}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (waiter, gone):
-        task.cancel()
-    if gone in done:
-        _note("aithermd left the bus; the hold ended with it")
-        return wire.EXIT_NOT_RUNNING
-    await _release_quietly(client, cookie)
-    return wire.EXIT_OK
-
-
-async def _until_owner_changes(client: DaemonClient, held_on: tuple[str, int] | None,
-                               ) -> tuple[str, int] | None:
-    """Returns the owner (:func:`_owner`) once it is no longer ``held_on``: the daemon a hold was taken on
-    left, restarted, or our connection to the bus was lost (either ends the hold). The bus is asked every
-    :data:`REHOLD_POLL_S`: no signal to miss, so a restart between two looks shows as a new owner."""
-    while True:
-        await asyncio.sleep(REHOLD_POLL_S)
-        if (owner := await _owner(client)) != held_on:
-            return owner
-
-
-async def _release_quietly(client: DaemonClient, cookie: int) -> None:
-    try:
-        await client.release_policy(cookie)
-    except ClientError as exc:  # the daemon may have ended it already (timeout, restart)
-        _note(f"releasing hold {cookie}: {exc}")
 
 
 async def release(client: DaemonClient, args: argparse.Namespace) -> int:
@@ -177,26 +123,22 @@ async def run_child(command: Sequence[str],
     return 128 - rc if rc < 0 else rc
 
 
-# How often `run` asks whether aithermd is back after it left the bus (a restart, an upgrade, a crash
-# that systemd restarts in RestartSec=1 s): a job waits at most this long under the wrong policy.
-REHOLD_POLL_S = 2.0
-
-
 async def run(client: DaemonClient, args: argparse.Namespace) -> int:
     line = shlex.join(args.command)
     cookies: list[int] = []
     keeper: asyncio.Task[None] | None = None
     if args.policy is not None:
         reason = args.reason or f"aithermctl run {line}"[:200]
-        held_on = await _owner(client)  # before the hold: a restart right after it is then seen
+        held_on = await owner_of(client)  # before the hold: a restart right after it is then seen
         try:
             cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
         except ClientError as exc:  # CMD is not run without the hold it was asked to run under
+            hint = not_held_hint(exc, args.policy, client.ask_password)
             exc.args = (f"{exc}\naithermctl: run: {line} was not run ({args.policy} could not be held for "
-                        "it); start aithermd, or run it without aithermctl",)
+                        f"it); {hint}",)
             raise
         _note(f"holding {args.policy} (cookie {cookies[-1]}) while {line} runs")
-        keeper = asyncio.ensure_future(_keep_hold(client, args.policy, reason, cookies, held_on))
+        keeper = asyncio.ensure_future(keep_hold(client, args.policy, reason, cookies, held_on))
     try:
         if args.progress_regex is None:
             return await run_child(args.command)
@@ -207,49 +149,7 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await keeper
         if cookies:
-            await _release_quietly(client, cookies[-1])
-
-
-async def _keep_hold(client: DaemonClient, policy: str, reason: str, cookies: list[int],
-                     held_on: tuple[str, int] | None) -> None:
-    """While ``run``'s command runs: a hold is tied to its bus connection and to the daemon instance, so
-    it ends when aithermd restarts or the dbus-daemon does (:func:`_until_owner_changes`). Say so, and take
-    it again (appending the new cookie to ``cookies``) as soon as a daemon answers. ``held_on``:
-    :func:`_owner` just before the hold. Runs until cancelled."""
-    while True:
-        owner = await _until_owner_changes(client, held_on)
-        if cookies:
-            cookies.clear()  # that hold ended with the daemon or the connection; its cookie means nothing now
-            _note(f"aithermd left the bus; the hold on {policy} ended with it; taking it again when aithermd "
-                  "is back")
-        held_on = None  # until a hold is taken again: any daemon there is one to ask
-        if owner is None:
-            continue
-        try:
-            cookies.append(await client.hold_policy(policy, reason, 0.0, False))
-        except (BusUnreachable, DaemonNotRunning, NoReply):
-            continue  # the bus or the daemon still on its way back
-        except DaemonError as exc:
-            if exc.dbus_name == wire.ERROR_BUSY:
-                continue  # the daemon still starting (its calls in flight capped)
-            _note(f"could not take the hold on {policy} again: {exc}")  # too many holds, a failure
-            return
-        except ClientError as exc:  # refused: the new daemon has no such policy, or polkit said no
-            _note(f"could not take the hold on {policy} again: {exc}")
-            return
-        held_on = owner
-        _note(f"aithermd is back; holding {policy} again (cookie {cookies[-1]})")
-
-
-async def _owner(client: DaemonClient) -> tuple[str, int] | None:
-    """Who owns aithermd's bus name, with which of our connections asked (a hold ends with our connection
-    too, and a restarted bus hands out the same unique names again); None while nobody owns it or the bus
-    cannot be reached."""
-    try:
-        owner = await client.name_owner()
-    except ClientError:
-        return None
-    return None if owner is None else (owner, client.connections)
+            await release_quietly(client, cookies[-1])
 
 
 async def _run_reporting(client: DaemonClient, args: argparse.Namespace) -> int:

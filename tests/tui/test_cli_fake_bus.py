@@ -112,6 +112,41 @@ async def test_a_hold_ends_when_the_daemon_leaves_but_not_on_a_document_it_canno
     assert await finish(proc) == wire.EXIT_NOT_RUNNING
 
 
+async def test_a_hold_someone_else_released_ends_the_holding_aithermctl_with_1(fake_daemon, private_bus):
+    """`hold` without --detach waited only for a signal or the daemon's departure: a hold the daemon ended
+    (here another caller released it; the scripted daemon sends no Event, so this is the look every 2 s)
+    left it "holding" for ever, and its Ctrl-C then failed to release an unknown cookie."""
+    proc = await start(private_bus, "hold", "quiet", "--reason", "demo")
+    cookie = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+    await asyncio.sleep(0.5)
+    rc, _, err = await ctl(private_bus, "release", str(cookie))
+    assert rc == 0, err
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == wire.EXIT_FAILURE
+    assert f"the daemon ended hold {cookie}: it is no longer held" in err.decode()
+    releases = [c for c in fake_daemon.calls if c[0] == "ReleasePolicy"]
+    assert len(releases) == 1  # the other caller's: aithermctl tried no release of its own
+
+
+async def test_a_hold_the_daemon_ended_at_its_timeout_exits_0_at_the_event(fake_daemon, private_bus):
+    """The daemon drops a hold at its timeout and says so with an Event (kind policy, data.cookie, the
+    message aithermd's control writes): `hold --timeout` without --detach returns then, with 0."""
+    from aithermd.model import Event
+    from aithermd.publish.document import event_document
+
+    proc = await start(private_bus, "hold", "quiet", "--reason", "demo", "--timeout", "1h")
+    cookie = int(await asyncio.wait_for(proc.stdout.readline(), 20))
+    await asyncio.sleep(0.5)
+    fake_daemon.doc["policy"]["holds"] = []
+    said = event_document(Event("policy", 0.0, "quiet", f"hold {cookie} on quiet timed out",
+                                {"cookie": cookie}))
+    await fake_daemon.emit("Event", "ss", ["policy", json.dumps(said)])
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 0, err  # "expired": the event's words (a look alone finds the hold gone)
+    assert f"hold {cookie} on quiet expired after 1h 00m (--timeout)" in err.decode()
+    assert not [c for c in fake_daemon.calls if c[0] == "ReleasePolicy"]
+
+
 async def test_run_passes_the_exit_code_and_releases_the_hold(fake_daemon, private_bus):
     rc, out, err = await ctl(private_bus, "run", "--policy", "quiet", "--", "sh", "-c", "echo hi; exit 7")
     assert rc == 7 and out == "hi\n"
@@ -257,6 +292,35 @@ async def test_run_says_so_when_the_new_daemon_refuses_the_hold(fake_daemon, pri
         assert len([c for c in second.calls if c[0] == "HoldPolicy"]) == 1
     finally:
         second.stop()
+
+
+@pytest.mark.parametrize("ask", [True, False])
+async def test_run_refused_by_polkit_says_not_authorized_not_start_aithermd(fake_daemon, private_bus, ask):
+    """newuser8 #3: with the daemon running and polkit refusing, `run` told the user to start aithermd."""
+    fake_daemon.deny.add("HoldPolicy")
+    flags = () if ask else ("--no-ask-password",)
+    rc, out, err = await ctl(private_bus, *flags, "run", "--policy", "quiet", "--", "echo", "CMD-RAN")
+    assert rc == wire.EXIT_NOT_AUTHORIZED and out == ""
+    first, second = err.splitlines()
+    assert first.startswith("aithermctl: not authorized to hold a policy: polkit denied HoldPolicy")
+    assert second.startswith("aithermctl: run: echo CMD-RAN was not run (quiet could not be held for it); "
+                             "you are not authorized to hold quiet: ")
+    assert "start aithermd" not in err and "io.github.aithermd.hold-policy for you in polkit" in second
+    assert ("leave out --no-ask-password" in second) is (not ask)
+
+
+@pytest.mark.parametrize("argv, method", [
+    (("policy", "set", "quiet"), "SetActivePolicy"), (("policy", "reload"), "Reload"),
+    (("hold", "quiet", "--reason", "r", "--detach"), "HoldPolicy"), (("hold", "quiet", "--reason", "r"), "HoldPolicy"),
+    (("release", "7"), "ReleasePolicy"), (("override", "gpu0/power_limit", "300"), "SetOverride"),
+    (("override", "clear", "gpu0/power_limit"), "ClearOverride"), (("gpu", "release", "gpu0"), "ReleaseGpu")])
+async def test_every_verb_that_changes_something_says_not_authorized_when_refused(fake_daemon, private_bus,
+                                                                                  argv, method):
+    fake_daemon.deny.add(method)
+    rc, _, err = await ctl(private_bus, *argv)
+    assert rc == wire.EXIT_NOT_AUTHORIZED, err
+    assert err.startswith("aithermctl: not authorized to ") and "in polkit" in err
+    assert "start aithermd" not in err and "not running" not in err and len(err.splitlines()) == 1
 
 
 async def test_run_of_a_missing_command_is_127_and_releases(fake_daemon, private_bus):

@@ -121,6 +121,17 @@ def test_hold_detached_and_release(sim_bus):
     assert ctl(sim_bus, "release", str(cookie)).returncode == wire.EXIT_USAGE
 
 
+def test_a_hold_with_a_timeout_returns_when_the_daemon_ends_it(sim_bus):
+    """newuser8 #1: `hold --timeout 5s` without --detach went on "holding" after the daemon had ended the
+    hold. The real daemon's end (its Event and its Holds) ends aithermctl, with 0 and in words."""
+    p = ctl(sim_bus, "hold", "quiet", "--reason", "short", "--timeout", "2s", timeout=60)
+    assert p.returncode == 0, p.stderr
+    cookie = int(p.stdout)
+    assert f"hold {cookie} on quiet expired after 2.0s (--timeout); the daemon ended it" in p.stderr
+    assert "releasing hold" not in p.stderr
+    holds_become(sim_bus, 0)
+
+
 def test_run_passes_the_exit_code_and_releases(sim_bus):
     p = ctl(sim_bus, "run", "--policy", "ai-training", "--", sys.executable, "-c",
             "import sys; print('running'); sys.exit(5)")
