@@ -2,7 +2,8 @@
 
 Each problem is printed on stderr as ``FILE:LINE:COL: error: KEY: message (hint: ...)``; each valid file as
 ``FILE: ok`` on stdout. With ``--sysfs-root DIR`` or ``--simulate`` device references (GPU indexes, fans,
-zones, sensors) are also checked against that machine, and what the daemon would warn about there is said as
+zones, sensors) are also checked against that machine: one written exactly (no wildcard) that names nothing
+there is an error naming what the machine has; what the daemon would warn about there is said as
 ``FILE:LINE:COL: warning: ...`` (a fan rule that selects no fan, a power limit clamped to the devices'
 constraints, fans whose curve finds no sensor, a curve source's pattern that matches no sensor there: a
 required one sends the curve's fans to full); warnings leave the exit status alone. Permission problems

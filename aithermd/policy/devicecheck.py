@@ -1,9 +1,10 @@
 """Device references of a policy checked against one machine (``aithermd check --sysfs-root``/``--simulate``).
 
-A selector written without wildcards (an exact GPU index or UUID, fan id, chip or zone) must match something;
-one with wildcards may match nothing (shipped policies name several chips so they fit many boards). A curve
-source or a ``temperature_c`` sensor must match at least one temperature channel, except a named curve that
-only rules driving no fan on this machine use (the shipped GPU fan curve on a machine without GPUs).
+A selector written without wildcards (an exact GPU index or UUID, fan id, chip or zone) must match
+something (an error, naming what the machine has); one with wildcards may match nothing (shipped policies
+name several chips so they fit many boards). A curve source or a ``temperature_c`` sensor must match at
+least one temperature channel, except a named curve that only rules driving no fan on this machine use (the
+shipped GPU fan curve on a machine without GPUs).
 
 Warnings (:func:`device_warnings`, printed by ``aithermd check``; the policy stays valid): a fan rule whose
 selector, with wildcards, selects no fan here (it does nothing on this machine), and a power limit that this
@@ -54,6 +55,12 @@ def _gpu_problem(match: GpuMatch, devices: Sequence[Device]) -> str | None:
     return None
 
 
+def _fans_here(devices: Sequence[Device]) -> str:
+    """The fans of ``devices``, for a message: "hwmon:nct6798-isa-0290/pwm1, ... and 3 more", or "none"."""
+    fans = [k.id for k in selectors.select_fans(FanMatch(id=None, chip=None, label=None), devices)]
+    return ", ".join(fans[:6]) + (f" and {len(fans) - 6} more" if len(fans) > 6 else "") or "none"
+
+
 def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
     """Every device reference of ``policy`` (a loader.Policy) that this machine cannot satisfy."""
     doc, where = policy.document, str(policy.path or f"<{policy.name}>")
@@ -82,7 +89,9 @@ def check_devices(policy: Any, devices: Sequence[Device]) -> list[PolicyError]:
         elif isinstance(rule, FanRule):
             f = rule.fans
             if not selectors.select_fans(f, devices) and any(_exact(p) for p in (f.id, f.chip, f.label)):
-                problems.append(((*loc, "fans"), "selects no fan on this machine"))
+                problems.append(((*loc, "fans"), f"selects no fan on this machine (fans: "
+                                 f"{_fans_here(devices)}); name one of them, or write a pattern with * that "
+                                 "may select none here"))
             if rule.curve is not None and not isinstance(rule.curve, str | MixCurve):
                 pats = sources.patterns(rule.curve.source)
                 if not selectors.select_temperatures(pats, devices):
@@ -171,8 +180,7 @@ def device_warnings(policy: Any, devices: Sequence[Device]) -> list[PolicyError]
     docstring), each at its place in the file; format them with ``format("warning")``."""
     doc, where = policy.document, str(policy.path or f"<{policy.name}>")
     problems: list[tuple[tuple[Any, ...], str]] = []
-    fans = [k.id for k in selectors.select_fans(FanMatch(id=None, chip=None, label=None), devices)]
-    have = ", ".join(fans[:6]) + (f" and {len(fans) - 6} more" if len(fans) > 6 else "") or "none"
+    have = _fans_here(devices)
     for i, rule in enumerate(doc.rules):
         loc = ("rules", i, rule.kind)
         if isinstance(rule, FanRule) and not selectors.select_fans(rule.fans, devices) \

@@ -60,7 +60,10 @@ def test_check_device_references_against_a_recorded_machine(tmp_path, capsys):
     assert main(["check", "--sysfs-root", str(NCT_MACHINE), str(p)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == [f"{p}:2:46: error: rules[0].gpus: selects no GPU on this machine (GPUs: gpu0)",
-                   f"{p}:4:35: error: rules[2].fans: selects no fan on this machine"]
+                   f"{p}:4:35: error: rules[2].fans: selects no fan on this machine (fans: "
+                   f"hwmon:nct6798-isa-0290/pwm1, hwmon:nct6798-isa-0290/pwm2, hwmon:nct6798-isa-0290/pwm3, "
+                   "hwmon:nct6798-isa-0290/pwm4, hwmon:nct6798-isa-0290/pwm5, hwmon:nct6798-isa-0290/pwm6 and "
+                   "1 more); name one of them, or write a pattern with * that may select none here"]
     assert main(["check", "--sysfs-root", str(tmp_path / "nope"), str(p)]) == 2
 
 
@@ -237,7 +240,12 @@ def test_check_against_the_simulated_workstation(capsys):
     assert main(["check", "--simulate", *map(str, sorted((ROOT / "policies").glob("*.yaml")))]) == 0
     capsys.readouterr()
     assert main(["check", "--simulate", "-q", str(valid)]) == 1
-    assert capsys.readouterr().err == f"{valid}:27:11: error: rules[0].fans: selects no fan on this machine\n"
+    # once, at its line, with what the machine has and what to do (newuser8 #4)
+    assert capsys.readouterr().err == (
+        f"{valid}:27:11: error: rules[0].fans: selects no fan on this machine (fans: hwmon:amdgpu-pci-0700/pwm1, "
+        "hwmon:nct6798-isa-0290/pwm1, hwmon:nct6798-isa-0290/pwm2, hwmon:nct6798-isa-0290/pwm3, "
+        "hwmon:nct6798-isa-0290/pwm4, hwmon:nct6798-isa-0290/pwm5 and 3 more); name one of them, or write a "
+        "pattern with * that may select none here\n")
 
 
 def test_check_only_warns_about_permissions(tmp_path, capsys):

@@ -311,7 +311,8 @@ async def test_run_refused_by_polkit_says_not_authorized_not_start_aithermd(fake
 
 @pytest.mark.parametrize("argv, method", [
     (("policy", "set", "quiet"), "SetActivePolicy"), (("policy", "reload"), "Reload"),
-    (("hold", "quiet", "--reason", "r", "--detach"), "HoldPolicy"), (("hold", "quiet", "--reason", "r"), "HoldPolicy"),
+    (("hold", "quiet", "--reason", "r", "--detach"), "HoldPolicy"),
+    (("hold", "quiet", "--reason", "r"), "HoldPolicy"),
     (("release", "7"), "ReleasePolicy"), (("override", "gpu0/power_limit", "300"), "SetOverride"),
     (("override", "clear", "gpu0/power_limit"), "ClearOverride"), (("gpu", "release", "gpu0"), "ReleaseGpu")])
 async def test_every_verb_that_changes_something_says_not_authorized_when_refused(fake_daemon, private_bus,
