@@ -94,10 +94,12 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
                prev_curves: Mapping[str, fc.CurveState], out_curves: dict[str, fc.CurveState],
                keys: Mapping[str, str], shared: list[tuple[tuple[Any, ...], Any]] | None,
                before: tuple[fc.CurveState | None, ...], prev: fc.FanState
-               ) -> tuple[float | None, float | None, bool]:
+               ) -> tuple[float | None, float | None, bool, str]:
     """The duty (%) to send to ``t``'s fan (None: its curve has no temperature), the curve's own duty
-    before shaping (None for a fixed duty), and whether it is steady: the duty the fan already has, with
-    no ramp holding it back (shaped without the ramp limits it is the same). ``keys``: each curve's name →
+    before shaping (None for a fixed duty), whether it is steady: the duty the fan already has, with
+    no ramp holding it back (shaped without the ramp limits it is the same), and the ramp holding it back
+    this tick, in words for the decision's reason (" (ramping down at 1 %/s, ramp_down_pct_s; the curve
+    asks 28.8 %)"; "" when no ramp limited it). ``keys``: each curve's name →
     its key in the policy's curve states; ``shared``: the rule's curves worked out this tick by their
     previous states (the temperatures and the time are the rule's own this tick, so equal states give
     equal results: the fans of one rule that moved together are worked out once; None for a rule of one
@@ -129,7 +131,7 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
         for n, v in new_states.items():
             out_curves[keys[n]] = v
         if duty is None:
-            return None, None, False
+            return None, None, False, ""
         curve_pct = duty
     low, start, stop = rule.fan_limits[t.knob.id]
     ramp_up, ramp_down = model.ramp_up_pct_s, model.ramp_down_pct_s
@@ -141,7 +143,17 @@ def _fan_value(rule: CRule, t: Target, ctx: Ctx, inp: Any, temps: dict[str, floa
         or fc.shape(duty, hottest, ctx.now, prev, min_duty_pct=low, start_duty_pct=start,
                     stop_below_c=model.stop_below_c, stop_pct=stop,
                     stop_hysteresis_pct=model.stop_hysteresis_pct) == value)
-    return value, curve_pct, steady
+    ramping = ""
+    last, then = prev.duty_pct, prev.t
+    if last is not None and then is not None and ctx.now > then and value != last:
+        # shape() gives back last ∓ rate × dt, computed alike, exactly when a ramp limited the step
+        if ramp_down is not None and value == last - ramp_down * (ctx.now - then):
+            ramping = f" (ramping down at {ramp_down:g} %/s, ramp_down_pct_s;"
+        elif ramp_up is not None and value == last + ramp_up * (ctx.now - then):
+            ramping = f" (ramping up at {ramp_up:g} %/s, ramp_up_pct_s;"
+        if ramping:
+            ramping += f" the {'curve' if curve_pct is not None else 'rule'} asks {duty:.1f} %)"
+    return value, curve_pct, steady, ramping
 
 
 def _fan_inputs(before: tuple[Mapping[str, Any], ...], temps: Mapping[str, float], raw: Mapping[str, float],
@@ -263,12 +275,13 @@ def run_rule(rule: CRule, ctx: Ctx, policy: str, layer: Layer, inp: Any,
                                                                           ctx.now)
                 memo_out[key] = kept
                 continue
-            value, curve_pct, steady = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves, out_curves,
-                                                  keys, shared, prior, prev)
+            value, curve_pct, steady, ramping = _fan_value(rule, t, ctx, inp, temps, hottest, prev_curves,
+                                                           out_curves, keys, shared, prior, prev)
             if value is None:
                 continue
             inputs: Mapping[str, Any] = Lazy(_fan_inputs, before, temps, raw, used, curve_pct, eager=eager)
-            reason = f"{'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'} → {value:.0f} %"
+            what = 'curve ' + rule.curve_name if rule.curve_name else 'fixed duty'
+            reason = f"{what} → {value:.0f} %{ramping}"
             states = memo.bare_all(prior) if steady else ()
             carried = memo.left(rule, keys, states, out_curves, ctx.now) if steady else None
             if carried is not None:

@@ -260,3 +260,18 @@ def test_fans_of_one_rule_share_a_curve_only_from_equal_states():
     assert res.decisions[PWM1].rule == "p/both"
     assert res.decisions[PWM1].value == pytest.approx(61.5)  # back with no reference: 58 °C
     assert res.decisions[PWM2].value == pytest.approx(65.0)
+
+
+def test_a_fan_its_ramp_holds_back_says_so_in_its_reason():
+    """explain read "curve board → 77 %" beside "curve_pct 28.8" while a ramp held the fan back (newuser8
+    #5): the reason names the ramp while it limits the step, and only then."""
+    run = Run()
+    first = run.step().decisions[PWM2]  # from the duty read back, no time yet: no step limited
+    assert first.reason == f"curve both → {first.value:.0f} %"
+    up = run.step().decisions[PWM2]
+    assert up.value == pytest.approx(first.value + 5.0)
+    assert up.reason == (f"curve both → {up.value:.0f} % (ramping up at 5 %/s, ramp_up_pct_s; the curve asks "
+                         f"{up.inputs['curve_pct']:.1f} %)")
+    assert up.inputs["curve_pct"] > up.value
+    settled = run.settle().decisions[PWM2]
+    assert settled.reason == f"curve both → {settled.value:.0f} %"

@@ -129,8 +129,9 @@ def workstation(tmp_path: Path) -> dict[str, Any]:
 
 
 def board_without_gpus(tmp_path: Path, ticks: int = 5) -> dict[str, Any]:
-    """The recorded X570 board's GetSnapshot document after ``ticks`` ticks (``snapshot``) and the Event
-    signals it sent (``signals``; see the module docstring)."""
+    """The recorded X570 board's GetSnapshot document after ``ticks`` ticks (``snapshot``), the Event
+    signals it sent (``signals``; see the module docstring) and its Explain("") answer (``explain``: its
+    board fans still ramp down from the duty recorded with the board)."""
     from aithermd.backends.hwmon import HwmonBackend
     from aithermd.runtime.daemon import Daemon
     from tests.backends.faults import FaultIO
@@ -154,7 +155,7 @@ def board_without_gpus(tmp_path: Path, ticks: int = 5) -> dict[str, Any]:
     assert code == 0, f"the daemon exited {code}"
     assert daemon.hub.latest is not None
     return {"snapshot": json.loads(DocumentCache().text(daemon.hub.latest)),
-            "signals": _json(listener.signals)}
+            "signals": _json(listener.signals), "explain": _json(daemon.control.explain(""))}
 
 
 def first_of_each(signals: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
