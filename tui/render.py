@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from collections.abc import Mapping, Sequence
@@ -183,6 +184,8 @@ def _inputs_text(inputs: Mapping[str, Any]) -> str:
         elif isinstance(v, Mapping):
             inner = ", ".join(f"{k} {_num(x)}" for k, x in v.items())
             parts.append(f"{name} ({inner})")
+        elif name.startswith("used:") and isinstance(v, str):  # the channels a curve used, comma-joined
+            parts.append(f"{name} {v.replace(',', ', ')}")
         else:
             parts.append(f"{name} {_num(v)}")
     return "; ".join(parts)
@@ -232,10 +235,13 @@ def explain_paragraph(knob_id: str, entry: Mapping[str, Any], knob: Mapping[str,
             text += f", default {fmt(default, unit)}." if default is not None else "."
         if not knob.get("writable", True):
             text += f" Read-only here: {knob.get('why_not') or 'no reason given'}."
+    # a number keeps its unit on its line ("77 %", "-7.2 %/J", "450 W"): the space between is not a break
+    text = _NUMBER_UNIT.sub("\u00a0", text)
     return textwrap.fill(text, width=100, subsequent_indent="  ", break_on_hyphens=False,
-                         break_long_words=False)
+                         break_long_words=False).replace("\u00a0", " ")
 
 
+_NUMBER_UNIT = re.compile(r"(?<=\d) (?=(?:%|°C|W|J|s|RPM|MHz|V|A)(?![\w]))")
 NO_DECISION: Mapping[str, Any] = {"layer": "default", "rule": "", "reason": "", "inputs": {}}
 
 

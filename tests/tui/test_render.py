@@ -25,6 +25,36 @@ def test_explain_paragraph_for_a_held_policys_decision(snapshot_doc):
                     "Range 10 W to 600 W, default 450 W.")
 
 
+def test_explain_of_a_fan_ramping_down_names_the_ramp(tmp_path):
+    """newuser8 #5: a fan ramping down read "curve board → 77 %" beside "curve_pct 28.8", as if the curve
+    were wrong. What the daemon itself answers (the recorded board, whose fans ramp down at balanced's
+    1 %/s from the duty recorded with the board) names the ramp, and explain shows it."""
+    from tests.support import documents
+
+    board = documents.board_without_gpus(tmp_path)
+    ramping = sorted((k, e) for k, e in board["explain"].items() if "ramping" in e["reason"])
+    assert ramping, "no fan of the recorded board ramps down: pick another producer run"
+    knob_id, entry = ramping[0]
+    knob = next(k for d in board["snapshot"]["devices"] for k in d["knobs"] if k["id"] == knob_id)
+    text = " ".join(explain_paragraph(knob_id, entry, knob).split())
+    assert (f", set by the active policy (balanced/board-fans): curve board → {entry['value']:.0f} % (ramping "
+            f"down at 1 %/s, ramp_down_pct_s; the curve asks {entry['inputs']['curve_pct']:.1f} %).") in text
+    assert entry["value"] > entry["inputs"]["curve_pct"]
+
+
+@pytest.mark.parametrize("pad", range(0, 40))
+def test_explain_never_wraps_a_number_away_from_its_unit(pad):
+    """newuser8: "curve board → 29\\n  %", "-7.2\\n  %/J", "override to 80\\n  %"."""
+    entry = {"value": 29.0, "requested": 29.0, "layer": "policy", "rule": "p/r",
+             "reason": f"{'x' * pad} curve board → 29 % then -7.2 %/J and 450 W at 55 °C, override to 80 %",
+             "inputs": {"used:board": "hwmon:k10temp-pci-00c3/temp1,gpu0/temperature", "curve_pct": 28.8}}
+    lines = explain_paragraph("hwmon:nct6798-isa-0290/pwm2", entry, {"unit": "%"}).splitlines()
+    assert len(lines) > 1
+    for line in lines:
+        assert not line.strip().startswith(("%", "W ", "°C")), lines
+    assert "used:board hwmon:k10temp-pci-00c3/temp1, gpu0/temperature" in " ".join(" ".join(lines).split())
+
+
 def test_explain_paragraph_says_how_far_the_engines_windows_are():
     from test_app import engine_inputs_3s_after_the_load_stopped
 
