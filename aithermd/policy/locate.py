@@ -209,7 +209,21 @@ def _message(err: dict[str, Any], w: _Walk) -> tuple[str, str | None, bool]:
             return f"'{given}' is not a time of day HH:MM", None, False
         return (f"'{given}' is not a valid name (letters, digits, '-' and '_', starting with a letter or "
                 "digit)", None, False)
+    if kind in ("float_parsing", "float_type", "int_parsing", "int_type") and isinstance(given, str):
+        return _lower(err["msg"]), _bare_number_hint(str(w.key)), False
     return _lower(err["msg"]), None, False
+
+
+# a key's unit suffix → how its value is written (a string such as '1m' or '5%' is refused as no number)
+_BARE = (("_pct_s", "a rate in %/s is a bare number: 5, not '5%'"),
+         ("_s", "seconds are a bare number here: 60 for a minute, not '1m'"),
+         ("_pct", "a percentage is a bare number here: 40, not '40%'"),
+         ("_c", "degrees Celsius are a bare number: 70, not '70C'"))
+
+
+def _bare_number_hint(key: str) -> str | None:
+    """How to write the value of ``key`` (``min_dwell_s``, ``ramp_up_pct_s``...) when a string was given."""
+    return next((hint for suffix, hint in _BARE if key.endswith(suffix)), None)
 
 
 def errors_from_validation(exc: ValidationError, tree: Any, where: str) -> list[PolicyError]:

@@ -37,6 +37,25 @@ def test_check_invalid_exit_1_with_file_line_col_on_stderr(capsys):
     assert "quiet.yaml: ok" in out.out
 
 
+@pytest.mark.parametrize("key, value, hint", [
+    ("min_dwell_s", "1m", "seconds are a bare number here: 60 for a minute, not '1m'"),
+    ("ramp_up_pct_s", "5%", "a rate in %/s is a bare number: 5, not '5%'")])
+def test_check_says_how_to_write_a_number_given_with_a_unit(tmp_path, capsys, key, value, hint):
+    """Durations on the command line take "1m"; in a policy file "1m" was "unable to parse string as a
+    number" with no word on what to write instead (newuser8)."""
+    p = tmp_path / "unit.yaml"
+    if key == "min_dwell_s":
+        p.write_text("machines:\n  load:\n    per: machine\n    states:\n      - name: idle\n"
+                     f"      - name: busy\n        {key}: {value}\n"
+                     "        enter: {metric: utilization_pct, stat: mean, window_s: 10, above: 50}\n"
+                     "rules:\n  - {name: f, kind: fan, fans: {chip: 'nct*'}, duty_pct: 40}\n")
+    else:
+        p.write_text(f"rules:\n  - {{name: f, kind: fan, fans: {{chip: 'nct*'}}, duty_pct: 40, {key}: '{value}'}}\n")
+    assert main(["check", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert f".{key}: should be a valid number, unable to parse string as a number (hint: {hint})\n" in err
+
+
 def test_check_unreadable_file_exit_2(capsys, tmp_path):
     assert main(["check", str(INVALID / "empty.yaml"), str(tmp_path / "missing.yaml")]) == 2
     assert f"{tmp_path / 'missing.yaml'}: error: cannot read: no such file" in capsys.readouterr().err
