@@ -71,6 +71,23 @@ def run(args: argparse.Namespace) -> int:
     return _lab_run(args, limit)
 
 
+def _no_pwm(devices: Any, sysfs_root: Any) -> str:
+    """Why there is no writable pwm to detect or calibrate: none at all (this machine's own sysfs is what
+    is read, not a daemon's or a demo's), not root, or what the kernel said."""
+    import os
+
+    from aithermd.model import KnobKind
+
+    pwms = [k for d in devices for k in d.knobs if k.kind is KnobKind.PWM]
+    if not pwms:
+        return (f"no hwmon pwm under {sysfs_root}: this machine has no fan header it can drive (detection runs "
+                "on this machine's own sysfs, never on a daemon's or a demo's: --simulate runs it on the "
+                "simulated workstation)")
+    if os.geteuid() != 0:
+        return f"{len(pwms)} pwm(s) here, none writable by uid {os.geteuid()}: run it as root"
+    return f"{len(pwms)} pwm(s) here, none writable: {pwms[0].id}: {pwms[0].why_not or 'no reason given'}"
+
+
 def _settings(args: argparse.Namespace) -> Any:
     from aithermd.errors import PolicyErrors
     from aithermd.settings import DaemonSettings, load_settings
@@ -169,10 +186,12 @@ def _lab_run(args: argparse.Namespace, limit: float) -> int:
             restore_journal(journal, backends=[backend])
         pwms = args.pwm or detect.writable_pwms(devices)
         unknown = [p for p in pwms if p not in detect.writable_pwms(devices)]
-        if unknown or not pwms:
-            why = ", ".join(unknown) if unknown else "no writable pwm (root needed?)"
-            print(f"aithermd fans: not a writable pwm here: {why}", file=sys.stderr)
-            return 2 if unknown else 1
+        if unknown:
+            print(f"aithermd fans: not a writable pwm here: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        if not pwms:
+            print(f"aithermd fans: {_no_pwm(devices, rig.sysfs_root)}", file=sys.stderr)
+            return 1
         try:
             previous = load(state_dir)
         except FanStoreError as exc:

@@ -141,3 +141,16 @@ def test_sigterm_in_the_middle_of_a_detection_restores_every_pwm_before_exiting(
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "aborted: stopped: SIGTERM; every pwm restored" in err
     assert not Journal(state).dirty and not (state / "fans.json").exists()
+
+
+def test_a_machine_without_pwms_is_said_so_not_blamed_on_root(tmp_path):
+    """newuser8: `fans detect` as root on a host without hwmon said "no writable pwm (root needed?)"; it
+    reads this machine's own sysfs (not a demo's bus), and there is nothing to drive there."""
+    sysfs = tmp_path / "sys"
+    (sysfs / "class" / "hwmon").mkdir(parents=True)
+    out = aithermd("fans", "detect", "--yes", "--sysfs-root", str(sysfs), "--state-dir", str(tmp_path / "st"))
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"aithermd fans: no hwmon pwm under {sysfs}: this machine has no fan header "
+                                 "it can drive (detection runs on this machine's own sysfs, never on a daemon's "
+                                 "or a demo's: --simulate runs it on the simulated workstation)")
+    assert "root needed" not in out.stderr
