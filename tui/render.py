@@ -287,6 +287,10 @@ def energy_text(result: Mapping[str, Any], command: str) -> str:
              if not result.get("timed_out") else
              f"energy in the first {format_duration(duration)} ({duration:.3f} s) of {command}, when the "
              "window timed out:"]
+    if not joules:  # the window closed before the daemon's first energy sample in it (every tick)
+        lines.append("  nothing measured: it ended before the daemon's next energy sample (one per tick); "
+                     "time a longer command, or see aithermctl energy report")
+        return "\n".join(lines) + "\n"
     width = max((len(k) for k in joules), default=4)
     gpu_total = 0.0
     for dev, j in joules.items():

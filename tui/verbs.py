@@ -246,13 +246,18 @@ async def energy(client: DaemonClient, args: argparse.Namespace) -> int:
         except ClientError as exc:  # gone (an older daemon drops a timed-out window): CMD's status still
             sys.stderr.write(f"aithermctl energy: warning: {exc}; nothing to report\n")
             stopped.append(None)
+    ran: list[bool] = []
+
+    async def exited() -> None:
+        ran.append(True)
+        await stop()
     try:
-        rc = await run_child(args.command, before_reap=stop)
+        rc = await run_child(args.command, before_reap=exited)
     finally:
         if not stopped:
             await stop()
     result = stopped[0]
-    if result is None:
+    if result is None or not ran:  # CMD could not be started (not found, not executable): nothing to report
         return rc
     if result.get("timed_out"):
         sys.stderr.write(f"aithermctl energy: warning: the energy window timed out after "

@@ -463,6 +463,15 @@ async def test_energy_reports_joules_duration_and_mean_power(fake_daemon, privat
     assert rc == 0 and set(json.loads(out)["joules"]) == {"gpu0", "gpu1", "powercap:core", "powercap:package-0"}
 
 
+async def test_energy_of_a_command_that_cannot_start_prints_no_empty_table(fake_daemon, private_bus):
+    """newuser8: `energy -- nosuchcmd` said "command not found", then an empty "energy while nosuchcmd ran,
+    0.0s" table. Its window is still closed."""
+    rc, out, err = await ctl(private_bus, "energy", "--", "nosuchcmd-cli13")
+    assert (rc, out, err) == (127, "", "aithermctl: nosuchcmd-cli13: command not found\n")
+    assert [c[0] for c in fake_daemon.calls if "EnergyWindow" in c[0]] == ["StartScopedEnergyWindow",
+                                                                         "StopEnergyWindow"]
+
+
 async def test_energy_stops_its_window_before_the_command_is_reaped(fake_daemon, private_bus):
     """The command has exited but is still in /proc (a zombie) when the window is stopped: the daemon's
     last accounting pass can still tell it was aithermctl's child and charge its last seconds to the window

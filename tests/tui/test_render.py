@@ -82,6 +82,16 @@ def test_explain_paragraph_for_a_knob_nobody_set_and_a_read_only_knob():
                     "Read-only here: NVML_ERROR_NO_PERMISSION.")
 
 
+def test_energy_text_of_a_window_closed_before_its_first_sample_says_nothing_was_measured():
+    """newuser8: `energy -- true` printed a heading and no rows. The daemon's window of before its first
+    sample: its joules empty."""
+    doc = dict(load("energy.json"), duration_s=0.012, joules={}, total_j=0.0)
+    doc.pop("attributed", None)
+    assert energy_text(doc, "true") == (
+        "energy while true ran, 0.0s (0.012 s):\n  nothing measured: it ended before the daemon's next energy "
+        "sample (one per tick); time a longer command, or see aithermctl energy report\n")
+
+
 def test_energy_text_gives_mean_power_per_device_and_gpu_total():
     """The daemon's window over the last minute of the simulated training (fixtures/energy.json)."""
     doc = load("energy.json")
