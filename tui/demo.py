@@ -41,6 +41,17 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:8736"  # the daemon's own default: point a P
 DEFAULT_CYCLE = "120,1800,120"
 
 
+def banner(address: str, metrics: str, log: Path, speedup: float | None) -> str:
+    """What ``demo --no-tui`` prints once the daemon answers: the address first (scripts read that line),
+    then how to try it, the metrics URL line ``metrics`` (or ""), the log, and the simulated time's pace:
+    timeouts, durations and energy windows run on it."""
+    k = DEFAULT_SPEEDUP if speedup is None else speedup
+    pace = f"{k:g}× wall time" if k else "as fast as it computes"
+    return (f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
+            f"{metrics}  log: {log}\n  time: simulated, {pace} (hold and override timeouts, energy windows and explain count it)\n"
+            "Ctrl-C stops it.")
+
+
 def daemon_command(address: str, state_dir: str, policy: str | None, speedup: float | None,
                    metrics_listen: str = DEFAULT_METRICS_LISTEN, cycle: str = DEFAULT_CYCLE) -> list[str]:
     """The ``aithermd run --simulate`` command line (the ``aithermd`` script next to this Python, else
@@ -229,8 +240,7 @@ def run_demo(args: argparse.Namespace) -> int:
                       "another demo?): this demo serves none", file=sys.stderr, flush=True)
                 served = False
             metrics = f"  metrics: http://{metrics_listen}/metrics\n" if served else ""
-            print(f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
-                  f"{metrics}  log: {log}\nCtrl-C stops it.", flush=True)
+            print(banner(address, metrics, log, args.speedup), flush=True)
             while daemon.poll() is None:
                 if stopping:  # a stop that was swallowed where it was raised
                     raise KeyboardInterrupt

@@ -395,12 +395,17 @@ def test_a_second_demo_on_a_taken_metrics_port_says_so_and_prints_no_metrics_url
                                 text=True)
         try:
             assert proc.stdout.readline().startswith("simulated aithermd on unix:path=")
-            lines = [proc.stdout.readline() for _ in range(3)]
+            lines = [proc.stdout.readline()]
+            while lines[-1] not in ("Ctrl-C stops it.\n", "") and len(lines) < 8:
+                lines.append(proc.stdout.readline())
         finally:
             proc.send_signal(signal.SIGTERM)
             rc = proc.wait(60)
     assert rc == 130
     assert not any("metrics:" in line for line in lines) and lines[-1] == "Ctrl-C stops it.\n"
+    # the demo's time is simulated, at 5× (a `hold --timeout 2m` showed 1m 06s left after 10 s: newuser8)
+    assert "  time: simulated, 5× wall time (hold and override timeouts, energy windows and explain count it)\n" \
+        in lines
     assert proc.stderr.read().splitlines()[0] == (
         f"aithermctl: demo: metrics: 127.0.0.1:{port} is not free (Address already in use; another aithermd "
         "or demo?): this demo serves none (--metrics-listen HOST:PORT picks another)")
