@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import signal
 import sys
@@ -49,7 +50,10 @@ async def hold(client: DaemonClient, args: argparse.Namespace) -> int:
     until the daemon ends the hold (its ``--timeout``: exit 0; released by someone else or its policy gone
     at a reload: exit 1), or until the daemon leaves the bus (exit 3)."""
     held_on = None if args.detach else await owner_of(client)
-    cookie = await client.hold_policy(args.policy, args.reason, args.timeout, args.detach)
+    try:
+        cookie = await client.hold_policy(args.policy, args.reason, args.timeout, args.detach)
+    except ClientError as exc:
+        raise await with_policy_hint(client, exc, args.policy) from None
     write(f"{cookie}\n")
     if args.detach:
         return wire.EXIT_OK
@@ -147,6 +151,21 @@ async def release_quietly(client: DaemonClient, cookie: int) -> None:
     except ClientError as exc:
         if exc.dbus_name != wire.ERROR_UNKNOWN_COOKIE:
             note(f"releasing hold {cookie}: {exc}")
+
+
+async def with_policy_hint(client: DaemonClient, exc: ClientError, name: str) -> ClientError:
+    """``exc``, with "did you mean 'balanced'?" added when it says policy ``name`` is unknown and a loaded
+    policy's name is close (as ``aithermd check`` hints at a misspelt key)."""
+    if exc.dbus_name != wire.ERROR_UNKNOWN_POLICY:
+        return exc
+    try:
+        names = [str(p.get("name")) for p in await client.list_policies()]
+    except ClientError:
+        return exc
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    if close:
+        exc.args = (f"{exc} (hint: did you mean '{close[0]}'?)",)
+    return exc
 
 
 def not_held_hint(exc: ClientError, policy: str, ask_password: bool) -> str:

@@ -22,7 +22,16 @@ from aithermctl.client import DaemonClient, describe_owners
 from aithermctl.document import all_knobs
 from aithermctl.durations import check_unit, format_duration, parse_value
 from aithermctl.errors import ClientError
-from aithermctl.holding import hold, keep_hold, not_held_hint, note, owner_of, release_quietly, write
+from aithermctl.holding import (
+    hold,
+    keep_hold,
+    not_held_hint,
+    note,
+    owner_of,
+    release_quietly,
+    with_policy_hint,
+    write,
+)
 from aithermd.publish import wire
 
 Verb = Callable[[DaemonClient, argparse.Namespace], Awaitable[int]]
@@ -48,10 +57,14 @@ async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
     if args.policy_verb == "list":
         policies = await client.list_policies()
         _print(json.dumps(policies, indent=1) + "\n" if args.json else render.policies_text(policies))
-    elif args.policy_verb == "show":
-        _print(render.policy_text(await client.get_policy(args.name)))
-    elif args.policy_verb == "set":
-        await client.set_active_policy(args.name)
+    elif args.policy_verb in ("show", "set"):
+        try:
+            if args.policy_verb == "show":
+                _print(render.policy_text(await client.get_policy(args.name)))
+                return wire.EXIT_OK
+            await client.set_active_policy(args.name)
+        except ClientError as exc:
+            raise await with_policy_hint(client, exc, args.name) from None
         _note(f"active policy is now {args.name}")
         for line in (await client.get_policy(args.name)).get("warnings") or ():
             _note(f"warning: {line} (this rule does nothing on this machine)")
@@ -71,6 +84,7 @@ async def policy(client: DaemonClient, args: argparse.Namespace) -> int:
 
 async def release(client: DaemonClient, args: argparse.Namespace) -> int:
     await client.release_policy(args.cookie)
+    _note(f"hold {args.cookie} released")
     return wire.EXIT_OK
 
 
@@ -133,6 +147,7 @@ async def run(client: DaemonClient, args: argparse.Namespace) -> int:
         try:
             cookies.append(await client.hold_policy(args.policy, reason, 0.0, False))
         except ClientError as exc:  # CMD is not run without the hold it was asked to run under
+            exc = await with_policy_hint(client, exc, args.policy)
             hint = not_held_hint(exc, args.policy, client.ask_password)
             exc.args = (f"{exc}\naithermctl: run: {line} was not run ({args.policy} could not be held for "
                         f"it); {hint}",)

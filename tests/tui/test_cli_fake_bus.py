@@ -74,11 +74,29 @@ async def test_hold_detached_prints_the_cookie_and_release_ends_it(fake_daemon, 
     cookie = int(out)
     assert rc == 0 and fake_daemon.holds[0]["cookie"] == cookie
     assert fake_daemon.calls[-1][:2] == ("HoldPolicy", ["quiet", "meeting", 900.0, True])
-    rc, _, _ = await ctl(private_bus, "release", str(cookie))
+    rc, out, err = await ctl(private_bus, "release", str(cookie))
     assert rc == 0 and fake_daemon.holds == []
+    assert (out, err) == ("", f"aithermctl: hold {cookie} released\n")  # it said nothing (newuser8)
     rc, _, err = await ctl(private_bus, "release", str(cookie))
     assert rc == wire.EXIT_USAGE and f"no hold with cookie {cookie}" in err
     assert err.endswith("(holds: aithermctl status)\n")  # where holds are listed
+
+
+@pytest.mark.parametrize("argv", [("policy", "set", "balancd"), ("policy", "show", "balancd"),
+                                  ("hold", "balancd", "--reason", "r", "--detach"),
+                                  ("run", "--policy", "balancd", "--", "true")])
+async def test_a_misspelt_policy_name_gets_a_did_you_mean(fake_daemon, private_bus, argv):
+    """newuser8: `policy set balancd` said "no policy 'balancd'; known: ..." with no hint, as check gives."""
+    rc, _, err = await ctl(private_bus, *argv)
+    assert rc == wire.EXIT_USAGE
+    assert "no policy 'balancd'" in err.splitlines()[0]
+    assert err.splitlines()[0].endswith("(hint: did you mean 'balanced'?)")
+    assert fake_daemon.holds == []
+
+
+async def test_a_policy_name_nothing_resembles_gets_no_hint(fake_daemon, private_bus):
+    rc, _, err = await ctl(private_bus, "policy", "set", "zzzz")
+    assert rc == wire.EXIT_USAGE and "no policy 'zzzz'" in err and "did you mean" not in err
 
 
 async def test_release_of_a_number_that_is_no_cookie_is_a_usage_error(fake_daemon, private_bus):
