@@ -72,7 +72,7 @@ def machine_devices(args: argparse.Namespace) -> list[Device] | None:
 def run(args: argparse.Namespace) -> int:
     log.setup(level="error")
     from aithermd.policy.devicecheck import check_devices, curve_warnings, device_warnings, unsourced_fans
-    from aithermd.policy.loader import load_policy_file, permission_problems
+    from aithermd.policy.loader import load_policy_file, permission_problems, shipped_policy_dir
     from aithermd.runtime.changes import unsourced_message
 
     try:
@@ -96,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
             policy = load_policy_file(path)
             errors: list[PolicyError] = check_devices(policy, devices) if devices is not None else []
             warnings = [w.format("warning") for w in curve_warnings(policy)]
+            doc = policy.document
+            if not doc.rules and doc.budget is None and doc.quiet is None:  # valid, and does nothing
+                warnings.append(f"{name}: warning: no rules: this policy sets no knob (each keeps what aithermd "
+                                f"found at start); add rules (examples: {shipped_policy_dir()})")
             if devices is not None:
                 warnings += [w.format("warning") for w in device_warnings(policy, devices)] + [
                     f"{name}: warning: {unsourced_message(policy.name, *u)}"

@@ -56,6 +56,19 @@ def test_check_says_how_to_write_a_number_given_with_a_unit(tmp_path, capsys, ke
     assert f".{key}: should be a valid number, unable to parse string as a number (hint: {hint})\n" in err
 
 
+def test_check_warns_about_a_file_that_sets_nothing(tmp_path, capsys):
+    """An empty file is refused, but one holding only a description passed as plain "ok" (newuser8)."""
+    from aithermd.policy.loader import shipped_policy_dir
+
+    p = tmp_path / "only-words.yaml"
+    p.write_text("description: x\n")
+    assert main(["check", str(p)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{p}: ok\n"
+    assert err == (f"{p}: warning: no rules: this policy sets no knob (each keeps what aithermd found at "
+                   f"start); add rules (examples: {shipped_policy_dir()})\n")
+
+
 def test_check_unreadable_file_exit_2(capsys, tmp_path):
     assert main(["check", str(INVALID / "empty.yaml"), str(tmp_path / "missing.yaml")]) == 2
     assert f"{tmp_path / 'missing.yaml'}: error: cannot read: no such file" in capsys.readouterr().err
