@@ -34,6 +34,7 @@ import structlog
 
 from aithermd import units
 from aithermd.backends.energy_rate import POWER_MARGIN
+from aithermd.backends.guard import Quarantine
 from aithermd.backends.ids import natural_key, unique_ids
 from aithermd.backends.powercap_energy import (  # noqa: F401 - energy_increase_uj, MAX_PLAUSIBLE_W: API
     MAX_PLAUSIBLE_W,
@@ -81,8 +82,10 @@ class _Limit:
         self.knob, self.limit, self.window = knob, limit, window
 
 
-class RaplBackend:
-    """RAPL zones under ``sysfs_root``; ``clock`` times the energy reads, ``io`` is the file-access seam."""
+class RaplBackend(Quarantine):
+    """RAPL zones under ``sysfs_root``; ``clock`` times the energy reads, ``io`` is the file-access seam.
+    Each zone is a device of the read guard (:class:`~aithermd.backends.guard.Quarantine`): a hung read of
+    one zone's file (``energy_uj`` or a limit) holds that zone only, not the others (attack13 A5)."""
 
     kind = "powercap"
 
@@ -98,6 +101,8 @@ class RaplBackend:
         # zones gone at a rediscovery, by (id, energy file): their counts, for when they come back (T9)
         self._away: dict[tuple[str, str], _Zone] = {}
         self._limits: dict[str, _Limit] = {}
+        self._zone_limits: dict[str, list[_Limit]] = {}  # zone device id → its limits, read with it
+        self.skip: dict[str, str] = {}
         self._why_logged: dict[str, str] = {}  # zone → the reason its energy was last logged unreadable
 
     # -- discovery -------------------------------------------------------------------------------------
@@ -254,36 +259,52 @@ class RaplBackend:
                     max=units.uw_to_w(hi) if hi is not None and hi > 0 else None, writable=writable,
                     why_not=None if writable else f"{os.path.basename(limit.path)} not writable ({why})")
         window = Attribute(io, prefix + "time_window_us") if has_window else None
-        self._limits[knob.id] = _Limit(knob, limit, window)
+        self._limits[knob.id] = lim = _Limit(knob, limit, window)
+        self._zone_limits.setdefault(dev_id, []).append(lim)
         return knob
 
     # -- sampling --------------------------------------------------------------------------------------
     def sample(self) -> Sample:
-        """Read each zone's ``energy_uj`` and each limit once; power over the measured interval."""
+        """Read each zone's ``energy_uj`` and its limits once; power over the measured interval. A zone the
+        read guard quarantined (``skip``) is not read: its channels and limits are stale."""
         readings: dict[str, Reading] = {}
-        lost = set()
+        knobs: dict[str, KnobValue] = {}
+        lost: set[str] = set()
+        skip = self.skip
         for zone in self._zones:
-            power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
-            if zone.why_not:
-                readings[power_id] = Reading(power_id, None, Status.NOT_SUPPORTED, zone.why_not)
-                readings[energy_id] = Reading(energy_id, None, Status.NOT_SUPPORTED, zone.why_not)
+            dev_id = zone.device_id
+            limits = self._zone_limits.get(dev_id, ())
+            if skip and (why := skip.get(dev_id)) is not None:
+                for cid in (f"{dev_id}/power", f"{dev_id}/energy"):
+                    readings[cid] = Reading(cid, None, Status.STALE, why)
+                knobs.update((lim.knob.id, KnobValue(lim.knob.id, None, status=Status.STALE)) for lim in limits)
                 continue
-            try:
-                raw = zone.energy.read_int()
-            except (OSError, Nonsense) as exc:
-                if isinstance(exc, OSError):
-                    status, detail = classify_oserror(exc)
-                    if exc.errno in (errno.ENODEV, errno.ENOENT):
-                        lost.add(zone.device_id)
-                else:
-                    status, detail = Status.IMPLAUSIBLE, str(exc)
-                readings[power_id] = Reading(power_id, None, status, detail)
-                readings[energy_id] = Reading(energy_id, None, status, detail)
-                continue
-            t = self.clock.monotonic()
-            readings[power_id], readings[energy_id] = account(zone, raw, t, self._boottime())
-        knobs = {knob_id: self._read_limit(lim) for knob_id, lim in self._limits.items()}
+            self.reading = dev_id
+            self._sample_energy(zone, readings, lost)
+            for lim in limits:
+                knobs[lim.knob.id] = self._read_limit(lim)
+        self.reading = None
         return Sample(t=self.clock.monotonic(), readings=readings, knobs=knobs, lost=frozenset(lost))
+
+    def _sample_energy(self, zone: _Zone, readings: dict[str, Reading], lost: set[str]) -> None:
+        power_id, energy_id = f"{zone.device_id}/power", f"{zone.device_id}/energy"
+        if zone.why_not:
+            readings[power_id] = Reading(power_id, None, Status.NOT_SUPPORTED, zone.why_not)
+            readings[energy_id] = Reading(energy_id, None, Status.NOT_SUPPORTED, zone.why_not)
+            return
+        try:
+            raw = zone.energy.read_int()
+        except (OSError, Nonsense) as exc:
+            if isinstance(exc, OSError):
+                status, detail = classify_oserror(exc)
+                if exc.errno in (errno.ENODEV, errno.ENOENT):
+                    lost.add(zone.device_id)
+            else:
+                status, detail = Status.IMPLAUSIBLE, str(exc)
+            readings[power_id] = Reading(power_id, None, status, detail)
+            readings[energy_id] = Reading(energy_id, None, status, detail)
+            return
+        readings[power_id], readings[energy_id] = account(zone, raw, self.clock.monotonic(), self._boottime())
 
     def _account(self, zone: _Zone, raw: int, t: float, boot: float | None = None) -> tuple[Reading, Reading]:
         """:func:`~aithermd.backends.powercap_energy.account` (``boot``: CLOCK_BOOTTIME s; None: ``t``)."""
@@ -367,4 +388,4 @@ class RaplBackend:
             lim.limit.close()
             if lim.window is not None:
                 lim.window.close()
-        self._zones, self._limits = [], {}
+        self._zones, self._limits, self._zone_limits = [], {}, {}
