@@ -10,6 +10,11 @@ the engine and decides, per channel, with a stated bound:
   an implausible value such as a sentinel or a torn read) are *held*: the engine sees the last good value
   (status ok, ``detail`` ``"held: ..."``) while that value is at most :attr:`TrustOptions.max_hold_s` old
   and fewer than :attr:`TrustOptions.confirm_reads` bad reads came in a row.
+- **One overrun of the read guard** (a device's reading ``stale`` with the guard's ``read hung: ...``:
+  its read did not answer within the deadline at this pass) is a transient fault too, held the same way:
+  a chip slow once is a glitch (attack13 A3: one 0.7 s read of Tctl sent the board fans to full, then a
+  minute of ramp-down), while a chip still hung at the next reading is confirmed. A device the guard holds
+  for a back-off (``read slow: ...``: it overran at each of its last passes) is stale as it comes.
 - **Persistent faults** (``ENODEV``, ``ENOENT``, ``EACCES``, a lost GPU, any errno not known to
   be transient) and **confirmed** ones (``confirm_reads`` bad reads in a row, or a last good value too old
   to carry) pass through as they are: the safety layer drives the channel's fans to full.
@@ -25,7 +30,7 @@ The bound (documented in docs/design.md and checked in tests/backends/test_senso
 sentinel or a real rise reaches the engine and its safety layer at the latest with the
 ``confirm_reads``-th consecutive reading (the 2nd by default) and never more than ``max_hold_s`` (3 s)
 after the last good reading; with ticks longer than that nothing is held at all. The critical path has no
-other smoothing. Stale readings (slow sensors past their deadline) and missing capabilities pass through.
+other smoothing. Other stale readings (a device held for a back-off) and missing capabilities pass through.
 
 Cost: per ok reading one dict lookup for the rate limit and two dict stores; the slow path only for
 suspect readings.
@@ -44,7 +49,8 @@ from aithermd.backends.sysfs import TRANSIENT
 from aithermd.model import HELD, Device, Reading, Status
 
 TRANSIENT_DETAILS = TRANSIENT | {"NVML_ERROR_TIMEOUT"}
-_OK, _FAILED, _IMPLAUSIBLE = Status.OK, Status.FAILED, Status.IMPLAUSIBLE
+READ_HUNG = "read hung:"  # the read guard's detail of a device whose read overran (guard.ReadGuard._hung)
+_OK, _FAILED, _IMPLAUSIBLE, _STALE = Status.OK, Status.FAILED, Status.IMPLAUSIBLE, Status.STALE
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +68,14 @@ class TrustOptions:
 
 
 def transient(reading: Reading) -> bool:
-    """True when ``reading`` is a fault worth holding: an implausible value, or a failure whose detail
-    names a transient errno or NVML timeout."""
+    """True when ``reading`` is a fault worth holding: an implausible value, a failure whose detail
+    names a transient errno or NVML timeout, or a stale reading of a device whose read overran the read
+    guard's deadline (not one held for a back-off)."""
     if reading.status is _IMPLAUSIBLE:
         return True
     detail = reading.detail
+    if reading.status is _STALE:
+        return detail is not None and detail.startswith(READ_HUNG)
     return reading.status is _FAILED and detail is not None and detail.split(":", 1)[0] in TRANSIENT_DETAILS
 
 
@@ -133,7 +142,8 @@ class SensorTrust:
                 if v is not None:
                     last_v[cid] = v
                     last_t[cid] = t
-            elif status is _FAILED or status is _IMPLAUSIBLE:
+            elif status is _FAILED or status is _IMPLAUSIBLE or (
+                    status is _STALE and r.detail is not None and r.detail.startswith(READ_HUNG)):
                 judged = self._fault(cid, r, t)
                 if judged is not r:
                     out = dict(readings) if out is None else out
