@@ -1,12 +1,18 @@
 """Back-off for a device whose reads keep overrunning the read guard's deadline (a *slow* chip, not hung).
 
 An i2c or EC-backed chip that answers in 0.7 s, or drivetemp waking a disk, overruns the read guard's
-per-device deadline at every pass. The guard quarantines it, the rest of the pass reads on, and its read
-returns a moment later. Read again at the next tick it would overrun again and hold every tick up by the
-deadline. So a device whose read hung at each of its last :data:`HUNG_PASSES` passes is *held* when the read
-returns: it stays quarantined (its channels stale, so its fans go to full through the sensor trust, as for
-a hung chip) for :data:`BACKOFF_S`, doubled at each further overrun up to :data:`BACKOFF_MAX_S`, then read
-again. A pass that reads it in time returns it to service and forgets its history.
+per-device deadline at every pass, or at every other one. The guard quarantines it, the rest of the pass
+reads on, and its read returns a moment later. Read again at each tick it would hold ticks up by the
+deadline, and flap (stale, then ok) for ever. So a device whose reads overran :data:`HUNG_PASSES` times
+among its last :data:`WINDOW` reads is *held* when the read returns: it stays quarantined (its channels
+stale, so its fans go to full through the sensor trust, as for a hung chip) for :data:`BACKOFF_S`, then
+read again. The count is of the device's own reads (an overrun, or a pass that read it in time), not of
+the passes, whose numbering around the read-ahead says nothing of how often the chip is slow (attack13
+A4: a chip slow at every other read reached the hold, or never did, by how passes were numbered; and it
+forgot its back-off at the one in-time read after it). Read again after a back-off, a device that
+overruns at once, or again :data:`HUNG_PASSES` times in its next :data:`WINDOW` reads, is held for twice
+the last back-off, up to :data:`BACKOFF_MAX_S`; only :data:`WINDOW` reads in time in a row forget its
+history, the back-off with it. So a chip slow every other read converges to a hold of 300 s.
 
 The inline backends' devices and backends are tracked, and the GPUs of NVML (a device of a threaded backend:
 its budget per GPU, attack11 G1); a threaded backend held whole is not (the worker's budget covers it).
@@ -22,21 +28,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-HUNG_PASSES = 3  # a device that overran at each of its last this many passes is held for a back-off
+HUNG_PASSES = 3  # a device whose reads overran this often among its last WINDOW is held for a back-off
+WINDOW = 6  # its last this many reads count; this many in time in a row forget its history
 BACKOFF_S = 10.0  # the first back-off (s): a 0.5 s stall every 10 s at most, while the chip stays slow
-BACKOFF_MAX_S = 300.0  # the back-off doubles at each overrun after one, up to this (s)
+BACKOFF_MAX_S = 300.0  # the back-off doubles at each hold that follows one, up to this (s)
 
 Key = tuple[int, "str | None"]  # (id(backend), device id; None: the backend whole)
 
 
 class _Entry:
-    __slots__ = ("backend", "device", "row", "backoff_s", "released")
+    __slots__ = ("backend", "device", "reads", "backoff_s", "released", "retry")
 
     def __init__(self, backend: Any, device: str | None) -> None:
         self.backend, self.device = backend, device
-        self.row = 0  # passes in a row whose read of it overran
+        self.reads: list[bool] = []  # its last reads (at most WINDOW), True: overran
         self.backoff_s = 0.0  # the last back-off (s; 0: none yet)
         self.released: int | None = None  # the first pass (``Hangs.seq``) to read it since it was released
+        self.retry = False  # read again after a back-off, not read in time since
 
 
 class Hangs:
@@ -57,7 +65,10 @@ class Hangs:
             entry = self.track.get(key)
             if entry is None:
                 entry = self.track[key] = _Entry(backend, device)
-            entry.row += 1
+            reads = entry.reads
+            reads.append(True)
+            if len(reads) > WINDOW:
+                del reads[0]
             entry.released = None
 
     def spared(self, backend: Any, device: str | None) -> None:
@@ -66,9 +77,10 @@ class Hangs:
         with self._lock:
             entry = self.track.get(key)
             if entry is not None:
-                entry.row -= 1
+                if entry.reads and entry.reads[-1]:
+                    entry.reads.pop()
                 entry.released = self.seq
-                if entry.row <= 0 and key not in self.held:
+                if True not in entry.reads and not entry.backoff_s and key not in self.held:
                     del self.track[key]
 
     def returned(self, backend: Any, device: str | None) -> float | None:
@@ -77,11 +89,14 @@ class Hangs:
         key = (id(backend), device)
         with self._lock:
             entry = self.track.get(key)
-            if entry is None or entry.row < HUNG_PASSES:
-                if entry is not None:
-                    entry.released = self.seq
+            if entry is None:
+                return None
+            if not entry.retry and entry.reads.count(True) < HUNG_PASSES:
+                entry.released = self.seq
                 return None
             entry.backoff_s = BACKOFF_S if not entry.backoff_s else min(2 * entry.backoff_s, BACKOFF_MAX_S)
+            entry.reads.clear()  # counted anew once read again
+            entry.retry = False
             self.held[key] = self.clock() + entry.backoff_s
             return entry.backoff_s
 
@@ -97,18 +112,24 @@ class Hangs:
                 entry = self.track.get(key)
                 if entry is not None:
                     entry.released = self.seq
+                    entry.retry = True
                     return [(entry.backend, entry.device)]
         return []
 
     def passed(self, order: list[Any], seq: int) -> None:
         """Pass ``seq`` over ``order`` ended in time: the devices released before it began were read in
-        time, so their history is forgotten (back in service)."""
+        time, once each; one read in time :data:`WINDOW` times in a row is forgotten (back in service)."""
         ids = {id(b) for b in order}
         with self._lock:
             for key, entry in list(self.track.items()):
                 if entry.released is not None and entry.released <= seq and key[0] in ids:
-                    del self.track[key]
-
+                    reads = entry.reads
+                    reads.append(False)
+                    if len(reads) > WINDOW:
+                        del reads[0]
+                    entry.retry = False
+                    if len(reads) >= WINDOW and True not in reads:
+                        del self.track[key]
     def forget_gone(self, backends: Any) -> None:
         """Drop the history of backends no longer read (a rescan replaced them)."""
         ids = {id(b) for b in backends}
