@@ -89,6 +89,7 @@ class SensorTrust:
         self._last_v: dict[str, float] = {}
         self._last_t: dict[str, float] = {}
         self._suspect: dict[str, tuple[int, float | None]] = {}  # channel → (suspect reads in a row, value)
+        self._quiet: set[str] = set()  # suspect channels of a device whose read overran: the guard logs it
         # the channels whose reading :meth:`filter` handed back last is not ok (a by-product of its loop, so
         # that the health check need not look at every reading again)
         self.not_ok: list[str] = []
@@ -111,6 +112,7 @@ class SensorTrust:
         for table in (self._last_v, self._last_t, self._suspect):
             for cid in [c for c in table if c not in known]:
                 del table[cid]
+        self._quiet &= known
 
     def filter(self, t: float, readings: Mapping[str, Reading]) -> Mapping[str, Reading]:
         """The readings the engine should see at monotonic time ``t``: ``readings`` itself when every one is
@@ -156,16 +158,20 @@ class SensorTrust:
         return readings if out is None else out
 
     # -- the slow paths --------------------------------------------------------------------------------
-    def _hold(self, cid: str, t: float, why: str, value: float | None) -> Reading | None:
-        """A held reading (last good value) for suspect reading number n, or None when it cannot be held."""
+    def _hold(self, cid: str, t: float, why: str, value: float | None, quiet: bool = False) -> Reading | None:
+        """A held reading (last good value) for suspect reading number n, or None when it cannot be held.
+        ``quiet``: not logged (a read that overran: the read guard's ``read_hung`` says it once a device)."""
         n = self._suspect.get(cid, (0, None))[0] + 1
         age = t - self._last_t.get(cid, float("-inf"))
         opts = self.options
         if cid not in self._last_v or n >= opts.confirm_reads or age > opts.max_hold_s:
             self._suspect.pop(cid, None)
+            self._quiet.discard(cid)
             return None
         self._suspect[cid] = (n, value)
-        if n == 1:
+        if quiet:
+            self._quiet.add(cid)
+        elif n == 1:
             self._log.warning("sensor_held", channel=cid, why=why)
         return Reading(cid, self._last_v[cid], _OK,
                        f"{HELD}{why}; last good value {age:.3g} s old, read {n} of {opts.confirm_reads}")
@@ -185,8 +191,9 @@ class SensorTrust:
     def _fault(self, cid: str, r: Reading, t: float) -> Reading:
         if not transient(r):
             self._suspect.pop(cid, None)
+            self._quiet.discard(cid)
             return r
-        held = self._hold(cid, t, f"{r.status}: {r.detail or 'no value'}", None)
+        held = self._hold(cid, t, f"{r.status}: {r.detail or 'no value'}", None, r.status is _STALE)
         if held is not None:
             return held
         if cid in self._last_v:  # confirmed: no good value to carry any more
@@ -196,4 +203,7 @@ class SensorTrust:
 
     def _recovered(self, cid: str) -> None:
         n, _ = self._suspect.pop(cid)
+        if self._quiet and cid in self._quiet:
+            self._quiet.discard(cid)
+            return
         self._log.info("sensor_trusted_again", channel=cid, suspect_reads=n)

@@ -11,6 +11,8 @@ Through the real ReadGuard, HwmonBackend and SensorTrust; the slow read blocks o
 
 from __future__ import annotations
 
+from structlog.testing import capture_logs
+
 from aithermd.backends.trust import SensorTrust
 from aithermd.model import Status
 
@@ -28,8 +30,11 @@ def test_one_overrun_is_held_for_one_reading_and_a_hang_that_stays_is_confirmed(
     try:
         assert tick()[f"{NCT}/temp1"].value == 28.0
         rig.io.slow = True
-        r = tick()  # the read overran: a glitch, the last good value stands in for one reading
+        with capture_logs() as logs:
+            r = tick()  # the read overran: a glitch, the last good value stands in for one reading
         read_in_time(r)
+        # one line for the device (the guard's read_hung), not one per channel held (attack13 A4: log volume)
+        assert [e["event"] for e in logs if e["event"] in ("read_hung", "sensor_held")] == ["read_hung"]
         assert rig.guard.hangs == 1
         assert r[f"{NCT}/temp1"].status is Status.OK and r[f"{NCT}/temp1"].value == 28.0
         assert "held" in (r[f"{NCT}/temp1"].detail or "")
