@@ -277,7 +277,8 @@ class RaplBackend(Quarantine):
             if skip and (why := skip.get(dev_id)) is not None:
                 for cid in (f"{dev_id}/power", f"{dev_id}/energy"):
                     readings[cid] = Reading(cid, None, Status.STALE, why)
-                knobs.update((lim.knob.id, KnobValue(lim.knob.id, None, status=Status.STALE)) for lim in limits)
+                for lim in limits:
+                    knobs[lim.knob.id] = KnobValue(lim.knob.id, None, status=Status.STALE)
                 continue
             self.reading = dev_id
             self._sample_energy(zone, readings, lost)

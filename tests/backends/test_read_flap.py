@@ -1,8 +1,9 @@
-"""A chip slow only at every other read (attack13 A4): its back-off is reached, and grows, whatever the passes'
-numbers. Before, whether such a chip was held depended on how the read-ahead numbered the passes: nct6798
-and k10temp reached the 10 s hold but forgot it at the one read in time after it (never doubled, ~12 log
-lines/s for ever); the amdgpu hwmon backend (read whole) was forgotten at every in-time pass and never
-held. Now the overruns are counted among the device's last reads, and a hold that follows one doubles.
+"""A chip slow only at every other read (attack13 A4): its back-off is reached, and grows, whatever the
+passes' numbers. Before, whether such a chip was held depended on how the read-ahead numbered the
+passes: nct6798 and k10temp reached the 10 s hold but forgot it at the one read in time after it (never
+doubled, ~12 log lines/s for ever); the amdgpu hwmon backend (read whole) was forgotten at every in-time
+pass and never held. Now the overruns are counted among the device's last reads, and a hold that
+follows one doubles.
 
 Through the real ReadGuard (fake back-off clock) and HwmonBackend; the slow read blocks on an event the test
 sets after the pass (no wall-clock figure)."""
@@ -21,7 +22,7 @@ from .test_read_slow import NCT, Rig, SlowIO, until
 
 
 class AltIO(SlowIO):
-    """While ``slow``, every other read of the file (the 1st, 3rd, ...) answers only once ``answer`` is set."""
+    """While ``slow``, every other read of the file (1st, 3rd, ...) answers only once ``answer`` is set."""
 
     n = 0
 
