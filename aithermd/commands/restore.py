@@ -48,9 +48,11 @@ def _settings(args: argparse.Namespace) -> tuple[Path, Path]:
     return args.state_dir or settings.state_dir, settings.sysfs_root
 
 
-def _make_fans_safe(args: argparse.Namespace) -> dict[str, str]:
+def _make_fans_safe(args: argparse.Namespace) -> tuple[Path, dict[str, str]]:
     """The journal's originals are lost: every fan found in manual mode at a low duty goes to its driver's
-    automatic mode (:func:`aithermd.actuate.restore.make_fans_safe`), on the daemon's backends."""
+    automatic mode (:func:`aithermd.actuate.restore.make_fans_safe`), on the daemon's backends. Returns the
+    sysfs root made safe (``--sysfs-root``, else the config's: the lost journal was the only record of a
+    root given to the daemon on its command line; attack13 A6) and knob id → what was done."""
     from aithermd.actuate.restore import make_fans_safe
     from aithermd.backends.registry import discover, open_for_daemon
     from aithermd.errors import PolicyErrors
@@ -64,7 +66,7 @@ def _make_fans_safe(args: argparse.Namespace) -> dict[str, str]:
     backends = open_for_daemon(settings)
     try:
         inventory = discover(backends)
-        return make_fans_safe(inventory.owner, inventory.knobs.values())
+        return settings.sysfs_root, make_fans_safe(inventory.owner, inventory.knobs.values())
     finally:
         for backend in backends:
             try:
@@ -105,8 +107,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if journal.lost is not None:
         print(f"{PREFIX}error: {journal.lost}", file=sys.stderr)
-        for note in _make_fans_safe(args).values():
+        root, notes = _make_fans_safe(args)
+        for note in notes.values():
             print(f"{PREFIX}warning: {note}", file=sys.stderr)
+        print(f"{PREFIX}made safe under {root} ({len(notes)} knob(s) changed); a daemon that ran on another "
+              "root: run again with --sysfs-root DIR", file=sys.stderr)
         return 2
     if not journal.dirty:
         print(f"nothing to restore in {state_dir}")

@@ -80,6 +80,7 @@ def test_restore_with_a_corrupt_journal_moves_it_aside_hands_low_manual_fans_to_
     assert main(["restore", "--state-dir", str(state), "--sysfs-root", str(root)]) == 2
     err = capsys.readouterr().err
     assert "not a journal" in err and "moved to journal.json.corrupt-" in err
+    assert f"made safe under {root} (" in err and "another root: run again with --sysfs-root DIR" in err
     assert "pwm1: found in manual mode at 16 %" in err and "automatic mode (enable 5)" in err
     assert (chip / "pwm1_enable").read_text() == "5\n"
     assert (chip / "pwm2_enable").read_text() == "1\n" and (chip / "pwm2").read_text() == "255\n"  # full
