@@ -48,7 +48,8 @@ def banner(address: str, metrics: str, log: Path, speedup: float | None) -> str:
     k = DEFAULT_SPEEDUP if speedup is None else speedup
     pace = f"{k:g}× wall time" if k else "as fast as it computes"
     return (f"simulated aithermd on {address}\n  try: aithermctl --bus '{address}' status\n"
-            f"{metrics}  log: {log}\n  time: simulated, {pace} (hold and override timeouts, energy windows and explain count it)\n"
+            f"{metrics}  log: {log}\n  time: simulated, {pace} (hold and override timeouts, energy windows "
+            "and explain count it)\n"
             "Ctrl-C stops it.")
 
 

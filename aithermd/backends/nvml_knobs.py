@@ -245,7 +245,8 @@ class NvmlKnobs(LimitWrites):
 
     def save_knob(self, knob_id: str) -> dict[str, Any]:
         """Power limit: ``{"limit_mw": int, "uuid"}``, plus ``"unread"`` (why) when the limit could not be
-        read and the driver's default limit (the stock state) stands in; target temperature ``{"target_c": int, "uuid"}``; fan:
+        read and the driver's default limit (the stock state) stands in; target temperature
+        ``{"target_c": int, "uuid"}``; fan:
         ``{"speed_pct": int, "mode": "auto"|"manual"|None, "uuid"}``. The GPU's UUID binds the original to
         that board: after a crash the NVML index of a GPU can change (one removed, a reordered bus), the UUID
         does not."""

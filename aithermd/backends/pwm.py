@@ -60,9 +60,9 @@ DUTY_FAILURES = 3  # failed duty writes in manual mode in a row (EBUSY, EIO, ...
 # w83627ehf, dell_smm (BIOS control), thinkpad (EC auto), amdgpu, asus-wmi and gpd_fan 2.
 AUTO_ENABLE: dict[str, int] = {"nct67": 5, "it87": 2, "it86": 2, "f71": 2, "w836": 2, "dell_smm": 2,
                                "thinkpad": 2, "amdgpu": 2, "asus": 2, "gpd_fan": 2}
-# Drivers whose pwmN_enable 0 runs the fan at full speed: documented by the kernel's hwmon driver docs, and for
-# amdgpu by its code only (smu7, vega10/20, SMU11/13; vega12 ignores it: amd13), so it is a last fallback, after
-# manual 255. pwm-fan's 0 switches the fan off: never assumed.
+# Drivers whose pwmN_enable 0 runs the fan at full speed: documented by the kernel's hwmon driver docs, and
+# for amdgpu by its code only (smu7, vega10/20, SMU11/13; vega12 ignores it: amd13), so it is a last
+# fallback, after manual 255. pwm-fan's 0 switches the fan off: never assumed.
 FULL_ON_ZERO = ("nct67", "it87", "it86", "f71", "w836", "thinkpad", "amdgpu", "asus")
 
 

@@ -91,7 +91,8 @@ def test_the_held_fans_of_a_chip_that_stops_answering_get_one_full_duty_write_of
                                current={A1: KnobValue(A1, 100.0, "manual")}))
     assert a.values[A1] == 35.0 and journal.entries()[A1].saved == {"duty": 40.0}
     a.hung = True  # a new episode: a new try
-    assert [e.data.get("why") for e in executor.hold(world, HUNG, 7.0, 7.0)] == ["unanswered", "unanswered_full"]
+    episode = executor.hold(world, HUNG, 7.0, 7.0)
+    assert [e.data.get("why") for e in episode] == ["unanswered", "unanswered_full"]
     settle(executor)
     assert a.values[A1] == 100.0
 
