@@ -12,7 +12,9 @@ A4: a chip slow at every other read reached the hold, or never did, by how passe
 forgot its back-off at the one in-time read after it). Read again after a back-off, a device that
 overruns at once, or again :data:`HUNG_PASSES` times in its next :data:`WINDOW` reads, is held for twice
 the last back-off, up to :data:`BACKOFF_MAX_S`; only :data:`WINDOW` reads in time in a row forget its
-history, the back-off with it. So a chip slow every other read converges to a hold of 300 s.
+history, the back-off with it. So a chip slow every other read converges to a hold of :data:`BACKOFF_MAX_S`:
+40 s, short because a held chip is unread: a critical temperature on it goes unseen for the hold, with
+only its fans at full (retest13 R1: at 300 s the CPU's critical power cut waited out a 40 s hold unwritten).
 
 The inline backends' devices and backends are tracked, and the GPUs of NVML (a device of a threaded backend:
 its budget per GPU, attack11 G1); a threaded backend held whole is not (the worker's budget covers it).
@@ -31,7 +33,7 @@ from typing import Any
 HUNG_PASSES = 3  # a device whose reads overran this often among its last WINDOW is held for a back-off
 WINDOW = 6  # its last this many reads count; this many in time in a row forget its history
 BACKOFF_S = 10.0  # the first back-off (s): a 0.5 s stall every 10 s at most, while the chip stays slow
-BACKOFF_MAX_S = 300.0  # the back-off doubles at each hold that follows one, up to this (s)
+BACKOFF_MAX_S = 40.0  # the back-off doubles at each hold that follows one, up to this (s): 10, 20, 40
 
 Key = tuple[int, "str | None"]  # (id(backend), device id; None: the backend whole)
 

@@ -192,7 +192,7 @@ class Sampler:
         (quarantined, or their backend held whole): not written until they answer
         (:mod:`aithermd.actuate.hung`). A device held only for a back-off (its reads answer, slowly:
         :mod:`aithermd.backends.hangs`) is not among them: its chip answers, and its fans must follow the
-        safety layer (full, its readings stale) for the whole back-off, up to 300 s (attack12 SH1)."""
+        safety layer (full, its readings stale) for the whole back-off, up to 40 s (attack12 SH1)."""
         out: dict[str, str] = {}
         guard = self.guard
         for b in world.inline:

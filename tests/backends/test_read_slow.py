@@ -268,3 +268,23 @@ def test_a_pass_taken_ahead_retries_one_held_device_and_its_tick_no_other():
         assert len(guard._hangs.held) == 1 and sum(c.reads for c in chips) == 1
     finally:
         guard.close()
+
+
+def test_a_back_off_doubles_up_to_40_s_and_no_further():
+    """retest13 R1: a held chip is unread, so a critical temperature on it goes unseen for the hold (only its
+    fans at full): at a 300 s cap the CPU's critical power cut waited out whole holds. The back-off doubles
+    10, 20, 40 s and stays at 40 s while the chip overruns at each retry."""
+    from aithermd.backends.hangs import BACKOFF_MAX_S, Hangs
+
+    now = [0.0]
+    hangs = Hangs(lambda: now[0])
+    chip = object()
+    for _ in range(HUNG_PASSES):
+        hangs.hung(chip, "hwmon3")
+    holds = [hangs.returned(chip, "hwmon3")]
+    for _ in range(4):  # each retry overruns at once
+        now[0] += holds[-1]
+        assert hangs.due() == [(chip, "hwmon3")]
+        hangs.hung(chip, "hwmon3")
+        holds.append(hangs.returned(chip, "hwmon3"))
+    assert holds == [10.0, 20.0, 40.0, 40.0, 40.0] and BACKOFF_MAX_S == 40.0
